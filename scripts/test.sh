@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, installing the real servers the tests start
+# (redis-server, ZooKeeper) from Debian's packages if they are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
+fi
+
+cargo test --release -- --test-threads=2 "$@"

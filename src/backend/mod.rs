@@ -1,0 +1,324 @@
+//! The lock-backend trait, its error type, and parsing of `--server`.
+//!
+//! Commands see only [`Backend`] and [`HeldLock`]; which service is behind
+//! them is decided once, from the server address, by [`connect`].
+
+pub mod lc;
+pub mod redis;
+pub mod zk;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::ExitCode;
+
+/// How a backend is reached and tuned; built from the command line, never a
+/// clap type.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    pub server: ServerSpec,
+    /// ZooKeeper session timeout.
+    pub session_timeout: Duration,
+    /// Redis lease on the lock key, renewed at a third of it.
+    pub ttl: Duration,
+    /// Redis: how long a dead waiter can keep its place in the queue.
+    pub queue_timeout: Duration,
+    /// How long to try to reach the service before giving up.
+    pub connect_timeout: Duration,
+}
+
+/// A parsed `--server` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerSpec {
+    /// The Locking-Center protocol (the built-in server): `host:port` or `lc://host:port`.
+    Lc { addr: String },
+    /// `zk://host:port[,host:port...][/path]`
+    Zk { hosts: Vec<String>, root: String },
+    /// `redis://host:port[,host:port...][/db]`: several hosts form a quorum.
+    Redis { nodes: Vec<String>, db: i64 },
+}
+
+pub const DEFAULT_SERVER: &str = "127.0.0.1:22119";
+pub const DEFAULT_ZK_ROOT: &str = "/lc-cli";
+
+impl std::fmt::Display for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerSpec::Lc { addr } => write!(f, "{addr}"),
+            ServerSpec::Zk { hosts, root } => write!(f, "zk://{}{}", hosts.join(","), root),
+            ServerSpec::Redis { nodes, db } => write!(f, "redis://{}/{db}", nodes.join(",")),
+        }
+    }
+}
+
+impl std::str::FromStr for ServerSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        if let Some(rest) = s.strip_prefix("zk://") {
+            let (hosts, root) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, DEFAULT_ZK_ROOT),
+            };
+            let root = root.trim_end_matches('/');
+            let root = if root.is_empty() {
+                DEFAULT_ZK_ROOT
+            } else {
+                root
+            };
+            return Ok(ServerSpec::Zk {
+                hosts: host_list(hosts, 2181)?,
+                root: root.to_string(),
+            });
+        }
+        if let Some(rest) = s.strip_prefix("redis://") {
+            let (hosts, db) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, ""),
+            };
+            let db = if db.is_empty() {
+                0
+            } else {
+                db.parse()
+                    .map_err(|_| format!("'{db}' is not a Redis database number"))?
+            };
+            return Ok(ServerSpec::Redis {
+                nodes: host_list(hosts, 6379)?,
+                db,
+            });
+        }
+        let addr = s.strip_prefix("lc://").unwrap_or(s);
+        if addr.contains("://") {
+            return Err(format!(
+                "unknown server scheme in '{s}' (use host:port, lc://, zk:// or redis://)"
+            ));
+        }
+        let mut hosts = host_list(addr, 22119)?;
+        if hosts.len() != 1 {
+            return Err(format!("'{s}': the lock server is a single host:port"));
+        }
+        Ok(ServerSpec::Lc {
+            addr: hosts.remove(0),
+        })
+    }
+}
+
+/// `a:1,b,c:3` -> `["a:1", "b:DEFAULT", "c:3"]`.
+fn host_list(list: &str, default_port: u16) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for host in list.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(format!("empty host in '{list}'"));
+        }
+        let has_port = match host.rsplit_once(':') {
+            Some((h, port)) if !h.ends_with(':') && !port.contains(']') => {
+                port.parse::<u16>()
+                    .map_err(|_| format!("'{port}' is not a port number in '{host}'"))?;
+                true
+            }
+            _ => false,
+        };
+        out.push(if has_port {
+            host.to_string()
+        } else {
+            format!("{host}:{default_port}")
+        });
+    }
+    Ok(out)
+}
+
+/// What a lock request asks for.
+#[derive(Debug, Clone)]
+pub struct LockRequest {
+    pub key: String,
+    /// Who holds it, for reset by source (default: this machine's hostname).
+    pub source: String,
+    /// Take the key only if it is free now (trylock, `-n`).
+    pub nonblock: bool,
+    /// The hold outlives this process (`lock` without a command): it stays
+    /// until `unlock` or `reset`.
+    pub detached: bool,
+}
+
+/// What happened to a lock request.
+pub enum Acquired {
+    Held(Box<dyn HeldLock>),
+    /// `nonblock` and the key is held by someone else.
+    Busy,
+    /// The cancellation token fired first (timeout, signal); the request has
+    /// left the service's queue.
+    Cancelled,
+}
+
+/// Progress while waiting, for the status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WaitProgress {
+    /// 0 = next in line, when the backend knows it.
+    pub ahead: Option<usize>,
+}
+
+/// Why a held lock is no longer ours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostReason(pub String);
+
+/// Typed errors, because callers branch on the kind (exit status, retries).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("cannot reach {server}: {reason}")]
+    Unavailable { server: String, reason: String },
+    #[error("{server} refused the request: {reason}")]
+    Refused { server: String, reason: String },
+    #[error("{server} answered something unexpected: {reason}")]
+    Protocol { server: String, reason: String },
+    #[error("invalid key '{key}': {reason}")]
+    BadKey { key: String, reason: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl BackendError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            BackendError::Unavailable { .. } => ExitCode::Unavailable,
+            BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+            BackendError::BadKey { .. } => ExitCode::Usage,
+            BackendError::Other(_) => ExitCode::Software,
+        }
+    }
+
+    /// Worth retrying (a release that could not reach the service).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BackendError::Unavailable { .. })
+    }
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// A lock service: one implementation per protocol.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Refuses a key this service cannot hold, before any request is sent.
+    fn check_key(&self, key: &str) -> Result<()>;
+
+    /// Waits in line for the key (or only tries, with `nonblock`). When
+    /// `cancel` fires, the request is withdrawn before this returns
+    /// `Cancelled`; a grant that raced with it is released again.
+    async fn acquire(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired>;
+
+    /// Releases a hold left by another process (`lc-cli unlock`). Returns
+    /// false when the key was not held.
+    async fn unlock(&self, key: &str) -> Result<bool>;
+
+    /// Force-releases the key whoever holds it; its waiters keep their places.
+    async fn reset_key(&self, key: &str) -> Result<()>;
+
+    /// Releases every key held by `source` and withdraws its waiters.
+    async fn reset_source(&self, source: &str) -> Result<()>;
+
+    /// Ends the session cleanly (ZooKeeper must close before exit, or its
+    /// ephemeral nodes linger until the session times out).
+    async fn close(&self) {}
+}
+
+/// A lock we hold.
+#[async_trait]
+pub trait HeldLock: Send {
+    /// A number that grows with every grant of the key, for fencing.
+    fn token(&self) -> Option<u64> {
+        None
+    }
+
+    /// Resolves when the lock is lost; never, for services without leases.
+    async fn lost(&mut self) -> LostReason;
+
+    /// Releases the lock; when this returns Ok the key is free. May be
+    /// called again after an error (the service was unreachable).
+    async fn release(&mut self) -> Result<()>;
+
+    /// Leaves the lock held after this process exits (`lock` without a command).
+    async fn detach(self: Box<Self>) -> Result<()>;
+}
+
+/// Picks the implementation for the server address.
+pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
+    match &config.server {
+        ServerSpec::Lc { .. } => Ok(Box::new(lc::LcBackend::new(config))),
+        ServerSpec::Zk { .. } => Ok(Box::new(zk::ZkBackend::connect(config).await?)),
+        ServerSpec::Redis { .. } => Ok(Box::new(redis::RedisBackend::connect(config).await?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> ServerSpec {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn lc_forms() {
+        assert_eq!(
+            parse("127.0.0.1:22119"),
+            ServerSpec::Lc {
+                addr: "127.0.0.1:22119".into()
+            }
+        );
+        assert_eq!(parse("lc://h:1"), ServerSpec::Lc { addr: "h:1".into() });
+        assert_eq!(
+            parse("lockhost"),
+            ServerSpec::Lc {
+                addr: "lockhost:22119".into()
+            }
+        );
+        assert!("a:1,b:2".parse::<ServerSpec>().is_err());
+        assert!("http://x".parse::<ServerSpec>().is_err());
+        assert!("h:notaport".parse::<ServerSpec>().is_err());
+    }
+
+    #[test]
+    fn zk_forms() {
+        assert_eq!(
+            parse("zk://z1:2181,z2/locks"),
+            ServerSpec::Zk {
+                hosts: vec!["z1:2181".into(), "z2:2181".into()],
+                root: "/locks".into()
+            }
+        );
+        assert_eq!(
+            parse("zk://z1"),
+            ServerSpec::Zk {
+                hosts: vec!["z1:2181".into()],
+                root: DEFAULT_ZK_ROOT.into()
+            }
+        );
+    }
+
+    #[test]
+    fn redis_forms() {
+        assert_eq!(
+            parse("redis://r1:6379/2"),
+            ServerSpec::Redis {
+                nodes: vec!["r1:6379".into()],
+                db: 2
+            }
+        );
+        assert_eq!(
+            parse("redis://a,b:7000,c"),
+            ServerSpec::Redis {
+                nodes: vec!["a:6379".into(), "b:7000".into(), "c:6379".into()],
+                db: 0
+            }
+        );
+        assert!("redis://a/x".parse::<ServerSpec>().is_err());
+    }
+}

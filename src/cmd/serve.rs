@@ -1,0 +1,54 @@
+//! `lc-cli serve`: the built-in lock server.
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+
+use crate::cli::ServeArgs;
+use crate::exit::{fail, ExitCode};
+use crate::server::{self, ServerOptions};
+
+pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
+    if args.data.is_some() {
+        return Err(fail(ExitCode::Usage, "--data is not supported yet"));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let listener = TcpListener::bind(args.listen).await.map_err(|e| {
+            fail(
+                ExitCode::Unavailable,
+                format!("cannot listen on {}: {e}", args.listen),
+            )
+        })?;
+        let addr = listener.local_addr()?;
+        // The bound address on stdout, so `--listen 127.0.0.1:0` is usable.
+        println!("listening on {addr}");
+        eprintln!(
+            "{} lc-cli serve {} listening on {addr}",
+            humantime::format_rfc3339_millis(std::time::SystemTime::now()),
+            env!("CARGO_PKG_VERSION")
+        );
+        let options = ServerOptions {
+            read_timeout: args.read_timeout,
+            verbose,
+        };
+        server::run(listener, options, shutdown_signal()).await?;
+        Ok(ExitCode::Success)
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

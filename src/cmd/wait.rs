@@ -1,0 +1,22 @@
+//! `lc-cli wait KEY`: wait until KEY is free, taking it in turn and releasing
+//! it at once.
+
+use anyhow::Result;
+
+use super::lock::{self, LockOptions};
+use crate::backend::BackendConfig;
+use crate::cli::WaitArgs;
+use crate::exit::ExitCode;
+
+pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<ExitCode> {
+    let options = LockOptions {
+        key: args.key,
+        source: args.source.source.unwrap_or_else(super::default_source),
+        nonblock: false,
+        timeout: args.timeout,
+        conflict_exit_code: args.conflict_exit_code,
+        kill_after: std::time::Duration::ZERO,
+        command: lock::CommandSpec::ReleaseAtOnce,
+    };
+    lock::run(config, options, verbose)
+}

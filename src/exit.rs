@@ -1,0 +1,181 @@
+//! Exit statuses: the only place in the crate that picks a number.
+//!
+//! Status 1 means only "the lock was not taken" (flock's convention, and
+//! changeable with `-E`). lc-cli's own failures use sysexits.h numbers so a
+//! script can tell "someone else holds it" from "something is broken".
+
+use std::fmt;
+
+/// What lc-cli itself can end with (a child's status is passed through as is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    Success,
+    /// The lock was not taken: held (with `-n`) or the wait timed out.
+    Conflict,
+    /// Bad command line or arguments (an empty or too long key, ...).
+    Usage,
+    /// The lock service could not be reached, or went away while we waited.
+    Unavailable,
+    /// An internal error: a bug, or something the OS refused us.
+    Software,
+    /// The lock was released on our side but the service did not confirm it:
+    /// the key may still be held and needs a reset.
+    ReleaseFailed,
+    /// A held lock was lost (session expired, lease lost, node deleted).
+    LockLost,
+    /// The service answered something we did not expect, or refused us.
+    Protocol,
+    /// The command could not be executed (found but not runnable).
+    CannotExecute,
+    /// The command was not found.
+    NotFound,
+    /// Killed or interrupted by signal N (128 + N).
+    Signal(i32),
+    /// A status passed through unchanged (the child's, or `-E N`).
+    Raw(i32),
+}
+
+impl ExitCode {
+    pub fn code(self) -> i32 {
+        match self {
+            ExitCode::Success => 0,
+            ExitCode::Conflict => 1,
+            ExitCode::Usage => 64,
+            ExitCode::Unavailable => 69,
+            ExitCode::Software => 70,
+            ExitCode::ReleaseFailed => 74,
+            ExitCode::LockLost => 75,
+            ExitCode::Protocol => 76,
+            ExitCode::CannotExecute => 126,
+            ExitCode::NotFound => 127,
+            ExitCode::Signal(n) => 128 + n,
+            ExitCode::Raw(n) => n,
+        }
+    }
+}
+
+/// An exit that is not a failure to report (a conflict, a child's status):
+/// raised as an error so it unwinds through `?`, turned into the status by
+/// `main` without printing anything more.
+#[derive(Debug)]
+pub struct SilentExit(pub ExitCode);
+
+impl fmt::Display for SilentExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "exit with status {}", self.0.code())
+    }
+}
+
+impl std::error::Error for SilentExit {}
+
+/// A failure with a message and the status it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: ExitCode,
+    pub message: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+pub fn fail(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
+    Failure {
+        code,
+        message: message.into(),
+    }
+    .into()
+}
+
+/// Turns the result of `run` into a status, printing one line for a failure.
+pub fn status_of(result: anyhow::Result<ExitCode>) -> i32 {
+    match result {
+        Ok(code) => code.code(),
+        Err(err) => {
+            if let Some(silent) = err.downcast_ref::<SilentExit>() {
+                return silent.0.code();
+            }
+            let code = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<Failure>().map(|f| f.code))
+                .or_else(|| {
+                    err.chain().find_map(|e| {
+                        e.downcast_ref::<crate::backend::BackendError>()
+                            .map(|b| b.exit_code())
+                    })
+                })
+                .unwrap_or(ExitCode::Software);
+            eprintln!("lc-cli: {}", one_line(&err));
+            code.code()
+        }
+    }
+}
+
+/// "context: cause: cause" on one line, as users of flock expect.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_stable_and_distinct() {
+        let all = [
+            ExitCode::Success,
+            ExitCode::Conflict,
+            ExitCode::Usage,
+            ExitCode::Unavailable,
+            ExitCode::Software,
+            ExitCode::ReleaseFailed,
+            ExitCode::LockLost,
+            ExitCode::Protocol,
+            ExitCode::CannotExecute,
+            ExitCode::NotFound,
+        ];
+        let codes: Vec<i32> = all.iter().map(|c| c.code()).collect();
+        assert_eq!(codes, [0, 1, 64, 69, 70, 74, 75, 76, 126, 127]);
+        let mut sorted = codes.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), codes.len());
+        assert_eq!(ExitCode::Signal(15).code(), 143);
+    }
+
+    #[test]
+    fn own_failures_never_use_the_conflict_status() {
+        for c in [
+            ExitCode::Usage,
+            ExitCode::Unavailable,
+            ExitCode::Software,
+            ExitCode::ReleaseFailed,
+            ExitCode::LockLost,
+            ExitCode::Protocol,
+        ] {
+            assert_ne!(c.code(), 1);
+        }
+    }
+
+    #[test]
+    fn silent_exit_keeps_its_code() {
+        let err: anyhow::Error = SilentExit(ExitCode::Raw(3)).into();
+        assert_eq!(status_of(Err(err)), 3);
+    }
+
+    #[test]
+    fn failure_code_found_through_context() {
+        let err = fail(ExitCode::Unavailable, "cannot reach").context("lock k");
+        assert_eq!(status_of(Err(err)), 69);
+    }
+}

@@ -1,0 +1,21 @@
+//! lc-cli: a distributed flock(1).
+//!
+//! - [`cli`]: the clap types, nothing else.
+//! - [`cmd`]: one module per subcommand; turns the command line into config
+//!   and dispatches.
+//! - [`backend`]: the lock-backend trait and its implementations: [`backend::lc`]
+//!   (the one-byte protocol, over [`proto`]), [`backend::zk`], [`backend::redis`].
+//! - [`child`] and [`signals`]: running the command while the lock is held.
+//! - [`server`]: the built-in lock server (`serve`), its lock table and,
+//!   with [`wal`], its write-ahead log.
+//! - [`exit`]: every exit status, in one place.
+
+pub mod backend;
+pub mod child;
+pub mod cli;
+pub mod cmd;
+pub mod exit;
+pub mod proto;
+pub mod server;
+pub mod signals;
+pub mod wal;

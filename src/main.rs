@@ -1,0 +1,18 @@
+use clap::Parser;
+
+fn main() {
+    let result = match lc_cli::cli::Cli::try_parse() {
+        Ok(cli) => lc_cli::cmd::run(cli),
+        Err(err) => {
+            // Help and version are not errors; everything else is a usage error.
+            let code = if err.use_stderr() {
+                lc_cli::exit::ExitCode::Usage
+            } else {
+                lc_cli::exit::ExitCode::Success
+            };
+            let _ = err.print();
+            Ok(code)
+        }
+    };
+    std::process::exit(lc_cli::exit::status_of(result));
+}

@@ -1,0 +1,355 @@
+//! The Locking-Center one-byte protocol: frames in, values out, no I/O.
+//!
+//! One request per TCP connection, one answer byte back:
+//!
+//! | action | frame                                   |
+//! |--------|-----------------------------------------|
+//! | Lock          | `[1][keySize][key][sourceSize][source]` |
+//! | Unlock        | `[2][keySize][key]`                     |
+//! | ResetByKey    | `[3][keySize][key]`                     |
+//! | ResetBySource | `[4][sourceSize][source]`               |
+//! | TryLock       | `[5][keySize][key][sourceSize][source]` |
+//!
+//! Sizes are one signed byte: a key is 1..=127 bytes, a source 0..=127.
+//! Answers: `+` success, `-` failure, `#` a TryLock found the key held.
+
+use std::fmt;
+
+pub const MAX_FIELD: usize = 127;
+
+pub const ACTION_LOCK: u8 = 1;
+pub const ACTION_UNLOCK: u8 = 2;
+pub const ACTION_RESET_BY_KEY: u8 = 3;
+pub const ACTION_RESET_BY_SOURCE: u8 = 4;
+pub const ACTION_TRY_LOCK: u8 = 5;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Lock { key: Vec<u8>, source: Vec<u8> },
+    Unlock { key: Vec<u8> },
+    ResetByKey { key: Vec<u8> },
+    ResetBySource { source: Vec<u8> },
+    TryLock { key: Vec<u8>, source: Vec<u8> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// `+`: done (the key is yours, released, reset).
+    Ok,
+    /// `-`: refused or failed.
+    Fail,
+    /// `#`: a TryLock found the key held by someone else.
+    Busy,
+}
+
+impl Answer {
+    pub fn byte(self) -> u8 {
+        match self {
+            Answer::Ok => b'+',
+            Answer::Fail => b'-',
+            Answer::Busy => b'#',
+        }
+    }
+
+    pub fn from_byte(b: u8) -> Option<Answer> {
+        match b {
+            b'+' => Some(Answer::Ok),
+            b'-' => Some(Answer::Fail),
+            b'#' => Some(Answer::Busy),
+            _ => None,
+        }
+    }
+}
+
+/// Decoding needs more bytes: a normal case, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A whole request, and how many bytes of the buffer it used.
+    Frame(Request, usize),
+    Incomplete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    UnknownAction(u8),
+    /// A size byte with the sign bit set (0x80 and above).
+    NegativeSize(u8),
+    EmptyKey,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::UnknownAction(a) => write!(f, "unknown action {a}"),
+            FrameError::NegativeSize(s) => write!(f, "negative size byte 0x{s:02x}"),
+            FrameError::EmptyKey => write!(f, "empty key"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Decodes one request from the start of `buf`. Bytes after a complete frame
+/// are left alone (some clients append a source to Unlock; the caller ignores
+/// them).
+pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
+    let Some(&action) = buf.first() else {
+        return Ok(Decoded::Incomplete);
+    };
+    let mut cur = Cursor { buf, pos: 1 };
+    let request = match action {
+        ACTION_LOCK | ACTION_TRY_LOCK => {
+            let Some(key) = cur.key()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            let Some(source) = cur.field()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            if action == ACTION_LOCK {
+                Request::Lock { key, source }
+            } else {
+                Request::TryLock { key, source }
+            }
+        }
+        ACTION_UNLOCK | ACTION_RESET_BY_KEY => {
+            let Some(key) = cur.key()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            if action == ACTION_UNLOCK {
+                Request::Unlock { key }
+            } else {
+                Request::ResetByKey { key }
+            }
+        }
+        ACTION_RESET_BY_SOURCE => {
+            let Some(source) = cur.field()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            Request::ResetBySource { source }
+        }
+        other => return Err(FrameError::UnknownAction(other)),
+    };
+    Ok(Decoded::Frame(request, cur.pos))
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    /// A size-prefixed field; `None` when the buffer ends inside it.
+    fn field(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let Some(&size) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        if size > MAX_FIELD as u8 {
+            return Err(FrameError::NegativeSize(size));
+        }
+        let start = self.pos + 1;
+        let end = start + size as usize;
+        let Some(bytes) = self.buf.get(start..end) else {
+            return Ok(None);
+        };
+        self.pos = end;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    fn key(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        // An empty key is refused as soon as its size byte arrives.
+        if self.buf.get(self.pos) == Some(&0) {
+            return Err(FrameError::EmptyKey);
+        }
+        self.field()
+    }
+}
+
+/// Why a request cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EncodeError {
+    EmptyKey,
+    TooLong { what: &'static str, len: usize },
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::EmptyKey => write!(f, "the key is empty"),
+            EncodeError::TooLong { what, len } => {
+                write!(
+                    f,
+                    "the {what} is {len} bytes long, at most {MAX_FIELD} are allowed"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+/// Checks a key the way the server will, so a client can refuse it before
+/// opening any connection.
+pub fn check_key(key: &[u8]) -> Result<(), EncodeError> {
+    if key.is_empty() {
+        return Err(EncodeError::EmptyKey);
+    }
+    check_len("key", key)
+}
+
+pub fn check_source(source: &[u8]) -> Result<(), EncodeError> {
+    check_len("source", source)
+}
+
+fn check_len(what: &'static str, bytes: &[u8]) -> Result<(), EncodeError> {
+    if bytes.len() > MAX_FIELD {
+        return Err(EncodeError::TooLong {
+            what,
+            len: bytes.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Encodes a request exactly as the reference clients send it.
+pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(3 + 2 * MAX_FIELD);
+    match request {
+        Request::Lock { key, source } | Request::TryLock { key, source } => {
+            check_key(key)?;
+            check_source(source)?;
+            out.push(if matches!(request, Request::Lock { .. }) {
+                ACTION_LOCK
+            } else {
+                ACTION_TRY_LOCK
+            });
+            push_field(&mut out, key);
+            push_field(&mut out, source);
+        }
+        Request::Unlock { key } | Request::ResetByKey { key } => {
+            check_key(key)?;
+            out.push(if matches!(request, Request::Unlock { .. }) {
+                ACTION_UNLOCK
+            } else {
+                ACTION_RESET_BY_KEY
+            });
+            push_field(&mut out, key);
+        }
+        Request::ResetBySource { source } => {
+            check_source(source)?;
+            out.push(ACTION_RESET_BY_SOURCE);
+            push_field(&mut out, source);
+        }
+    }
+    Ok(out)
+}
+
+fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(bytes.len() as u8);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn roundtrip(req: Request) {
+        let bytes = encode(&req).unwrap();
+        assert_eq!(decode(&bytes), Ok(Decoded::Frame(req, bytes.len())));
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                decode(&bytes[..cut]),
+                Ok(Decoded::Incomplete),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_action_roundtrips() {
+        roundtrip(Request::Lock {
+            key: b"deploy/prod".to_vec(),
+            source: b"ci-7".to_vec(),
+        });
+        roundtrip(Request::TryLock {
+            key: b"k".to_vec(),
+            source: vec![],
+        });
+        roundtrip(Request::Unlock {
+            key: vec![b'x'; 127],
+        });
+        roundtrip(Request::ResetByKey { key: b"k".to_vec() });
+        roundtrip(Request::ResetBySource { source: vec![] });
+    }
+
+    #[test]
+    fn frames_match_the_reference_layout() {
+        let lock = encode(&Request::Lock {
+            key: b"ab".to_vec(),
+            source: b"s".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(lock, [1, 2, b'a', b'b', 1, b's']);
+        let unlock = encode(&Request::Unlock {
+            key: b"ab".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(unlock, [2, 2, b'a', b'b']);
+        let rbs = encode(&Request::ResetBySource {
+            source: b"h".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(rbs, [4, 1, b'h']);
+    }
+
+    #[test]
+    fn bad_frames_are_errors() {
+        assert_eq!(decode(&[9]), Err(FrameError::UnknownAction(9)));
+        assert_eq!(decode(&[0]), Err(FrameError::UnknownAction(0)));
+        assert_eq!(decode(&[1, 0]), Err(FrameError::EmptyKey));
+        assert_eq!(decode(&[2, 0x80]), Err(FrameError::NegativeSize(0x80)));
+        assert_eq!(
+            decode(&[1, 1, b'k', 0xff]),
+            Err(FrameError::NegativeSize(0xff))
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_left_alone() {
+        // Some clients append a source to Unlock.
+        assert_eq!(
+            decode(&[2, 1, b'k', 1, b's']),
+            Ok(Decoded::Frame(Request::Unlock { key: b"k".to_vec() }, 3))
+        );
+    }
+
+    #[test]
+    fn encode_refuses_what_the_server_would() {
+        assert_eq!(
+            encode(&Request::Unlock { key: vec![] }),
+            Err(EncodeError::EmptyKey)
+        );
+        assert!(encode(&Request::Lock {
+            key: vec![1; 128],
+            source: vec![]
+        })
+        .is_err());
+        assert!(encode(&Request::Lock {
+            key: vec![1],
+            source: vec![1; 128]
+        })
+        .is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(Decoded::Frame(req, used)) = decode(&bytes) {
+                prop_assert!(used <= bytes.len());
+                prop_assert_eq!(encode(&req).unwrap(), bytes[..used].to_vec());
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! One client connection: read one request, act on the table, answer one byte.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::table::{GrantId, LockOutcome, Notice, Withdrawal};
+use super::Shared;
+use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
+
+/// The longest frame: action, two size bytes, two full fields.
+const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
+
+pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    stream.set_nodelay(true).ok();
+    let request =
+        match tokio::time::timeout(shared.options.read_timeout, read_request(&mut stream)).await {
+            Ok(Ok(Some(request))) => request,
+            Ok(Ok(None)) => return, // closed before a whole frame: nothing to answer
+            Ok(Err(reason)) => {
+                shared
+                    .log
+                    .error(format_args!("{peer}: bad request: {reason}"));
+                let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+                return;
+            }
+            Err(_) => {
+                shared.log.error(format_args!(
+                    "{peer}: no whole request within {:?}, closing",
+                    shared.options.read_timeout
+                ));
+                return;
+            }
+        };
+    let ip_source = || peer.ip().to_string().into_bytes();
+    let or_peer = |source: Vec<u8>| {
+        if source.is_empty() {
+            ip_source()
+        } else {
+            source
+        }
+    };
+    match request {
+        Request::Lock { key, source } => lock(stream, peer, &shared, key, or_peer(source)).await,
+        Request::TryLock { key, source } => {
+            let source = or_peer(source);
+            match shared.table.try_lock(&key, &source, peer) {
+                Some(id) => {
+                    shared.log.grant(&key, &source, peer);
+                    answer_grant(&mut stream, &shared, &key, id).await;
+                }
+                None => {
+                    let _ = stream.write_all(&[Answer::Busy.byte()]).await;
+                }
+            }
+        }
+        Request::Unlock { key } => {
+            let answer = match shared.table.unlock(&key) {
+                Some((holder, next)) => {
+                    shared.log.release(&key, &holder.source, peer);
+                    if let Some(next) = next {
+                        shared.log.grant(&key, &next.source, next.peer);
+                    }
+                    Answer::Ok
+                }
+                None => Answer::Fail,
+            };
+            let _ = stream.write_all(&[answer.byte()]).await;
+        }
+        Request::ResetByKey { key } => {
+            match shared.table.reset_key(&key) {
+                Some(r) => shared.log.reset(format_args!(
+                    "{peer}: reset key '{}' held by '{}'{}",
+                    show(&key),
+                    show(&r.holder.source),
+                    r.next
+                        .map(|n| format!(", now held by '{}'", show(&n.source)))
+                        .unwrap_or_default()
+                )),
+                None => shared.log.reset(format_args!(
+                    "{peer}: reset key '{}' (not held)",
+                    show(&key)
+                )),
+            }
+            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
+        }
+        Request::ResetBySource { source } => {
+            let source = or_peer(source);
+            let (released, withdrawn) = shared.table.reset_source(&source);
+            let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
+            shared.log.reset(format_args!(
+                "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
+                show(&source),
+                keys.len(),
+                keys.join(", ")
+            ));
+            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
+        }
+    }
+}
+
+async fn lock(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    key: Vec<u8>,
+    source: Vec<u8>,
+) {
+    let (id, notice) = match shared.table.lock(&key, &source, peer) {
+        LockOutcome::Granted(id) => {
+            shared.log.grant(&key, &source, peer);
+            return answer_grant(&mut stream, shared, &key, id).await;
+        }
+        LockOutcome::Queued(id, notice) => (id, notice),
+    };
+    shared.log.queued(&key, &source, peer);
+    tokio::select! {
+        notice = notice => match notice {
+            Ok(Notice::Granted) => answer_grant(&mut stream, shared, &key, id).await,
+            Ok(Notice::Withdrawn) | Err(_) => {
+                let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+            }
+        },
+        _ = hang_up(&mut stream) => match shared.table.withdraw(&key, id) {
+            Withdrawal::Dequeued => shared.log.withdrawal(&key, &source, peer),
+            Withdrawal::Released => shared.log.withdrawal(&key, &source, peer),
+            Withdrawal::Gone => {}
+        },
+    }
+}
+
+/// Sends `+` for a grant; a grant that cannot be delivered is released again,
+/// so a closed connection never keeps a key.
+async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId) {
+    if stream.write_all(&[Answer::Ok.byte()]).await.is_err() && shared.table.release_grant(key, id)
+    {
+        shared.log.error(format_args!(
+            "could not deliver the grant of '{}': released it again",
+            show(key)
+        ));
+    }
+}
+
+/// Reads until one whole frame is in; `Ok(None)` if the client closed first.
+async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, String> {
+    let mut buf = [0u8; MAX_FRAME];
+    let mut len = 0;
+    loop {
+        let n = stream
+            .read(&mut buf[len..])
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return if len == 0 {
+                Ok(None)
+            } else {
+                Err(format!("connection closed after {len} byte(s) of a frame"))
+            };
+        }
+        len += n;
+        match proto::decode(&buf[..len]) {
+            Ok(Decoded::Frame(request, _)) => return Ok(Some(request)),
+            Ok(Decoded::Incomplete) if len < MAX_FRAME => continue,
+            Ok(Decoded::Incomplete) => return Err("frame too long".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Resolves when the client closes its side (or the connection breaks);
+/// bytes it sends meanwhile are ignored.
+async fn hang_up(stream: &mut TcpStream) {
+    let mut sink = [0u8; 64];
+    loop {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// A key or source for a log line: bytes shown as text where they are text.
+pub fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -1,0 +1,60 @@
+//! The server's log: one timestamped line per event on stderr.
+//! Start-up, resets and errors always; grants, releases and withdrawals with `-v`.
+
+use std::fmt::Arguments;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+use super::conn::show;
+
+pub struct Log {
+    pub verbose: bool,
+}
+
+impl Log {
+    fn line(&self, args: Arguments<'_>) {
+        let now = humantime::format_rfc3339_millis(SystemTime::now());
+        // One write per line so concurrent tasks never interleave within a line.
+        let line = format!("{now} {args}\n");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
+    pub fn info(&self, args: Arguments<'_>) {
+        self.line(args);
+    }
+
+    pub fn error(&self, args: Arguments<'_>) {
+        self.line(format_args!("error: {args}"));
+    }
+
+    pub fn reset(&self, args: Arguments<'_>) {
+        self.line(args);
+    }
+
+    fn event(&self, what: &str, key: &[u8], source: &[u8], peer: SocketAddr) {
+        if self.verbose {
+            self.line(format_args!(
+                "{what} '{}' source '{}' peer {peer}",
+                show(key),
+                show(source)
+            ));
+        }
+    }
+
+    pub fn grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+        self.event("grant", key, source, peer);
+    }
+
+    pub fn queued(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+        self.event("queue", key, source, peer);
+    }
+
+    pub fn release(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+        self.event("release", key, source, peer);
+    }
+
+    pub fn withdrawal(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+        self.event("withdraw", key, source, peer);
+    }
+}

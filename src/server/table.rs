@@ -1,0 +1,401 @@
+//! The lock table: who holds each key and who waits for it, in arrival order.
+//!
+//! All state changes happen under one short mutex; a waiter is a queue entry
+//! and a oneshot sender, woken only when it is its turn. Grants are numbered
+//! so a late release (a grant that could not be delivered) can never free a
+//! key that has since passed to someone else.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use tokio::sync::oneshot;
+
+/// Identifies one lock request for its whole life: queued, then maybe held.
+pub type GrantId = u64;
+
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub id: GrantId,
+    pub source: Vec<u8>,
+    pub peer: SocketAddr,
+    pub since: SystemTime,
+}
+
+struct Waiter {
+    id: GrantId,
+    source: Vec<u8>,
+    peer: SocketAddr,
+    notify: oneshot::Sender<Notice>,
+}
+
+/// What a queued request is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// It is now the holder.
+    Granted,
+    /// A reset by its source removed it from the queue.
+    Withdrawn,
+}
+
+#[derive(Default)]
+struct KeyState {
+    holder: Option<Holder>,
+    waiters: VecDeque<Waiter>,
+}
+
+#[derive(Default)]
+struct Inner {
+    keys: HashMap<Vec<u8>, KeyState>,
+    next_id: GrantId,
+}
+
+pub enum LockOutcome {
+    Granted(GrantId),
+    Queued(GrantId, oneshot::Receiver<Notice>),
+}
+
+/// What became of a request whose client hung up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// It left the queue.
+    Dequeued,
+    /// It had been granted meanwhile: the key was released again.
+    Released,
+    /// Nothing to do (a reset already took it out).
+    Gone,
+}
+
+/// One key released by a reset, and who held it.
+#[derive(Debug, Clone)]
+pub struct Released {
+    pub key: Vec<u8>,
+    pub holder: Holder,
+    /// The grant that followed, if a waiter was next.
+    pub next: Option<Holder>,
+}
+
+/// A held key as the operator sees it.
+#[derive(Debug, Clone)]
+pub struct HeldKey {
+    pub key: Vec<u8>,
+    pub holder: Holder,
+    pub waiting: usize,
+}
+
+#[derive(Default)]
+pub struct Table {
+    inner: Mutex<Inner>,
+}
+
+impl Table {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere must not take every key down with it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the key if free, else queues behind the current waiters.
+    pub fn lock(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> LockOutcome {
+        let mut inner = self.lock_inner();
+        let id = inner.fresh_id();
+        let state = inner.keys.entry(key.to_vec()).or_default();
+        if state.holder.is_none() {
+            state.holder = Some(holder(id, source, peer));
+            return LockOutcome::Granted(id);
+        }
+        let (tx, rx) = oneshot::channel();
+        state.waiters.push_back(Waiter {
+            id,
+            source: source.to_vec(),
+            peer,
+            notify: tx,
+        });
+        LockOutcome::Queued(id, rx)
+    }
+
+    /// Takes the key only if nobody holds it and nobody waits for it.
+    pub fn try_lock(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> Option<GrantId> {
+        let mut inner = self.lock_inner();
+        let id = inner.fresh_id();
+        let state = inner.keys.entry(key.to_vec()).or_default();
+        if state.holder.is_some() {
+            return None;
+        }
+        state.holder = Some(holder(id, source, peer));
+        Some(id)
+    }
+
+    /// Releases the key, whoever holds it, and grants it to the next waiter.
+    /// Returns the released holder and the next one, or None if it was free.
+    pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Option<Holder>)> {
+        let mut inner = self.lock_inner();
+        let released = inner.release(key, None)?;
+        Some(released)
+    }
+
+    /// Releases the key only if grant `id` still holds it.
+    pub fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
+        self.lock_inner().release(key, Some(id)).is_some()
+    }
+
+    /// The client of request `id` hung up.
+    pub fn withdraw(&self, key: &[u8], id: GrantId) -> Withdrawal {
+        let mut inner = self.lock_inner();
+        let Some(state) = inner.keys.get_mut(key) else {
+            return Withdrawal::Gone;
+        };
+        if let Some(pos) = state.waiters.iter().position(|w| w.id == id) {
+            state.waiters.remove(pos);
+            return Withdrawal::Dequeued;
+        }
+        if state.holder.as_ref().is_some_and(|h| h.id == id) {
+            inner.release(key, Some(id));
+            return Withdrawal::Released;
+        }
+        Withdrawal::Gone
+    }
+
+    /// Force-releases the key; the first waiter gets it, the rest keep their
+    /// places.
+    pub fn reset_key(&self, key: &[u8]) -> Option<Released> {
+        let mut inner = self.lock_inner();
+        let (holder, next) = inner.release(key, None)?;
+        Some(Released {
+            key: key.to_vec(),
+            holder,
+            next,
+        })
+    }
+
+    /// Releases every key held by `source` (each passes to its next waiter)
+    /// and withdraws that source's waiters. Returns the released keys and how
+    /// many waiters were withdrawn.
+    pub fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize) {
+        let mut inner = self.lock_inner();
+        let mut withdrawn = 0;
+        // Withdraw first, so a released key never goes to a waiter of the
+        // source being cleared.
+        for state in inner.keys.values_mut() {
+            let before = state.waiters.len();
+            state.waiters.retain_mut(|w| {
+                if w.source != source {
+                    return true;
+                }
+                // Swap the sender out to notify; the entry is dropped anyway.
+                let (dummy, _) = oneshot::channel();
+                let notify = std::mem::replace(&mut w.notify, dummy);
+                let _ = notify.send(Notice::Withdrawn);
+                false
+            });
+            withdrawn += before - state.waiters.len();
+        }
+        let keys: Vec<Vec<u8>> = inner
+            .keys
+            .iter()
+            .filter(|(_, s)| s.holder.as_ref().is_some_and(|h| h.source == source))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut released = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some((holder, next)) = inner.release(&key, None) {
+                released.push(Released { key, holder, next });
+            }
+        }
+        inner
+            .keys
+            .retain(|_, s| s.holder.is_some() || !s.waiters.is_empty());
+        (released, withdrawn)
+    }
+
+    /// Every held key, sorted by key.
+    pub fn held(&self) -> Vec<HeldKey> {
+        let inner = self.lock_inner();
+        let mut out: Vec<HeldKey> = inner
+            .keys
+            .iter()
+            .filter_map(|(k, s)| {
+                s.holder.as_ref().map(|h| HeldKey {
+                    key: k.clone(),
+                    holder: h.clone(),
+                    waiting: s.waiters.len(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// Marks a key held without a client (restored from the log at start-up).
+    pub fn restore(
+        &self,
+        key: &[u8],
+        source: &[u8],
+        peer: SocketAddr,
+        since: SystemTime,
+    ) -> GrantId {
+        let mut inner = self.lock_inner();
+        let id = inner.fresh_id();
+        let state = inner.keys.entry(key.to_vec()).or_default();
+        state.holder = Some(Holder {
+            id,
+            source: source.to_vec(),
+            peer,
+            since,
+        });
+        id
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock_inner();
+        let held = inner.keys.values().filter(|s| s.holder.is_some()).count();
+        let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();
+        (held, waiting)
+    }
+}
+
+impl Inner {
+    fn fresh_id(&mut self) -> GrantId {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Releases `key` (only grant `only` if given) and hands it to the next
+    /// live waiter. Drops the key's entry once nobody holds or wants it.
+    fn release(&mut self, key: &[u8], only: Option<GrantId>) -> Option<(Holder, Option<Holder>)> {
+        let state = self.keys.get_mut(key)?;
+        if only.is_some_and(|id| state.holder.as_ref().map(|h| h.id) != Some(id)) {
+            return None;
+        }
+        let released = state.holder.take()?;
+        let mut next = None;
+        while let Some(w) = state.waiters.pop_front() {
+            // A waiter whose task is gone cannot take the key: skip it.
+            if w.notify.send(Notice::Granted).is_ok() {
+                let h = holder(w.id, &w.source, w.peer);
+                state.holder = Some(h.clone());
+                next = Some(h);
+                break;
+            }
+        }
+        if state.holder.is_none() && state.waiters.is_empty() {
+            self.keys.remove(key);
+        }
+        Some((released, next))
+    }
+}
+
+fn holder(id: GrantId, source: &[u8], peer: SocketAddr) -> Holder {
+    Holder {
+        id,
+        source: source.to_vec(),
+        peer,
+        since: SystemTime::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:1".parse().unwrap()
+    }
+
+    #[test]
+    fn fifo_handoff() {
+        let t = Table::new();
+        let LockOutcome::Granted(first) = t.lock(b"k", b"a", peer()) else {
+            panic!()
+        };
+        let mut rxs = Vec::new();
+        for _ in 0..3 {
+            let LockOutcome::Queued(id, rx) = t.lock(b"k", b"b", peer()) else {
+                panic!()
+            };
+            rxs.push((id, rx));
+        }
+        assert!(t.release_grant(b"k", first));
+        for (i, (id, mut rx)) in rxs.into_iter().enumerate() {
+            assert_eq!(rx.try_recv(), Ok(Notice::Granted), "waiter {i}");
+            assert!(t.release_grant(b"k", id));
+        }
+        assert_eq!(t.counts(), (0, 0));
+    }
+
+    #[test]
+    fn a_stale_release_does_not_free_the_next_holder() {
+        let t = Table::new();
+        let LockOutcome::Granted(first) = t.lock(b"k", b"a", peer()) else {
+            panic!()
+        };
+        let LockOutcome::Queued(_, _rx) = t.lock(b"k", b"b", peer()) else {
+            panic!()
+        };
+        assert!(t.unlock(b"k").is_some());
+        assert!(!t.release_grant(b"k", first));
+        assert_eq!(t.counts(), (1, 0));
+    }
+
+    #[test]
+    fn dead_waiters_are_skipped() {
+        let t = Table::new();
+        assert!(matches!(
+            t.lock(b"k", b"a", peer()),
+            LockOutcome::Granted(_)
+        ));
+        let LockOutcome::Queued(_, rx) = t.lock(b"k", b"b", peer()) else {
+            panic!()
+        };
+        drop(rx);
+        let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", b"c", peer()) else {
+            panic!()
+        };
+        let (_, next) = t.unlock(b"k").unwrap();
+        assert_eq!(next.unwrap().source, b"c");
+        assert_eq!(rx2.try_recv(), Ok(Notice::Granted));
+    }
+
+    #[test]
+    fn withdrawal_after_grant_releases() {
+        let t = Table::new();
+        assert!(matches!(
+            t.lock(b"k", b"a", peer()),
+            LockOutcome::Granted(_)
+        ));
+        let LockOutcome::Queued(id, _rx) = t.lock(b"k", b"b", peer()) else {
+            panic!()
+        };
+        t.unlock(b"k");
+        assert_eq!(t.withdraw(b"k", id), Withdrawal::Released);
+        assert_eq!(t.counts(), (0, 0));
+    }
+
+    #[test]
+    fn reset_source_withdraws_and_releases() {
+        let t = Table::new();
+        assert!(matches!(
+            t.lock(b"k1", b"dead", peer()),
+            LockOutcome::Granted(_)
+        ));
+        assert!(matches!(
+            t.lock(b"k2", b"live", peer()),
+            LockOutcome::Granted(_)
+        ));
+        let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", b"dead", peer()) else {
+            panic!()
+        };
+        let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", b"live", peer()) else {
+            panic!()
+        };
+        let (released, withdrawn) = t.reset_source(b"dead");
+        assert_eq!(withdrawn, 1);
+        assert_eq!(released.len(), 1);
+        assert_eq!(dead_rx.try_recv(), Ok(Notice::Withdrawn));
+        assert_eq!(live_rx.try_recv(), Ok(Notice::Granted));
+    }
+}

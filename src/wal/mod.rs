@@ -1,0 +1,1 @@
+//! The write-ahead log of held keys (`lc-cli serve --data PATH`): to come.
