@@ -275,3 +275,26 @@ fn unreachable_server_fails_cleanly() {
     // The key is named only when cmd/lock.rs adds it to connection errors.
     assert!(err.contains(&url) && err.contains("cannot reach"), "{err}");
 }
+
+/// A restart loses everything: the holder finds out (75), and a waiter puts
+/// itself back in line and gets the key.
+#[test]
+fn a_waiter_survives_a_redis_restart() {
+    let mut r = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let holder = spawn(
+        &r,
+        &["--ttl", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+    );
+    assert!(wait_until(LIMIT, || r.holder("k").is_some()));
+    let script = format!("echo got >> {}", out.display());
+    let waiter = spawn(&r, &["--ttl", "1s", "lock", "k", "-c", &script]);
+    assert!(wait_until(LIMIT, || r.queued("k") == 1));
+    r.restart();
+    let (code, err) = holder.finish(LIMIT);
+    assert_eq!(code, 75, "{err}");
+    let (code, err) = waiter.finish(LIMIT);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read_to_string(&out).unwrap(), "got\n");
+}

@@ -174,7 +174,6 @@ enum Standing {
     Waiting { ahead: usize },
     Busy,
     Withdrawn,
-    Expired,
 }
 
 fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
@@ -188,8 +187,7 @@ fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
         2 => Standing::Waiting {
             ahead: value.max(0) as usize,
         },
-        3 => Standing::Withdrawn,
-        _ => Standing::Expired,
+        _ => Standing::Withdrawn,
     })
 }
 
@@ -404,16 +402,6 @@ impl RedisBackend {
                     reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
                 });
             }
-            if standings.contains(&Standing::Expired) {
-                self.leave(key, id).await;
-                return Err(BackendError::Refused {
-                    server: sh.server.clone(),
-                    reason: format!(
-                        "our place in line for '{key}' expired (not refreshed within --queue-timeout {:?})",
-                        sh.queue_timeout
-                    ),
-                });
-            }
             let granted: Vec<u64> = standings
                 .iter()
                 .filter_map(|s| match s {
@@ -469,7 +457,6 @@ impl RedisBackend {
             }
             let mut args = self.args(request, id, ticket);
             args.push(if sh.quorum() { "0" } else { "1" }.into());
-            args.push(if sh.quorum() { "1" } else { "0" }.into());
             sent = Instant::now();
             answers = sh.script(|s| &s.check, key, args).await;
         }

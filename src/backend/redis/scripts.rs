@@ -145,9 +145,12 @@ return standing(now, id)
 "#;
 
 /// A waiter's heartbeat: refreshes its entry, takes the lock if it is its turn.
-/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh, readd.
+/// An entry that is gone (it expired while we were stalled, the node
+/// restarted empty, or missed our enqueue) is put back at `ticket` (0: the
+/// end of the line), unless `reset --source` withdrew it.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh.
 /// Returns {1, fence} granted (with refresh: the lease restarts now),
-/// {2, ahead} waiting, {3, 0} withdrawn by a reset, {4, 0} the entry expired.
+/// {2, ahead} waiting, {3, 0} withdrawn by a reset.
 const CHECK: &str = r#"
 local id, now = ARGV[2], now_ms()
 if redis.call('GET', LOCK) == id then
@@ -157,10 +160,8 @@ end
 if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
 if redis.call('ZSCORE', QUEUE, id) then
   redis.call('ZADD', EXPIRY, 'XX', now + tonumber(ARGV[5]), id)
-elseif ARGV[8] == '1' then
-  enqueue(id, {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}, tonumber(ARGV[6]), now)
 else
-  return {4, 0}
+  enqueue(id, {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}, tonumber(ARGV[6]), now)
 end
 return standing(now, id)
 "#;
