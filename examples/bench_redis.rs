@@ -73,7 +73,7 @@ fn command_calls(con: &mut redis::Connection) -> (u64, Vec<(String, u64)>) {
         total += calls;
         per.push((name.to_string(), calls));
     }
-    per.sort_by(|a, b| b.1.cmp(&a.1));
+    per.sort_by_key(|p| std::cmp::Reverse(p.1));
     (total, per)
 }
 
@@ -85,7 +85,11 @@ struct Round {
     stop: CancellationToken,
 }
 
-async fn run_round(url: &str, waiters: usize, con: &mut redis::Connection) -> (Duration, f64, String) {
+async fn run_round(
+    url: &str,
+    waiters: usize,
+    con: &mut redis::Connection,
+) -> (Duration, f64, String) {
     let config = BackendConfig {
         server: url.parse::<ServerSpec>().unwrap(),
         session_timeout: Duration::from_secs(10),

@@ -24,7 +24,10 @@ fn runs_the_command_with_a_growing_fence_token() {
         expect_status(&mut lc(&r.url(), &["lock", "k", "-c", &script]), 0);
     }
     assert_eq!(fs::read_to_string(&out).unwrap(), "1\n2\n3\n");
-    expect_status(&mut lc(&r.url(), &["lock", "k", "--", "sh", "-c", "exit 3"]), 3);
+    expect_status(
+        &mut lc(&r.url(), &["lock", "k", "--", "sh", "-c", "exit 3"]),
+        3,
+    );
     // Nothing is left held or queued.
     assert_eq!(r.holder("k"), None);
     assert_eq!(r.queued("k"), 0);
@@ -105,7 +108,10 @@ fn a_killed_holder_frees_the_key_after_its_ttl() {
         );
     }
     // A waiter gets the key once the lease (1 s) runs out.
-    expect_status(&mut lc(&r.url(), &["lock", "-w", "15", "k", "--", "true"]), 0);
+    expect_status(
+        &mut lc(&r.url(), &["lock", "-w", "15", "k", "--", "true"]),
+        0,
+    );
 }
 
 #[test]
@@ -142,7 +148,17 @@ fn lost_when(change: &[&str]) {
     let r = RedisServer::start();
     let holder = spawn(
         &r,
-        &["--ttl", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+        &[
+            "--ttl",
+            "1s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
     );
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let _: redis::Value = r.query(change);
@@ -168,7 +184,17 @@ fn redis_restart_during_a_hold_is_detected() {
     let mut r = RedisServer::start();
     let holder = spawn(
         &r,
-        &["--ttl", "2s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+        &[
+            "--ttl",
+            "2s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
     );
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     r.restart();
@@ -183,7 +209,10 @@ fn trylock_takes_only_a_free_key() {
     expect_status(&mut lc(&r.url(), &["trylock", "k", "--", "true"]), 0);
     expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
     expect_status(&mut lc(&r.url(), &["trylock", "k", "--", "true"]), 1);
-    expect_status(&mut lc(&r.url(), &["trylock", "-E", "9", "k", "--", "true"]), 9);
+    expect_status(
+        &mut lc(&r.url(), &["trylock", "-E", "9", "k", "--", "true"]),
+        9,
+    );
     assert_eq!(r.queued("k"), 0);
 }
 
@@ -192,7 +221,10 @@ fn timeout_removes_the_queue_entry() {
     let r = RedisServer::start();
     expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
     let started = Instant::now();
-    expect_status(&mut lc(&r.url(), &["lock", "-w", "0.5", "k", "--", "true"]), 1);
+    expect_status(
+        &mut lc(&r.url(), &["lock", "-w", "0.5", "k", "--", "true"]),
+        1,
+    );
     assert!(started.elapsed() < LIMIT);
     assert_eq!(r.queued("k"), 0);
     let waiters: i64 = r.query(&["HLEN", "lc-cli:{k}:waiters"]);
@@ -230,7 +262,17 @@ fn reset_key_frees_it_and_the_first_waiter_gets_it() {
     let out = dir.path().join("out");
     let holder = spawn(
         &r,
-        &["--ttl", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+        &[
+            "--ttl",
+            "1s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
     );
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let script = format!("echo $LC_LOCK_TOKEN >> {}", out.display());
@@ -267,7 +309,10 @@ fn unreachable_server_fails_cleanly() {
     let port = common::redis::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let out = expect_status(
-        &mut lc(&url, &["--connect-timeout", "2s", "lock", "k", "--", "true"]),
+        &mut lc(
+            &url,
+            &["--connect-timeout", "2s", "lock", "k", "--", "true"],
+        ),
         69,
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -285,7 +330,17 @@ fn a_waiter_survives_a_redis_restart() {
     let out = dir.path().join("out");
     let holder = spawn(
         &r,
-        &["--ttl", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+        &[
+            "--ttl",
+            "1s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
     );
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let script = format!("echo got >> {}", out.display());

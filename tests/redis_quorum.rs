@@ -91,16 +91,41 @@ fn one_node_down_still_grants_and_releases() {
     let url = quorum_url(&nodes);
     nodes[1].stop();
     let out = expect_status(
-        &mut lc(&url, &["--connect-timeout", "1s", "lock", "k", "-c", "echo $LC_LOCK_TOKEN"]),
+        &mut lc(
+            &url,
+            &[
+                "--connect-timeout",
+                "1s",
+                "lock",
+                "k",
+                "-c",
+                "echo $LC_LOCK_TOKEN",
+            ],
+        ),
         0,
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n");
     assert_eq!(nodes[0].holder("k"), None);
     assert_eq!(nodes[2].holder("k"), None);
     expect_status(&mut lc(&url, &["--connect-timeout", "1s", "lock", "k"]), 0);
-    expect_status(&mut lc(&url, &["--connect-timeout", "1s", "trylock", "k", "--", "true"]), 1);
-    expect_status(&mut lc(&url, &["--connect-timeout", "1s", "unlock", "k"]), 0);
-    expect_status(&mut lc(&url, &["--connect-timeout", "1s", "trylock", "k", "--", "true"]), 0);
+    expect_status(
+        &mut lc(
+            &url,
+            &["--connect-timeout", "1s", "trylock", "k", "--", "true"],
+        ),
+        1,
+    );
+    expect_status(
+        &mut lc(&url, &["--connect-timeout", "1s", "unlock", "k"]),
+        0,
+    );
+    expect_status(
+        &mut lc(
+            &url,
+            &["--connect-timeout", "1s", "trylock", "k", "--", "true"],
+        ),
+        0,
+    );
 }
 
 #[test]
@@ -110,12 +135,18 @@ fn two_nodes_down_fails_with_a_clear_error() {
     nodes[0].stop();
     nodes[2].stop();
     let out = expect_status(
-        &mut lc(&url, &["--connect-timeout", "1s", "lock", "k", "--", "true"]),
+        &mut lc(
+            &url,
+            &["--connect-timeout", "1s", "lock", "k", "--", "true"],
+        ),
         69,
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("quorum lost: 1 of 3 Redis nodes answered, 2 needed"), "{err}");
+    assert!(
+        err.contains("quorum lost: 1 of 3 Redis nodes answered, 2 needed"),
+        "{err}"
+    );
     // Nothing was left on the surviving node.
     assert_eq!(nodes[1].holder("k"), None);
     assert_eq!(nodes[1].queued("k"), 0);
@@ -127,9 +158,23 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
     let url = quorum_url(&nodes);
     let holder = Running::spawn(&mut lc(
         &url,
-        &["--ttl", "1s", "--connect-timeout", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "4"],
+        &[
+            "--ttl",
+            "1s",
+            "--connect-timeout",
+            "1s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "4",
+        ],
     ));
-    assert!(wait_until(LIMIT, || nodes.iter().all(|r| r.holder("k").is_some())));
+    assert!(wait_until(LIMIT, || nodes
+        .iter()
+        .all(|r| r.holder("k").is_some())));
     let _: i64 = nodes[0].query(&["DEL", "lc-cli:{k}:lock"]);
     // Still held on a majority: the command runs to its end.
     let (code, err) = holder.finish(LIMIT);
@@ -137,9 +182,23 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
 
     let holder = Running::spawn(&mut lc(
         &url,
-        &["--ttl", "1s", "--connect-timeout", "1s", "lock", "k", "--kill-after", "1s", "--", "sleep", "30"],
+        &[
+            "--ttl",
+            "1s",
+            "--connect-timeout",
+            "1s",
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
     ));
-    assert!(wait_until(LIMIT, || nodes.iter().all(|r| r.holder("k").is_some())));
+    assert!(wait_until(LIMIT, || nodes
+        .iter()
+        .all(|r| r.holder("k").is_some())));
     nodes[1].stop();
     nodes[2].stop();
     let (code, err) = holder.finish(LIMIT);

@@ -83,7 +83,11 @@ impl RedisServer {
     /// Starts again on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
-        assert!(self.try_start(), "redis-server did not come back on {}", self.port);
+        assert!(
+            self.try_start(),
+            "redis-server did not come back on {}",
+            self.port
+        );
     }
 
     pub fn addr(&self) -> String {

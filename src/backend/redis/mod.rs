@@ -72,7 +72,8 @@ impl Shared {
 
     /// How often a waiter refreshes its entry and re-checks without a wake-up.
     fn recheck(&self) -> Duration {
-        (self.ttl.min(self.queue_timeout) / 3).clamp(Duration::from_millis(50), Duration::from_secs(10))
+        (self.ttl.min(self.queue_timeout) / 3)
+            .clamp(Duration::from_millis(50), Duration::from_secs(10))
     }
 
     fn unavailable(&self, reason: impl Into<String>) -> BackendError {
@@ -109,7 +110,12 @@ impl Shared {
     }
 
     /// Runs one script on every node.
-    async fn script<T>(&self, pick: fn(&'static Scripts) -> &'static redis::Script, key: &str, args: Vec<String>) -> Vec<NodeResult<T>>
+    async fn script<T>(
+        &self,
+        pick: fn(&'static Scripts) -> &'static redis::Script,
+        key: &str,
+        args: Vec<String>,
+    ) -> Vec<NodeResult<T>>
     where
         T: redis::FromRedisValue + Send + 'static,
     {
@@ -295,7 +301,10 @@ impl RedisBackend {
                 ],
             )
             .await;
-        let mine = answers.iter().filter(|a| matches!(a, Ok(v) if *v >= 0)).count();
+        let mine = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(v) if *v >= 0))
+            .count();
         let elapsed = start.elapsed();
         if mine >= sh.majority() && elapsed + sh.drift() < sh.ttl {
             Some(self.held(request, id, fence, start + sh.ttl - sh.drift()))
@@ -304,7 +313,13 @@ impl RedisBackend {
         }
     }
 
-    fn held(&self, request: &LockRequest, id: &str, fence: u64, valid_until: Instant) -> Box<dyn HeldLock> {
+    fn held(
+        &self,
+        request: &LockRequest,
+        id: &str,
+        fence: u64,
+        valid_until: Instant,
+    ) -> Box<dyn HeldLock> {
         let (tx, rx) = watch::channel(None);
         let renewer = tokio::spawn(renew_loop(
             self.shared.clone(),
@@ -329,7 +344,8 @@ impl RedisBackend {
         let mut args = self.args(request, id, 0);
         args.push("1".into());
         let sent = Instant::now();
-        let answers: Vec<NodeResult<Vec<i64>>> = sh.script(|s| &s.enqueue, &request.key, args).await;
+        let answers: Vec<NodeResult<Vec<i64>>> =
+            sh.script(|s| &s.enqueue, &request.key, args).await;
         let granted: Vec<u64> = answers
             .iter()
             .filter_map(|a| match standing(a) {
@@ -360,7 +376,12 @@ impl RedisBackend {
             })
             .await;
         self.shared.need_quorum(&answers)?;
-        Ok(answers.iter().filter_map(|a| a.as_ref().ok()).copied().max().unwrap_or(0))
+        Ok(answers
+            .iter()
+            .filter_map(|a| a.as_ref().ok())
+            .copied()
+            .max()
+            .unwrap_or(0))
     }
 
     async fn wait_in_line(
@@ -372,7 +393,11 @@ impl RedisBackend {
     ) -> Result<Acquired> {
         let sh = &self.shared;
         let key = &request.key;
-        let ticket = if sh.quorum() { self.ticket(key).await? } else { 0 };
+        let ticket = if sh.quorum() {
+            self.ticket(key).await?
+        } else {
+            0
+        };
         let enqueue_args = || {
             let mut a = self.args(request, id, ticket);
             a.push("0".into());
@@ -389,7 +414,12 @@ impl RedisBackend {
         let mut listeners = JoinSet::new();
         let wake_key = format!("{}wake:{id}", scripts::prefix(key));
         for node in &sh.nodes {
-            listeners.spawn(listen(node.clone(), wake_key.clone(), sh.recheck() * 2, tx.clone()));
+            listeners.spawn(listen(
+                node.clone(),
+                wake_key.clone(),
+                sh.recheck() * 2,
+                tx.clone(),
+            ));
         }
         let mut last_contact = Instant::now();
         let mut last_ahead = None;
@@ -427,9 +457,10 @@ impl RedisBackend {
                 last_contact = Instant::now();
             } else if last_contact.elapsed() > sh.queue_timeout {
                 self.leave(key, id).await;
-                return Err(sh.need_quorum(&answers).err().unwrap_or_else(|| {
-                    sh.unavailable("lost contact while waiting in line")
-                }));
+                return Err(sh
+                    .need_quorum(&answers)
+                    .err()
+                    .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
             }
             let mut aheads: Vec<usize> = standings
                 .iter()
@@ -495,7 +526,12 @@ impl Backend for RedisBackend {
         let answers: Vec<NodeResult<i64>> =
             sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
         sh.need_quorum(&answers)?;
-        let count = |v: i64| answers.iter().filter(|a| matches!(a, Ok(x) if *x == v)).count();
+        let count = |v: i64| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Ok(x) if *x == v))
+                .count()
+        };
         if count(-1) >= sh.majority() {
             return Err(BackendError::Refused {
                 server: sh.server.clone(),
@@ -510,8 +546,9 @@ impl Backend for RedisBackend {
     async fn reset_key(&self, key: &str) -> Result<()> {
         self.check_key(key)?;
         let sh = &self.shared;
-        let answers: Vec<NodeResult<i64>> =
-            sh.script(|s| &s.reset_key, key, vec![key.to_string()]).await;
+        let answers: Vec<NodeResult<i64>> = sh
+            .script(|s| &s.reset_key, key, vec![key.to_string()])
+            .await;
         sh.need_quorum(&answers)
     }
 
@@ -530,7 +567,11 @@ impl Backend for RedisBackend {
         keys.dedup();
         for key in keys {
             let answers: Vec<NodeResult<i64>> = sh
-                .script(|s| &s.reset_source, &key, vec![key.clone(), source.to_string()])
+                .script(
+                    |s| &s.reset_source,
+                    &key,
+                    vec![key.clone(), source.to_string()],
+                )
                 .await;
             sh.need_quorum(&answers)?;
         }
@@ -578,7 +619,10 @@ async fn renew_loop(
                 return;
             }
         };
-        let mine = answers.iter().filter(|a| matches!(a, Ok(v) if *v >= 0)).count();
+        let mine = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(v) if *v >= 0))
+            .count();
         let taken = answers
             .iter()
             .filter(|a| matches!(a, Ok(-1) | Err(NodeError::Server(_))))
@@ -648,7 +692,11 @@ impl HeldLock for RedisHeld {
         self.stop_renewing();
         let sh = &self.shared;
         let answers: Vec<NodeResult<i64>> = sh
-            .script(|s| &s.release, &self.key, vec![self.key.clone(), self.id.clone()])
+            .script(
+                |s| &s.release,
+                &self.key,
+                vec![self.key.clone(), self.id.clone()],
+            )
             .await;
         sh.need_quorum(&answers)
     }
@@ -657,7 +705,11 @@ impl HeldLock for RedisHeld {
         self.stop_renewing();
         let sh = &self.shared;
         let answers: Vec<NodeResult<i64>> = sh
-            .script(|s| &s.detach, &self.key, vec![self.key.clone(), self.id.clone()])
+            .script(
+                |s| &s.detach,
+                &self.key,
+                vec![self.key.clone(), self.id.clone()],
+            )
             .await;
         sh.need_quorum(&answers)?;
         let kept = answers.iter().filter(|a| matches!(a, Ok(1))).count();

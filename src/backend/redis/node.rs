@@ -43,7 +43,11 @@ fn is_transport(e: &RedisError) -> bool {
 }
 
 impl Node {
-    pub fn new(addr: &str, db: i64, connect_timeout: Duration) -> std::result::Result<Node, String> {
+    pub fn new(
+        addr: &str,
+        db: i64,
+        connect_timeout: Duration,
+    ) -> std::result::Result<Node, String> {
         let client = Client::open(format!("redis://{addr}/{db}")).map_err(|e| e.to_string())?;
         // A script answers in well under a millisecond; a node that takes
         // longer than the connect timeout to answer is treated as down.
