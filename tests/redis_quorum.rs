@@ -205,3 +205,25 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
     assert_eq!(code, 75, "{err}");
     assert!(err.contains("lost the lock 'k'"), "{err}");
 }
+
+/// A grant on a minority is rolled back: trylock answers busy and leaves
+/// nothing behind on the node that granted it.
+#[test]
+fn a_minority_grant_is_rolled_back() {
+    let nodes = three();
+    let url = quorum_url(&nodes);
+    for r in &nodes[..2] {
+        let _: () = r.query(&["SET", "lc-cli:{k}:lock", "someone-else"]);
+    }
+    expect_status(&mut lc(&url, &["trylock", "k", "--", "true"]), 1);
+    assert_eq!(nodes[2].holder("k"), None);
+    // The grant did happen there (the fence counter moved) before the rollback.
+    let fence: i64 = nodes[2].query(&["GET", "lc-cli:{k}:fence"]);
+    assert_eq!(fence, 1);
+    // A waiting lock with a timeout leaves no entry anywhere either.
+    expect_status(&mut lc(&url, &["lock", "-w", "0.5", "k", "--", "true"]), 1);
+    for r in &nodes {
+        assert_eq!(r.queued("k"), 0);
+    }
+    assert_eq!(nodes[2].holder("k"), None);
+}

@@ -723,3 +723,69 @@ impl HeldLock for RedisHeld {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(nodes: usize, ttl: u64, queue_timeout: u64) -> Shared {
+        Shared {
+            nodes: (0..nodes)
+                .map(|i| {
+                    Arc::new(
+                        Node::new(
+                            &format!("127.0.0.1:{}", 1000 + i),
+                            0,
+                            Duration::from_secs(1),
+                        )
+                        .unwrap(),
+                    )
+                })
+                .collect(),
+            server: "redis://test".into(),
+            ttl: Duration::from_millis(ttl),
+            queue_timeout: Duration::from_millis(queue_timeout),
+        }
+    }
+
+    #[test]
+    fn majorities() {
+        assert_eq!(shared(1, 30_000, 60_000).majority(), 1);
+        assert_eq!(shared(3, 30_000, 60_000).majority(), 2);
+        assert_eq!(shared(4, 30_000, 60_000).majority(), 3);
+        assert_eq!(shared(5, 30_000, 60_000).majority(), 3);
+    }
+
+    #[test]
+    fn timers_follow_the_leases() {
+        let s = shared(1, 30_000, 60_000);
+        assert_eq!(s.recheck(), Duration::from_secs(10));
+        assert_eq!(s.drift(), Duration::from_millis(302));
+        let s = shared(1, 1_000, 60_000);
+        assert_eq!(s.recheck().as_millis(), 333);
+        let s = shared(1, 30_000, 90);
+        assert_eq!(s.recheck(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn script_answers() {
+        assert_eq!(
+            standing(&Ok(vec![1, 7])),
+            Some(Standing::Granted { fence: 7 })
+        );
+        assert_eq!(
+            standing(&Ok(vec![2, 3])),
+            Some(Standing::Waiting { ahead: 3 })
+        );
+        assert_eq!(standing(&Ok(vec![0, 0])), Some(Standing::Busy));
+        assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
+        assert_eq!(standing(&Ok(vec![])), None);
+        assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn key_names_share_a_hash_tag() {
+        assert_eq!(scripts::prefix("deploy/prod"), "lc-cli:{deploy/prod}:");
+        assert_eq!(scripts::source_index("host-7"), "lc-cli:source:host-7");
+    }
+}
