@@ -160,7 +160,7 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
         &url,
         &[
             "--ttl",
-            "1s",
+            "2s",
             "--connect-timeout",
             "1s",
             "lock",
