@@ -19,6 +19,7 @@ use lc_cli::backend::{self, Acquired, BackendConfig, LockRequest, ServerSpec};
 use tokio_util::sync::CancellationToken;
 
 const MEASURED: usize = 600;
+const REPEATS: usize = 5;
 
 struct Redis(Child);
 
@@ -89,7 +90,7 @@ async fn run_round(
     url: &str,
     waiters: usize,
     con: &mut redis::Connection,
-) -> (Duration, f64, String) {
+) -> (Vec<Duration>, u64, usize, Vec<(String, u64)>) {
     let config = BackendConfig {
         server: url.parse::<ServerSpec>().unwrap(),
         session_timeout: Duration::from_secs(10),
@@ -160,15 +161,8 @@ async fn run_round(
     for t in tasks {
         let _ = t.await;
     }
-    let mut lat = round.latencies.lock().unwrap().clone();
-    lat.sort();
-    let median = lat[lat.len() / 2];
-    let top: Vec<String> = per
-        .iter()
-        .take(6)
-        .map(|(n, c)| format!("{n} {:.2}", *c as f64 / done as f64))
-        .collect();
-    (median, calls as f64 / done as f64, top.join(", "))
+    let lat = round.latencies.lock().unwrap().clone();
+    (lat, calls, done, per)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -177,25 +171,62 @@ async fn main() {
     let url = format!("redis://127.0.0.1:{port}");
     let client = redis::Client::open(format!("{url}/")).unwrap();
     let mut con = client.get_connection().unwrap();
-    println!("redis-server {port}, {MEASURED} measured acquisitions per row");
-    println!(
-        "{:>8} {:>12} {:>10} {:>14} {:>10}",
-        "waiters", "handoff p50", "vs 1", "cmds/acquire", "vs 1"
-    );
-    let mut base: Option<(Duration, f64)> = None;
-    let mut details = Vec::new();
-    for waiters in [1usize, 16, 64] {
-        let (median, per_acq, top) = run_round(&url, waiters, &mut con).await;
-        let (b_lat, b_cmd) = *base.get_or_insert((median, per_acq));
-        println!(
-            "{waiters:>8} {:>10.3}ms {:>9.2}x {per_acq:>14.2} {:>9.3}x",
-            median.as_secs_f64() * 1000.0,
-            median.as_secs_f64() / b_lat.as_secs_f64(),
-            per_acq / b_cmd
-        );
-        details.push(format!("  {waiters:>2} waiters, per acquisition: {top}"));
+    const SIZES: [usize; 3] = [1, 16, 64];
+    // The rows are interleaved (1, 16, 64, 1, 16, 64, ...) so that a change
+    // in the machine's load during the run hits every row alike.
+    let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); SIZES.len()];
+    let mut calls = [0u64; 3];
+    let mut done = [0usize; 3];
+    let mut per: Vec<Vec<(String, u64)>> = vec![Vec::new(); SIZES.len()];
+    for _ in 0..REPEATS {
+        for (i, &waiters) in SIZES.iter().enumerate() {
+            let (l, c, d, p) = run_round(&url, waiters, &mut con).await;
+            lat[i].extend(l);
+            calls[i] += c;
+            done[i] += d;
+            for (name, n) in p {
+                match per[i].iter_mut().find(|(m, _)| *m == name) {
+                    Some(e) => e.1 += n,
+                    None => per[i].push((name, n)),
+                }
+            }
+        }
     }
-    for d in details {
-        println!("{d}");
+    println!(
+        "redis-server {port}, {REPEATS} x {MEASURED} measured acquisitions per row (rows interleaved)"
+    );
+    println!(
+        "{:>8} {:>12} {:>12} {:>8} {:>14} {:>8}",
+        "waiters", "handoff p50", "handoff p90", "p50 vs 1", "cmds/acquire", "vs 1"
+    );
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort();
+        v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
+    };
+    let base_lat = pct(&mut lat[0], 0.5);
+    let base_cmd = calls[0] as f64 / done[0] as f64;
+    for (i, waiters) in SIZES.iter().enumerate() {
+        let p50 = pct(&mut lat[i], 0.5);
+        let p90 = pct(&mut lat[i], 0.9);
+        let per_acq = calls[i] as f64 / done[i] as f64;
+        println!(
+            "{waiters:>8} {:>10.3}ms {:>10.3}ms {:>7.2}x {per_acq:>14.2} {:>7.3}x",
+            p50.as_secs_f64() * 1000.0,
+            p90.as_secs_f64() * 1000.0,
+            p50.as_secs_f64() / base_lat.as_secs_f64(),
+            per_acq / base_cmd
+        );
+    }
+    for (i, waiters) in SIZES.iter().enumerate() {
+        per[i].sort_by_key(|p| std::cmp::Reverse(p.1));
+        let top: Vec<String> = per[i]
+            .iter()
+            .take(8)
+            .map(|(n, c)| format!("{n} {:.2}", *c as f64 / done[i] as f64))
+            .collect();
+        println!(
+            "  {waiters:>2} waiters, per acquisition: {}",
+            top.join(", ")
+        );
     }
 }
