@@ -7,7 +7,8 @@
 //! lc-cli processes would have). Every task loops: wait in line, take the
 //! key, release it, queue again, so the line stays N deep. Handoff latency is
 //! the time from the start of a release to the moment the next waiter holds
-//! the key. Commands are counted by Redis itself (`INFO commandstats`, which
+//! the key (each holder keeps the key 1 ms, so the previous holder is back
+//! in line before every handoff). Commands are counted by Redis itself (`INFO commandstats`, which
 //! counts the commands run inside scripts as well as EVALSHA and BLPOP).
 
 use std::process::{Child, Command, Stdio};
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 const MEASURED: usize = 600;
 const REPEATS: usize = 5;
+const HOLD: Duration = Duration::from_millis(1);
 
 struct Redis(Child);
 
@@ -134,6 +136,9 @@ async fn run_round(
                     }
                 }
                 round.acquisitions.fetch_add(1, Ordering::SeqCst);
+                // Hold briefly, so the previous holder is back in line
+                // before the key moves on: the line is N deep at every handoff.
+                tokio::time::sleep(HOLD).await;
                 *round.release_started.lock().unwrap() = Some(Instant::now());
                 held.release().await.unwrap();
                 if round.stop.is_cancelled() {
