@@ -227,3 +227,20 @@ fn a_minority_grant_is_rolled_back() {
     }
     assert_eq!(nodes[2].holder("k"), None);
 }
+
+#[test]
+fn resets_on_a_quorum() {
+    let nodes = three();
+    let url = quorum_url(&nodes);
+    expect_status(&mut lc(&url, &["lock", "--source", "alpha", "a"]), 0);
+    expect_status(&mut lc(&url, &["lock", "--source", "beta", "b"]), 0);
+    expect_status(&mut lc(&url, &["reset", "--source", "alpha"]), 0);
+    expect_status(&mut lc(&url, &["trylock", "a", "--", "true"]), 0);
+    expect_status(&mut lc(&url, &["trylock", "b", "--", "true"]), 1);
+    expect_status(&mut lc(&url, &["reset", "b"]), 0);
+    expect_status(&mut lc(&url, &["trylock", "b", "--", "true"]), 0);
+    for r in &nodes {
+        assert_eq!(r.holder("a"), None);
+        assert_eq!(r.holder("b"), None);
+    }
+}
