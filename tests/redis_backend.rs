@@ -353,3 +353,23 @@ fn a_waiter_survives_a_redis_restart() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(fs::read_to_string(&out).unwrap(), "got\n");
 }
+
+/// A server that accepts connections but never answers: lc-cli gives up
+/// after --connect-timeout with the unreachable status.
+#[test]
+fn a_silent_server_fails_within_the_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let started = Instant::now();
+    let out = expect_status(
+        &mut lc(
+            &url,
+            &["--connect-timeout", "1s", "lock", "k", "--", "true"],
+        ),
+        69,
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(silent);
+}
