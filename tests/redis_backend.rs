@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::redis::{lc, RedisServer, Running};
+use common::redis::{keys_json, keys_table, lc, until_exists, RedisServer, Running};
 use common::{expect_status, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -372,4 +372,164 @@ fn a_silent_server_fails_within_the_connect_timeout() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     drop(silent);
+}
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+/// `keys` while one key is held detached and one by a running command, with
+/// waiters behind both: the table, the JSON lines, and the pattern.
+#[test]
+fn keys_lists_holders_sources_and_waiters() {
+    let r = RedisServer::start();
+    let url = r.url();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    expect_status(
+        &mut lc(&url, &["lock", "--source", "alpha", "deploy/prod"]),
+        0,
+    );
+    let running = spawn(
+        &r,
+        &[
+            "lock",
+            "--source",
+            "beta",
+            "build/x",
+            "-c",
+            &until_exists(&gate),
+        ],
+    );
+    assert!(wait_until(LIMIT, || r.holder("build/x").is_some()));
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        waiters.push(spawn(
+            &r,
+            &["lock", "--source", "gamma", "deploy/prod", "--", "true"],
+        ));
+        assert!(wait_until(LIMIT, || r.queued("deploy/prod") == i + 1));
+    }
+    waiters.push(spawn(
+        &r,
+        &["lock", "--source", "delta", "build/x", "--", "true"],
+    ));
+    assert!(wait_until(LIMIT, || r.queued("build/x") == 1));
+    // Both holds are at least this old when listed.
+    std::thread::sleep(Duration::from_millis(1100));
+
+    let table = keys_table(&url, &[], &[]);
+    assert_eq!(table.len(), 3, "{table:?}");
+    assert_eq!(table[0], row(&["KEY", "SOURCE", "PEER", "HELD", "WAITING"]));
+    for (line, (key, source, waiting)) in table[1..]
+        .iter()
+        .zip([("build/x", "beta", "1"), ("deploy/prod", "alpha", "2")])
+    {
+        assert_eq!(line.len(), 5, "{table:?}");
+        assert_eq!(
+            [&line[0], &line[1], &line[2], &line[4]],
+            [key, source, "-", waiting],
+            "{table:?}"
+        );
+        assert!(line[3].ends_with('s') && line[3] != "0s", "{table:?}");
+    }
+
+    let listed = keys_json(&url, &[], &[]);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for (v, (key, source, waiting)) in listed
+        .iter()
+        .zip([("build/x", "beta", 1), ("deploy/prod", "alpha", 2)])
+    {
+        assert_eq!(v["key"], key, "{v}");
+        assert_eq!(v["source"], source, "{v}");
+        assert_eq!(v["waiting"], waiting, "{v}");
+        assert!(v["peer"].is_null(), "{v}");
+        let held = v["held_ms"].as_u64().unwrap();
+        assert!((1000..60_000).contains(&held), "{v}");
+        let since = humantime::parse_rfc3339(v["since"].as_str().unwrap()).unwrap();
+        let age = std::time::SystemTime::now().duration_since(since).unwrap();
+        assert!(
+            age >= Duration::from_secs(1) && age < Duration::from_secs(60),
+            "{v}"
+        );
+    }
+
+    let only: Vec<_> = keys_json(&url, &[], &["deploy/*"]);
+    assert_eq!(only.len(), 1, "{only:?}");
+    assert_eq!(only[0]["key"], "deploy/prod");
+    let only = keys_table(&url, &[], &["build/?"]);
+    assert_eq!(only.len(), 2, "{only:?}");
+    assert_eq!(only[1][0], "build/x");
+    assert!(keys_json(&url, &[], &["nothing*"]).is_empty());
+
+    // Everything released: nothing is listed.
+    expect_status(&mut lc(&url, &["unlock", "deploy/prod"]), 0);
+    fs::write(&gate, "").unwrap();
+    let (code, err) = running.finish(LIMIT);
+    assert_eq!(code, 0, "{err}");
+    for w in waiters {
+        let (code, err) = w.finish(LIMIT);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert!(keys_json(&url, &[], &[]).is_empty());
+    assert_eq!(keys_table(&url, &[], &[]).len(), 1);
+}
+
+/// A holder SIGKILLed leaves the list once its lease runs out; a SIGKILLed
+/// waiter stops counting once its queue entry expires.
+#[test]
+fn keys_forgets_a_killed_holder_and_a_killed_waiter() {
+    let r = RedisServer::start();
+    let url = r.url();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let holder = spawn(
+        &r,
+        &[
+            "--ttl", "1s", "lock", "--source", "doomed", "k", "-c", &script,
+        ],
+    );
+    assert!(wait_until(LIMIT, || pidfile.exists() && r.holder("k").is_some()));
+    expect_status(&mut lc(&url, &["lock", "--source", "alpha", "d"]), 0);
+    let waiter = spawn(&r, &["--queue-timeout", "1s", "lock", "d", "--", "true"]);
+    assert!(wait_until(LIMIT, || r.queued("d") == 1));
+
+    let listed = keys_json(&url, &[], &[]);
+    let names: Vec<&str> = listed.iter().map(|v| v["key"].as_str().unwrap()).collect();
+    assert_eq!(names, ["d", "k"], "{listed:?}");
+    assert_eq!(listed[0]["waiting"], 1);
+    assert_eq!(listed[1]["source"], "doomed");
+
+    for pid in [holder.pid(), waiter.pid()] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    let (code, _) = holder.finish(LIMIT);
+    assert_eq!(code, -1);
+    drop(waiter);
+    if let Ok(pid) = fs::read_to_string(&pidfile).unwrap().trim().parse::<i32>() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let mut last = Vec::new();
+    let gone = wait_until(LIMIT, || {
+        last = keys_json(&url, &[], &[]);
+        last.len() == 1 && last[0]["key"] == "d" && last[0]["waiting"] == 0
+    });
+    assert!(gone, "still listed: {last:?}");
+    // The listing settled the dead hold: out of the index and its source's.
+    let member: i64 = r.query(&["SISMEMBER", "lc-cli:keys", "k"]);
+    assert_eq!(member, 0);
+    let index: i64 = r.query(&["HLEN", "lc-cli:source:doomed"]);
+    assert_eq!(index, 0);
+
+    expect_status(&mut lc(&url, &["unlock", "d"]), 0);
+    assert!(keys_json(&url, &[], &[]).is_empty());
+    assert_eq!(r.queued("d"), 0);
 }

@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use common::redis::{lc, quorum_url, RedisServer, Running};
+use common::redis::{keys_json, keys_table, lc, quorum_url, until_exists, RedisServer, Running};
 use common::{expect_status, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -243,4 +243,84 @@ fn resets_on_a_quorum() {
         assert_eq!(r.holder("a"), None);
         assert_eq!(r.holder("b"), None);
     }
+}
+
+/// `keys` on three nodes, one of them stopped: the keys a majority holds,
+/// not what one node alone claims; with two stopped, a clear error.
+#[test]
+fn keys_on_a_quorum_with_one_node_down() {
+    let mut nodes = three();
+    let url = quorum_url(&nodes);
+    let fast = ["--connect-timeout", "1s"];
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    expect_status(&mut lc(&url, &["lock", "--source", "alpha", "a"]), 0);
+    let running = Running::spawn(&mut lc(
+        &url,
+        &[
+            "--connect-timeout",
+            "1s",
+            "lock",
+            "--source",
+            "beta",
+            "b",
+            "-c",
+            &until_exists(&gate),
+        ],
+    ));
+    assert!(wait_until(LIMIT, || nodes
+        .iter()
+        .all(|r| r.holder("b").is_some())));
+    let waiter = Running::spawn(&mut lc(
+        &url,
+        &[
+            "--connect-timeout",
+            "1s",
+            "lock",
+            "--source",
+            "gamma",
+            "a",
+            "--",
+            "true",
+        ],
+    ));
+    assert!(wait_until(LIMIT, || queued_everywhere(&nodes, "a", 1)));
+    // One node alone claims "m": not held on a majority.
+    let _: () = nodes[0].query(&["SET", "lc-cli:{m}:lock", "someone"]);
+    let _: i64 = nodes[0].query(&["SADD", "lc-cli:keys", "m"]);
+    nodes[2].stop();
+
+    let listed = keys_json(&url, &fast, &[]);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for (v, (key, source, waiting)) in listed.iter().zip([("a", "alpha", 1), ("b", "beta", 0)]) {
+        assert_eq!(v["key"], key, "{v}");
+        assert_eq!(v["source"], source, "{v}");
+        assert_eq!(v["waiting"], waiting, "{v}");
+        assert!(v["held_ms"].as_u64().unwrap() < 60_000, "{v}");
+        assert!(v["since"].is_string(), "{v}");
+    }
+    let table = keys_table(&url, &fast, &["b"]);
+    assert_eq!(table.len(), 2, "{table:?}");
+    assert_eq!(table[1][..3], ["b", "beta", "-"]);
+    assert_eq!(table[1][4], "0");
+
+    expect_status(
+        &mut lc(&url, &["--connect-timeout", "1s", "unlock", "a"]),
+        0,
+    );
+    fs::write(&gate, "").unwrap();
+    for p in [running, waiter] {
+        let (code, err) = p.finish(LIMIT);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert!(keys_json(&url, &fast, &[]).is_empty());
+
+    nodes[1].stop();
+    let out = expect_status(&mut lc(&url, &["--connect-timeout", "1s", "keys"]), 69);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("quorum lost: 1 of 3 Redis nodes answered"),
+        "{err}"
+    );
 }

@@ -199,3 +199,36 @@ impl Drop for Running {
         let _ = self.0.wait();
     }
 }
+
+/// `lc-cli --server URL [OPTS...] keys --json [ARGS...]`: one JSON object per line.
+pub fn keys_json(url: &str, opts: &[&str], args: &[&str]) -> Vec<serde_json::Value> {
+    let mut cmd = lc(url, opts);
+    cmd.args(["keys", "--json"]).args(args);
+    let out = super::expect_status(&mut cmd, 0);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// `lc-cli --server URL [OPTS...] keys [ARGS...]`: the table's rows (header
+/// first), split into cells.
+pub fn keys_table(url: &str, opts: &[&str], args: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = lc(url, opts);
+    cmd.arg("keys").args(args);
+    let out = super::expect_status(&mut cmd, 0);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect()
+}
+
+/// A shell command that waits (at most 20 s) until `gate` exists, then exits 0.
+pub fn until_exists(gate: &std::path::Path) -> String {
+    format!(
+        "for i in $(seq 400); do [ -e {g} ] && exit 0; sleep 0.05; done; exit 1",
+        g = gate.display()
+    )
+}

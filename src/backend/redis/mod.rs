@@ -3,6 +3,8 @@
 //!
 //! - [`scripts`]: the key layout and the Lua scripts (one per step).
 //! - [`node`]: connections to one server.
+//! - [`held`]: a held lock and its renewal.
+//! - [`list`]: `keys`, what a majority of nodes agree is held.
 //!
 //! One node is the quorum of one: the same code path, with a majority of 1.
 //!
@@ -19,6 +21,7 @@
 //! also re-checks on a slow timer, so a lost wake-up costs time only.
 
 mod held;
+mod list;
 mod node;
 mod scripts;
 
@@ -35,8 +38,8 @@ use self::held::{renew_loop, RedisHeld};
 use self::node::{Node, NodeError, NodeResult};
 use self::scripts::Scripts;
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, Result, ServerSpec,
-    WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockRequest, Result,
+    ServerSpec, WaitProgress,
 };
 
 pub struct RedisBackend {
@@ -578,6 +581,10 @@ impl Backend for RedisBackend {
             sh.need_quorum(&answers)?;
         }
         Ok(())
+    }
+
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        list::keys(&self.shared).await
     }
 }
 

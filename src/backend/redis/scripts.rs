@@ -17,11 +17,15 @@
 //! | `lc-cli:source:SRC` | hash | KEY -> how many holds and waits SRC has on KEY |
 //! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`) |
 //!
+//! A key stays in `lc-cli:keys` after its holder's lease ran out until a
+//! script settles it (the next waiter's heartbeat, a release, or `keys`).
+//!
 //! The per-waiter and per-source keys are named inside the scripts, so the
 //! layout is for standalone Redis (not Redis Cluster).
 //!
-//! Each script returns integers only. Time inside the scripts is the server's
-//! (`TIME`), used only for the expiry of queue entries.
+//! Each script but [`LIST`] returns integers only. Time inside the scripts is
+//! the server's (`TIME`): for the expiry of queue entries and the start of a
+//! hold (`since`).
 
 use redis::Script;
 
@@ -261,6 +265,43 @@ redis.call('HDEL', 'lc-cli:source:'..src, NAME)
 return n
 "#;
 
+/// `keys`: every held key, in one round trip; O(keys in `lc-cli:keys`), the
+/// waiters counted with one ZCOUNT each. A key whose lease ran out is not
+/// listed; when nobody waits for it either, its record is settled and it
+/// leaves the index (what a release would have done). Stands alone: no
+/// `KEYS`, no `ARGV`, not prefixed with [`COMMON`].
+/// Returns {now_ms, {{name, token, source, since_ms, waiting}, ...}}, where
+/// source is '' and since_ms -1 when the owner record does not match the
+/// lock (a lock key written by someone else), and waiting counts the queue
+/// entries not yet expired.
+const LIST: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = {}
+for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
+  local P = 'lc-cli:{'..name..'}:'
+  local token = redis.call('GET', P..'lock')
+  if token then
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since')
+    local source, since = '', -1
+    if o[1] == token then
+      source, since = o[2] or '', tonumber(o[3]) or -1
+    end
+    local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
+    held[#held + 1] = {name, token, source, since, waiting}
+  elseif redis.call('EXISTS', P..'queue') == 0 then
+    local s = redis.call('HGET', P..'owner', 'source')
+    if s then
+      local k = 'lc-cli:source:'..s
+      if redis.call('HINCRBY', k, name, -1) <= 0 then redis.call('HDEL', k, name) end
+      redis.call('DEL', P..'owner')
+    end
+    redis.call('SREM', 'lc-cli:keys', name)
+  end
+end
+return {now, held}
+"#;
+
 /// The compiled scripts (each sent by SHA, loaded on first use).
 pub struct Scripts {
     pub enqueue: Script,
@@ -271,6 +312,7 @@ pub struct Scripts {
     pub unlock: Script,
     pub reset_key: Script,
     pub reset_source: Script,
+    pub list: Script,
 }
 
 impl Scripts {
@@ -290,6 +332,7 @@ impl Scripts {
             unlock: s(UNLOCK),
             reset_key: s(RESET_KEY),
             reset_source: s(RESET_SOURCE),
+            list: Script::new(LIST),
         }
     }
 }
