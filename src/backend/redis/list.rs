@@ -1,0 +1,122 @@
+//! `lc-cli keys` on Redis: every node lists its held keys in one script
+//! ([`scripts`](super::scripts) `LIST`); a key is reported when a majority of
+//! nodes hold it with the same owner token, with the facts of the first of
+//! those nodes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::node::NodeResult;
+use super::scripts::Scripts;
+use super::Shared;
+use crate::backend::{KeyInfo, Result};
+
+/// One held key as one node sees it: (name, owner token, source, since in
+/// server ms or -1, live waiters).
+type NodeKey = (String, String, String, i64, i64);
+
+/// One node's answer: its clock (ms) and its held keys.
+type NodeListing = (i64, Vec<NodeKey>);
+
+pub(super) async fn keys(sh: &Shared) -> Result<Vec<KeyInfo>> {
+    let answers: Vec<NodeResult<NodeListing>> = sh
+        .all(|node| async move {
+            let inv = Scripts::get().list.prepare_invoke();
+            node.run(&inv).await
+        })
+        .await;
+    let received = SystemTime::now();
+    sh.need_quorum(&answers)?;
+    let listings: Vec<&NodeListing> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+    Ok(agreed(&listings, sh.majority(), received))
+}
+
+/// The keys a majority of nodes hold with the same owner token. `since` is
+/// put on our clock: the age of the hold by the node's clock, before the
+/// moment the answers arrived, so a node whose clock is off does not skew
+/// how long the key has been held.
+fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> Vec<KeyInfo> {
+    let mut votes: BTreeMap<(&str, &str), (usize, i64, &NodeKey)> = BTreeMap::new();
+    for (now_ms, held) in listings {
+        for k in held {
+            votes
+                .entry((k.0.as_str(), k.1.as_str()))
+                .or_insert((0, *now_ms, k))
+                .0 += 1;
+        }
+    }
+    votes
+        .into_values()
+        .filter(|(n, _, _)| *n >= majority)
+        .map(
+            |(_, now_ms, (name, _, source, since_ms, waiting))| KeyInfo {
+                key: name.clone(),
+                source: if source.is_empty() {
+                    "-".into()
+                } else {
+                    source.clone()
+                },
+                peer: None,
+                since: (*since_ms >= 0).then(|| {
+                    let age = Duration::from_millis((now_ms - since_ms).max(0) as u64);
+                    received.checked_sub(age).unwrap_or(received)
+                }),
+                waiting: (*waiting).max(0) as usize,
+            },
+        )
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, token: &str, since_ms: i64, waiting: i64) -> NodeKey {
+        (
+            name.into(),
+            token.into(),
+            "host-a".into(),
+            since_ms,
+            waiting,
+        )
+    }
+
+    #[test]
+    fn one_node_reports_what_it_holds_with_the_age_on_our_clock() {
+        let now = SystemTime::now();
+        let node: NodeListing = (
+            10_000,
+            vec![key("a", "t1", 7_500, 2), key("b", "t2", -1, 0)],
+        );
+        let keys = agreed(&[&node], 1, now);
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[0].key, "a");
+        assert_eq!(keys[0].source, "host-a");
+        assert_eq!(keys[0].waiting, 2);
+        assert_eq!(keys[0].peer, None);
+        assert_eq!(keys[0].since, Some(now - Duration::from_millis(2_500)));
+        assert_eq!(keys[1].since, None);
+    }
+
+    #[test]
+    fn a_quorum_reports_only_what_a_majority_agrees_on() {
+        let now = SystemTime::now();
+        let n0: NodeListing = (1_000, vec![key("a", "t1", 900, 1), key("m", "x", 0, 0)]);
+        let n1: NodeListing = (2_000, vec![key("a", "t1", 1_800, 3), key("c", "t3", 0, 0)]);
+        let n2: NodeListing = (3_000, vec![key("c", "t4", 0, 0)]);
+        let keys = agreed(&[&n0, &n1, &n2], 2, now);
+        // "m" is held on one node only, "c" by different owners.
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert_eq!(keys[0].key, "a");
+        // The facts of the first agreeing node, aged by its own clock.
+        assert_eq!(keys[0].waiting, 1);
+        assert_eq!(keys[0].since, Some(now - Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn an_unknown_owner_shows_as_a_dash() {
+        let node: NodeListing = (0, vec![("k".into(), "t".into(), String::new(), -1, 0)]);
+        let keys = agreed(&[&node], 1, SystemTime::now());
+        assert_eq!(keys[0].source, "-");
+    }
+}

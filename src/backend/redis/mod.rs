@@ -1,0 +1,655 @@
+//! The Redis backend: a fair FIFO queue with leased lock keys, on one node or
+//! on a quorum of independent nodes.
+//!
+//! - [`scripts`]: the key layout and the Lua scripts (one per step).
+//! - [`node`]: connections to one server.
+//! - [`held`]: a held lock and its renewal.
+//! - [`list`]: `keys`, what a majority of nodes agree is held.
+//!
+//! One node is the quorum of one: the same code path, with a majority of 1.
+//!
+//! Order: a waiter's place is a ticket the server hands out (`INCR` inside the
+//! enqueue script). With several nodes, the waiter first takes a ticket on
+//! every node and keeps the largest of a majority, then enqueues with that
+//! ticket everywhere (each node raises its counter to it): a waiter that
+//! finished enqueueing on a majority before another one began has the smaller
+//! ticket on every node, so every node serves them in that order. Equal
+//! tickets (concurrent waiters) are ordered by waiter id on every node alike.
+//!
+//! Handoff: releasing runs a script that grants the lock to the next waiter
+//! and pushes to that waiter's wake-up list, on which it blocks (BLPOP); it
+//! also re-checks on a slow timer, so a lost wake-up costs time only.
+
+mod held;
+mod list;
+mod node;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::ScriptInvocation;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use self::held::{renew_loop, RedisHeld};
+use self::node::{Node, NodeError, NodeResult};
+use self::scripts::Scripts;
+use super::{
+    Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockRequest, Result,
+    ServerSpec, WaitProgress,
+};
+
+pub struct RedisBackend {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    nodes: Vec<Arc<Node>>,
+    server: String,
+    ttl: Duration,
+    queue_timeout: Duration,
+}
+
+impl Shared {
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    fn quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().max(1) as u64
+    }
+
+    fn queue_timeout_ms(&self) -> u64 {
+        self.queue_timeout.as_millis().max(1) as u64
+    }
+
+    /// How much of a lease we give up to clock drift between nodes and us.
+    fn drift(&self) -> Duration {
+        self.ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// How often a waiter refreshes its entry and re-checks without a wake-up.
+    fn recheck(&self) -> Duration {
+        (self.ttl.min(self.queue_timeout) / 3)
+            .clamp(Duration::from_millis(50), Duration::from_secs(10))
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            server: self.server.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Runs `f` on every node at once; answers in node order.
+    async fn all<T, F, Fut>(&self, f: F) -> Vec<NodeResult<T>>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: std::future::Future<Output = NodeResult<T>> + Send + 'static,
+    {
+        if self.nodes.len() == 1 {
+            return vec![f(self.nodes[0].clone()).await];
+        }
+        let mut set = JoinSet::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let fut = f(node.clone());
+            set.spawn(async move { (i, fut.await) });
+        }
+        let mut out: Vec<Option<NodeResult<T>>> = (0..self.nodes.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            if let Ok((i, r)) = joined {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(NodeError::Transport("task failed".into()))))
+            .collect()
+    }
+
+    /// Runs one script on every node.
+    async fn script<T>(
+        &self,
+        pick: fn(&'static Scripts) -> &'static redis::Script,
+        key: &str,
+        args: Vec<String>,
+    ) -> Vec<NodeResult<T>>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let prefix = scripts::prefix(key);
+        let args = Arc::new(args);
+        self.all(move |node| {
+            let prefix = prefix.clone();
+            let args = args.clone();
+            async move {
+                let mut inv: ScriptInvocation<'static> = pick(Scripts::get()).prepare_invoke();
+                inv.key(prefix);
+                for a in args.iter() {
+                    inv.arg(a);
+                }
+                node.run(&inv).await
+            }
+        })
+        .await
+    }
+
+    /// One line naming the nodes that failed, for errors.
+    fn failures<T>(&self, answers: &[NodeResult<T>]) -> String {
+        let parts: Vec<String> = answers
+            .iter()
+            .zip(&self.nodes)
+            .filter_map(|(a, n)| a.as_ref().err().map(|e| format!("{}: {e}", n.addr)))
+            .collect();
+        parts.join("; ")
+    }
+
+    /// Unless a majority answered, the error that says so.
+    fn need_quorum<T>(&self, answers: &[NodeResult<T>]) -> Result<()> {
+        let ok = answers.iter().filter(|a| a.is_ok()).count();
+        if ok >= self.majority() {
+            return Ok(());
+        }
+        let failures = self.failures(answers);
+        if self.quorum() {
+            Err(self.unavailable(format!(
+                "quorum lost: {ok} of {} Redis nodes answered, {} needed ({failures})",
+                self.nodes.len(),
+                self.majority()
+            )))
+        } else if answers
+            .iter()
+            .any(|a| matches!(a, Err(NodeError::Server(_))))
+        {
+            Err(BackendError::Protocol {
+                server: self.server.clone(),
+                reason: failures,
+            })
+        } else {
+            Err(self.unavailable(failures))
+        }
+    }
+}
+
+/// What one node said about a waiter (the answers of ENQUEUE and CHECK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Granted { fence: u64 },
+    Waiting { ahead: usize },
+    Busy,
+    Withdrawn,
+}
+
+fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
+    let v = answer.as_ref().ok()?;
+    let (status, value) = (*v.first()?, v.get(1).copied().unwrap_or(0));
+    Some(match status {
+        0 => Standing::Busy,
+        1 => Standing::Granted {
+            fence: value.max(0) as u64,
+        },
+        2 => Standing::Waiting {
+            ahead: value.max(0) as usize,
+        },
+        _ => Standing::Withdrawn,
+    })
+}
+
+impl RedisBackend {
+    pub async fn connect(config: &BackendConfig) -> Result<Self> {
+        let ServerSpec::Redis { nodes, db } = &config.server else {
+            unreachable!("RedisBackend built for {}", config.server)
+        };
+        let mut built = Vec::new();
+        for addr in nodes {
+            let node = Node::new(addr, *db, config.connect_timeout).map_err(|reason| {
+                BackendError::Unavailable {
+                    server: config.server.to_string(),
+                    reason,
+                }
+            })?;
+            built.push(Arc::new(node));
+        }
+        let shared = Arc::new(Shared {
+            nodes: built,
+            server: config.server.to_string(),
+            ttl: config.ttl.max(Duration::from_millis(30)),
+            queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
+        });
+        let answers = shared
+            .all(|node| async move { node.cmd::<String>(&redis::cmd("PING")).await })
+            .await;
+        shared.need_quorum(&answers)?;
+        Ok(RedisBackend { shared })
+    }
+}
+
+/// Blocks on a waiter's wake-up list on one node, forwarding each push.
+async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender<()>) {
+    loop {
+        if let Ok(mut conn) = node.blocking_conn().await {
+            loop {
+                let popped = tokio::time::timeout(
+                    block + Duration::from_secs(2),
+                    redis::cmd("BLPOP")
+                        .arg(&wake)
+                        .arg(format!("{:.3}", block.as_secs_f64()))
+                        .query_async::<Option<(String, String)>>(&mut conn),
+                )
+                .await;
+                match popped {
+                    Ok(Ok(Some(_))) => {
+                        let _ = tx.try_send(());
+                    }
+                    Ok(Ok(None)) => {}
+                    _ => break,
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+impl RedisBackend {
+    fn args(&self, request: &LockRequest, id: &str, ticket: u64) -> Vec<String> {
+        let sh = &self.shared;
+        vec![
+            request.key.clone(),
+            id.to_string(),
+            request.source.clone(),
+            sh.ttl_ms().to_string(),
+            sh.queue_timeout_ms().to_string(),
+            ticket.to_string(),
+        ]
+    }
+
+    /// Gives back whatever `id` has on every node: a hold, a place in line.
+    async fn leave(&self, key: &str, id: &str) -> Vec<NodeResult<i64>> {
+        self.shared
+            .script(|s| &s.release, key, vec![key.to_string(), id.to_string()])
+            .await
+    }
+
+    /// Turns grants on a majority into a hold. One node: its grant (or the
+    /// refresh in CHECK) started the lease no earlier than `sent`. Several:
+    /// the lease is renewed on all with the largest fence as the nodes' new
+    /// floor, and holds only if a majority confirm within the validity left.
+    async fn confirm(
+        &self,
+        request: &LockRequest,
+        id: &str,
+        granted: &[u64],
+        sent: Instant,
+    ) -> Option<Box<dyn HeldLock>> {
+        let sh = &self.shared;
+        let fence = granted.iter().copied().max().unwrap_or(0);
+        if !sh.quorum() {
+            return Some(self.held(request, id, fence, sent + sh.ttl - sh.drift()));
+        }
+        let start = Instant::now();
+        let answers: Vec<NodeResult<i64>> = sh
+            .script(
+                |s| &s.renew,
+                &request.key,
+                vec![
+                    request.key.clone(),
+                    id.to_string(),
+                    sh.ttl_ms().to_string(),
+                    fence.to_string(),
+                ],
+            )
+            .await;
+        let mine = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(v) if *v >= 0))
+            .count();
+        let elapsed = start.elapsed();
+        if mine >= sh.majority() && elapsed + sh.drift() < sh.ttl {
+            Some(self.held(request, id, fence, start + sh.ttl - sh.drift()))
+        } else {
+            None
+        }
+    }
+
+    fn held(
+        &self,
+        request: &LockRequest,
+        id: &str,
+        fence: u64,
+        valid_until: Instant,
+    ) -> Box<dyn HeldLock> {
+        let (tx, rx) = watch::channel(None);
+        let renewer = tokio::spawn(renew_loop(
+            self.shared.clone(),
+            request.key.clone(),
+            id.to_string(),
+            fence,
+            valid_until,
+            tx,
+        ));
+        Box::new(RedisHeld {
+            shared: self.shared.clone(),
+            key: request.key.clone(),
+            id: id.to_string(),
+            fence,
+            lost: rx,
+            renewer: Some(renewer),
+        })
+    }
+
+    async fn try_once(&self, request: &LockRequest, id: &str) -> Result<Acquired> {
+        let sh = &self.shared;
+        let mut args = self.args(request, id, 0);
+        args.push("1".into());
+        let sent = Instant::now();
+        let answers: Vec<NodeResult<Vec<i64>>> =
+            sh.script(|s| &s.enqueue, &request.key, args).await;
+        let granted: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| match standing(a) {
+                Some(Standing::Granted { fence }) => Some(fence),
+                _ => None,
+            })
+            .collect();
+        if granted.len() >= sh.majority() {
+            if let Some(held) = self.confirm(request, id, &granted, sent).await {
+                return Ok(Acquired::Held(held));
+            }
+        }
+        if !granted.is_empty() {
+            self.leave(&request.key, id).await;
+        }
+        sh.need_quorum(&answers)?;
+        Ok(Acquired::Busy)
+    }
+
+    /// Quorum: the largest of a majority of fresh tickets (see the module docs).
+    async fn ticket(&self, key: &str) -> Result<u64> {
+        let seq = format!("{}seq", scripts::prefix(key));
+        let answers: Vec<NodeResult<u64>> = self
+            .shared
+            .all(move |node| {
+                let seq = seq.clone();
+                async move { node.cmd(redis::cmd("INCR").arg(&seq)).await }
+            })
+            .await;
+        self.shared.need_quorum(&answers)?;
+        Ok(answers
+            .iter()
+            .filter_map(|a| a.as_ref().ok())
+            .copied()
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn wait_in_line(
+        &self,
+        request: &LockRequest,
+        id: &str,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
+        let sh = &self.shared;
+        let key = &request.key;
+        let ticket = if sh.quorum() {
+            self.ticket(key).await?
+        } else {
+            0
+        };
+        let enqueue_args = || {
+            let mut a = self.args(request, id, ticket);
+            a.push("0".into());
+            a
+        };
+        let mut sent = Instant::now();
+        let mut answers: Vec<NodeResult<Vec<i64>>> =
+            sh.script(|s| &s.enqueue, key, enqueue_args()).await;
+        if let Err(e) = sh.need_quorum(&answers) {
+            self.leave(key, id).await;
+            return Err(e);
+        }
+        let (tx, mut wake) = mpsc::channel(8);
+        let mut listeners = JoinSet::new();
+        let wake_key = format!("{}wake:{id}", scripts::prefix(key));
+        for node in &sh.nodes {
+            listeners.spawn(listen(
+                node.clone(),
+                wake_key.clone(),
+                sh.recheck() * 2,
+                tx.clone(),
+            ));
+        }
+        let mut last_contact = Instant::now();
+        let mut last_ahead = None;
+        loop {
+            let standings: Vec<Standing> = answers.iter().filter_map(standing).collect();
+            if standings.contains(&Standing::Withdrawn) {
+                self.leave(key, id).await;
+                return Err(BackendError::Refused {
+                    server: sh.server.clone(),
+                    reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
+                });
+            }
+            let granted: Vec<u64> = standings
+                .iter()
+                .filter_map(|s| match s {
+                    Standing::Granted { fence } => Some(*fence),
+                    _ => None,
+                })
+                .collect();
+            if granted.len() >= sh.majority() {
+                if let Some(held) = self.confirm(request, id, &granted, sent).await {
+                    if cancel.is_cancelled() {
+                        self.leave(key, id).await;
+                        return Ok(Acquired::Cancelled);
+                    }
+                    return Ok(Acquired::Held(held));
+                }
+                // Too slow to be safe: give everything back, keep the ticket.
+                self.leave(key, id).await;
+                sent = Instant::now();
+                answers = sh.script(|s| &s.enqueue, key, enqueue_args()).await;
+                continue;
+            }
+            if answers.iter().filter(|a| a.is_ok()).count() >= sh.majority() {
+                last_contact = Instant::now();
+            } else if last_contact.elapsed() > sh.queue_timeout {
+                self.leave(key, id).await;
+                return Err(sh
+                    .need_quorum(&answers)
+                    .err()
+                    .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
+            }
+            let mut aheads: Vec<usize> = standings
+                .iter()
+                .filter_map(|s| match s {
+                    Standing::Waiting { ahead } => Some(*ahead),
+                    _ => None,
+                })
+                .collect();
+            aheads.sort_unstable();
+            let ahead = aheads
+                .get(sh.majority().saturating_sub(1))
+                .or(aheads.last())
+                .copied();
+            if ahead != last_ahead {
+                last_ahead = ahead;
+                progress(WaitProgress { ahead });
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    self.leave(key, id).await;
+                    return Ok(Acquired::Cancelled);
+                }
+                _ = wake.recv() => {}
+                _ = tokio::time::sleep(sh.recheck()) => {}
+            }
+            let mut args = self.args(request, id, ticket);
+            args.push(if sh.quorum() { "0" } else { "1" }.into());
+            sent = Instant::now();
+            answers = sh.script(|s| &s.check, key, args).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn check_key(&self, key: &str) -> Result<()> {
+        crate::proto::check_key(key.as_bytes()).map_err(|e| BackendError::BadKey {
+            key: key.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn acquire(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
+        self.check_key(&request.key)?;
+        if cancel.is_cancelled() {
+            return Ok(Acquired::Cancelled);
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        if request.nonblock {
+            return self.try_once(request, &id).await;
+        }
+        self.wait_in_line(request, &id, &cancel, progress).await
+    }
+
+    async fn unlock(&self, key: &str) -> Result<bool> {
+        self.check_key(key)?;
+        let sh = &self.shared;
+        let answers: Vec<NodeResult<i64>> =
+            sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
+        sh.need_quorum(&answers)?;
+        let count = |v: i64| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Ok(x) if *x == v))
+                .count()
+        };
+        if count(-1) >= sh.majority() {
+            return Err(BackendError::Refused {
+                server: sh.server.clone(),
+                reason: format!(
+                    "'{key}' is held by a running lc-cli, not kept by `lock` without a command; `reset {key}` force-releases it"
+                ),
+            });
+        }
+        Ok(count(1) > 0)
+    }
+
+    async fn reset_key(&self, key: &str) -> Result<()> {
+        self.check_key(key)?;
+        let sh = &self.shared;
+        let answers: Vec<NodeResult<i64>> = sh
+            .script(|s| &s.reset_key, key, vec![key.to_string()])
+            .await;
+        sh.need_quorum(&answers)
+    }
+
+    async fn reset_source(&self, source: &str) -> Result<()> {
+        let sh = &self.shared;
+        let index = scripts::source_index(source);
+        let answers: Vec<NodeResult<Vec<String>>> = sh
+            .all(move |node| {
+                let index = index.clone();
+                async move { node.cmd(redis::cmd("HKEYS").arg(&index)).await }
+            })
+            .await;
+        sh.need_quorum(&answers)?;
+        let mut keys: Vec<String> = answers.into_iter().flatten().flatten().collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let answers: Vec<NodeResult<i64>> = sh
+                .script(
+                    |s| &s.reset_source,
+                    &key,
+                    vec![key.clone(), source.to_string()],
+                )
+                .await;
+            sh.need_quorum(&answers)?;
+        }
+        Ok(())
+    }
+
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        list::keys(&self.shared).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(nodes: usize, ttl: u64, queue_timeout: u64) -> Shared {
+        Shared {
+            nodes: (0..nodes)
+                .map(|i| {
+                    Arc::new(
+                        Node::new(
+                            &format!("127.0.0.1:{}", 1000 + i),
+                            0,
+                            Duration::from_secs(1),
+                        )
+                        .unwrap(),
+                    )
+                })
+                .collect(),
+            server: "redis://test".into(),
+            ttl: Duration::from_millis(ttl),
+            queue_timeout: Duration::from_millis(queue_timeout),
+        }
+    }
+
+    #[test]
+    fn majorities() {
+        assert_eq!(shared(1, 30_000, 60_000).majority(), 1);
+        assert_eq!(shared(3, 30_000, 60_000).majority(), 2);
+        assert_eq!(shared(4, 30_000, 60_000).majority(), 3);
+        assert_eq!(shared(5, 30_000, 60_000).majority(), 3);
+    }
+
+    #[test]
+    fn timers_follow_the_leases() {
+        let s = shared(1, 30_000, 60_000);
+        assert_eq!(s.recheck(), Duration::from_secs(10));
+        assert_eq!(s.drift(), Duration::from_millis(302));
+        let s = shared(1, 1_000, 60_000);
+        assert_eq!(s.recheck().as_millis(), 333);
+        let s = shared(1, 30_000, 90);
+        assert_eq!(s.recheck(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn script_answers() {
+        assert_eq!(
+            standing(&Ok(vec![1, 7])),
+            Some(Standing::Granted { fence: 7 })
+        );
+        assert_eq!(
+            standing(&Ok(vec![2, 3])),
+            Some(Standing::Waiting { ahead: 3 })
+        );
+        assert_eq!(standing(&Ok(vec![0, 0])), Some(Standing::Busy));
+        assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
+        assert_eq!(standing(&Ok(vec![])), None);
+        assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn key_names_share_a_hash_tag() {
+        assert_eq!(scripts::prefix("deploy/prod"), "lc-cli:{deploy/prod}:");
+        assert_eq!(scripts::source_index("host-7"), "lc-cli:source:host-7");
+    }
+}

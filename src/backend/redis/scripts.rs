@@ -1,0 +1,348 @@
+//! The Lua scripts: every step that touches more than one key runs as one
+//! script, so no interleaving of clients can break the queue or the lock.
+//!
+//! Keys of a lock named KEY (`P` = `lc-cli:{KEY}:`):
+//!
+//! | key | type | what |
+//! | --- | --- | --- |
+//! | `P lock` | string, PX ttl | the holder's token; absent = free |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached; valid only while `P lock` holds the same token |
+//! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
+//! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms}` |
+//! | `P seq` | counter | tickets |
+//! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
+//! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
+//! | `P gone:ID` | string, PX | tombstone of a waiter withdrawn by `reset --source` |
+//! | `lc-cli:source:SRC` | hash | KEY -> how many holds and waits SRC has on KEY |
+//! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`) |
+//!
+//! A key stays in `lc-cli:keys` after its holder's lease ran out until a
+//! script settles it (the next waiter's heartbeat, a release, or `keys`).
+//!
+//! The per-waiter and per-source keys are named inside the scripts, so the
+//! layout is for standalone Redis (not Redis Cluster).
+//!
+//! Each script but [`LIST`] returns integers only. Time inside the scripts is
+//! the server's (`TIME`): for the expiry of queue entries and the start of a
+//! hold (`since`).
+
+use redis::Script;
+
+/// Shared helpers, prepended to every script. `KEYS[1]` is the prefix
+/// `lc-cli:{KEY}:`, `ARGV[1]` the key's name.
+const COMMON: &str = r#"
+local P = KEYS[1]
+local NAME = ARGV[1]
+local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P..'expiry', P..'waiters'
+local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function wake_key(id) return P..'wake:'..id end
+local function gone_key(id) return P..'gone:'..id end
+local function src_add(s, n)
+  local k = 'lc-cli:source:'..s
+  if redis.call('HINCRBY', k, NAME, n) <= 0 then redis.call('HDEL', k, NAME) end
+end
+local function waiter(id)
+  local raw = redis.call('HGET', WAITERS, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+-- Takes a waiter out of the line; its source count drops unless it becomes the holder.
+local function unqueue(id, info, keep_source)
+  redis.call('ZREM', QUEUE, id)
+  redis.call('ZREM', EXPIRY, id)
+  redis.call('HDEL', WAITERS, id)
+  if info and not keep_source then src_add(info.s, -1) end
+end
+-- Waiters whose entry was not refreshed in time: O(expired), at most 100 a call.
+local function cleanup(now)
+  local dead = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now, 'LIMIT', 0, 100)
+  for _, id in ipairs(dead) do
+    unqueue(id, waiter(id), false)
+    redis.call('DEL', wake_key(id))
+  end
+end
+-- True when the lock is free; settles the record of a holder whose lease ran out.
+local function settle()
+  if redis.call('EXISTS', LOCK) == 1 then return false end
+  local s = redis.call('HGET', OWNER, 'source')
+  if s then
+    src_add(s, -1)
+    redis.call('DEL', OWNER)
+  end
+  return true
+end
+-- Gives the (free) lock to waiter id; wakes it unless it is the caller.
+local function grant(id, info, now, caller)
+  unqueue(id, info, true)
+  local f = redis.call('INCR', FENCE)
+  redis.call('SET', LOCK, id, 'PX', info.t)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0)
+  if id ~= caller then
+    redis.call('LPUSH', wake_key(id), 'g')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+  end
+  return f
+end
+-- If the lock is free, hands it to the first waiter. Returns its id, or false.
+local function promote(now, caller)
+  cleanup(now)
+  if not settle() then return false end
+  for _ = 1, 10 do
+    local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
+    if not head then
+      redis.call('SREM', ALL, NAME)
+      return false
+    end
+    local info = waiter(head)
+    if info then
+      grant(head, info, now, caller)
+      return head
+    end
+    unqueue(head, nil, false)
+  end
+  return false
+end
+local function fence_of_owner() return tonumber(redis.call('HGET', OWNER, 'fence') or 0) end
+-- Puts id in line at ticket t (0: take the next ticket here).
+local function enqueue(id, info, t, now)
+  if t == 0 then
+    t = redis.call('INCR', SEQ)
+  elseif tonumber(redis.call('GET', SEQ) or 0) < t then
+    redis.call('SET', SEQ, t)
+  end
+  redis.call('ZADD', QUEUE, t, id)
+  redis.call('ZADD', EXPIRY, now + info.q, id)
+  redis.call('HSET', WAITERS, id, cjson.encode(info))
+  src_add(info.s, 1)
+  redis.call('SADD', ALL, NAME)
+end
+-- {1, fence} granted to id; {2, ahead} waiting.
+local function standing(now, id)
+  if promote(now, id) == id then return {1, fence_of_owner()} end
+  return {2, redis.call('ZRANK', QUEUE, id)}
+end
+"#;
+
+/// Enqueue, or with nonblock only take a free lock nobody waits for.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign), nonblock.
+/// Returns {1, fence} granted, {2, ahead} queued, {0, 0} busy (nonblock).
+const ENQUEUE: &str = r#"
+local id, now = ARGV[2], now_ms()
+local info = {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}
+if ARGV[7] == '1' then
+  cleanup(now)
+  if settle() and redis.call('ZCARD', QUEUE) == 0 then
+    src_add(info.s, 1)
+    redis.call('SADD', ALL, NAME)
+    return {1, grant(id, info, now, id)}
+  end
+  return {0, 0}
+end
+enqueue(id, info, tonumber(ARGV[6]), now)
+return standing(now, id)
+"#;
+
+/// A waiter's heartbeat: refreshes its entry, takes the lock if it is its turn.
+/// An entry that is gone (it expired while we were stalled, the node
+/// restarted empty, or missed our enqueue) is put back at `ticket` (0: the
+/// end of the line), unless `reset --source` withdrew it.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh.
+/// Returns {1, fence} granted (with refresh: the lease restarts now),
+/// {2, ahead} waiting, {3, 0} withdrawn by a reset.
+const CHECK: &str = r#"
+local id, now = ARGV[2], now_ms()
+if redis.call('GET', LOCK) == id then
+  if ARGV[7] == '1' then redis.call('PEXPIRE', LOCK, ARGV[4]) end
+  return {1, fence_of_owner()}
+end
+if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
+if redis.call('ZSCORE', QUEUE, id) then
+  redis.call('ZADD', EXPIRY, 'XX', now + tonumber(ARGV[5]), id)
+else
+  enqueue(id, {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}, tonumber(ARGV[6]), now)
+end
+return standing(now, id)
+"#;
+
+/// Renews our lease; with a fence floor (quorum), raises the node's counter
+/// to it. ARGV: name, id, ttl_ms, fence_floor.
+/// Returns the fence, or -1 when the lock is not ours.
+const RENEW: &str = r#"
+if redis.call('GET', LOCK) ~= ARGV[2] then return -1 end
+redis.call('PEXPIRE', LOCK, ARGV[3])
+local floor = tonumber(ARGV[4])
+if floor > 0 then
+  if tonumber(redis.call('GET', FENCE) or 0) < floor then redis.call('SET', FENCE, floor) end
+  redis.call('HSET', OWNER, 'fence', floor)
+end
+return fence_of_owner()
+"#;
+
+/// Gives back our hold and/or our place in line (release, cancel, rollback);
+/// the next waiter is granted. ARGV: name, id.
+/// Returns 1 if we held the lock, 2 if we only left the line, 0 if neither.
+const RELEASE: &str = r#"
+local id, now = ARGV[2], now_ms()
+local was = 0
+if redis.call('GET', LOCK) == id then
+  redis.call('DEL', LOCK)
+  was = 1
+end
+local info = waiter(id)
+if info then
+  unqueue(id, info, false)
+  if was == 0 then was = 2 end
+end
+redis.call('DEL', wake_key(id))
+promote(now, false)
+return was
+"#;
+
+/// Makes our hold permanent (`lock` without a command). ARGV: name, id.
+/// Returns 1, or 0 when the lock is not ours.
+const DETACH: &str = r#"
+if redis.call('GET', LOCK) ~= ARGV[2] then return 0 end
+redis.call('PERSIST', LOCK)
+redis.call('HSET', OWNER, 'detached', 1)
+return 1
+"#;
+
+/// `unlock KEY` from another process: releases a detached hold only.
+/// ARGV: name. Returns 1 released, 0 not held, -1 held by a running lc-cli.
+const UNLOCK: &str = r#"
+local now = now_ms()
+local token = redis.call('GET', LOCK)
+if not token then
+  promote(now, false)
+  return 0
+end
+if redis.call('HGET', OWNER, 'token') ~= token or redis.call('HGET', OWNER, 'detached') ~= '1' then
+  return -1
+end
+redis.call('DEL', LOCK)
+promote(now, false)
+return 1
+"#;
+
+/// `reset KEY`: frees the key whoever holds it; waiters keep their places
+/// and the first is granted. ARGV: name. Returns 1 if it was held.
+const RESET_KEY: &str = r#"
+local held = redis.call('DEL', LOCK)
+promote(now_ms(), false)
+return held
+"#;
+
+/// `reset --source S` for one key: frees it if S holds it and withdraws S's
+/// waiters (O(waiters of this key)). ARGV: name, source.
+/// Returns how many holds and waits were removed.
+const RESET_SOURCE: &str = r#"
+local src, now = ARGV[2], now_ms()
+local n = 0
+local token = redis.call('GET', LOCK)
+if token and redis.call('HGET', OWNER, 'token') == token and redis.call('HGET', OWNER, 'source') == src then
+  redis.call('DEL', LOCK)
+  n = n + 1
+end
+local all = redis.call('HGETALL', WAITERS)
+for i = 1, #all, 2 do
+  local id, info = all[i], cjson.decode(all[i + 1])
+  if info.s == src then
+    unqueue(id, info, false)
+    redis.call('SET', gone_key(id), 1, 'PX', info.q)
+    redis.call('LPUSH', wake_key(id), 'w')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+    n = n + 1
+  end
+end
+promote(now, false)
+redis.call('HDEL', 'lc-cli:source:'..src, NAME)
+return n
+"#;
+
+/// `keys`: every held key, in one round trip; O(keys in `lc-cli:keys`), the
+/// waiters counted with one ZCOUNT each. A key whose lease ran out is not
+/// listed; when nobody waits for it either, its record is settled and it
+/// leaves the index (what a release would have done). Stands alone: no
+/// `KEYS`, no `ARGV`, not prefixed with [`COMMON`].
+/// Returns {now_ms, {{name, token, source, since_ms, waiting}, ...}}, where
+/// source is '' and since_ms -1 when the owner record does not match the
+/// lock (a lock key written by someone else), and waiting counts the queue
+/// entries not yet expired.
+const LIST: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = {}
+for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
+  local P = 'lc-cli:{'..name..'}:'
+  local token = redis.call('GET', P..'lock')
+  if token then
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since')
+    local source, since = '', -1
+    if o[1] == token then
+      source, since = o[2] or '', tonumber(o[3]) or -1
+    end
+    local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
+    held[#held + 1] = {name, token, source, since, waiting}
+  elseif redis.call('EXISTS', P..'queue') == 0 then
+    local s = redis.call('HGET', P..'owner', 'source')
+    if s then
+      local k = 'lc-cli:source:'..s
+      if redis.call('HINCRBY', k, name, -1) <= 0 then redis.call('HDEL', k, name) end
+      redis.call('DEL', P..'owner')
+    end
+    redis.call('SREM', 'lc-cli:keys', name)
+  end
+end
+return {now, held}
+"#;
+
+/// The compiled scripts (each sent by SHA, loaded on first use).
+pub struct Scripts {
+    pub enqueue: Script,
+    pub check: Script,
+    pub renew: Script,
+    pub release: Script,
+    pub detach: Script,
+    pub unlock: Script,
+    pub reset_key: Script,
+    pub reset_source: Script,
+    pub list: Script,
+}
+
+impl Scripts {
+    pub fn get() -> &'static Scripts {
+        static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+        SCRIPTS.get_or_init(Scripts::new)
+    }
+
+    fn new() -> Self {
+        let s = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        Scripts {
+            enqueue: s(ENQUEUE),
+            check: s(CHECK),
+            renew: s(RENEW),
+            release: s(RELEASE),
+            detach: s(DETACH),
+            unlock: s(UNLOCK),
+            reset_key: s(RESET_KEY),
+            reset_source: s(RESET_SOURCE),
+            list: Script::new(LIST),
+        }
+    }
+}
+
+/// `lc-cli:{KEY}:`: the prefix of every key of one lock.
+pub fn prefix(key: &str) -> String {
+    format!("lc-cli:{{{key}}}:")
+}
+
+/// The hash of keys held or waited for by `source`.
+pub fn source_index(source: &str) -> String {
+    format!("lc-cli:source:{source}")
+}

@@ -1,0 +1,234 @@
+//! Private redis-server instances on 127.0.0.1 for the Redis backend tests,
+//! with persistence off, stopped by PID when dropped.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::BIN;
+
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+/// A port nobody listens on right now (bound to 0 and read back).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        // Redis cannot bind port 0, so pick a free port and retry on a race.
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                port: free_port(),
+                child: None,
+            };
+            if server.try_start() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    fn try_start(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if self.ping() {
+                return true;
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop();
+        false
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url_plain()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut con).is_ok()
+    }
+
+    /// Kills the server (SIGKILL: nothing survives, as after a crash).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        assert!(
+            self.try_start(),
+            "redis-server did not come back on {}",
+            self.port
+        );
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn url_plain(&self) -> String {
+        format!("redis://{}/", self.addr())
+    }
+
+    /// The `--server` value for this one node.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    pub fn con(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url_plain()).unwrap();
+        client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap()
+    }
+
+    /// Runs one command, panicking on error.
+    pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.con())
+            .unwrap_or_else(|e| panic!("{args:?} on {}: {e}", self.addr()))
+    }
+
+    /// How many waiters are queued for `key`.
+    pub fn queued(&self, key: &str) -> i64 {
+        self.query(&["ZCARD", &format!("lc-cli:{{{key}}}:queue")])
+    }
+
+    pub fn lock_key(key: &str) -> String {
+        format!("lc-cli:{{{key}}}:lock")
+    }
+
+    pub fn holder(&self, key: &str) -> Option<String> {
+        self.query(&["GET", &Self::lock_key(key)])
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `lc-cli --server URL ARGS...`, ready to run.
+pub fn lc(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server").arg(url).args(args);
+    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
+    cmd
+}
+
+/// The `--server` value for several nodes.
+pub fn quorum_url(nodes: &[RedisServer]) -> String {
+    let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
+    format!("redis://{}", addrs.join(","))
+}
+
+/// A spawned lc-cli, killed (with its process group's leader) if still running when dropped.
+pub struct Running(pub Child);
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Running {
+        Running(
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn lc-cli"),
+        )
+    }
+
+    /// Waits at most `limit` for the exit; returns (status, stderr).
+    pub fn finish(mut self, limit: Duration) -> (i32, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                if let Some(mut e) = self.0.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                return (status.code().unwrap_or(-1), err);
+            }
+            if start.elapsed() > limit {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                panic!("lc-cli (pid {}) still running after {limit:?}", self.0.id());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `lc-cli --server URL [OPTS...] keys --json [ARGS...]`: one JSON object per line.
+pub fn keys_json(url: &str, opts: &[&str], args: &[&str]) -> Vec<serde_json::Value> {
+    let mut cmd = lc(url, opts);
+    cmd.args(["keys", "--json"]).args(args);
+    let out = super::expect_status(&mut cmd, 0);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// `lc-cli --server URL [OPTS...] keys [ARGS...]`: the table's rows (header
+/// first), split into cells.
+pub fn keys_table(url: &str, opts: &[&str], args: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = lc(url, opts);
+    cmd.arg("keys").args(args);
+    let out = super::expect_status(&mut cmd, 0);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect()
+}
+
+/// A shell command that waits (at most 20 s) until `gate` exists, then exits 0.
+pub fn until_exists(gate: &std::path::Path) -> String {
+    format!(
+        "for i in $(seq 400); do [ -e {g} ] && exit 0; sleep 0.05; done; exit 1",
+        g = gate.display()
+    )
+}
