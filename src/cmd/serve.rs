@@ -23,6 +23,9 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             )
         })?;
         let addr = listener.local_addr()?;
+        // Handlers in place before anyone can know the address, so a SIGTERM
+        // sent right after start-up still stops the server cleanly.
+        let shutdown = shutdown_signal()?;
         // The bound address on stdout, so `--listen 127.0.0.1:0` is usable.
         println!("listening on {addr}");
         eprintln!(
@@ -34,21 +37,21 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             read_timeout: args.read_timeout,
             verbose,
         };
-        server::run(listener, options, shutdown_signal()).await?;
+        server::run(listener, options, shutdown).await?;
         Ok(ExitCode::Success)
     })
 }
 
-async fn shutdown_signal() {
+/// Resolves on the first SIGINT or SIGTERM. The handlers are installed by
+/// this call, not when the future is first polled.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    })
 }

@@ -133,14 +133,45 @@ async fn lock(
 
 /// Sends `+` for a grant; a grant that cannot be delivered is released again,
 /// so a closed connection never keeps a key.
+///
+/// A write to a socket whose peer has already closed usually succeeds (the
+/// peer answers with a reset later), so the connection is checked for a
+/// hang-up first: a client that went away before its `+` could be written is
+/// never left holding the key.
 async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId) {
-    if stream.write_all(&[Answer::Ok.byte()]).await.is_err() && shared.table.release_grant(key, id)
-    {
+    let delivered = !peer_gone(stream) && stream.write_all(&[Answer::Ok.byte()]).await.is_ok();
+    if !delivered && shared.table.release_grant(key, id) {
         shared.log.error(format_args!(
-            "could not deliver the grant of '{}': released it again",
+            "could not deliver the grant of '{}': the client hung up, released it again",
             show(key)
         ));
     }
+}
+
+/// True if the client has closed its side (or the connection broke). Bytes it
+/// sent after its request are read and ignored. Never blocks.
+fn peer_gone(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    let mut sink = [0u8; 64];
+    // Bounded: a client cannot keep us here by streaming bytes.
+    for _ in 0..16 {
+        // SAFETY: `sink` is a valid buffer of the given length; `fd` is open
+        // for as long as `stream` is borrowed.
+        let n = unsafe { libc::recv(fd, sink.as_mut_ptr().cast(), sink.len(), libc::MSG_DONTWAIT) };
+        match n {
+            0 => return true,
+            n if n > 0 => continue,
+            _ => {
+                let err = std::io::Error::last_os_error();
+                return !matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                );
+            }
+        }
+    }
+    false
 }
 
 /// Reads until one whole frame is in; `Ok(None)` if the client closed first.
