@@ -5,16 +5,27 @@ use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::exit::{fail, ExitCode};
-use crate::server::{self, ServerOptions};
+use crate::server::{OpenError, Server, ServerOptions};
 
 pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
-    if args.data.is_some() {
-        return Err(fail(ExitCode::Usage, "--data is not supported yet"));
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    let options = ServerOptions {
+        read_timeout: args.read_timeout,
+        verbose,
+        data: args.data.clone(),
+    };
+    // The log is recovered before the port opens: no client sees a table
+    // that is not yet restored.
+    let server = Server::open(options).map_err(|e| match e {
+        OpenError::Corrupt(e) => fail(
+            ExitCode::DataErr,
+            format!("refusing to start: {e} (move the file aside to start empty)"),
+        ),
+        OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
+    })?;
     runtime.block_on(async {
         let listener = TcpListener::bind(args.listen).await.map_err(|e| {
             fail(
@@ -33,11 +44,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );
-        let options = ServerOptions {
-            read_timeout: args.read_timeout,
-            verbose,
-        };
-        server::run(listener, options, shutdown).await?;
+        server.run(listener, shutdown).await?;
         Ok(ExitCode::Success)
     })
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::table::{GrantId, LockOutcome, Notice, Withdrawal};
+use super::table::{Durable, GrantId, LockOutcome, Notice, Withdrawal};
 use super::Shared;
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
@@ -47,9 +47,9 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         Request::TryLock { key, source } => {
             let source = or_peer(source);
             match shared.table.try_lock(&key, &source, peer) {
-                Some(id) => {
+                Some((id, durable)) => {
                     shared.log.grant(&key, &source, peer);
-                    answer_grant(&mut stream, &shared, &key, id).await;
+                    grant(&mut stream, &shared, &key, id, durable).await;
                 }
                 None => {
                     let _ = stream.write_all(&[Answer::Busy.byte()]).await;
@@ -58,37 +58,43 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         }
         Request::Unlock { key } => {
             let answer = match shared.table.unlock(&key) {
-                Some((holder, next)) => {
+                Some((holder, next, durable)) => {
                     shared.log.release(&key, &holder.source, peer);
                     if let Some(next) = next {
                         shared.log.grant(&key, &next.source, next.peer);
                     }
-                    Answer::Ok
+                    confirmed(&shared, durable, "unlock", &key).await
                 }
                 None => Answer::Fail,
             };
             let _ = stream.write_all(&[answer.byte()]).await;
         }
         Request::ResetByKey { key } => {
-            match shared.table.reset_key(&key) {
-                Some(r) => shared.log.reset(format_args!(
-                    "{peer}: reset key '{}' held by '{}'{}",
-                    show(&key),
-                    show(&r.holder.source),
-                    r.next
-                        .map(|n| format!(", now held by '{}'", show(&n.source)))
-                        .unwrap_or_default()
-                )),
-                None => shared.log.reset(format_args!(
-                    "{peer}: reset key '{}' (not held)",
-                    show(&key)
-                )),
-            }
-            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
+            let answer = match shared.table.reset_key(&key) {
+                Some((r, durable)) => {
+                    shared.log.reset(format_args!(
+                        "{peer}: reset key '{}' held by '{}'{}",
+                        show(&key),
+                        show(&r.holder.source),
+                        r.next
+                            .map(|n| format!(", now held by '{}'", show(&n.source)))
+                            .unwrap_or_default()
+                    ));
+                    confirmed(&shared, durable, "reset", &key).await
+                }
+                None => {
+                    shared.log.reset(format_args!(
+                        "{peer}: reset key '{}' (not held)",
+                        show(&key)
+                    ));
+                    Answer::Ok
+                }
+            };
+            let _ = stream.write_all(&[answer.byte()]).await;
         }
         Request::ResetBySource { source } => {
             let source = or_peer(source);
-            let (released, withdrawn) = shared.table.reset_source(&source);
+            let (released, withdrawn, durable) = shared.table.reset_source(&source);
             let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
             shared.log.reset(format_args!(
                 "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
@@ -96,7 +102,24 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
                 keys.len(),
                 keys.join(", ")
             ));
-            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
+            let answer = confirmed(&shared, durable, "reset by source", &source).await;
+            let _ = stream.write_all(&[answer.byte()]).await;
+        }
+    }
+}
+
+/// `+` once the release is durable; `-` if the log could not record it (the
+/// release has taken effect in memory, but a restart would bring the key back
+/// held: the client must not believe it is gone for good).
+async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) -> Answer {
+    match durable.wait().await {
+        Ok(()) => Answer::Ok,
+        Err(e) => {
+            shared.log.error(format_args!(
+                "{what} '{}' not recorded in the log: {e}",
+                show(key)
+            ));
+            Answer::Fail
         }
     }
 }
@@ -109,16 +132,16 @@ async fn lock(
     source: Vec<u8>,
 ) {
     let (id, notice) = match shared.table.lock(&key, &source, peer) {
-        LockOutcome::Granted(id) => {
+        LockOutcome::Granted(id, durable) => {
             shared.log.grant(&key, &source, peer);
-            return answer_grant(&mut stream, shared, &key, id).await;
+            return grant(&mut stream, shared, &key, id, durable).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
     };
     shared.log.queued(&key, &source, peer);
     tokio::select! {
         notice = notice => match notice {
-            Ok(Notice::Granted) => answer_grant(&mut stream, shared, &key, id).await,
+            Ok(Notice::Granted(durable)) => grant(&mut stream, shared, &key, id, durable).await,
             Ok(Notice::Withdrawn) | Err(_) => {
                 let _ = stream.write_all(&[Answer::Fail.byte()]).await;
             }
@@ -129,6 +152,21 @@ async fn lock(
             Withdrawal::Gone => {}
         },
     }
+}
+
+/// Waits until the grant is durable, then answers it; if the log failed, the
+/// key is released again and the client told `-`.
+async fn grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId, durable: Durable) {
+    if let Err(e) = durable.wait().await {
+        shared.table.release_grant(key, id);
+        shared.log.error(format_args!(
+            "grant of '{}' not recorded in the log, refused: {e}",
+            show(key)
+        ));
+        let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+        return;
+    }
+    answer_grant(stream, shared, key, id).await;
 }
 
 /// Sends `+` for a grant; a grant that cannot be delivered is released again,
