@@ -254,3 +254,20 @@ async fn hang_up(stream: &mut TcpStream) {
 pub fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+#[cfg(test)]
+mod size_probe {
+    #[tokio::test]
+    async fn future_size() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let shared = std::sync::Arc::new(super::Shared {
+            table: super::super::table::Table::new(),
+            log: super::super::log::Log { verbose: false },
+            options: Default::default(),
+        });
+        let f = super::handle(c, addr, shared);
+        eprintln!("handle future: {} bytes", std::mem::size_of_val(&f));
+    }
+}
