@@ -1,7 +1,10 @@
 //! One client connection: read one request, act on the table, answer one byte.
 
 use std::net::SocketAddr;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -13,37 +16,69 @@ use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 /// The longest frame: action, two size bytes, two full fields.
 const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
 
-pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    stream.set_nodelay(true).ok();
-    let request =
-        match tokio::time::timeout(shared.options.read_timeout, read_request(&mut stream)).await {
-            Ok(Ok(Some(request))) => request,
-            Ok(Ok(None)) => return, // closed before a whole frame: nothing to answer
-            Ok(Err(reason)) => {
-                shared
-                    .log
-                    .error(format_args!("{peer}: bad request: {reason}"));
-                let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-                return;
-            }
-            Err(_) => {
-                shared.log.error(format_args!(
-                    "{peer}: no whole request within {:?}, closing",
-                    shared.options.read_timeout
-                ));
-                return;
-            }
-        };
-    let ip_source = || peer.ip().to_string().into_bytes();
+/// Serves one connection.
+///
+/// A queued waiter is this task parked in [`lock`], so the size of this
+/// future is what each waiter costs: the phases that are not waiting (reading
+/// the request, answering a grant, the other requests) run in boxed futures,
+/// allocated only while they run.
+pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let Some((stream, request)) = Box::pin(read_phase(stream, peer, &shared)).await else {
+        return;
+    };
     let or_peer = |source: Vec<u8>| {
         if source.is_empty() {
-            ip_source()
+            peer.ip().to_string().into_bytes()
         } else {
             source
         }
     };
     match request {
         Request::Lock { key, source } => lock(stream, peer, &shared, key, or_peer(source)).await,
+        other => Box::pin(other_request(stream, peer, &shared, other, or_peer)).await,
+    }
+}
+
+/// Reads the request within the read deadline; bad input is answered `-`
+/// (or the connection closed) and logged here.
+async fn read_phase(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Option<(TcpStream, Request)> {
+    stream.set_nodelay(true).ok();
+    let read = tokio::time::timeout(shared.options.read_timeout, read_request(&mut stream));
+    let request = match read.await {
+        Ok(Ok(Some(request))) => request,
+        Ok(Ok(None)) => return None, // closed before a whole frame: nothing to answer
+        Ok(Err(reason)) => {
+            shared
+                .log
+                .error(format_args!("{peer}: bad request: {reason}"));
+            let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+            return None;
+        }
+        Err(_) => {
+            shared.log.error(format_args!(
+                "{peer}: no whole request within {:?}, closing",
+                shared.options.read_timeout
+            ));
+            return None;
+        }
+    };
+    Some((stream, request))
+}
+
+/// Every request but Lock: answered at once (after the log, if any).
+async fn other_request(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    request: Request,
+    or_peer: impl Fn(Vec<u8>) -> Vec<u8>,
+) {
+    match request {
+        Request::Lock { .. } => unreachable!("Lock is served by lock()"),
         Request::TryLock { key, source } => {
             let source = or_peer(source);
             match shared.table.try_lock(&key, &source, peer) {
@@ -134,23 +169,52 @@ async fn lock(
     let (id, notice) = match shared.table.lock(&key, &source, peer) {
         LockOutcome::Granted(id, durable) => {
             shared.log.grant(&key, &source, peer);
-            return grant(&mut stream, shared, &key, id, durable).await;
+            return Box::pin(grant(&mut stream, shared, &key, id, durable)).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
     };
     shared.log.queued(&key, &source, peer);
-    tokio::select! {
-        notice = notice => match notice {
-            Ok(Notice::Granted(durable)) => grant(&mut stream, shared, &key, id, durable).await,
-            Ok(Notice::Withdrawn) | Err(_) => {
-                let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+    // Wait for the turn or the hang-up, whichever comes first. Written as a
+    // poll function so a parked waiter keeps no buffer and no extra future.
+    let mut notice = notice;
+    let notice = std::future::poll_fn(|cx| {
+        if let Poll::Ready(n) = Pin::new(&mut notice).poll(cx) {
+            return Poll::Ready(Some(n));
+        }
+        loop {
+            match stream.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(())) => {
+                    // Bytes after the request are ignored; EOF is a hang-up.
+                    let mut sink = [0u8; 32];
+                    match stream.try_read(&mut sink) {
+                        Ok(0) => return Poll::Ready(None),
+                        Ok(_) => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(_) => return Poll::Ready(None),
+                    }
+                }
             }
-        },
-        _ = hang_up(&mut stream) => match shared.table.withdraw(&key, id) {
-            Withdrawal::Dequeued => shared.log.withdrawal(&key, &source, peer),
-            Withdrawal::Released => shared.log.withdrawal(&key, &source, peer),
+        }
+    })
+    .await;
+    let Some(notice) = notice else {
+        match shared.table.withdraw(&key, id) {
+            Withdrawal::Dequeued | Withdrawal::Released => {
+                shared.log.withdrawal(&key, &source, peer)
+            }
             Withdrawal::Gone => {}
-        },
+        }
+        return;
+    };
+    match notice {
+        Ok(Notice::Granted(durable)) => {
+            Box::pin(grant(&mut stream, shared, &key, id, durable)).await
+        }
+        Ok(Notice::Withdrawn) | Err(_) => {
+            let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+        }
     }
 }
 
@@ -238,18 +302,6 @@ async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Req
     }
 }
 
-/// Resolves when the client closes its side (or the connection breaks);
-/// bytes it sends meanwhile are ignored.
-async fn hang_up(stream: &mut TcpStream) {
-    let mut sink = [0u8; 64];
-    loop {
-        match stream.read(&mut sink).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => continue,
-        }
-    }
-}
-
 /// A key or source for a log line: bytes shown as text where they are text.
 pub fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -267,6 +319,21 @@ mod size_probe {
             log: super::super::log::Log { verbose: false },
             options: Default::default(),
         });
+        let mut c2 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut c3 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        {
+            let r = super::read_request(&mut c2);
+            eprintln!("read_request future: {} bytes", std::mem::size_of_val(&r));
+            let t = tokio::time::timeout(std::time::Duration::from_secs(1), super::read_request(&mut c3));
+            eprintln!("timeout(read_request) future: {} bytes", std::mem::size_of_val(&t));
+        }
+        {
+            let g = super::grant(&mut c2, &shared, b"k", 1, Default::default());
+            eprintln!("grant future: {} bytes", std::mem::size_of_val(&g));
+        }
+        let l = super::lock(c3, addr, &shared, vec![], vec![]);
+        eprintln!("lock future: {} bytes", std::mem::size_of_val(&l));
+        drop(l);
         let f = super::handle(c, addr, shared);
         eprintln!("handle future: {} bytes", std::mem::size_of_val(&f));
     }
