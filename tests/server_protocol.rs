@@ -64,6 +64,7 @@ fn waiters_are_granted_in_arrival_order() {
             );
         }
         let needle = format!("grant 'k' source 'w{i}'");
+        server.wait_for(&needle, 1, LIMIT);
         assert_eq!(server.count(&needle), 1, "{}", server.log());
     }
     assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
@@ -209,7 +210,7 @@ fn reset_by_key_grants_one_waiter_at_a_time() {
     // A reset of a free key also answers `+`.
     assert_eq!(server.raw(&frame(RESET_KEY, b"r", None)), Some(b'+'));
     assert_eq!(server.raw(&frame(TRY, b"r", Some(b"x"))), Some(b'+'));
-    assert!(server.count("reset key 'r'") >= 5, "{}", server.log());
+    server.wait_for("reset key 'r'", 6, LIMIT);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! One client connection: read one request, act on the table, answer one byte.
 
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -84,7 +84,7 @@ async fn other_request(
             match shared.table.try_lock(&key, &source, peer) {
                 Some((id, durable)) => {
                     shared.log.grant(&key, &source, peer);
-                    grant(&mut stream, &shared, &key, id, durable).await;
+                    grant(&mut stream, shared, &key, id, durable).await;
                 }
                 None => {
                     let _ = stream.write_all(&[Answer::Busy.byte()]).await;
@@ -98,7 +98,7 @@ async fn other_request(
                     if let Some(next) = next {
                         shared.log.grant(&key, &next.source, next.peer);
                     }
-                    confirmed(&shared, durable, "unlock", &key).await
+                    confirmed(shared, durable, "unlock", &key).await
                 }
                 None => Answer::Fail,
             };
@@ -115,7 +115,7 @@ async fn other_request(
                             .map(|n| format!(", now held by '{}'", show(&n.source)))
                             .unwrap_or_default()
                     ));
-                    confirmed(&shared, durable, "reset", &key).await
+                    confirmed(shared, durable, "reset", &key).await
                 }
                 None => {
                     shared.log.reset(format_args!(
@@ -137,7 +137,7 @@ async fn other_request(
                 keys.len(),
                 keys.join(", ")
             ));
-            let answer = confirmed(&shared, durable, "reset by source", &source).await;
+            let answer = confirmed(shared, durable, "reset by source", &source).await;
             let _ = stream.write_all(&[answer.byte()]).await;
         }
     }
@@ -324,8 +324,14 @@ mod size_probe {
         {
             let r = super::read_request(&mut c2);
             eprintln!("read_request future: {} bytes", std::mem::size_of_val(&r));
-            let t = tokio::time::timeout(std::time::Duration::from_secs(1), super::read_request(&mut c3));
-            eprintln!("timeout(read_request) future: {} bytes", std::mem::size_of_val(&t));
+            let t = tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                super::read_request(&mut c3),
+            );
+            eprintln!(
+                "timeout(read_request) future: {} bytes",
+                std::mem::size_of_val(&t)
+            );
         }
         {
             let g = super::grant(&mut c2, &shared, b"k", 1, Default::default());

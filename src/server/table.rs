@@ -408,7 +408,10 @@ mod tests {
         }
         assert!(t.release_grant(b"k", first));
         for (i, (id, mut rx)) in rxs.into_iter().enumerate() {
-            assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))), "waiter {i}");
+            assert!(
+                matches!(rx.try_recv(), Ok(Notice::Granted(_))),
+                "waiter {i}"
+            );
             assert!(t.release_grant(b"k", id));
         }
         assert_eq!(t.counts(), (0, 0));

@@ -147,13 +147,13 @@ pub fn raise_fd_limit(want: u64) -> u64 {
         rlim_max: 0,
     };
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    let target = want.min(lim.rlim_max as u64);
-    if (lim.rlim_cur as u64) < target {
-        lim.rlim_cur = target as libc::rlim_t;
+    let target: libc::rlim_t = want.min(lim.rlim_max);
+    if lim.rlim_cur < target {
+        lim.rlim_cur = target;
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
     }
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 /// A Lock request on a fresh connection, without waiting for the answer.
