@@ -72,8 +72,13 @@ fn held_keys_survive_a_restart_with_their_source() {
         );
     }
     assert_eq!(server.count("restored '"), 3, "{}", server.log());
-    // Restored keys are clearable by reset, and that is durable too.
+    // Restored keys queue new waiters and are clearable by reset, and that
+    // is durable too.
+    let mut waiter = send_lock(&server, b"deploy/prod", b"grace");
+    server.wait_for("queue 'deploy/prod' source 'grace'", 1, LIMIT);
     assert_eq!(server.raw(&frame(RESET_SOURCE, b"alice", None)), Some(b'+'));
+    assert_eq!(read_byte(&mut waiter), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"deploy/prod", None)), Some(b'+'));
     assert_eq!(server.raw(&frame(UNLOCK, b"db", None)), Some(b'+'));
     drop(server);
     let server = serve_on(&path);
