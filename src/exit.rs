@@ -14,6 +14,8 @@ pub enum ExitCode {
     Conflict,
     /// Bad command line or arguments (an empty or too long key, ...).
     Usage,
+    /// Damaged input data: `serve --data` found a corrupt record in its log.
+    DataErr,
     /// The lock service could not be reached, or went away while we waited.
     Unavailable,
     /// An internal error: a bug, or something the OS refused us.
@@ -41,6 +43,7 @@ impl ExitCode {
             ExitCode::Success => 0,
             ExitCode::Conflict => 1,
             ExitCode::Usage => 64,
+            ExitCode::DataErr => 65,
             ExitCode::Unavailable => 69,
             ExitCode::Software => 70,
             ExitCode::ReleaseFailed => 74,
@@ -137,6 +140,7 @@ mod tests {
             ExitCode::Success,
             ExitCode::Conflict,
             ExitCode::Usage,
+            ExitCode::DataErr,
             ExitCode::Unavailable,
             ExitCode::Software,
             ExitCode::ReleaseFailed,
@@ -146,7 +150,7 @@ mod tests {
             ExitCode::NotFound,
         ];
         let codes: Vec<i32> = all.iter().map(|c| c.code()).collect();
-        assert_eq!(codes, [0, 1, 64, 69, 70, 74, 75, 76, 126, 127]);
+        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 74, 75, 76, 126, 127]);
         let mut sorted = codes.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), codes.len());

@@ -9,19 +9,25 @@ pub mod metrics;
 pub mod table;
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
 
+use self::conn::show;
 use self::log::Log;
 use self::table::Table;
+use crate::wal::{self, Wal, WalError};
 
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// How long a client may take to send its whole request.
     pub read_timeout: Duration,
     pub verbose: bool,
+    /// The write-ahead log; in memory only without it.
+    pub data: Option<PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -29,6 +35,7 @@ impl Default for ServerOptions {
         ServerOptions {
             read_timeout: Duration::from_secs(30),
             verbose: false,
+            data: None,
         }
     }
 }
@@ -40,38 +47,137 @@ pub struct Shared {
     pub options: ServerOptions,
 }
 
-/// Serves until `shutdown` resolves.
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The log holds a damaged record: refusing to guess the table.
+    #[error("{0}")]
+    Corrupt(WalError),
+    #[error("{0}")]
+    Io(WalError),
+}
+
+/// A server with its table restored, ready to accept.
+pub struct Server {
+    shared: Arc<Shared>,
+    wal: Option<Arc<Wal>>,
+}
+
+impl Server {
+    /// Opens and recovers the log, if any, and restores the held keys.
+    pub fn open(options: ServerOptions) -> Result<Server, OpenError> {
+        let log = Log {
+            verbose: options.verbose,
+        };
+        let Some(path) = options.data.clone() else {
+            return Ok(Server {
+                shared: Arc::new(Shared {
+                    table: Table::new(),
+                    log,
+                    options,
+                }),
+                wal: None,
+            });
+        };
+        let (wal, held, recovery) =
+            Wal::open(&path, wal::Options::default()).map_err(|e| match e {
+                WalError::Corrupt { .. } => OpenError::Corrupt(e),
+                WalError::Io { .. } => OpenError::Io(e),
+            })?;
+        let wal = Arc::new(wal);
+        let table = Table::with_wal(wal.clone());
+        if recovery.stale_temp {
+            log.info(format_args!(
+                "{}: removed the temp file of an unfinished compaction",
+                path.display()
+            ));
+        }
+        if let Some((offset, len)) = recovery.torn {
+            log.info(format_args!(
+                "{}: cut a torn last record ({len} byte(s) at offset {offset})",
+                path.display()
+            ));
+        }
+        for h in &held {
+            let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+            let since = UNIX_EPOCH + Duration::from_millis(h.since_ms);
+            table.restore(&h.key, &h.source, peer, since);
+            log.info(format_args!(
+                "restored '{}' held by '{}' (peer {peer}) since {}",
+                show(&h.key),
+                show(&h.source),
+                humantime::format_rfc3339_millis(since)
+            ));
+        }
+        log.info(format_args!(
+            "{}: {} record(s) read, {} key(s) held",
+            path.display(),
+            recovery.records,
+            held.len()
+        ));
+        Ok(Server {
+            shared: Arc::new(Shared {
+                table,
+                log,
+                options,
+            }),
+            wal: Some(wal),
+        })
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let shared = self.shared;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        tokio::spawn(conn::handle(stream, peer, shared.clone()));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        shared.log.error(format_args!("accept: {e}"));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = &mut shutdown => break,
+            }
+        }
+        let (held, waiting) = shared.table.counts();
+        shared.log.info(format_args!(
+            "shutting down: {held} key(s) held, {waiting} waiter(s) queued"
+        ));
+        if let Some(wal) = self.wal {
+            let w = wal.clone();
+            let _ = tokio::task::spawn_blocking(move || w.close()).await;
+            let st = wal.stats();
+            shared.log.info(format_args!(
+                "wal: {} grants, {} releases in {} syncs ({:.2} grants per sync), {} failed batch(es), {} compaction(s), log {} bytes",
+                st.grants,
+                st.releases,
+                st.syncs,
+                st.grants as f64 / st.syncs.max(1) as f64,
+                st.failed_batches,
+                st.compactions,
+                st.file_len
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Serves until `shutdown` resolves (in memory, or with `options.data`).
 pub async fn run(
     listener: TcpListener,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let shared = Arc::new(Shared {
-        table: Table::new(),
-        log: Log {
-            verbose: options.verbose,
-        },
-        options,
-    });
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tokio::spawn(conn::handle(stream, peer, shared.clone()));
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    shared.log.error(format_args!("accept: {e}"));
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = &mut shutdown => break,
-        }
-    }
-    let (held, waiting) = shared.table.counts();
-    shared.log.info(format_args!(
-        "shutting down: {held} key(s) held, {waiting} waiter(s) queued"
-    ));
-    Ok(())
+    Server::open(options)?.run(listener, shutdown).await
 }

@@ -4,13 +4,22 @@
 //! and a oneshot sender, woken only when it is its turn. Grants are numbered
 //! so a late release (a grant that could not be delivered) can never free a
 //! key that has since passed to someone else.
+//!
+//! With a write-ahead log, every grant and release is appended to it inside
+//! the same mutex, so the log's order is the table's order. The change takes
+//! effect in memory at once, but nobody outside can observe it before it is
+//! durable: every answer that depends on it (the `+` of a grant, of an
+//! Unlock, of a reset) waits first for the [`Durable`] the call returned,
+//! and any later grant of the key sits after it in the log.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
+
+use crate::wal::{Record, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -30,11 +39,30 @@ struct Waiter {
     notify: oneshot::Sender<Notice>,
 }
 
+/// What must be durable before a change may be reported (nothing without a
+/// log).
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Durable(Vec<Ticket>);
+
+impl Durable {
+    pub async fn wait(self) -> Result<(), String> {
+        for ticket in self.0 {
+            ticket.wait().await?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, other: Durable) {
+        self.0.extend(other.0);
+    }
+}
+
 /// What a queued request is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Notice {
-    /// It is now the holder.
-    Granted,
+    /// It is now the holder, once its grant is durable.
+    Granted(Durable),
     /// A reset by its source removed it from the queue.
     Withdrawn,
 }
@@ -49,10 +77,11 @@ struct KeyState {
 struct Inner {
     keys: HashMap<Vec<u8>, KeyState>,
     next_id: GrantId,
+    wal: Option<Arc<Wal>>,
 }
 
 pub enum LockOutcome {
-    Granted(GrantId),
+    Granted(GrantId, Durable),
     Queued(GrantId, oneshot::Receiver<Notice>),
 }
 
@@ -94,6 +123,13 @@ impl Table {
         Self::default()
     }
 
+    /// A table whose grants and releases are recorded in `wal` first.
+    pub fn with_wal(wal: Arc<Wal>) -> Self {
+        let table = Self::default();
+        table.lock_inner().wal = Some(wal);
+        table
+    }
+
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic elsewhere must not take every key down with it.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -105,8 +141,10 @@ impl Table {
         let id = inner.fresh_id();
         let state = inner.keys.entry(key.to_vec()).or_default();
         if state.holder.is_none() {
-            state.holder = Some(holder(id, source, peer));
-            return LockOutcome::Granted(id);
+            let h = holder(id, source, peer);
+            state.holder = Some(h);
+            let durable = inner.record_grant(key, source, peer);
+            return LockOutcome::Granted(id, durable);
         }
         let (tx, rx) = oneshot::channel();
         state.waiters.push_back(Waiter {
@@ -119,23 +157,26 @@ impl Table {
     }
 
     /// Takes the key only if nobody holds it and nobody waits for it.
-    pub fn try_lock(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> Option<GrantId> {
+    pub fn try_lock(
+        &self,
+        key: &[u8],
+        source: &[u8],
+        peer: SocketAddr,
+    ) -> Option<(GrantId, Durable)> {
         let mut inner = self.lock_inner();
-        let id = inner.fresh_id();
-        let state = inner.keys.entry(key.to_vec()).or_default();
-        if state.holder.is_some() {
+        if inner.keys.get(key).is_some_and(|s| s.holder.is_some()) {
             return None;
         }
+        let id = inner.fresh_id();
+        let state = inner.keys.entry(key.to_vec()).or_default();
         state.holder = Some(holder(id, source, peer));
-        Some(id)
+        Some((id, inner.record_grant(key, source, peer)))
     }
 
     /// Releases the key, whoever holds it, and grants it to the next waiter.
     /// Returns the released holder and the next one, or None if it was free.
-    pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Option<Holder>)> {
-        let mut inner = self.lock_inner();
-        let released = inner.release(key, None)?;
-        Some(released)
+    pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Option<Holder>, Durable)> {
+        self.lock_inner().release(key, None)
     }
 
     /// Releases the key only if grant `id` still holds it.
@@ -162,20 +203,23 @@ impl Table {
 
     /// Force-releases the key; the first waiter gets it, the rest keep their
     /// places.
-    pub fn reset_key(&self, key: &[u8]) -> Option<Released> {
+    pub fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
         let mut inner = self.lock_inner();
-        let (holder, next) = inner.release(key, None)?;
-        Some(Released {
-            key: key.to_vec(),
-            holder,
-            next,
-        })
+        let (holder, next, durable) = inner.release(key, None)?;
+        Some((
+            Released {
+                key: key.to_vec(),
+                holder,
+                next,
+            },
+            durable,
+        ))
     }
 
     /// Releases every key held by `source` (each passes to its next waiter)
     /// and withdraws that source's waiters. Returns the released keys and how
     /// many waiters were withdrawn.
-    pub fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize) {
+    pub fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
         let mut inner = self.lock_inner();
         let mut withdrawn = 0;
         // Withdraw first, so a released key never goes to a waiter of the
@@ -201,15 +245,17 @@ impl Table {
             .map(|(k, _)| k.clone())
             .collect();
         let mut released = Vec::with_capacity(keys.len());
+        let mut durable = Durable::default();
         for key in keys {
-            if let Some((holder, next)) = inner.release(&key, None) {
+            if let Some((holder, next, d)) = inner.release(&key, None) {
+                durable.add(d);
                 released.push(Released { key, holder, next });
             }
         }
         inner
             .keys
             .retain(|_, s| s.holder.is_some() || !s.waiters.is_empty());
-        (released, withdrawn)
+        (released, withdrawn, durable)
     }
 
     /// Every held key, sorted by key.
@@ -264,28 +310,69 @@ impl Inner {
         self.next_id
     }
 
+    fn record_grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> Durable {
+        let Some(wal) = &self.wal else {
+            return Durable::default();
+        };
+        let since_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Durable(vec![wal.append(&Record::Grant {
+            key: key.to_vec(),
+            source: source.to_vec(),
+            peer: peer.to_string().into_bytes(),
+            since_ms,
+        })])
+    }
+
+    fn record_release(&self, key: &[u8]) -> Durable {
+        match &self.wal {
+            Some(wal) => Durable(vec![wal.append(&Record::Release { key: key.to_vec() })]),
+            None => Durable::default(),
+        }
+    }
+
     /// Releases `key` (only grant `only` if given) and hands it to the next
     /// live waiter. Drops the key's entry once nobody holds or wants it.
-    fn release(&mut self, key: &[u8], only: Option<GrantId>) -> Option<(Holder, Option<Holder>)> {
+    /// The release is logged before the grant that follows it.
+    fn release(
+        &mut self,
+        key: &[u8],
+        only: Option<GrantId>,
+    ) -> Option<(Holder, Option<Holder>, Durable)> {
         let state = self.keys.get_mut(key)?;
         if only.is_some_and(|id| state.holder.as_ref().map(|h| h.id) != Some(id)) {
             return None;
         }
         let released = state.holder.take()?;
+        let durable = self.record_release(key);
         let mut next = None;
-        while let Some(w) = state.waiters.pop_front() {
+        while let Some(w) = self.keys.get_mut(key).and_then(|s| s.waiters.pop_front()) {
             // A waiter whose task is gone cannot take the key: skip it.
-            if w.notify.send(Notice::Granted).is_ok() {
+            if w.notify.is_closed() {
+                continue;
+            }
+            let grant = self.record_grant(key, &w.source, w.peer);
+            if w.notify.send(Notice::Granted(grant)).is_ok() {
                 let h = holder(w.id, &w.source, w.peer);
-                state.holder = Some(h.clone());
+                if let Some(state) = self.keys.get_mut(key) {
+                    state.holder = Some(h.clone());
+                }
                 next = Some(h);
                 break;
             }
+            // It went away just now: undo its grant in the log too.
+            let _ = self.record_release(key);
         }
-        if state.holder.is_none() && state.waiters.is_empty() {
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|s| s.holder.is_none() && s.waiters.is_empty())
+        {
             self.keys.remove(key);
         }
-        Some((released, next))
+        Some((released, next, durable))
     }
 }
 
@@ -309,7 +396,7 @@ mod tests {
     #[test]
     fn fifo_handoff() {
         let t = Table::new();
-        let LockOutcome::Granted(first) = t.lock(b"k", b"a", peer()) else {
+        let LockOutcome::Granted(first, _) = t.lock(b"k", b"a", peer()) else {
             panic!()
         };
         let mut rxs = Vec::new();
@@ -321,7 +408,10 @@ mod tests {
         }
         assert!(t.release_grant(b"k", first));
         for (i, (id, mut rx)) in rxs.into_iter().enumerate() {
-            assert_eq!(rx.try_recv(), Ok(Notice::Granted), "waiter {i}");
+            assert!(
+                matches!(rx.try_recv(), Ok(Notice::Granted(_))),
+                "waiter {i}"
+            );
             assert!(t.release_grant(b"k", id));
         }
         assert_eq!(t.counts(), (0, 0));
@@ -330,7 +420,7 @@ mod tests {
     #[test]
     fn a_stale_release_does_not_free_the_next_holder() {
         let t = Table::new();
-        let LockOutcome::Granted(first) = t.lock(b"k", b"a", peer()) else {
+        let LockOutcome::Granted(first, _) = t.lock(b"k", b"a", peer()) else {
             panic!()
         };
         let LockOutcome::Queued(_, _rx) = t.lock(b"k", b"b", peer()) else {
@@ -346,7 +436,7 @@ mod tests {
         let t = Table::new();
         assert!(matches!(
             t.lock(b"k", b"a", peer()),
-            LockOutcome::Granted(_)
+            LockOutcome::Granted(..)
         ));
         let LockOutcome::Queued(_, rx) = t.lock(b"k", b"b", peer()) else {
             panic!()
@@ -355,9 +445,9 @@ mod tests {
         let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", b"c", peer()) else {
             panic!()
         };
-        let (_, next) = t.unlock(b"k").unwrap();
+        let (_, next, _) = t.unlock(b"k").unwrap();
         assert_eq!(next.unwrap().source, b"c");
-        assert_eq!(rx2.try_recv(), Ok(Notice::Granted));
+        assert!(matches!(rx2.try_recv(), Ok(Notice::Granted(_))));
     }
 
     #[test]
@@ -365,7 +455,7 @@ mod tests {
         let t = Table::new();
         assert!(matches!(
             t.lock(b"k", b"a", peer()),
-            LockOutcome::Granted(_)
+            LockOutcome::Granted(..)
         ));
         let LockOutcome::Queued(id, _rx) = t.lock(b"k", b"b", peer()) else {
             panic!()
@@ -380,11 +470,11 @@ mod tests {
         let t = Table::new();
         assert!(matches!(
             t.lock(b"k1", b"dead", peer()),
-            LockOutcome::Granted(_)
+            LockOutcome::Granted(..)
         ));
         assert!(matches!(
             t.lock(b"k2", b"live", peer()),
-            LockOutcome::Granted(_)
+            LockOutcome::Granted(..)
         ));
         let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", b"dead", peer()) else {
             panic!()
@@ -392,10 +482,10 @@ mod tests {
         let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", b"live", peer()) else {
             panic!()
         };
-        let (released, withdrawn) = t.reset_source(b"dead");
+        let (released, withdrawn, _) = t.reset_source(b"dead");
         assert_eq!(withdrawn, 1);
         assert_eq!(released.len(), 1);
-        assert_eq!(dead_rx.try_recv(), Ok(Notice::Withdrawn));
-        assert_eq!(live_rx.try_recv(), Ok(Notice::Granted));
+        assert!(matches!(dead_rx.try_recv(), Ok(Notice::Withdrawn)));
+        assert!(matches!(live_rx.try_recv(), Ok(Notice::Granted(_))));
     }
 }

@@ -1,1 +1,513 @@
-//! The write-ahead log of held keys (`lc-cli serve --data PATH`): to come.
+//! The write-ahead log of held keys (`lc-cli serve --data PATH`).
+//!
+//! Bytes and keys in, records out: this module knows nothing of the server.
+//! [`Wal::append`] encodes a record into the open batch (cheap, under a short
+//! mutex, so callers can append while holding their own lock and the log's
+//! order is theirs) and returns a [`Ticket`]. One writer thread takes the whole
+//! batch, writes it with one `write` and makes it durable with one
+//! `fdatasync` (group commit), then resolves every ticket of that batch.
+//! While it syncs, the next batch fills up.
+//!
+//! The writer also keeps the set of live holders (a grant not yet released)
+//! and rewrites the log to hold only them once it is about twice what they
+//! need: temp file, fsync, rename, fsync of the directory.
+//! See `src/wal/README.md` for the format and the crash windows.
+
+pub mod record;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+pub use record::Record;
+use record::{decode, Next};
+
+/// A key held according to the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub key: Vec<u8>,
+    pub source: Vec<u8>,
+    pub peer: Vec<u8>,
+    pub since_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    /// A whole record that fails its checksum (or cannot be read): the file
+    /// is damaged, not torn by a crash.
+    #[error("{path}: corrupt record at byte offset {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: &'static str,
+    },
+    #[error("{path}: cannot {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Never compact a log smaller than this many bytes.
+    pub compact_min: u64,
+    /// Test hook: when set, the next compaction stops dead after the temp
+    /// file is written and synced, before the rename, as if the process had
+    /// been killed there; the writer then writes nothing more.
+    pub crash_before_rename: Arc<AtomicBool>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            compact_min: 64 * 1024,
+            crash_before_rename: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// What start-up found.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    /// Records read.
+    pub records: u64,
+    /// The length of a torn tail that was cut off, and where.
+    pub torn: Option<(u64, u64)>,
+    /// A temp file of an unfinished compaction was removed.
+    pub stale_temp: bool,
+}
+
+/// Counters since start-up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub grants: u64,
+    pub releases: u64,
+    pub syncs: u64,
+    pub failed_batches: u64,
+    pub compactions: u64,
+    /// Bytes in the log file now.
+    pub file_len: u64,
+}
+
+type Outcome = Option<Result<(), Arc<str>>>;
+
+/// Resolves once the record it was given for is durable, or failed to be.
+#[derive(Debug, Clone)]
+pub struct Ticket(watch::Receiver<Outcome>);
+
+impl Ticket {
+    pub async fn wait(mut self) -> Result<(), String> {
+        match self.0.wait_for(|o| o.is_some()).await {
+            Ok(o) => o.clone().unwrap().map_err(|e| e.to_string()),
+            Err(_) => Err("the log writer has stopped".into()),
+        }
+    }
+}
+
+struct State {
+    pending: Vec<u8>,
+    pending_grants: u64,
+    pending_releases: u64,
+    batch: watch::Sender<Outcome>,
+    /// Framed grant record of every live holder.
+    live: HashMap<Vec<u8>, Vec<u8>>,
+    live_bytes: u64,
+    closing: bool,
+    /// The writer has stopped (only the test hook stops it early).
+    stopped: bool,
+    /// Batches taken by the writer / finished by it.
+    taken: u64,
+    finished: u64,
+    last_error: Option<Arc<str>>,
+    stats: Stats,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The writer waits here for work.
+    work: Condvar,
+    /// `sync` waits here for the writer.
+    done: Condvar,
+}
+
+pub struct Wal {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    path: PathBuf,
+}
+
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> WalError + 'a {
+    move |source| WalError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".compact");
+    path.with_file_name(name)
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+impl Wal {
+    /// Opens (or creates) the log at `path`, recovers it and starts the
+    /// writer. Returns the held keys, sorted by key.
+    pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
+        let mut recovery = Recovery::default();
+        let temp = temp_path(path);
+        if temp.exists() {
+            // A compaction that never reached its rename: the log is intact.
+            std::fs::remove_file(&temp).map_err(io(&temp, "remove"))?;
+            recovery.stale_temp = true;
+        }
+        let existed = path.exists();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io(path, "open"))?;
+        if !existed {
+            sync_dir(path).map_err(io(path, "sync the directory of"))?;
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io(path, "read"))?;
+
+        let mut live: HashMap<Vec<u8>, (Held, Vec<u8>)> = HashMap::new();
+        let mut offset = 0usize;
+        while offset < bytes.len() {
+            let rest = &bytes[offset..];
+            match decode(rest) {
+                Next::Record(record, used) => {
+                    recovery.records += 1;
+                    match record {
+                        Record::Grant {
+                            key,
+                            source,
+                            peer,
+                            since_ms,
+                        } => {
+                            let framed = rest[..used].to_vec();
+                            let held = Held {
+                                key: key.clone(),
+                                source,
+                                peer,
+                                since_ms,
+                            };
+                            live.insert(key, (held, framed));
+                        }
+                        Record::Release { key } => {
+                            live.remove(&key);
+                        }
+                    }
+                    offset += used;
+                }
+                // A crash after the size grew but before the data landed
+                // leaves zeros: that is a torn tail too.
+                Next::Incomplete => break,
+                Next::Corrupt(_) if rest.iter().all(|&b| b == 0) => break,
+                Next::Corrupt(reason) => {
+                    return Err(WalError::Corrupt {
+                        path: path.to_path_buf(),
+                        offset: offset as u64,
+                        reason,
+                    })
+                }
+            }
+        }
+        if offset < bytes.len() {
+            recovery.torn = Some((offset as u64, (bytes.len() - offset) as u64));
+            file.set_len(offset as u64)
+                .map_err(io(path, "truncate the torn tail of"))?;
+            file.sync_all().map_err(io(path, "sync"))?;
+        }
+
+        let mut held: Vec<Held> = live.values().map(|(h, _)| h.clone()).collect();
+        held.sort_by(|a, b| a.key.cmp(&b.key));
+        let live: HashMap<Vec<u8>, Vec<u8>> = live.into_iter().map(|(k, (_, f))| (k, f)).collect();
+        let live_bytes = live.values().map(|f| f.len() as u64).sum();
+        let (batch, _) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                pending_grants: 0,
+                pending_releases: 0,
+                batch,
+                live,
+                live_bytes,
+                closing: false,
+                stopped: false,
+                taken: 0,
+                finished: 0,
+                last_error: None,
+                stats: Stats {
+                    file_len: offset as u64,
+                    ..Stats::default()
+                },
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let writer = Writer {
+            shared: shared.clone(),
+            path: path.to_path_buf(),
+            file,
+            len: offset as u64,
+            options,
+        };
+        let handle = std::thread::Builder::new()
+            .name("wal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(io(path, "start the writer for"))?;
+        Ok((
+            Wal {
+                shared,
+                writer: Mutex::new(Some(handle)),
+                path: path.to_path_buf(),
+            },
+            held,
+            recovery,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `record` to the open batch. The caller's ordering of appends is
+    /// the log's order.
+    pub fn append(&self, record: &Record) -> Ticket {
+        let mut st = self.state();
+        let start = st.pending.len();
+        record.encode_into(&mut st.pending);
+        match record {
+            Record::Grant { key, .. } => {
+                let framed = st.pending[start..].to_vec();
+                st.live_bytes += framed.len() as u64;
+                if let Some(old) = st.live.insert(key.clone(), framed) {
+                    st.live_bytes -= old.len() as u64;
+                }
+                st.pending_grants += 1;
+            }
+            Record::Release { key } => {
+                if let Some(old) = st.live.remove(key) {
+                    st.live_bytes -= old.len() as u64;
+                }
+                st.pending_releases += 1;
+            }
+        }
+        let ticket = Ticket(st.batch.subscribe());
+        if start == 0 {
+            self.shared.work.notify_one();
+        }
+        ticket
+    }
+
+    /// Blocks until everything appended so far is durable (or failed).
+    pub fn sync(&self) -> Result<(), String> {
+        let mut st = self.state();
+        let target = st.taken + u64::from(!st.pending.is_empty());
+        let failed_before = st.stats.failed_batches;
+        while st.finished < target {
+            if st.stopped {
+                return Err("the log writer has stopped".into());
+            }
+            st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.stats.failed_batches > failed_before {
+            return Err(st
+                .last_error
+                .as_deref()
+                .unwrap_or("write failed")
+                .to_string());
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.state().stats
+    }
+
+    /// Writes what is pending, stops the writer and waits for it.
+    pub fn close(&self) {
+        self.state().closing = true;
+        self.shared.work.notify_one();
+        if let Some(handle) = self.writer.lock().ok().and_then(|mut w| w.take()) {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    path: PathBuf,
+    file: File,
+    len: u64,
+    options: Options,
+}
+
+enum CompactFail {
+    /// An I/O error: the old log is untouched.
+    Io,
+    /// Stopped on purpose before the rename (the test hook).
+    Crashed,
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            while st.pending.is_empty() && !st.closing {
+                st = self.shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.pending.is_empty() {
+                st.stopped = true;
+                drop(st);
+                self.shared.done.notify_all();
+                return;
+            }
+            let bytes = std::mem::take(&mut st.pending);
+            let (grants, releases) = (st.pending_grants, st.pending_releases);
+            st.pending_grants = 0;
+            st.pending_releases = 0;
+            let (next, _) = watch::channel(None);
+            let batch = std::mem::replace(&mut st.batch, next);
+            st.taken += 1;
+            let threshold = (2 * st.live_bytes).max(self.options.compact_min);
+            let snapshot = (self.len + bytes.len() as u64 > threshold).then(|| {
+                let mut snap = Vec::with_capacity(st.live_bytes as usize);
+                for framed in st.live.values() {
+                    snap.extend_from_slice(framed);
+                }
+                snap
+            });
+            drop(st);
+
+            let mut compacted = false;
+            let result = match snapshot.map(|snap| self.compact(&snap)) {
+                Some(Ok(())) => {
+                    compacted = true;
+                    Ok(())
+                }
+                Some(Err(CompactFail::Crashed)) => {
+                    // As if killed here: nothing more is written, nothing
+                    // more is acknowledged.
+                    let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    st.stopped = true;
+                    drop(st);
+                    drop(batch);
+                    self.shared.done.notify_all();
+                    return;
+                }
+                Some(Err(CompactFail::Io)) | None => self.append(&bytes),
+            };
+
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.finished += 1;
+            match &result {
+                Ok(()) => {
+                    st.stats.grants += grants;
+                    st.stats.releases += releases;
+                    st.stats.syncs += 1;
+                    st.stats.compactions += u64::from(compacted);
+                }
+                Err(e) => {
+                    st.stats.failed_batches += 1;
+                    st.last_error = Some(e.clone());
+                }
+            }
+            st.stats.file_len = self.len;
+            drop(st);
+            let _ = batch.send(Some(result));
+            self.shared.done.notify_all();
+        }
+    }
+
+    /// Appends one batch and syncs it; on failure cuts the file back to
+    /// where it was, so a half-written batch never sits before later ones.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), Arc<str>> {
+        let written = self
+            .file
+            .write_all_at(bytes, self.len)
+            .and_then(|()| self.file.sync_data());
+        match written {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                let _ = self.file.sync_data();
+                Err(format!("{}: cannot append to the log: {e}", self.path.display()).into())
+            }
+        }
+    }
+
+    /// Rewrites the log to hold only `snapshot` (the live holders, including
+    /// everything of the batch in hand). On an I/O error the old log is
+    /// untouched and the batch is appended to it instead.
+    fn compact(&mut self, snapshot: &[u8]) -> Result<(), CompactFail> {
+        let temp = temp_path(&self.path);
+        let attempt = || -> std::io::Result<File> {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&temp)?;
+            file.write_all_at(snapshot, 0)?;
+            file.sync_all()?;
+            Ok(file)
+        };
+        let file = match attempt() {
+            Ok(f) => f,
+            Err(_) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(CompactFail::Io);
+            }
+        };
+        if self.options.crash_before_rename.load(Ordering::SeqCst) {
+            return Err(CompactFail::Crashed);
+        }
+        if std::fs::rename(&temp, &self.path).is_err() {
+            let _ = std::fs::remove_file(&temp);
+            return Err(CompactFail::Io);
+        }
+        // The rename is done: the new log is the log. A failed directory
+        // sync only means the rename might not survive a power cut, in
+        // which case the old log (still valid) comes back.
+        let _ = sync_dir(&self.path);
+        self.file = file;
+        self.len = snapshot.len() as u64;
+        Ok(())
+    }
+}

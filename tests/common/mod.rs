@@ -1,6 +1,8 @@
 //! Starting the real binary and real servers on 127.0.0.1 for the tests.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,380 @@
+//! `lc-cli serve` spoken to byte by byte: FIFO, withdrawal, TryLock, resets,
+//! bad input, many connections, signals.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::serve::*;
+use common::*;
+
+const LOCK: u8 = 1;
+const UNLOCK: u8 = 2;
+const RESET_KEY: u8 = 3;
+const RESET_SOURCE: u8 = 4;
+const TRY: u8 = 5;
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn answer(s: &mut TcpStream) -> Option<u8> {
+    read_byte(s)
+}
+
+/// Queues a waiter and waits until the server has logged it as queued, so
+/// arrival order is the order of these calls.
+fn queue(server: &LoggedServer, key: &str, source: &str) -> TcpStream {
+    let needle = format!("queue '{key}' source '{source}'");
+    let before = server.count(&needle);
+    let s = send_lock(server, key.as_bytes(), source.as_bytes());
+    server.wait_for(&needle, before + 1, LIMIT);
+    s
+}
+
+/// The server still answers a fresh client.
+fn still_serves(server: &LoggedServer, probe: &str) {
+    let key = format!("probe-{probe}");
+    assert_eq!(
+        server.raw(&frame(TRY, key.as_bytes(), Some(b"p"))),
+        Some(b'+'),
+        "server stopped serving after {probe}"
+    );
+    assert_eq!(server.raw(&frame(UNLOCK, key.as_bytes(), None)), Some(b'+'));
+}
+
+#[test]
+fn waiters_are_granted_in_arrival_order() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"first"))), Some(b'+'));
+    let mut waiters: Vec<TcpStream> = (0..10)
+        .map(|i| queue(&server, "k", &format!("w{i}")))
+        .collect();
+    for i in 0..waiters.len() {
+        assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
+        assert_eq!(
+            answer(&mut waiters[i]),
+            Some(b'+'),
+            "waiter {i} not granted"
+        );
+        // Nobody behind it was granted too.
+        for (j, later) in waiters.iter_mut().enumerate().skip(i + 1).take(2) {
+            assert!(
+                silent(later, Duration::from_millis(30)),
+                "waiter {j} granted out of turn"
+            );
+        }
+        let needle = format!("grant 'k' source 'w{i}'");
+        server.wait_for(&needle, 1, LIMIT);
+        assert_eq!(server.count(&needle), 1, "{}", server.log());
+    }
+    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'-'));
+}
+
+#[test]
+fn a_waiter_that_hangs_up_is_withdrawn() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"h"))), Some(b'+'));
+    let mut w1 = queue(&server, "k", "w1");
+    let w2 = queue(&server, "k", "w2");
+    let mut w3 = queue(&server, "k", "w3");
+    drop(w2);
+    server.wait_for("withdraw 'k' source 'w2'", 1, LIMIT);
+    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
+    assert_eq!(answer(&mut w1), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
+    assert_eq!(answer(&mut w3), Some(b'+'));
+    assert_eq!(server.count("grant 'k' source 'w2'"), 0, "{}", server.log());
+    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
+    // Nothing stuck: the key is free.
+    assert_eq!(server.raw(&frame(TRY, b"k", Some(b"x"))), Some(b'+'));
+}
+
+/// The key is held after the race exactly when the client was told `+`:
+/// the waiter half-closes (the server sees its hang-up) at the same moment as
+/// the unlock, and keeps reading to learn what it was told.
+#[test]
+fn a_grant_racing_with_a_hang_up_is_released() {
+    let server = LoggedServer::start(&[]);
+    let mut told = [0usize; 2];
+    for round in 0..60 {
+        let key = format!("race{round}");
+        assert_eq!(
+            server.raw(&frame(LOCK, key.as_bytes(), Some(b"h"))),
+            Some(b'+')
+        );
+        let mut w = queue(&server, &key, "w");
+        let unlocker = {
+            let addr = server.addr;
+            let f = frame(UNLOCK, key.as_bytes(), None);
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&f).unwrap();
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).unwrap();
+                b[0]
+            })
+        };
+        if round % 3 != 0 {
+            std::thread::sleep(Duration::from_micros(50 * (round % 7)));
+        }
+        w.shutdown(Shutdown::Write).unwrap();
+        let got = answer(&mut w);
+        assert_eq!(unlocker.join().unwrap(), b'+');
+        let try_answer = server.raw(&frame(TRY, key.as_bytes(), Some(b"t")));
+        match got {
+            Some(b'+') => {
+                told[0] += 1;
+                assert_eq!(try_answer, Some(b'#'), "round {round}: told + but not held");
+            }
+            None | Some(b'-') => {
+                told[1] += 1;
+                assert_eq!(
+                    try_answer,
+                    Some(b'+'),
+                    "round {round}: hung up without a grant, yet the key is held\n{}",
+                    server.log()
+                );
+            }
+            other => panic!("round {round}: answered {other:?}"),
+        }
+    }
+    eprintln!(
+        "granted before the hang-up: {}, withdrawn: {}",
+        told[0], told[1]
+    );
+}
+
+/// A waiter that closes without reading is never granted after its close
+/// was seen: the key always ends up either free or held by nobody's socket.
+#[test]
+fn a_closed_waiter_is_never_granted() {
+    let server = LoggedServer::start(&[]);
+    for round in 0..20 {
+        let key = format!("closed{round}");
+        assert_eq!(
+            server.raw(&frame(LOCK, key.as_bytes(), Some(b"h"))),
+            Some(b'+')
+        );
+        let w = queue(&server, &key, "w");
+        drop(w);
+        server.wait_for(&format!("withdraw '{key}'"), 1, LIMIT);
+        assert_eq!(server.raw(&frame(UNLOCK, key.as_bytes(), None)), Some(b'+'));
+        assert_eq!(
+            server.raw(&frame(TRY, key.as_bytes(), Some(b"t"))),
+            Some(b'+')
+        );
+    }
+}
+
+#[test]
+fn trylock_free_and_held() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(TRY, b"t", Some(b"a"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(TRY, b"t", Some(b"b"))), Some(b'#'));
+    assert_eq!(server.raw(&frame(LOCK, b"other", Some(b"b"))), Some(b'+'));
+    // A TryLock never queues: after the unlock nobody holds it.
+    assert_eq!(server.raw(&frame(UNLOCK, b"t", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"t", None)), Some(b'-'));
+    assert_eq!(server.raw(&frame(TRY, b"t", Some(b"b"))), Some(b'+'));
+}
+
+#[test]
+fn unlock_of_a_key_not_held_answers_minus() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(UNLOCK, b"never", None)), Some(b'-'));
+    // A source appended to an Unlock, as some clients send it, is ignored.
+    assert_eq!(server.raw(&frame(LOCK, b"u", Some(b"s"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'-'));
+}
+
+#[test]
+fn reset_by_key_grants_one_waiter_at_a_time() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(LOCK, b"r", Some(b"h"))), Some(b'+'));
+    let mut ws: Vec<TcpStream> = (0..4)
+        .map(|i| queue(&server, "r", &format!("w{i}")))
+        .collect();
+    for i in 0..ws.len() {
+        assert_eq!(server.raw(&frame(RESET_KEY, b"r", None)), Some(b'+'));
+        assert_eq!(answer(&mut ws[i]), Some(b'+'), "waiter {i}");
+        for (j, later) in ws.iter_mut().enumerate().skip(i + 1) {
+            assert!(
+                silent(later, Duration::from_millis(30)),
+                "reset granted waiter {j} too"
+            );
+        }
+    }
+    assert_eq!(server.raw(&frame(RESET_KEY, b"r", None)), Some(b'+'));
+    // A reset of a free key also answers `+`.
+    assert_eq!(server.raw(&frame(RESET_KEY, b"r", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(TRY, b"r", Some(b"x"))), Some(b'+'));
+    server.wait_for("reset key 'r'", 6, LIMIT);
+}
+
+#[test]
+fn reset_by_source_releases_and_withdraws() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(LOCK, b"k1", Some(b"dead"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(LOCK, b"k3", Some(b"dead"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(LOCK, b"k2", Some(b"live"))), Some(b'+'));
+    let mut live_on_k1 = queue(&server, "k1", "live");
+    let mut live2_on_k1 = queue(&server, "k1", "live2");
+    let mut dead_on_k2 = queue(&server, "k2", "dead");
+    assert_eq!(server.raw(&frame(RESET_SOURCE, b"dead", None)), Some(b'+'));
+    assert_eq!(answer(&mut live_on_k1), Some(b'+'));
+    assert_eq!(answer(&mut dead_on_k2), Some(b'-'));
+    assert!(silent(&mut live2_on_k1, Duration::from_millis(30)));
+    assert_eq!(server.raw(&frame(TRY, b"k2", Some(b"x"))), Some(b'#'));
+    assert_eq!(server.raw(&frame(TRY, b"k3", Some(b"x"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"k1", None)), Some(b'+'));
+    assert_eq!(answer(&mut live2_on_k1), Some(b'+'));
+    server.wait_for("reset source 'dead'", 1, LIMIT);
+}
+
+#[test]
+fn an_empty_source_means_the_callers_address() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(LOCK, b"e", Some(b""))), Some(b'+'));
+    server.wait_for("grant 'e' source '127.0.0.1'", 1, LIMIT);
+    assert_eq!(server.raw(&frame(RESET_SOURCE, b"", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(TRY, b"e", Some(b"x"))), Some(b'+'));
+}
+
+#[test]
+fn bad_input_affects_only_its_connection() {
+    let server = LoggedServer::start(&["--read-timeout", "1s"]);
+    // A holder and a queued waiter that must come through all of it unharmed.
+    assert_eq!(server.raw(&frame(LOCK, b"calm", Some(b"h"))), Some(b'+'));
+    let mut waiter = queue(&server, "calm", "w");
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty key (lock)", vec![LOCK, 0, 0]),
+        ("empty key (unlock)", vec![UNLOCK, 0]),
+        ("empty key (trylock)", vec![TRY, 0, 1, b's']),
+        ("key size 0x80", vec![LOCK, 0x80, b'k']),
+        ("key size 0xff", vec![UNLOCK, 0xff]),
+        ("source size 0x80", vec![LOCK, 1, b'k', 0x80]),
+        (
+            "source size 0xfe (reset by source)",
+            vec![RESET_SOURCE, 0xfe],
+        ),
+        ("unknown action 0", vec![0, 1, b'k']),
+        ("unknown action 6", vec![6, 1, b'k', 0]),
+        ("unknown action 0xff", vec![0xff]),
+        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+    ];
+    let errors_before = server.count("error:");
+    for (i, (name, bytes)) in cases.iter().enumerate() {
+        let got = server.raw(bytes);
+        assert!(matches!(got, Some(b'-') | None), "{name}: answered {got:?}");
+        server.wait_for("error:", errors_before + i + 1, LIMIT);
+        still_serves(&server, name);
+    }
+
+    // Pseudo-random garbage, several seeds.
+    let mut x: u32 = 0x9e37_79b9;
+    for round in 0..20 {
+        let bytes: Vec<u8> = (0..300)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8
+            })
+            .collect();
+        let mut s = server.connect();
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(Shutdown::Write);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.len() <= 1, "round {round}: {rest:?}");
+        still_serves(&server, &format!("garbage round {round}"));
+    }
+
+    // Truncated: half a frame, then the client closes its side.
+    let mut s = server.connect();
+    s.write_all(&[LOCK, 5, b'a', b'b']).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let got = answer(&mut s);
+    assert!(matches!(got, Some(b'-') | None), "truncated: {got:?}");
+    still_serves(&server, "truncated frame");
+
+    // Stalled: half a frame and nothing more; the read deadline closes it.
+    let mut s = server.connect();
+    s.write_all(&[LOCK, 5, b'a']).unwrap();
+    let start = Instant::now();
+    let got = answer(&mut s);
+    assert!(matches!(got, Some(b'-') | None), "stalled: {got:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "stalled client kept for {:?}",
+        start.elapsed()
+    );
+    server.wait_for("no whole request within", 1, LIMIT);
+    still_serves(&server, "stalled frame");
+
+    // The waiter that was queued all along is still in line and gets the key.
+    assert_eq!(server.raw(&frame(UNLOCK, b"calm", None)), Some(b'+'));
+    assert_eq!(answer(&mut waiter), Some(b'+'));
+}
+
+#[test]
+fn five_hundred_concurrent_connections_on_distinct_keys() {
+    let limit = raise_fd_limit(8192);
+    assert!(limit >= 2200, "soft fd limit only {limit}");
+    let server = LoggedServer::start(&[]);
+    let n = 500;
+    // Open all connections first, then send, so all 500 are open at once.
+    let mut holders: Vec<TcpStream> = (0..n).map(|_| server.connect()).collect();
+    for (i, s) in holders.iter_mut().enumerate() {
+        s.write_all(&frame(LOCK, format!("key{i}").as_bytes(), Some(b"h")))
+            .unwrap();
+    }
+    for (i, s) in holders.iter_mut().enumerate() {
+        assert_eq!(answer(s), Some(b'+'), "holder {i}");
+    }
+    // 500 waiters, one per key, all queued at the same time.
+    let mut waiters: Vec<TcpStream> = (0..n)
+        .map(|i| send_lock(&server, format!("key{i}").as_bytes(), b"w"))
+        .collect();
+    server.wait_for("queue 'key", n, Duration::from_secs(30));
+    for i in 0..n {
+        assert_eq!(
+            server.raw(&frame(UNLOCK, format!("key{i}").as_bytes(), None)),
+            Some(b'+')
+        );
+    }
+    for (i, s) in waiters.iter_mut().enumerate() {
+        assert_eq!(answer(s), Some(b'+'), "waiter {i}");
+    }
+    drop(holders);
+    drop(waiters);
+    for i in (0..n).step_by(50) {
+        assert_eq!(
+            server.raw(&frame(TRY, format!("key{i}").as_bytes(), Some(b"x"))),
+            Some(b'#')
+        );
+    }
+}
+
+#[test]
+fn sigterm_and_sigint_stop_it_cleanly() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut server = LoggedServer::start(&[]);
+        assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"s"))), Some(b'+'));
+        let _waiter = queue(&server, "k", "w");
+        let status = server
+            .stop_with(signal, LIMIT)
+            .unwrap_or_else(|| panic!("signal {signal}: still running"));
+        assert_eq!(status.code(), Some(0), "signal {signal}: {status:?}");
+        server.wait_for("shutting down: 1 key(s) held, 1 waiter(s) queued", 1, LIMIT);
+    }
+    // Right after start-up too.
+    let mut server = LoggedServer::start(&[]);
+    let status = server
+        .stop_with(libc::SIGTERM, LIMIT)
+        .expect("still running");
+    assert_eq!(status.code(), Some(0));
+}

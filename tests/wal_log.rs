@@ -1,0 +1,287 @@
+//! The write-ahead log module in-process: torn tails at every offset, flipped
+//! bytes, compaction under a long load and a crash injected mid-compaction.
+//! (The same behaviour through the real binary is in `wal_server.rs`.)
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use lc_cli::wal::record::{decode, Next};
+use lc_cli::wal::{Held, Options, Record, Wal, WalError};
+
+fn grant(key: &str, source: &str) -> Record {
+    Record::Grant {
+        key: key.as_bytes().to_vec(),
+        source: source.as_bytes().to_vec(),
+        peer: b"127.0.0.1:1234".to_vec(),
+        since_ms: 1_700_000_000_000,
+    }
+}
+
+fn release(key: &str) -> Record {
+    Record::Release {
+        key: key.as_bytes().to_vec(),
+    }
+}
+
+fn keys(held: &[Held]) -> Vec<(String, String)> {
+    held.iter()
+        .map(|h| {
+            (
+                String::from_utf8_lossy(&h.key).into_owned(),
+                String::from_utf8_lossy(&h.source).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn open(path: &Path) -> Result<(Wal, Vec<Held>), WalError> {
+    Wal::open(path, Options::default()).map(|(w, h, _)| (w, h))
+}
+
+/// Writes records through a Wal and returns the file's bytes and the start
+/// offset of every record.
+fn build(path: &Path, records: &[Record]) -> (Vec<u8>, Vec<usize>) {
+    let (wal, _) = open(path).unwrap();
+    for r in records {
+        let _ = wal.append(r);
+        wal.sync().unwrap();
+    }
+    drop(wal);
+    let bytes = std::fs::read(path).unwrap();
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        starts.push(at);
+        match decode(&bytes[at..]) {
+            Next::Record(_, used) => at += used,
+            other => panic!("bad log at {at}: {other:?}"),
+        }
+    }
+    (bytes, starts)
+}
+
+fn sample() -> Vec<Record> {
+    vec![
+        grant("a", "s1"),
+        grant("b", "s2"),
+        release("a"),
+        grant("c", "s3"),
+        grant("a", "s4"),
+        release("b"),
+        grant("d", "s5"),
+    ]
+}
+
+#[test]
+fn a_torn_last_record_is_cut_at_every_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full.wal");
+    let (bytes, starts) = build(&full, &sample());
+    let last = *starts.last().unwrap();
+    let (_, held) = open(&full).unwrap();
+    assert_eq!(
+        keys(&held),
+        [("a", "s4"), ("c", "s3"), ("d", "s5")].map(|(k, s)| (k.into(), s.into()))
+    );
+    for cut in last..bytes.len() {
+        let path = dir.path().join(format!("cut{cut}.wal"));
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let (wal, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+        // Every earlier record kept, the torn one (a grant of d) dropped.
+        assert_eq!(
+            keys(&held),
+            [("a", "s4"), ("c", "s3")].map(|(k, s)| (k.into(), s.into())),
+            "cut at {cut}"
+        );
+        assert_eq!(recovery.records as usize, starts.len() - 1, "cut at {cut}");
+        assert_eq!(recovery.torn.is_some(), cut > last, "cut at {cut}");
+        drop(wal);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len() as usize,
+            last,
+            "cut at {cut}: file not truncated"
+        );
+        // And the cut log takes appends and reopens cleanly.
+        let (wal, _) = open(&path).unwrap();
+        let _ = wal.append(&grant("e", "s6"));
+        wal.sync().unwrap();
+        drop(wal);
+        let (_, held) = open(&path).unwrap();
+        assert_eq!(held.len(), 3, "cut at {cut}");
+    }
+}
+
+#[test]
+fn a_zeroed_tail_is_torn_not_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("z.wal");
+    let (mut bytes, starts) = build(&path, &sample());
+    bytes.extend_from_slice(&[0; 300]);
+    std::fs::write(&path, &bytes).unwrap();
+    let (_, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert_eq!(held.len(), 3);
+    assert_eq!(recovery.records as usize, starts.len());
+}
+
+#[test]
+fn a_flipped_byte_in_an_earlier_record_refuses_with_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.wal");
+    let mut records = sample();
+    // Plenty behind the damaged records, so a damaged length still lands
+    // inside the file.
+    for i in 0..40 {
+        records.push(grant(&format!("pad{i}"), "p"));
+    }
+    let (bytes, starts) = build(&path, &records);
+    for (r, &start) in starts.iter().enumerate().take(sample().len()) {
+        let end = starts[r + 1];
+        for at in start..end {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x5a;
+            let p = dir.path().join("damaged.wal");
+            std::fs::write(&p, &damaged).unwrap();
+            match open(&p) {
+                Err(WalError::Corrupt { offset, path, .. }) => {
+                    assert_eq!(offset as usize, start, "flip at {at}");
+                    assert_eq!(path, p);
+                }
+                Err(e) => panic!("flip at {at}: {e}"),
+                Ok(_) => panic!("flip at {at} (record {r}) not caught"),
+            }
+            // Refusing must not have touched the file.
+            assert_eq!(std::fs::read(&p).unwrap(), damaged);
+        }
+    }
+}
+
+#[test]
+fn compaction_keeps_the_log_small_under_endless_cycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.wal");
+    let options = Options::default();
+    let (wal, _, _) = Wal::open(&path, options.clone()).unwrap();
+    // Two long-lived holders, and 100,000 lock/unlock cycles on a few keys.
+    let _ = wal.append(&grant("keep1", "alpha"));
+    let _ = wal.append(&grant("keep2", "beta"));
+    let mut largest = 0;
+    for i in 0..100_000u32 {
+        let key = format!("hot{}", i % 4);
+        let _ = wal.append(&grant(&key, "worker"));
+        let _ = wal.append(&release(&key));
+        if i % 1000 == 999 {
+            wal.sync().unwrap();
+            largest = largest.max(std::fs::metadata(&path).unwrap().len());
+        }
+    }
+    wal.sync().unwrap();
+    let stats = wal.stats();
+    drop(wal);
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(stats.compactions > 0, "{stats:?}");
+    // 100,000 cycles are several MiB uncompacted.
+    assert!(
+        largest < 2 * options.compact_min + 64 * 1024,
+        "log grew to {largest} bytes"
+    );
+    assert!(
+        len < 2 * options.compact_min + 64 * 1024,
+        "log is {len} bytes"
+    );
+    assert_eq!(stats.grants, 100_002);
+    let (_, held) = open(&path).unwrap();
+    assert_eq!(
+        keys(&held),
+        [("keep1", "alpha"), ("keep2", "beta")].map(|(k, s)| (k.into(), s.into()))
+    );
+}
+
+#[test]
+fn a_crash_between_temp_file_and_rename_leaves_the_old_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("x.wal");
+    let options = Options {
+        compact_min: 4096,
+        ..Options::default()
+    };
+    let (wal, _, _) = Wal::open(&path, options.clone()).unwrap();
+    let _ = wal.append(&grant("k1", "alpha"));
+    let _ = wal.append(&grant("k2", "beta"));
+    let _ = wal.append(&grant("gone", "gamma"));
+    let _ = wal.append(&release("gone"));
+    wal.sync().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    options.crash_before_rename.store(true, Ordering::SeqCst);
+    // Cycle until a compaction starts and "crashes" (bounded).
+    let mut crashed = false;
+    for i in 0..10_000 {
+        let _ = wal.append(&grant("hot", "w"));
+        let _ = wal.append(&release("hot"));
+        if wal.sync().is_err() {
+            crashed = true;
+            break;
+        }
+        assert!(i < 9_999, "no compaction was attempted");
+    }
+    assert!(crashed);
+    let temp = dir.path().join("x.wal.compact");
+    assert!(
+        temp.exists(),
+        "the temp file of the compaction should be left behind"
+    );
+    let after_crash = std::fs::read(&path).unwrap();
+    assert!(after_crash.starts_with(&before), "old log damaged");
+    drop(wal);
+    let (wal, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert!(recovery.stale_temp);
+    assert!(!temp.exists());
+    assert_eq!(
+        keys(&held),
+        [("k1", "alpha"), ("k2", "beta")].map(|(k, s)| (k.into(), s.into()))
+    );
+    // And it compacts for real afterwards.
+    for _ in 0..2000 {
+        let _ = wal.append(&grant("hot", "w"));
+        let _ = wal.append(&release("hot"));
+    }
+    wal.sync().unwrap();
+    assert!(wal.stats().compactions > 0);
+    drop(wal);
+    let (_, held) = open(&path).unwrap();
+    assert_eq!(held.len(), 2);
+}
+
+#[test]
+fn concurrent_appends_share_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.wal");
+    let (wal, _) = open(&path).unwrap();
+    let wal = std::sync::Arc::new(wal);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..32 {
+            let wal = wal.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..50 {
+                    let key = format!("k{t}");
+                    wal.append(&grant(&key, "s")).wait().await.unwrap();
+                    wal.append(&release(&key)).wait().await.unwrap();
+                    let _ = i;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let stats = wal.stats();
+    assert_eq!(stats.grants, 32 * 50);
+    assert!(
+        stats.syncs < stats.grants + stats.releases,
+        "no sync was shared: {stats:?}"
+    );
+}

@@ -1,0 +1,468 @@
+//! `lc-cli serve --data PATH` through the real binary: restart, torn and
+//! corrupt logs, a full disk, and SIGKILL under load.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use common::serve::*;
+use common::*;
+
+const LOCK: u8 = 1;
+const UNLOCK: u8 = 2;
+const RESET_KEY: u8 = 3;
+const RESET_SOURCE: u8 = 4;
+const TRY: u8 = 5;
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn serve_on(path: &Path) -> LoggedServer {
+    LoggedServer::start(&["--data", path.to_str().unwrap()])
+}
+
+#[test]
+fn held_keys_survive_a_restart_with_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let server = serve_on(&path);
+    assert_eq!(
+        server.raw(&frame(LOCK, b"deploy/prod", Some(b"alice"))),
+        Some(b'+')
+    );
+    assert_eq!(server.raw(&frame(TRY, b"db", Some(b"bob"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(LOCK, b"tmp", Some(b"carol"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"tmp", None)), Some(b'+'));
+    // Handed over: the waiter's grant is what must survive.
+    assert_eq!(
+        server.raw(&frame(LOCK, b"handed", Some(b"dave"))),
+        Some(b'+')
+    );
+    let mut w = send_lock(&server, b"handed", b"erin");
+    server.wait_for("queue 'handed'", 1, LIMIT);
+    assert_eq!(server.raw(&frame(UNLOCK, b"handed", None)), Some(b'+'));
+    assert_eq!(read_byte(&mut w), Some(b'+'));
+    // Reset keys stay reset.
+    assert_eq!(
+        server.raw(&frame(LOCK, b"reset-me", Some(b"frank"))),
+        Some(b'+')
+    );
+    assert_eq!(server.raw(&frame(RESET_KEY, b"reset-me", None)), Some(b'+'));
+    drop(server); // SIGKILL
+
+    let server = serve_on(&path);
+    for (key, source) in [("deploy/prod", "alice"), ("db", "bob"), ("handed", "erin")] {
+        server.wait_for(&format!("restored '{key}' held by '{source}'"), 1, LIMIT);
+        assert_eq!(
+            server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+            Some(b'#'),
+            "{key}"
+        );
+    }
+    for key in ["tmp", "reset-me"] {
+        assert_eq!(
+            server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+            Some(b'+'),
+            "{key}"
+        );
+    }
+    assert_eq!(server.count("restored '"), 3, "{}", server.log());
+    // Restored keys queue new waiters and are clearable by reset, and that
+    // is durable too.
+    let mut waiter = send_lock(&server, b"deploy/prod", b"grace");
+    server.wait_for("queue 'deploy/prod' source 'grace'", 1, LIMIT);
+    assert_eq!(server.raw(&frame(RESET_SOURCE, b"alice", None)), Some(b'+'));
+    assert_eq!(read_byte(&mut waiter), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"deploy/prod", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"db", None)), Some(b'+'));
+    drop(server);
+    let server = serve_on(&path);
+    assert_eq!(
+        server.raw(&frame(TRY, b"deploy/prod", Some(b"x"))),
+        Some(b'+')
+    );
+    assert_eq!(server.raw(&frame(TRY, b"db", Some(b"x"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(TRY, b"handed", Some(b"x"))), Some(b'#'));
+}
+
+/// Record start offsets of a log file.
+fn record_starts(bytes: &[u8]) -> Vec<usize> {
+    use lc_cli::wal::record::{decode, Next};
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        starts.push(at);
+        match decode(&bytes[at..]) {
+            Next::Record(_, used) => at += used,
+            other => panic!("bad log at {at}: {other:?}"),
+        }
+    }
+    starts
+}
+
+#[test]
+fn torn_tail_is_cut_and_a_corrupt_record_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    {
+        let server = serve_on(&path);
+        for (k, s) in [("a", "s1"), ("b", "s2"), ("c", "s3")] {
+            assert_eq!(
+                server.raw(&frame(LOCK, k.as_bytes(), Some(s.as_bytes()))),
+                Some(b'+')
+            );
+        }
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let starts = record_starts(&bytes);
+    assert_eq!(starts.len(), 3);
+    let last = starts[2];
+    // Every cut inside the last record (the in-process test covers the
+    // module; this one the binary's start-up).
+    for cut in (last + 1)..bytes.len() {
+        let p = dir.path().join("cut.wal");
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let server = serve_on(&p);
+        server.wait_for("cut a torn last record", 1, LIMIT);
+        assert_eq!(
+            server.raw(&frame(TRY, b"a", Some(b"x"))),
+            Some(b'#'),
+            "cut {cut}"
+        );
+        assert_eq!(
+            server.raw(&frame(TRY, b"b", Some(b"x"))),
+            Some(b'#'),
+            "cut {cut}"
+        );
+        assert_eq!(
+            server.raw(&frame(TRY, b"c", Some(b"x"))),
+            Some(b'+'),
+            "cut {cut}"
+        );
+        drop(server);
+        let now = std::fs::read(&p).unwrap();
+        assert_eq!(
+            &now[..last],
+            &bytes[..last],
+            "cut {cut}: earlier records changed"
+        );
+    }
+    // A flipped byte in the second record: refuse, name file and offset.
+    let mut damaged = bytes.clone();
+    damaged[starts[1] + 10] ^= 0x01;
+    let p = dir.path().join("damaged.wal");
+    std::fs::write(&p, &damaged).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "it must not listen: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains(p.to_str().unwrap()), "{stderr}");
+    assert!(
+        stderr.contains(&format!("byte offset {}", starts[1])),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        damaged,
+        "the damaged log was changed"
+    );
+    // DATA_PATH works as --data does.
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATA_PATH", &p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(65));
+}
+
+/// A small tmpfs mounted for this test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "lc-test-tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount -t tmpfs failed (the test needs root)"
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system of `dir` with one file, until it refuses.
+fn fill(dir: &Path) -> PathBuf {
+    let p = dir.join("filler");
+    let mut f = std::fs::File::create(&p).unwrap();
+    let block = [0xabu8; 4096];
+    for _ in 0..100_000 {
+        if f.write_all(&block).is_err() {
+            break;
+        }
+    }
+    let _ = f.flush();
+    p
+}
+
+#[test]
+fn a_full_disk_refuses_grants_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let _tmpfs = Tmpfs::mount(&mnt, "64k");
+    let path = mnt.join("locks.wal");
+    let server = serve_on(&path);
+    assert_eq!(server.raw(&frame(LOCK, b"before", Some(b"s"))), Some(b'+'));
+    let filler = fill(&mnt);
+    // Appends fit in the log's last page until they cross into a new one.
+    let mut refused = None;
+    for i in 0..2000 {
+        let key = format!("k{i}");
+        match server.raw(&frame(LOCK, key.as_bytes(), Some(b"s"))) {
+            Some(b'+') => assert!(server.raw(&frame(UNLOCK, key.as_bytes(), None)).is_some()),
+            Some(b'-') => {
+                refused = Some(key);
+                break;
+            }
+            other => panic!("lock {key}: {other:?}"),
+        }
+    }
+    let key = refused.expect("the full disk never refused a grant");
+    server.wait_for("not recorded in the log", 1, LIMIT);
+    // Not held: a TryLock gets '-' (the disk is still full), never '#'.
+    assert_eq!(
+        server.raw(&frame(TRY, key.as_bytes(), Some(b"t"))),
+        Some(b'-')
+    );
+    assert_eq!(server.raw(&frame(LOCK, b"other", Some(b"t"))), Some(b'-'));
+    // Still serving everything that needs no disk.
+    assert_eq!(server.raw(&frame(UNLOCK, b"never-held", None)), Some(b'-'));
+    // Space again: grants work, and the refused key is free.
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(
+        server.raw(&frame(TRY, key.as_bytes(), Some(b"t"))),
+        Some(b'+')
+    );
+    assert_eq!(server.raw(&frame(LOCK, b"after", Some(b"s"))), Some(b'+'));
+    drop(server);
+    // The log is still readable and holds the right keys.
+    let server = serve_on(&path);
+    assert_eq!(server.raw(&frame(TRY, b"before", Some(b"x"))), Some(b'#'));
+    assert_eq!(server.raw(&frame(TRY, b"after", Some(b"x"))), Some(b'#'));
+    assert_eq!(
+        server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+        Some(b'#')
+    );
+    assert_eq!(server.raw(&frame(TRY, b"other", Some(b"x"))), Some(b'+'));
+}
+
+/// What the clients believe, with the times they believed it.
+#[derive(Default)]
+struct Beliefs {
+    /// (key, client, from, to) for every finished hold.
+    intervals: Vec<(usize, usize, Instant, Instant)>,
+    /// key -> (client, since) for holds in progress.
+    holding: HashMap<usize, (usize, Instant)>,
+    errors: Vec<String>,
+}
+
+fn ask(addr: std::net::SocketAddr, frame_bytes: &[u8]) -> Option<u8> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(frame_bytes).ok()?;
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(1) => Some(b[0]),
+        _ => None,
+    }
+}
+
+#[test]
+fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}");
+    let mut rng = seed;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    const CLIENTS: usize = 8;
+    const KEYS: usize = 4;
+    let server = Arc::new(RwLock::new(serve_on(&path)));
+    let addr = Arc::new(Mutex::new(server.read().unwrap().addr));
+    let beliefs = Arc::new(Mutex::new(Beliefs::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for c in 0..CLIENTS {
+        let (server, addr, beliefs, stop) =
+            (server.clone(), addr.clone(), beliefs.clone(), stop.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut r = (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut rand = move |n: u64| {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                r % n
+            };
+            let source = format!("c{c}");
+            let mut held: Option<usize> = None;
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::SeqCst) && rounds < 1_000_000 {
+                rounds += 1;
+                // One request at a time while the server is up; the test
+                // thread takes the write side to restart and check.
+                let _up = server.read().unwrap();
+                let a = *addr.lock().unwrap();
+                match held {
+                    None => {
+                        let key = rand(KEYS as u64) as usize;
+                        let f = frame(
+                            LOCK,
+                            format!("key{key}").as_bytes(),
+                            Some(source.as_bytes()),
+                        );
+                        if ask(a, &f) == Some(b'+') {
+                            let now = Instant::now();
+                            let mut b = beliefs.lock().unwrap();
+                            if let Some((other, _)) = b.holding.get(&key) {
+                                let msg =
+                                    format!("key{key}: told c{c} '+' while c{other} holds it");
+                                b.errors.push(msg);
+                            }
+                            b.holding.insert(key, (c, now));
+                            held = Some(key);
+                        }
+                    }
+                    Some(key) => {
+                        drop(_up);
+                        std::thread::sleep(Duration::from_micros(rand(3000)));
+                        let _up = server.read().unwrap();
+                        let a = *addr.lock().unwrap();
+                        // It stops believing it holds the key when it sends the Unlock.
+                        {
+                            let mut b = beliefs.lock().unwrap();
+                            let (_, since) = b.holding.remove(&key).unwrap();
+                            b.intervals.push((key, c, since, Instant::now()));
+                        }
+                        held = None;
+                        let answer = ask(a, &frame(UNLOCK, format!("key{key}").as_bytes(), None));
+                        if answer == Some(b'-') {
+                            beliefs
+                                .lock()
+                                .unwrap()
+                                .errors
+                                .push(format!("key{key}: c{c}'s unlock answered '-'"));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    let mut kills = 0;
+    let mut orphans = 0;
+    let started = Instant::now();
+    for round in 0..30 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "took too long"
+        );
+        std::thread::sleep(Duration::from_millis(20 + next() % 120));
+        // SIGKILL at a random moment, requests in flight.
+        {
+            let s = server.read().unwrap();
+            unsafe { libc::kill(s.pid(), libc::SIGKILL) };
+        }
+        kills += 1;
+        let mut guard = server.write().unwrap();
+        let restarted = serve_on(&path);
+        *addr.lock().unwrap() = restarted.addr;
+        *guard = restarted;
+        // Every key a client believes it holds is held, by its source.
+        let b = beliefs.lock().unwrap();
+        for (&key, &(c, _)) in &b.holding {
+            let k = format!("key{key}");
+            assert_eq!(
+                guard.raw(&frame(TRY, k.as_bytes(), Some(b"checker"))),
+                Some(b'#'),
+                "round {round}: c{c} holds {k} but the restarted server lost it\n{}",
+                guard.log()
+            );
+            guard.wait_for(&format!("restored '{k}' held by 'c{c}'"), 1, LIMIT);
+        }
+        // Keys held that no client believes it holds (granted durably, but
+        // the '+' never arrived; or an unlock lost with the crash): the safe
+        // direction. Clear them so the load goes on.
+        for key in 0..KEYS {
+            if !b.holding.contains_key(&key) {
+                let k = format!("key{key}");
+                if guard.raw(&frame(TRY, k.as_bytes(), Some(b"checker"))) == Some(b'#') {
+                    orphans += 1;
+                }
+                assert_eq!(guard.raw(&frame(RESET_KEY, k.as_bytes(), None)), Some(b'+'));
+            }
+        }
+        drop(b);
+        drop(guard);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let b = beliefs.lock().unwrap();
+    assert!(b.errors.is_empty(), "{:#?}", b.errors);
+    // No two clients believed they held one key at the same time.
+    for key in 0..KEYS {
+        let mut iv: Vec<_> = b.intervals.iter().filter(|i| i.0 == key).collect();
+        iv.sort_by_key(|i| i.2);
+        for w in iv.windows(2) {
+            assert!(
+                w[1].2 >= w[0].3,
+                "key{key}: c{} and c{} held it at once",
+                w[0].1,
+                w[1].1
+            );
+        }
+    }
+    let holds = b.intervals.len();
+    eprintln!("{kills} kills, {holds} holds, {orphans} orphaned keys cleared");
+    assert!(holds > 100, "too little load: {holds} holds");
+}
