@@ -9,8 +9,10 @@ use crate::exit::ExitCode;
 
 pub fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
     let keys: Vec<&str> = args.keys.iter().map(String::as_str).collect();
-    super::client_runtime()?.block_on(async {
-        let backend = super::connect_for(config, &keys).await?;
+    super::block_on(async {
+        let backend = super::connect_for(config, &keys)
+            .await
+            .with_context(|| format!("reset on {}", config.server))?;
         let result = async {
             for key in &keys {
                 backend
