@@ -1,0 +1,165 @@
+//! lc-cli at a terminal (a pseudo-terminal): the command can read it, Ctrl-C
+//! reaches the command exactly once, Ctrl-Z and `fg` work under a job-control
+//! shell, and the status line is drawn while waiting and erased after.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::cli::*;
+use common::*;
+
+fn lc_at_terminal(server: &Server, args: &[&str]) -> (Pty, Guard) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server")
+        .arg(server.addr.to_string())
+        .args(args)
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    Pty::spawn(cmd)
+}
+
+#[test]
+fn ctrl_c_reaches_the_command_exactly_once() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, ints) = (dir.path().join("ready"), dir.path().join("ints"));
+    // Counts SIGINTs; after the first, waits a while so that a duplicate
+    // would be counted too, then exits 7 (lc-cli passes that through only
+    // if it was not interrupted itself).
+    let script = format!(
+        "trap 'echo INT >> \"{i}\"' INT; touch '{r}'; n=0; \
+         while [ ! -s '{i}' ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done; \
+         sleep 0.3; sleep 0.3; exit 7",
+        i = ints.display(),
+        r = ready.display()
+    );
+    let (mut pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-int", "-c", &script]);
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    pty.type_bytes(&[0x03]);
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(15)),
+        Some(7),
+        "terminal output: {}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&ints).unwrap(), "INT\n");
+    expect_status(&mut server.lc(&["trylock", "tty-int", "--", "true"]), 0);
+}
+
+#[test]
+fn the_command_can_read_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let script = format!(
+        "touch '{r}'; read line; echo \"$line\" > '{g}'",
+        r = ready.display(),
+        g = got.display()
+    );
+    let (mut pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-read", "-c", &script]);
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    pty.type_bytes(b"hello\n");
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(10)),
+        Some(0),
+        "terminal output: {}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "hello\n");
+}
+
+#[test]
+fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
+    let server = Server::start();
+    expect_status(&mut server.lc(&["lock", "tty-wait"]), 0);
+    let (pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-wait", "--", "echo", "RAN"]);
+    let line = format!("waiting for 'tty-wait' on {}", server.addr);
+    assert!(
+        pty.wait_for_output(&line, Duration::from_secs(10)),
+        "no status line: {:?}",
+        pty.output()
+    );
+    // It counts the time waited.
+    assert!(pty.wait_for_output(": 1s", Duration::from_secs(10)), "{:?}", pty.output());
+    expect_status(&mut server.lc(&["unlock", "tty-wait"]), 0);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    assert!(pty.wait_for_output("RAN", Duration::from_secs(5)));
+    let out = pty.output();
+    let last_status = out.rfind(&line).unwrap();
+    let erase = out[last_status..].find("\r\x1b[K").map(|i| i + last_status);
+    let ran = out.rfind("RAN").unwrap();
+    assert!(
+        matches!(erase, Some(e) if e < ran),
+        "the status line was not erased before the command ran: {out:?}"
+    );
+}
+
+#[test]
+fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, done) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("done"),
+    );
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
+        p = pid_file.display(),
+        g = go.display(),
+        d = done.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-z -c '{script}'\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    // Stopped means stopped: it does not finish meanwhile.
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.exists());
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(15), || done.exists() && is_dead(lc)),
+        "not resumed: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    // `$?` after `fg` is the job's status.
+    pty.type_bytes(b"echo \"status=$?\"\n");
+    assert!(
+        pty.wait_for_output("status=0", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    // lc-cli gave the terminal back to the shell, which reads commands again.
+    pty.type_bytes(b"echo back-$((40+2))\n");
+    assert!(
+        pty.wait_for_output("back-42", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    expect_status(&mut server.lc(&["trylock", "tty-z", "--", "true"]), 0);
+    pty.type_bytes(b"exit\n");
+}
