@@ -162,7 +162,10 @@ impl Running<'_> {
     /// Collects every state change of the child since the last SIGCHLD.
     fn reap(&mut self) -> Result<()> {
         while self.ended.is_none() {
-            match waitpid(self.pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)) {
+            match waitpid(
+                self.pid,
+                Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG),
+            ) {
                 Ok(WaitStatus::Exited(_, code)) => self.end(ChildEnd::Exited(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.end(ChildEnd::Signalled(sig as i32)),
                 Ok(WaitStatus::Stopped(_, sig)) => self.stopped(sig),

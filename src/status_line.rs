@@ -39,7 +39,7 @@ impl StatusLine {
     }
 
     fn draw(&mut self, text: &str) {
-        if !self.enabled {
+        if !self.enabled || !terminal::stderr_is_foreground() {
             return;
         }
         // Never wider than the terminal: a wrapped line could not be erased.

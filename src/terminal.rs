@@ -72,6 +72,14 @@ pub fn stderr_is_terminal() -> bool {
     unsafe { libc::isatty(libc::STDERR_FILENO) == 1 }
 }
 
+/// Whether lc-cli is in the foreground of the terminal on stderr (a
+/// background job must not draw over the shell's prompt).
+pub fn stderr_is_foreground() -> bool {
+    // SAFETY: tcgetpgrp only inspects the descriptor.
+    let pgrp = unsafe { libc::tcgetpgrp(libc::STDERR_FILENO) };
+    pgrp > 0 && pgrp == nix::unistd::getpgrp().as_raw()
+}
+
 /// The width of the terminal on stderr, if it says.
 pub fn stderr_width() -> Option<usize> {
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };

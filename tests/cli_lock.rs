@@ -55,17 +55,15 @@ fn not_found_is_127_and_not_executable_is_126_and_the_key_is_free() {
         127,
     );
     let err = stderr_of(&out);
-    assert!(err.contains("'spawn'") && err.contains(&server.addr.to_string()), "{err}");
+    assert!(
+        err.contains("'spawn'") && err.contains(&server.addr.to_string()),
+        "{err}"
+    );
     expect_status(&mut server.lc(&["trylock", "spawn", "--", "true"]), 0);
 
     let script = dir.path().join("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
-    expect_status(
-        server
-            .lc(&["lock", "spawn", "--"])
-            .arg(&script),
-        126,
-    );
+    expect_status(server.lc(&["lock", "spawn", "--"]).arg(&script), 126);
     expect_status(&mut server.lc(&["trylock", "spawn", "--", "true"]), 0);
 }
 
@@ -75,11 +73,19 @@ fn conflict_status_for_nonblock_and_timeout_and_e_changes_it() {
     expect_status(&mut server.lc(&["lock", "--source", "holder", "busy"]), 0);
     expect_status(&mut server.lc(&["trylock", "busy", "--", "true"]), 1);
     expect_status(&mut server.lc(&["lock", "-n", "busy", "--", "true"]), 1);
-    expect_status(&mut server.lc(&["lock", "-n", "-E", "42", "busy", "--", "true"]), 42);
+    expect_status(
+        &mut server.lc(&["lock", "-n", "-E", "42", "busy", "--", "true"]),
+        42,
+    );
     // -w 0 tries once, as in flock.
-    expect_status(&mut server.lc(&["lock", "-w", "0", "-E", "9", "busy", "--", "true"]), 9);
+    expect_status(
+        &mut server.lc(&["lock", "-w", "0", "-E", "9", "busy", "--", "true"]),
+        9,
+    );
     let out = expect_status(
-        &mut server.lc(&["lock", "--source", "timed", "-w", "0.3", "busy", "--", "true"]),
+        &mut server.lc(&[
+            "lock", "--source", "timed", "-w", "0.3", "busy", "--", "true",
+        ]),
         1,
     );
     // Not a terminal: no status line.
@@ -126,7 +132,11 @@ fn wait_returns_when_the_key_is_free() {
             .unwrap(),
     );
     server.wait_queued("wt", "waiter");
-    assert_eq!(waiter.0.try_wait().unwrap(), None, "wait returned while held");
+    assert_eq!(
+        waiter.0.try_wait().unwrap(),
+        None,
+        "wait returned while held"
+    );
     expect_status(&mut server.lc(&["unlock", "wt"]), 0);
     assert_eq!(waiter.wait_for(Duration::from_secs(10)), Some(0));
     // wait took it in turn and gave it back.
@@ -164,12 +174,7 @@ fn reset_by_key_and_by_source() {
     expect_status(&mut server.lc(&["trylock", "r5", "--", "true"]), 1);
 
     // reset never takes the source from LC_SOURCE.
-    expect_status(
-        server
-            .lc(&["reset"])
-            .env("LC_SOURCE", "other-host"),
-        64,
-    );
+    expect_status(server.lc(&["reset"]).env("LC_SOURCE", "other-host"), 64);
     expect_status(&mut server.lc(&["trylock", "r5", "--", "true"]), 1);
 }
 
@@ -221,7 +226,11 @@ fn an_unreachable_server_fails_fast_with_its_own_status() {
         cmd.arg("--server").arg(&addr).args(&args);
         let started = Instant::now();
         let out = expect_status(&mut cmd, 69);
-        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
         let err = stderr_of(&out);
         assert!(err.contains("'unreach'") && err.contains(&addr), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -233,7 +242,14 @@ fn a_release_that_cannot_reach_the_server_names_the_reset_command() {
     let server = Server::start();
     let pid = server.child.id();
     let out = expect_status(
-        &mut server.lc(&["lock", "gone", "--", "sh", "-c", &format!("kill {pid}; sleep 0.2")]),
+        &mut server.lc(&[
+            "lock",
+            "gone",
+            "--",
+            "sh",
+            "-c",
+            &format!("kill {pid}; sleep 0.2"),
+        ]),
         74,
     );
     let err = stderr_of(&out);
@@ -249,7 +265,10 @@ fn verbose_says_how_long_the_wait_took_and_what_runs() {
     let server = Server::start();
     let out = expect_status(&mut server.lc(&["-v", "lock", "vk", "--", "true"]), 0);
     let err = stderr_of(&out);
-    assert!(err.contains("getting lock 'vk'") && err.contains("seconds"), "{err}");
+    assert!(
+        err.contains("getting lock 'vk'") && err.contains("seconds"),
+        "{err}"
+    );
     assert!(err.contains("executing true"), "{err}");
 }
 
@@ -292,10 +311,42 @@ fn ten_processes_increment_a_counter_without_losing_an_update() {
         c = counter.display()
     );
     let mut workers: Vec<Guard> = (0..10)
-        .map(|_| Guard(server.lc(&["lock", "counter", "-c", &script]).spawn().unwrap()))
+        .map(|_| {
+            Guard(
+                server
+                    .lc(&["lock", "counter", "-c", &script])
+                    .spawn()
+                    .unwrap(),
+            )
+        })
         .collect();
     for w in &mut workers {
         assert_eq!(w.wait_for(Duration::from_secs(30)), Some(0));
     }
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "10\n");
+}
+
+#[test]
+fn a_server_that_goes_away_while_we_wait_is_an_error_naming_key_and_server() {
+    let server = LoggedServer::start();
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "away"]), 0);
+    let mut waiter = Guard(
+        server
+            .lc(&["lock", "--source", "w", "away", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    server.wait_queued("away", "w");
+    let LoggedServer { mut server, .. } = server;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    assert_eq!(waiter.wait_for(Duration::from_secs(10)), Some(69));
+    let mut err = String::new();
+    std::io::Read::read_to_string(waiter.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("'away'") && err.contains(&server.addr.to_string()),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -43,15 +43,27 @@ fn a_child_that_handles_the_signal_gives_its_own_status() {
     );
     for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
         let _ = std::fs::remove_file(&ready);
-        let script = script.replace("TERM", match sig {
-            libc::SIGTERM => "TERM",
-            libc::SIGHUP => "HUP",
-            _ => "INT",
-        });
-        let mut lc = Guard(server.lc(&["lock", "handled", "-c", &script]).spawn().unwrap());
+        let script = script.replace(
+            "TERM",
+            match sig {
+                libc::SIGTERM => "TERM",
+                libc::SIGHUP => "HUP",
+                _ => "INT",
+            },
+        );
+        let mut lc = Guard(
+            server
+                .lc(&["lock", "handled", "-c", &script])
+                .spawn()
+                .unwrap(),
+        );
         assert!(wait_until(Duration::from_secs(10), || ready.exists()));
         signal(lc.pid(), sig);
-        assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(5), "signal {sig}");
+        assert_eq!(
+            lc.wait_for(Duration::from_secs(10)),
+            Some(5),
+            "signal {sig}"
+        );
         expect_status(&mut server.lc(&["trylock", "handled", "--", "true"]), 0);
     }
 }
@@ -108,9 +120,13 @@ fn sigint_while_waiting_withdraws_and_the_next_waiter_gets_the_key() {
     );
     server.wait_queued("sig", "b");
     signal(a.pid(), libc::SIGINT);
-    assert_eq!(a.wait_for(Duration::from_secs(10)), Some(128 + libc::SIGINT));
+    assert_eq!(
+        a.wait_for(Duration::from_secs(10)),
+        Some(128 + libc::SIGINT)
+    );
     assert!(
-        wait_until(Duration::from_secs(5), || server.logged(&["withdraw 'sig'", "source 'a'"])),
+        wait_until(Duration::from_secs(5), || server
+            .logged(&["withdraw 'sig'", "source 'a'"])),
         "{}",
         server.log_text()
     );
@@ -129,7 +145,14 @@ fn sigterm_while_waiting_exits_143_without_running_anything() {
     expect_status(&mut server.lc(&["lock", "--source", "holder", "sigw"]), 0);
     let mut a = Guard(
         server
-            .lc(&["lock", "--source", "a", "sigw", "-c", &format!("touch '{}'", ran.display())])
+            .lc(&[
+                "lock",
+                "--source",
+                "a",
+                "sigw",
+                "-c",
+                &format!("touch '{}'", ran.display()),
+            ])
             .spawn()
             .unwrap(),
     );
@@ -151,10 +174,18 @@ fn sigkill_of_lc_cli_sends_sigterm_to_the_child() {
         g = got.display(),
         r = ready.display()
     );
-    let mut lc = Guard(server.lc(&["lock", "killed", "-c", &script]).spawn().unwrap());
+    let mut lc = Guard(
+        server
+            .lc(&["lock", "killed", "-c", &script])
+            .spawn()
+            .unwrap(),
+    );
     let child = read_pid(&ready);
     signal(lc.pid(), libc::SIGKILL);
-    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(128 + libc::SIGKILL));
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(10)),
+        Some(128 + libc::SIGKILL)
+    );
     assert!(
         wait_until(Duration::from_secs(10), || got.exists()),
         "the child never got SIGTERM"

@@ -82,7 +82,11 @@ fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
         pty.output()
     );
     // It counts the time waited.
-    assert!(pty.wait_for_output(": 1s", Duration::from_secs(10)), "{:?}", pty.output());
+    assert!(
+        pty.wait_for_output(": 1s", Duration::from_secs(10)),
+        "{:?}",
+        pty.output()
+    );
     expect_status(&mut server.lc(&["unlock", "tty-wait"]), 0);
     assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
     assert!(pty.wait_for_output("RAN", Duration::from_secs(5)));
@@ -118,13 +122,11 @@ fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
         g = go.display(),
         d = done.display()
     );
-    let line = format!(
-        "{BIN} --server {} lock tty-z -c '{script}'\n",
-        server.addr
-    );
+    let line = format!("{BIN} --server {} lock tty-z -c '{script}'\n", server.addr);
     pty.type_bytes(line.as_bytes());
     let child = read_pid(&pid_file);
     let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
     pty.type_bytes(&[0x1a]);
     assert!(
         wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')

@@ -71,9 +71,11 @@ pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Resul
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.
         let mut signals = Signals::install()?;
+        let context = || format!("lock '{}' on {}", options.key, config.server);
+        super::check_source_shape(&options.source, config).with_context(context)?;
         let backend = super::connect_for(config, &[&options.key])
             .await
-            .with_context(|| format!("lock '{}' on {}", options.key, config.server))?;
+            .with_context(context)?;
         let result = hold_and_run(&*backend, config, &options, &mut signals, verbose).await;
         backend.close().await;
         result

@@ -74,6 +74,19 @@ fn check_key_shape(key: &str, config: &BackendConfig) -> Result<()> {
     })
 }
 
+/// A `--source` the protocol can carry, checked before connecting.
+pub(crate) fn check_source_shape(source: &str, config: &BackendConfig) -> Result<()> {
+    crate::proto::check_source(source.as_bytes()).map_err(|e| {
+        fail(
+            ExitCode::Usage,
+            format!(
+                "invalid source '{source}' (nothing was sent to {}): {e}",
+                config.server
+            ),
+        )
+    })
+}
+
 /// A word as a POSIX shell reads it back: as is when safe, else quoted.
 pub(crate) fn shell_quote(word: &str) -> String {
     let safe = !word.is_empty()

@@ -121,6 +121,18 @@ impl Drop for Guard {
     }
 }
 
+/// Kills a process the test did not start itself (found by pid) with
+/// SIGKILL when dropped, if it is still there.
+pub struct KillOnDrop(pub i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !is_dead(self.0) {
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
 /// The state letter of a process from /proc (R, S, T, Z...), None if gone.
 pub fn proc_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -168,7 +180,7 @@ impl Pty {
     /// would be.
     pub fn spawn(mut cmd: Command) -> (Pty, Guard) {
         let (mut master, mut slave) = (0, 0);
-        let mut size = libc::winsize {
+        let size = libc::winsize {
             ws_row: 24,
             ws_col: 200,
             ws_xpixel: 0,
@@ -180,10 +192,14 @@ impl Pty {
                 &mut slave,
                 std::ptr::null_mut(),
                 std::ptr::null(),
-                &mut size,
+                &size,
             )
         };
         assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // Not inherited by anything else the tests start.
+        for fd in [master, slave] {
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
         let master = unsafe { File::from(OwnedFd::from_raw_fd(master)) };
         let slave = unsafe { File::from(OwnedFd::from_raw_fd(slave)) };
         cmd.stdin(slave.try_clone().unwrap())
