@@ -63,7 +63,10 @@ pub fn spawn<'t>(
 ) -> Result<Running<'t>, SpawnError> {
     let program = &argv[0];
     let mut cmd = std::process::Command::new(program);
-    cmd.args(&argv[1..]).envs(env.iter().map(|(k, v)| (k, v)));
+    // A token inherited from an outer lc-cli would fence with the wrong lock.
+    cmd.args(&argv[1..])
+        .env_remove("LC_LOCK_TOKEN")
+        .envs(env.iter().map(|(k, v)| (k, v)));
     // Its own process group, so a forwarded signal reaches the grandchildren.
     cmd.process_group(0);
     let parent = nix::unistd::getpid().as_raw();
@@ -220,5 +223,66 @@ impl Running<'_> {
         if killpg(self.pid, sig).is_err() {
             let _ = kill(self.pid, sig);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(script: &str) -> Vec<OsString> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn ends_statuses_and_stop_escalates_to_sigkill() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut signals = Signals::install().unwrap();
+            let mut c = spawn(&argv("exit 3"), &[], None).ok().unwrap();
+            assert_eq!(
+                c.supervise(&mut signals).await.unwrap(),
+                ChildEnd::Exited(3)
+            );
+            let mut c = spawn(&argv("kill -USR2 $$"), &[], None).ok().unwrap();
+            assert_eq!(
+                c.supervise(&mut signals).await.unwrap(),
+                ChildEnd::Signalled(libc::SIGUSR2)
+            );
+            // Ignores SIGTERM: killed after the grace.
+            let mut c = spawn(
+                &argv("trap '' TERM; while :; do sleep 0.05; done"),
+                &[],
+                None,
+            )
+            .ok()
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = std::time::Instant::now();
+            let end = c
+                .stop(&mut signals, Duration::from_millis(300))
+                .await
+                .unwrap();
+            assert_eq!(end, ChildEnd::Signalled(libc::SIGKILL));
+            assert!(started.elapsed() >= Duration::from_millis(300));
+            // Obeys SIGTERM: ends at once with its own status.
+            let mut c = spawn(
+                &argv("trap 'exit 9' TERM; while :; do sleep 0.05; done"),
+                &[],
+                None,
+            )
+            .ok()
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let end = c.stop(&mut signals, Duration::from_secs(20)).await.unwrap();
+            assert_eq!(end, ChildEnd::Exited(9));
+            let err = spawn(&["/nonexistent/x".into()], &[], None).err().unwrap();
+            assert_eq!(err.code, ExitCode::NotFound);
+            let err = spawn(&["/".into()], &[], None).err().unwrap();
+            assert_eq!(err.code, ExitCode::CannotExecute);
+        });
     }
 }

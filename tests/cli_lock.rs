@@ -44,6 +44,15 @@ fn the_command_gets_the_key_in_its_environment() {
         0,
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "env/key\n");
+    // The built-in protocol has no fencing token, and one inherited from an
+    // outer lc-cli must not pass for ours.
+    let out = expect_status(
+        server
+            .lc(&["lock", "env/key", "--", "sh", "-c", "echo \"[$LC_LOCK_TOKEN]\""])
+            .env("LC_LOCK_TOKEN", "99"),
+        0,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[]\n");
 }
 
 #[test]
