@@ -48,7 +48,14 @@ fn the_command_gets_the_key_in_its_environment() {
     // outer lc-cli must not pass for ours.
     let out = expect_status(
         server
-            .lc(&["lock", "env/key", "--", "sh", "-c", "echo \"[$LC_LOCK_TOKEN]\""])
+            .lc(&[
+                "lock",
+                "env/key",
+                "--",
+                "sh",
+                "-c",
+                "echo \"[$LC_LOCK_TOKEN]\"",
+            ])
             .env("LC_LOCK_TOKEN", "99"),
         0,
     );
@@ -358,4 +365,58 @@ fn a_server_that_goes_away_while_we_wait_is_an_error_naming_key_and_server() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// A listener on 127.0.0.1 whose accept queue is full, so that a further
+/// connect hangs (its SYNs are dropped) until the client gives up.
+fn black_hole() -> (std::os::fd::OwnedFd, Vec<std::net::TcpStream>, String) {
+    use std::os::fd::FromRawFd;
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as _;
+        addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(
+            libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len),
+            0
+        );
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut blen);
+        let port = u16::from_be(bound.sin_port);
+        let addr = format!("127.0.0.1:{port}");
+        // Fill the queue: connections that are never accepted.
+        let mut fillers = Vec::new();
+        for _ in 0..4 {
+            match std::net::TcpStream::connect_timeout(
+                &addr.parse().unwrap(),
+                Duration::from_millis(300),
+            ) {
+                Ok(s) => fillers.push(s),
+                Err(_) => break,
+            }
+        }
+        (owned, fillers, addr)
+    }
+}
+
+#[test]
+fn a_server_that_never_accepts_fails_after_the_connect_timeout() {
+    let (_listener, _fillers, addr) = black_hole();
+    let mut cmd = std::process::Command::new(BIN);
+    // -w bounds the test should the connection be accepted after all.
+    cmd.arg("--server")
+        .arg(&addr)
+        .args(["lock", "-w", "4", "hole", "--", "true"]);
+    let started = Instant::now();
+    let out = expect_status(&mut cmd, 69);
+    let took = started.elapsed();
+    // The default connect timeout is 2 s; generous bound for a loaded machine.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let err = stderr_of(&out);
+    assert!(err.contains("'hole'") && err.contains(&addr), "{err}");
 }
