@@ -165,3 +165,33 @@ fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
     expect_status(&mut server.lc(&["trylock", "tty-z", "--", "true"]), 0);
     pty.type_bytes(b"exit\n");
 }
+
+#[test]
+fn lc_cli_takes_the_terminal_back_when_the_command_ends() {
+    let server = Server::start();
+    // The command stops the server, so lc-cli stays alive retrying the
+    // release (10 s) after the command ended: time to look at the terminal.
+    let script = format!("kill {}", server.child.id());
+    let (pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-back", "-c", &script]);
+    let lc_pid = lc.pid();
+    // The command ran (the server is gone)...
+    let server_pid = server.child.id() as i32;
+    assert!(wait_until(Duration::from_secs(10), || is_dead(server_pid)));
+    // ...and ended; /proc/PID/stat field 8: the terminal's foreground process group.
+    assert!(
+        wait_until(Duration::from_secs(8), || {
+            proc_field(lc_pid, 8) == Some(lc_pid as i64) && is_dead_child_of(lc_pid)
+        }),
+        "foreground group {:?}, lc-cli {lc_pid}; terminal: {:?}",
+        proc_field(lc_pid, 8),
+        pty.output()
+    );
+    assert_eq!(lc.wait_for(Duration::from_secs(20)), Some(74));
+}
+
+/// lc-cli has no living child any more.
+fn is_dead_child_of(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|c| c.trim().is_empty())
+        .unwrap_or(false)
+}
