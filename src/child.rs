@@ -196,6 +196,13 @@ impl Running<'_> {
         if !matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) {
             return; // stopped on purpose by someone: theirs to continue
         }
+        if sig != Signal::SIGTSTP && t.we_are_foreground() {
+            // It used the terminal from the background, but we have the
+            // terminal now (a shell's `fg` of a running job sends no
+            // SIGCONT): hand it on instead of stopping.
+            self.resume();
+            return;
+        }
         t.take_back_from(self.pid);
         // To our whole group, as Ctrl-Z would without us (the rest of a
         // pipeline, a shell without job control). The kernel discards it for

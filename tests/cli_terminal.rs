@@ -195,3 +195,108 @@ fn is_dead_child_of(pid: i32) -> bool {
         .map(|c| c.trim().is_empty())
         .unwrap_or(false)
 }
+
+#[test]
+fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    // Reading the terminal from the background stops the command (SIGTTIN),
+    // and lc-cli with it.
+    let script = format!(
+        "echo $$ > \"{p}\"; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-bg -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    pty.type_bytes(b"fg\n");
+    // In the foreground now: the command reads what is typed.
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(child as i64)),
+        "the command never got the terminal; terminal: {:?}",
+        pty.output()
+    );
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
+
+#[test]
+fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, got) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("got"),
+    );
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        go = go.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-fg -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    // Running in the background: the shell keeps the terminal.
+    assert_ne!(proc_field(lc, 8), Some(child as i64));
+    // `fg` of a running job gives lc-cli's group the terminal but sends no
+    // SIGCONT; when the command reads the terminal, lc-cli hands it on.
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(lc as i64)),
+        "the shell never gave lc-cli the terminal; terminal: {:?}",
+        pty.output()
+    );
+    std::fs::write(&go, "").unwrap();
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
