@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 
 use crate::exit::ExitCode;
 use crate::signals::{Signals, FORWARDED};
-use crate::terminal::Terminal;
+use crate::terminal::{self, Terminal};
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,8 @@ pub struct Running<'t> {
     pid: Pid,
     terminal: Option<&'t Terminal>,
     ended: Option<ChildEnd>,
+    /// lc-cli got SIGTSTP and passed it on to the command.
+    passed_on_stop: bool,
 }
 
 /// Starts `argv` in its own process group with `env` added. At a terminal
@@ -118,6 +120,7 @@ pub fn spawn<'t>(
         pid,
         terminal,
         ended: None,
+        passed_on_stop: false,
     })
 }
 
@@ -150,6 +153,12 @@ impl Running<'_> {
             libc::SIGCHLD => self.reap(),
             libc::SIGCONT => {
                 self.resume();
+                Ok(())
+            }
+            libc::SIGTSTP => {
+                // Stop the command first; lc-cli follows once it has stopped.
+                self.passed_on_stop = true;
+                self.signal_group(Signal::SIGTSTP);
                 Ok(())
             }
             sig if FORWARDED.contains(&sig) => {
@@ -192,6 +201,15 @@ impl Running<'_> {
     /// from the background) stops lc-cli too, so the shell sees the job
     /// stopped; once continued, the child is continued.
     fn stopped(&mut self, sig: Signal) {
+        if std::mem::take(&mut self.passed_on_stop) && sig == Signal::SIGTSTP {
+            // lc-cli was told to stop and passed it on: now it stops too.
+            if let Some(t) = self.terminal {
+                t.take_back_from(self.pid);
+            }
+            terminal::stop_self(false);
+            self.resume();
+            return;
+        }
         let Some(t) = self.terminal else { return };
         if !matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) {
             return; // stopped on purpose by someone: theirs to continue
@@ -204,11 +222,10 @@ impl Running<'_> {
             return;
         }
         t.take_back_from(self.pid);
-        // To our whole group, as Ctrl-Z would without us (the rest of a
-        // pipeline, a shell without job control). The kernel discards it for
-        // an orphaned group, which has no one to continue it.
-        let _ = killpg(nix::unistd::getpgrp(), Signal::SIGTSTP);
-        // Here we were continued (or never stopped).
+        // Ctrl-Z reached only the child's group: stop ours as it would have
+        // without us (the rest of a pipeline, a shell without job control).
+        terminal::stop_self(true);
+        // Here we were continued (or never stopped: an orphaned group).
         self.resume();
     }
 

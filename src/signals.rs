@@ -1,13 +1,13 @@
 //! The signals lc-cli catches: those it forwards to the child, those that
-//! withdraw it from the queue while it waits, and SIGCHLD/SIGCONT for
-//! supervising the child (its exit, its stops, `fg`).
+//! withdraw it from the queue while it waits, and SIGCHLD/SIGCONT/SIGTSTP
+//! for supervising the child (its exit, its stops, `fg`).
 //!
 //! A signal-hook thread turns each signal into a message on a tokio channel,
 //! so the async code handles signals in order, at points of its choosing.
 
 use anyhow::{Context, Result};
 use signal_hook::consts::{
-    SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH,
+    SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2, SIGWINCH,
 };
 use tokio::sync::mpsc;
 
@@ -21,7 +21,9 @@ pub struct Signals {
 
 impl Signals {
     pub fn install() -> Result<Self> {
-        let all = FORWARDED.iter().copied().chain([SIGCHLD, SIGCONT]);
+        // SIGTSTP too: it stops the command first, then lc-cli
+        // ([`crate::terminal::stop_self`]).
+        let all = FORWARDED.iter().copied().chain([SIGCHLD, SIGCONT, SIGTSTP]);
         let mut signals =
             signal_hook::iterator::Signals::new(all).context("cannot install signal handlers")?;
         let handle = signals.handle();

@@ -87,3 +87,27 @@ pub fn stderr_width() -> Option<usize> {
     let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
     (ok && size.ws_col > 0).then_some(size.ws_col as usize)
 }
+
+/// Stops lc-cli as SIGTSTP's default action would, although lc-cli catches
+/// SIGTSTP (to pass it on to the command first). With `whole_group`, the rest
+/// of lc-cli's process group stops too, as Ctrl-Z would have stopped it. The
+/// kernel discards the stop for an orphaned group (nobody could continue it);
+/// returns once continued.
+pub fn stop_self(whole_group: bool) {
+    // SAFETY: plain sigaction/kill calls on valid arguments; the caught
+    // disposition is put back exactly as it was.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        let mut caught: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTSTP, &default, &mut caught) != 0 {
+            return;
+        }
+        if whole_group {
+            libc::killpg(libc::getpgrp(), libc::SIGTSTP);
+        } else {
+            libc::kill(libc::getpid(), libc::SIGTSTP);
+        }
+        libc::sigaction(libc::SIGTSTP, &caught, std::ptr::null_mut());
+    }
+}

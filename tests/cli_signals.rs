@@ -196,3 +196,37 @@ fn sigkill_of_lc_cli_sends_sigterm_to_the_child() {
     expect_status(&mut server.lc(&["reset", "killed"]), 0);
     expect_status(&mut server.lc(&["trylock", "killed", "--", "true"]), 0);
 }
+
+#[test]
+fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, done) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("done"),
+    );
+    let script = format!(
+        "echo $$ > '{p}'; while [ ! -e '{g}' ]; do sleep 0.05; done; touch '{d}'",
+        p = pid_file.display(),
+        g = go.display(),
+        d = done.display()
+    );
+    let mut lc = Guard(server.lc(&["lock", "tstp", "-c", &script]).spawn().unwrap());
+    let child = read_pid(&pid_file);
+    signal(lc.pid(), libc::SIGTSTP);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc.pid()) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}",
+        proc_state(child),
+        proc_state(lc.pid())
+    );
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.exists(), "the command ran on while stopped");
+    signal(lc.pid(), libc::SIGCONT);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    assert!(done.exists());
+    expect_status(&mut server.lc(&["trylock", "tstp", "--", "true"]), 0);
+}

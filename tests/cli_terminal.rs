@@ -300,3 +300,106 @@ fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
     assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
     pty.type_bytes(b"exit\n");
 }
+
+fn bash_at_terminal() -> (Pty, Guard) {
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    Pty::spawn(bash)
+}
+
+#[test]
+fn ctrl_z_while_lc_cli_has_the_terminal_stops_the_command_too() {
+    // A running background job brought back with `fg`: lc-cli's group has
+    // the terminal, the command's does not, so Ctrl-Z reaches lc-cli.
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, got) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("got"),
+    );
+    let (mut pty, _bash) = bash_at_terminal();
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        go = go.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-z2 -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    pty.type_bytes(b"fg\n");
+    assert!(wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+        == Some(lc as i64)));
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(child as i64)),
+        "the command did not get the terminal after fg; terminal: {:?}",
+        pty.output()
+    );
+    std::fs::write(&go, "").unwrap();
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
+
+#[test]
+fn ctrl_z_while_waiting_stops_lc_cli_still_in_line() {
+    let server = LoggedServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "tty-zw"]), 0);
+    let (mut pty, _bash) = bash_at_terminal();
+    let line = format!(
+        "{BIN} --server {} lock --source zw tty-zw -c 'touch \"{}\"'\n",
+        server.addr(),
+        ran.display()
+    );
+    pty.type_bytes(line.as_bytes());
+    server.wait_queued("tty-zw", "zw");
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        pty.wait_for_output("Stopped", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    // Still in line: not withdrawn.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !server.logged(&["withdraw 'tty-zw'"]),
+        "{}",
+        server.log_text()
+    );
+    pty.type_bytes(b"fg\n");
+    expect_status(&mut server.lc(&["unlock", "tty-zw"]), 0);
+    assert!(
+        wait_until(Duration::from_secs(10), || ran.exists()),
+        "terminal: {:?}",
+        pty.output()
+    );
+    pty.type_bytes(b"exit\n");
+}

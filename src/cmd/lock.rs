@@ -17,7 +17,7 @@ use crate::cli::LockArgs;
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
 use crate::status_line::StatusLine;
-use crate::terminal::Terminal;
+use crate::terminal::{self, Terminal};
 
 /// What to do once the key is ours.
 #[derive(Debug, Clone)]
@@ -132,6 +132,11 @@ async fn hold_and_run(
                 if Signals::stops_waiting(sig) {
                     cancelled_by = Some(Some(sig));
                     cancel.cancel();
+                } else if sig == libc::SIGTSTP {
+                    // Ctrl-Z while waiting: stop as if it were not caught,
+                    // still in line.
+                    status.clear();
+                    terminal::stop_self(false);
                 }
             }
             _ = tick.tick(), if show_status && cancelled_by.is_none() => {
