@@ -91,7 +91,9 @@ pub fn spawn<'t>(
                 // from the new background group.
                 libc::tcsetpgrp(fd, libc::getpid());
             }
-            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGTTOU, &default, std::ptr::null_mut());
             Ok(())
         });
     }
