@@ -72,7 +72,7 @@ pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Resul
         // while we wait withdraws us instead of killing us mid-request.
         let mut signals = Signals::install()?;
         let context = || format!("lock '{}' on {}", options.key, config.server);
-        super::check_source_shape(&options.source, config).with_context(context)?;
+        super::check_source_shape(&options.source).with_context(context)?;
         let backend = super::connect_for(config, &[&options.key])
             .await
             .with_context(context)?;
