@@ -420,3 +420,46 @@ fn a_server_that_never_accepts_fails_after_the_connect_timeout() {
     let err = stderr_of(&out);
     assert!(err.contains("'hole'") && err.contains(&addr), "{err}");
 }
+
+#[test]
+fn a_release_is_retried_until_the_server_is_back() {
+    let mut server = Server::start();
+    let addr = server.addr;
+    let pid = server.child.id();
+    let mut lc = Guard(
+        server
+            .lc(&[
+                "lock",
+                "back",
+                "--",
+                "sh",
+                "-c",
+                &format!("kill {pid}; exit 4"),
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(10), || matches!(
+        server.child.try_wait(),
+        Ok(Some(_))
+    )));
+    std::thread::sleep(Duration::from_millis(500));
+    // The same address again (the new server has forgotten the key: its
+    // `-` to the Unlock means free, which is what the release wants).
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--listen", &addr.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _again = Server { addr, child };
+    assert!(line.starts_with("listening on"), "{line}");
+    // The command's own status: the release went through in the end.
+    assert_eq!(lc.wait_for(Duration::from_secs(15)), Some(4));
+}
