@@ -226,13 +226,13 @@ async fn run_child(
     let mut running = match child::spawn(argv, &env, terminal.as_ref()) {
         Ok(c) => c,
         Err(spawn_error) => {
-            release(held, key, config).await?;
             eprintln!(
                 "lc-cli: cannot run '{}' holding '{key}' on {}: {}",
                 argv[0].to_string_lossy(),
                 config.server,
                 spawn_error.reason
             );
+            release(held, key, config).await?;
             return Ok(spawn_error.code);
         }
     };
