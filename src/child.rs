@@ -1,93 +1,314 @@
-//! Spawning the command, forwarding signals to its process group, stopping it
-//! by policy, and turning its end into our exit status.
+//! Running the command: spawning it in its own process group, forwarding
+//! signals to that group, job control at a terminal, stopping it by policy,
+//! and turning its end into our exit status.
+//!
+//! The child is reaped with `waitpid(WUNTRACED)` on each SIGCHLD, so its stops
+//! are seen too (tokio's `Child::wait` cannot see them): when Ctrl-Z stops it,
+//! lc-cli takes the terminal back and stops itself, and when `fg` continues
+//! lc-cli it gives the terminal back to the child's group and continues it.
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use nix::sys::signal::{killpg, Signal};
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::exit::ExitCode;
+use crate::signals::{Signals, FORWARDED};
+use crate::terminal::{self, Terminal};
 
-pub struct Running {
-    child: tokio::process::Child,
-    pgid: Pid,
-}
-
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildEnd {
     Exited(i32),
     Signalled(i32),
 }
 
+impl ChildEnd {
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            ChildEnd::Exited(code) => ExitCode::Raw(code),
+            ChildEnd::Signalled(sig) => ExitCode::Signal(sig),
+        }
+    }
+}
+
 /// Why the command could not start, and the status that says so.
 pub struct SpawnError {
     pub code: ExitCode,
-    pub message: String,
+    pub reason: String,
 }
 
-pub fn spawn(argv: &[OsString], env: &[(String, String)]) -> Result<Running, SpawnError> {
+pub struct Running<'t> {
+    /// The child's pid, which is also its process group id.
+    pid: Pid,
+    terminal: Option<&'t Terminal>,
+    ended: Option<ChildEnd>,
+    /// lc-cli got SIGTSTP and passed it on to the command.
+    passed_on_stop: bool,
+}
+
+/// Starts `argv` in its own process group with `env` added. At a terminal
+/// where lc-cli is in the foreground, the child's group becomes the
+/// foreground group (the child does it itself before exec, so it never reads
+/// the terminal from the background). Signals must already be caught
+/// ([`Signals::install`]), or SIGCHLD could be missed.
+pub fn spawn<'t>(
+    argv: &[OsString],
+    env: &[(String, String)],
+    terminal: Option<&'t Terminal>,
+) -> Result<Running<'t>, SpawnError> {
     let program = &argv[0];
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&argv[1..]).envs(env.iter().map(|(k, v)| (k, v)));
+    let mut cmd = std::process::Command::new(program);
+    // A token inherited from an outer lc-cli would fence with the wrong lock.
+    cmd.args(&argv[1..])
+        .env_remove("LC_LOCK_TOKEN")
+        .envs(env.iter().map(|(k, v)| (k, v)));
     // Its own process group, so a forwarded signal reaches the grandchildren.
     cmd.process_group(0);
+    let parent = nix::unistd::getpid().as_raw();
+    let tty = terminal
+        .filter(|t| t.we_are_foreground())
+        .map(|t| t.raw_fd());
+    // SAFETY: the closure only makes async-signal-safe system calls.
     unsafe {
-        cmd.pre_exec(|| {
-            // If lc-cli dies (even by SIGKILL), the child is told.
+        cmd.pre_exec(move || {
+            // If lc-cli dies (even by SIGKILL), the child is told; and if it
+            // died before this line, the child must not run unsupervised.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            if libc::getppid() != parent {
+                return Err(io::Error::other("lc-cli exited before the command started"));
+            }
+            if let Some(fd) = tty {
+                // SIGTTOU is ignored (inherited from lc-cli), so this works
+                // from the new background group.
+                libc::tcsetpgrp(fd, libc::getpid());
+            }
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGTTOU, &default, std::ptr::null_mut());
             Ok(())
         });
     }
     let child = cmd.spawn().map_err(|e| {
-        let name = program.to_string_lossy();
+        if let (Some(t), Some(_)) = (terminal, tty) {
+            // The child may have taken the terminal before exec failed.
+            let _ = t.give_to(nix::unistd::getpgrp());
+        }
         match e.kind() {
             io::ErrorKind::NotFound => SpawnError {
                 code: ExitCode::NotFound,
-                message: format!("{name}: command not found"),
+                reason: "command not found".into(),
             },
             _ => SpawnError {
                 code: ExitCode::CannotExecute,
-                message: format!("{name}: cannot execute: {e}"),
+                reason: format!("cannot execute: {e}"),
             },
         }
     })?;
-    let pid = child.id().expect("a child that was just spawned has a pid");
+    let pid = Pid::from_raw(child.id() as i32);
+    if let (Some(t), Some(_)) = (terminal, tty) {
+        // Also from this side, in case the child's own attempt failed.
+        let _ = t.give_to(pid);
+    }
     Ok(Running {
-        child,
-        pgid: Pid::from_raw(pid as i32),
+        pid,
+        terminal,
+        ended: None,
+        passed_on_stop: false,
     })
 }
 
-impl Running {
-    pub async fn wait(&mut self) -> Result<ChildEnd> {
-        let status = self.child.wait().await.context("waiting for the command")?;
-        Ok(match (status.code(), status.signal()) {
-            (Some(code), _) => ChildEnd::Exited(code),
-            (None, Some(sig)) => ChildEnd::Signalled(sig),
-            (None, None) => ChildEnd::Exited(1),
-        })
-    }
-
-    /// Sends `sig` to the child's whole process group.
-    pub fn forward(&self, sig: i32) {
-        if let Ok(sig) = Signal::try_from(sig) {
-            let _ = killpg(self.pgid, sig);
+impl Running<'_> {
+    /// Forwards signals and follows the child's stops until it ends.
+    /// Cancel-safe: nothing is lost when dropped between signals.
+    pub async fn supervise(&mut self, signals: &mut Signals) -> Result<ChildEnd> {
+        loop {
+            if let Some(end) = self.ended {
+                return Ok(end);
+            }
+            let sig = signals.recv().await;
+            self.handle(sig)?;
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL after `grace`.
-    pub async fn stop(&mut self, grace: Duration) -> Result<ChildEnd> {
-        let _ = killpg(self.pgid, Signal::SIGTERM);
-        if let Ok(end) = tokio::time::timeout(grace, self.wait()).await {
-            let _ = killpg(self.pgid, Signal::SIGKILL);
+    /// SIGTERM to the group, then SIGKILL after `grace`; waits for the end.
+    pub async fn stop(&mut self, signals: &mut Signals, grace: Duration) -> Result<ChildEnd> {
+        self.signal_group(Signal::SIGTERM);
+        self.signal_group(Signal::SIGCONT);
+        if let Ok(end) = tokio::time::timeout(grace, self.supervise(signals)).await {
             return end;
         }
-        let _ = killpg(self.pgid, Signal::SIGKILL);
-        self.wait().await
+        self.signal_group(Signal::SIGKILL);
+        self.supervise(signals).await
+    }
+
+    fn handle(&mut self, sig: i32) -> Result<()> {
+        match sig {
+            libc::SIGCHLD => self.reap(),
+            libc::SIGCONT => {
+                self.resume();
+                Ok(())
+            }
+            libc::SIGTSTP => {
+                // Stop the command first; lc-cli follows once it has stopped.
+                self.passed_on_stop = true;
+                self.signal_group(Signal::SIGTSTP);
+                Ok(())
+            }
+            sig if FORWARDED.contains(&sig) => {
+                if let Ok(sig) = Signal::try_from(sig) {
+                    self.signal_group(sig);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Collects every state change of the child since the last SIGCHLD.
+    fn reap(&mut self) -> Result<()> {
+        while self.ended.is_none() {
+            match waitpid(
+                self.pid,
+                Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG),
+            ) {
+                Ok(WaitStatus::Exited(_, code)) => self.end(ChildEnd::Exited(code)),
+                Ok(WaitStatus::Signaled(_, sig, _)) => self.end(ChildEnd::Signalled(sig as i32)),
+                Ok(WaitStatus::Stopped(_, sig)) => self.stopped(sig),
+                Ok(WaitStatus::StillAlive) => return Ok(()),
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("waiting for the command"),
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, end: ChildEnd) {
+        self.ended = Some(end);
+        if let Some(t) = self.terminal {
+            t.take_back_from(self.pid);
+        }
+    }
+
+    /// The child stopped. A terminal stop (Ctrl-Z, or reading the terminal
+    /// from the background) stops lc-cli too, so the shell sees the job
+    /// stopped; once continued, the child is continued.
+    fn stopped(&mut self, sig: Signal) {
+        if std::mem::take(&mut self.passed_on_stop) && sig == Signal::SIGTSTP {
+            // lc-cli was told to stop and passed it on: now it stops too.
+            if let Some(t) = self.terminal {
+                t.take_back_from(self.pid);
+            }
+            terminal::stop_self(false);
+            self.resume();
+            return;
+        }
+        let Some(t) = self.terminal else { return };
+        if !matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) {
+            return; // stopped on purpose by someone: theirs to continue
+        }
+        if sig != Signal::SIGTSTP && t.we_are_foreground() {
+            // It used the terminal from the background, but we have the
+            // terminal now (a shell's `fg` of a running job sends no
+            // SIGCONT): hand it on instead of stopping.
+            self.resume();
+            return;
+        }
+        t.take_back_from(self.pid);
+        // Ctrl-Z reached only the child's group: stop ours as it would have
+        // without us (the rest of a pipeline, a shell without job control).
+        terminal::stop_self(true);
+        // Here we were continued (or never stopped: an orphaned group).
+        self.resume();
+    }
+
+    /// lc-cli was continued: hand the terminal back if we have it, and
+    /// continue the child's group.
+    fn resume(&mut self) {
+        if let Some(t) = self.terminal {
+            if t.we_are_foreground() {
+                let _ = t.give_to(self.pid);
+            }
+        }
+        self.signal_group(Signal::SIGCONT);
+    }
+
+    fn signal_group(&self, sig: Signal) {
+        if self.ended.is_some() {
+            return; // its group id may belong to someone else by now
+        }
+        if killpg(self.pid, sig).is_err() {
+            let _ = kill(self.pid, sig);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(script: &str) -> Vec<OsString> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn ends_statuses_and_stop_escalates_to_sigkill() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut signals = Signals::install().unwrap();
+            let mut c = spawn(&argv("exit 3"), &[], None).ok().unwrap();
+            assert_eq!(
+                c.supervise(&mut signals).await.unwrap(),
+                ChildEnd::Exited(3)
+            );
+            let mut c = spawn(&argv("kill -USR2 $$"), &[], None).ok().unwrap();
+            assert_eq!(
+                c.supervise(&mut signals).await.unwrap(),
+                ChildEnd::Signalled(libc::SIGUSR2)
+            );
+            // Ignores SIGTERM: killed after the grace.
+            let mut c = spawn(
+                &argv("trap '' TERM; while :; do sleep 0.05; done"),
+                &[],
+                None,
+            )
+            .ok()
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = std::time::Instant::now();
+            let end = c
+                .stop(&mut signals, Duration::from_millis(300))
+                .await
+                .unwrap();
+            assert_eq!(end, ChildEnd::Signalled(libc::SIGKILL));
+            assert!(started.elapsed() >= Duration::from_millis(300));
+            // Obeys SIGTERM: ends at once with its own status.
+            let mut c = spawn(
+                &argv("trap 'exit 9' TERM; while :; do sleep 0.05; done"),
+                &[],
+                None,
+            )
+            .ok()
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let end = c.stop(&mut signals, Duration::from_secs(20)).await.unwrap();
+            assert_eq!(end, ChildEnd::Exited(9));
+            let err = spawn(&["/nonexistent/x".into()], &[], None).err().unwrap();
+            assert_eq!(err.code, ExitCode::NotFound);
+            let err = spawn(&["/".into()], &[], None).err().unwrap();
+            assert_eq!(err.code, ExitCode::CannotExecute);
+        });
     }
 }

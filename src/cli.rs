@@ -28,8 +28,8 @@ pub struct Cli {
     #[arg(long, short, global = true)]
     pub verbose: bool,
 
-    /// How long to keep trying to reach the service
-    #[arg(long, global = true, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How long to keep trying to reach the service (name lookup included)
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub connect_timeout: std::time::Duration,
 
     /// ZooKeeper session timeout: how long a dead holder keeps the lock
@@ -80,7 +80,7 @@ pub struct LockArgs {
     #[arg(long, short = 'n', visible_alias = "no-wait")]
     pub nonblock: bool,
 
-    /// Stop waiting after DURATION (30s, 5m, or seconds such as 2.5)
+    /// Stop waiting after DURATION (30s, 5m, or seconds such as 2.5; 0: like -n)
     #[arg(long, short = 'w', visible_alias = "wait", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Option<std::time::Duration>,
 

@@ -5,7 +5,8 @@
 //!   and dispatches.
 //! - [`backend`]: the lock-backend trait and its implementations: [`backend::lc`]
 //!   (the one-byte protocol, over [`proto`]), [`backend::zk`], [`backend::redis`].
-//! - [`child`] and [`signals`]: running the command while the lock is held.
+//! - [`child`], [`signals`] and [`terminal`]: running the command while the
+//!   lock is held (job control at a terminal); [`status_line`]: the wait.
 //! - [`server`]: the built-in lock server (`serve`), its lock table and,
 //!   with [`wal`], its write-ahead log.
 //! - [`manager`]: the reference manager protocol (`keys`, resets) on the lock port + 1.
@@ -22,4 +23,6 @@ pub mod manager;
 pub mod proto;
 pub mod server;
 pub mod signals;
+pub mod status_line;
+pub mod terminal;
 pub mod wal;

@@ -20,6 +20,10 @@ use crate::proto::{self, Answer, Request};
 /// How long a cancelled Lock waits for the server to confirm the withdrawal.
 const WITHDRAW_GRACE: Duration = Duration::from_secs(5);
 
+/// How long the server may take to answer a request that does not wait
+/// (TryLock, Unlock, the resets): it answers at once when it is alive.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Clone)]
 pub struct LcBackend {
     addr: String,
@@ -81,7 +85,9 @@ impl LcBackend {
     /// One request, one answer, for the short actions.
     async fn call(&self, request: Request) -> Result<Answer> {
         let mut stream = self.send(&request).await?;
-        self.read_answer(&mut stream).await
+        tokio::time::timeout(ANSWER_TIMEOUT, self.read_answer(&mut stream))
+            .await
+            .map_err(|_| self.unavailable(format!("no answer within {ANSWER_TIMEOUT:?}")))?
     }
 
     async fn unlock_key(&self, key: &str) -> Result<bool> {
@@ -142,7 +148,13 @@ impl Backend for LcBackend {
         };
         progress(WaitProgress::default());
         let answer = tokio::select! {
-            a = self.read_answer(&mut stream) => a?,
+            a = self.read_answer(&mut stream) => a.map_err(|e| match e {
+                BackendError::Unavailable { server, reason } => BackendError::Unavailable {
+                    server,
+                    reason: format!("lost the connection while waiting: {reason}"),
+                },
+                other => other,
+            })?,
             _ = cancel.cancelled() => return self.withdraw(stream, &request.key).await,
         };
         match answer {

@@ -11,7 +11,7 @@ use crate::backend::{BackendConfig, KeyInfo};
 use crate::exit::ExitCode;
 
 pub fn run(config: &BackendConfig, pattern: Option<&str>, json: bool) -> Result<ExitCode> {
-    let mut keys = super::client_runtime()?.block_on(async {
+    let mut keys = super::block_on(async {
         let backend = crate::backend::connect(config).await?;
         let keys = backend.keys().await;
         backend.close().await;

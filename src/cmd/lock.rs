@@ -4,14 +4,20 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockRequest};
-use crate::child::{self, ChildEnd};
+use crate::backend::{
+    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, WaitProgress,
+};
+use crate::child;
 use crate::cli::LockArgs;
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
+use crate::status_line::StatusLine;
+use crate::terminal::{self, Terminal};
 
 /// What to do once the key is ours.
 #[derive(Debug, Clone)]
@@ -57,12 +63,19 @@ impl LockOptions {
 /// How long a failed release is retried before giving up.
 const RELEASE_RETRY: Duration = Duration::from_secs(10);
 
+/// When the status line first appears (a quick grant shows nothing).
+const STATUS_DELAY: Duration = Duration::from_millis(250);
+
 pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Result<ExitCode> {
-    super::client_runtime()?.block_on(async {
+    super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.
         let mut signals = Signals::install()?;
-        let backend = super::connect_for(config, &[&options.key]).await?;
+        let context = || format!("lock '{}' on {}", options.key, config.server);
+        super::check_source_shape(&options.source).with_context(context)?;
+        let backend = super::connect_for(config, &[&options.key])
+            .await
+            .with_context(context)?;
         let result = hold_and_run(&*backend, config, &options, &mut signals, verbose).await;
         backend.close().await;
         result
@@ -77,23 +90,35 @@ async fn hold_and_run(
     verbose: bool,
 ) -> Result<ExitCode> {
     let key = &options.key;
+    let server = config.server.to_string();
+    // `-w 0` tries once, as flock takes it.
+    let nonblock = options.nonblock || options.timeout == Some(Duration::ZERO);
     let request = LockRequest {
         key: key.clone(),
         source: options.source.clone(),
-        nonblock: options.nonblock,
+        nonblock,
         detached: matches!(options.command, CommandSpec::Detach),
     };
     let cancel = CancellationToken::new();
     let started = Instant::now();
-    let acquire = backend.acquire(&request, cancel.clone(), &|_| {});
+    // Waiters ahead of us, as the backend last reported; MAX: unknown.
+    let ahead = AtomicUsize::new(usize::MAX);
+    let on_progress = |p: WaitProgress| ahead.store(p.ahead.unwrap_or(usize::MAX), Relaxed);
+    let acquire = backend.acquire(&request, cancel.clone(), &on_progress);
     tokio::pin!(acquire);
     let deadline = async {
         match options.timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
+            Some(t) if !nonblock => tokio::time::sleep(t).await,
+            _ => std::future::pending().await,
         }
     };
     tokio::pin!(deadline);
+    let mut status = StatusLine::new();
+    let show_status = status.enabled() && !nonblock;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + STATUS_DELAY,
+        Duration::from_secs(1),
+    );
     // Why we cancelled: a signal's number, or None for the timeout.
     let mut cancelled_by: Option<Option<i32>> = None;
     let acquired = loop {
@@ -107,28 +132,43 @@ async fn hold_and_run(
                 if Signals::stops_waiting(sig) {
                     cancelled_by = Some(Some(sig));
                     cancel.cancel();
+                } else if sig == libc::SIGTSTP {
+                    // Ctrl-Z while waiting: stop as if it were not caught,
+                    // still in line.
+                    status.clear();
+                    terminal::stop_self(false);
                 }
+            }
+            _ = tick.tick(), if show_status && cancelled_by.is_none() => {
+                let ahead = Some(ahead.load(Relaxed)).filter(|&n| n != usize::MAX);
+                status.waiting(key, &server, started.elapsed(), ahead);
             }
         }
     };
-    let held = match acquired
-        .map_err(|e| anyhow::Error::new(e).context(format!("lock '{key}' on {}", config.server)))?
-    {
+    status.clear();
+    let waited = started.elapsed().as_secs_f64();
+    let held = match acquired.with_context(|| format!("lock '{key}' on {server}"))? {
         Acquired::Held(held) => held,
         Acquired::Busy => {
             if verbose {
-                eprintln!("lc-cli: '{key}' is held by someone else");
+                eprintln!("lc-cli: failed to get lock '{key}' on {server}: it is held");
             }
             return Ok(ExitCode::Raw(options.conflict_exit_code));
         }
         Acquired::Cancelled => {
             return Ok(match cancelled_by.flatten() {
-                Some(sig) => ExitCode::Signal(sig),
+                Some(sig) => {
+                    if verbose {
+                        eprintln!(
+                            "lc-cli: stopped waiting for '{key}' on {server} after {waited:.6} seconds: signal {sig}"
+                        );
+                    }
+                    ExitCode::Signal(sig)
+                }
                 None => {
                     if verbose {
                         eprintln!(
-                            "lc-cli: timed out waiting for '{key}' after {:.3}s",
-                            started.elapsed().as_secs_f64()
+                            "lc-cli: timeout while waiting to get lock '{key}' on {server} ({waited:.6} seconds)"
                         );
                     }
                     ExitCode::Raw(options.conflict_exit_code)
@@ -137,14 +177,18 @@ async fn hold_and_run(
         }
     };
     if verbose {
-        eprintln!(
-            "lc-cli: got '{key}' after {:.3}s",
-            started.elapsed().as_secs_f64()
-        );
+        eprintln!("lc-cli: getting lock '{key}' on {server} took {waited:.6} seconds");
+    }
+    // A signal that came with the grant still means "do not start".
+    if let Some(sig) = signals.pending_stop() {
+        release(held, key, config).await?;
+        return Ok(ExitCode::Signal(sig));
     }
     match &options.command {
         CommandSpec::Detach => {
-            held.detach().await?;
+            held.detach()
+                .await
+                .with_context(|| format!("lock '{key}' on {server}"))?;
             Ok(ExitCode::Success)
         }
         CommandSpec::ReleaseAtOnce => {
@@ -178,32 +222,58 @@ async fn run_child(
     if let Some(token) = held.token() {
         env.push(("LC_LOCK_TOKEN".to_string(), token.to_string()));
     }
-    let mut running = match child::spawn(argv, &env) {
+    let terminal = Terminal::open();
+    let mut running = match child::spawn(argv, &env, terminal.as_ref()) {
         Ok(c) => c,
         Err(spawn_error) => {
+            eprintln!(
+                "lc-cli: cannot run '{}' holding '{key}' on {}: {}",
+                argv[0].to_string_lossy(),
+                config.server,
+                spawn_error.reason
+            );
             release(held, key, config).await?;
-            eprintln!("lc-cli: {}", spawn_error.message);
             return Ok(spawn_error.code);
         }
     };
-    let end = loop {
-        tokio::select! {
-            end = running.wait() => break end?,
-            sig = signals.recv() => running.forward(sig),
-            reason = held.lost() => {
-                eprintln!("lc-cli: lost the lock '{key}' on {}: {}; stopping the command", config.server, reason.0);
-                running.stop(options.kill_after).await?;
-                // Give back whatever is left; the loss is what we report.
-                let _ = held.release().await;
-                return Err(fail(ExitCode::LockLost, format!("lock '{key}' on {} was lost: {}", config.server, reason.0)));
-            }
+    let lost = tokio::select! {
+        end = running.supervise(signals) => Ok(end),
+        reason = held.lost() => Err(reason),
+    };
+    let end = match lost {
+        Ok(end) => end,
+        Err(reason) => {
+            eprintln!(
+                "lc-cli: lost the lock '{key}' on {}: {}; stopping the command",
+                config.server, reason.0
+            );
+            let _ = running.stop(signals, options.kill_after).await;
+            // Give back whatever is left; the loss is what we report.
+            let _ = release_attempt(&mut held).await;
+            return Err(fail(
+                ExitCode::LockLost,
+                format!(
+                    "lock '{key}' on {} was lost while the command ran: {}",
+                    config.server, reason.0
+                ),
+            ));
         }
     };
+    // Released whatever happened to the command (even if it could not be waited for).
     release(held, key, config).await?;
-    Ok(match end {
-        ChildEnd::Exited(code) => ExitCode::Raw(code),
-        ChildEnd::Signalled(sig) => ExitCode::Signal(sig),
-    })
+    let end = end.with_context(|| format!("command holding '{key}' on {}", config.server))?;
+    Ok(end.exit_code())
+}
+
+/// One release attempt, bounded in time.
+async fn release_attempt(held: &mut Box<dyn HeldLock>) -> crate::backend::Result<()> {
+    match tokio::time::timeout(RELEASE_RETRY, held.release()).await {
+        Ok(r) => r,
+        Err(_) => Err(BackendError::Unavailable {
+            server: String::new(),
+            reason: format!("no answer within {RELEASE_RETRY:?}"),
+        }),
+    }
 }
 
 /// Releases, retrying for a bounded time while the service is unreachable;
@@ -212,16 +282,20 @@ async fn release(mut held: Box<dyn HeldLock>, key: &str, config: &BackendConfig)
     let started = Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        let err = match held.release().await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
+        let left = RELEASE_RETRY.saturating_sub(started.elapsed());
+        let (err, transient) = match tokio::time::timeout(left, held.release()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => (e.to_string(), e.is_transient()),
+            Err(_) => (format!("no answer within {RELEASE_RETRY:?}"), true),
         };
-        if !err.is_transient() || started.elapsed() + delay > RELEASE_RETRY {
+        if !transient || started.elapsed() + delay >= RELEASE_RETRY {
             return Err(fail(
                 ExitCode::ReleaseFailed,
                 format!(
-                    "could not release '{key}' on {}: {err}; the key may still be held: clear it with `lc-cli --server {} reset {key}`",
-                    config.server, config.server
+                    "could not release '{key}' on {}: {err}; it may still be held: clear it with `lc-cli --server {} reset {}`",
+                    config.server,
+                    super::shell_quote(&config.server.to_string()),
+                    super::shell_quote(key)
                 ),
             ));
         }

@@ -40,11 +40,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// The client commands run on one thread: they wait, they do not compute.
-pub(crate) fn client_runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
+/// Runs a client command on one thread (they wait, they do not compute).
+/// The runtime is shut down without waiting for blocking tasks: a host name
+/// lookup that outlived its timeout must not hold up the exit.
+pub(crate) fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?)
+        .build()
+        .map_err(|e| fail(ExitCode::Software, format!("cannot start the runtime: {e}")))?;
+    let result = runtime.block_on(future);
+    runtime.shutdown_background();
+    result
 }
 
 /// Connects to the backend, refusing a bad key before any connection.
@@ -61,8 +67,35 @@ pub(crate) async fn connect_for(config: &BackendConfig, keys: &[&str]) -> Result
 
 /// The limits every backend shares, checked before connecting at all.
 fn check_key_shape(key: &str) -> Result<()> {
-    crate::proto::check_key(key.as_bytes())
-        .map_err(|e| fail(ExitCode::Usage, format!("invalid key '{key}': {e}")))
+    crate::proto::check_key(key.as_bytes()).map_err(|e| {
+        fail(
+            ExitCode::Usage,
+            format!("invalid key '{key}', nothing was sent: {e}"),
+        )
+    })
+}
+
+/// A `--source` the protocol can carry, checked before connecting.
+pub(crate) fn check_source_shape(source: &str) -> Result<()> {
+    crate::proto::check_source(source.as_bytes()).map_err(|e| {
+        fail(
+            ExitCode::Usage,
+            format!("invalid source '{source}', nothing was sent: {e}"),
+        )
+    })
+}
+
+/// A word as a POSIX shell reads it back: as is when safe, else quoted.
+pub(crate) fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:@%+=,-".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// This machine's name: the default source, so one `reset --source HOST`

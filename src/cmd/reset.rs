@@ -1,33 +1,84 @@
 //! `lc-cli reset KEY...` and `lc-cli reset --source SOURCE...`: the operator's
-//! way to clear what a crashed client left held.
+//! way to clear what a crashed client left held. Prints what it released.
+
+use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use crate::backend::BackendConfig;
+use crate::backend::{Backend, BackendConfig, KeyInfo};
 use crate::cli::ResetArgs;
 use crate::exit::ExitCode;
 
 pub fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
     let keys: Vec<&str> = args.keys.iter().map(String::as_str).collect();
-    super::client_runtime()?.block_on(async {
-        let backend = super::connect_for(config, &keys).await?;
-        let result = async {
-            for key in &keys {
-                backend
-                    .reset_key(key)
-                    .await
-                    .with_context(|| format!("reset of '{key}' on {}", config.server))?;
-            }
-            for source in &args.source {
-                backend
-                    .reset_source(source)
-                    .await
-                    .with_context(|| format!("reset of source '{source}' on {}", config.server))?;
-            }
-            Ok(ExitCode::Success)
-        }
-        .await;
+    for source in &args.source {
+        super::check_source_shape(source).with_context(|| format!("reset on {}", config.server))?;
+    }
+    super::block_on(async {
+        let backend = super::connect_for(config, &keys)
+            .await
+            .with_context(|| format!("reset on {}", config.server))?;
+        let result = reset_all(&*backend, config, &keys, &args.source).await;
         backend.close().await;
         result
     })
+}
+
+async fn reset_all(
+    backend: &dyn Backend,
+    config: &BackendConfig,
+    keys: &[&str],
+    sources: &[String],
+) -> Result<ExitCode> {
+    // What is held just before the reset, to say what it released. A backend
+    // that cannot list keys still resets; it just says less.
+    let held = backend.keys().await.ok();
+    let now = SystemTime::now();
+    for key in keys {
+        backend
+            .reset_key(key)
+            .await
+            .with_context(|| format!("reset of '{key}' on {}", config.server))?;
+        match held.as_ref().map(|h| h.iter().find(|k| k.key == *key)) {
+            Some(Some(info)) => println!("released '{key}' {}", describe(info, now)),
+            Some(None) => println!("'{key}' was not held"),
+            None => println!("reset '{key}'"),
+        }
+    }
+    for source in sources {
+        backend
+            .reset_source(source)
+            .await
+            .with_context(|| format!("reset of source '{source}' on {}", config.server))?;
+        match &held {
+            Some(held) => {
+                let mine: Vec<&KeyInfo> = held.iter().filter(|k| k.source == *source).collect();
+                if mine.is_empty() {
+                    println!("source '{source}' held no key");
+                }
+                for info in mine {
+                    println!("released '{}' {}", info.key, describe(info, now));
+                }
+            }
+            None => println!("reset source '{source}'"),
+        }
+    }
+    Ok(ExitCode::Success)
+}
+
+/// "(held by SOURCE for 5m 3s, 2 waiting)"
+fn describe(info: &KeyInfo, now: SystemTime) -> String {
+    let mut text = format!("(held by '{}'", info.source);
+    if let Some(since) = info.since {
+        let secs = now.duration_since(since).unwrap_or_default().as_secs();
+        text.push_str(&format!(
+            " for {}",
+            humantime::format_duration(std::time::Duration::from_secs(secs))
+        ));
+    }
+    if info.waiting > 0 {
+        text.push_str(&format!(", {} waiting", info.waiting));
+    }
+    text.push(')');
+    text
 }

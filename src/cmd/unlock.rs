@@ -1,21 +1,25 @@
 //! `lc-cli unlock KEY`: release a hold left by `lock` without a command.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::backend::BackendConfig;
 use crate::exit::{fail, ExitCode};
 
 pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
-    super::client_runtime()?.block_on(async {
-        let backend = super::connect_for(config, &[key]).await?;
+    super::block_on(async {
+        let context = || format!("unlock '{key}' on {}", config.server);
+        let backend = super::connect_for(config, &[key])
+            .await
+            .with_context(context)?;
         let released = backend.unlock(key).await;
         backend.close().await;
-        if released? {
+        if released.with_context(context)? {
             Ok(ExitCode::Success)
         } else {
+            // Not an lc-cli failure: the same status as "the lock was not taken".
             Err(fail(
                 ExitCode::Conflict,
-                format!("'{key}' was not held on {}", config.server),
+                format!("unlock '{key}' on {}: it was not held", config.server),
             ))
         }
     })

@@ -12,6 +12,7 @@ pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<Exit
     let options = LockOptions {
         key: args.key,
         source: args.source.source.unwrap_or_else(super::default_source),
+        // `-w 0`: only look (lock.rs turns it into a try).
         nonblock: false,
         timeout: args.timeout,
         conflict_exit_code: args.conflict_exit_code,

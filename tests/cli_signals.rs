@@ -1,0 +1,232 @@
+//! Signals: to lc-cli while the command runs (forwarded to its whole process
+//! group), while it waits (withdrawn from the queue), and SIGKILL of lc-cli
+//! (the command gets SIGTERM).
+
+mod common;
+
+use std::time::Duration;
+
+use common::cli::*;
+use common::*;
+
+#[test]
+fn sigterm_reaches_child_and_grandchild_and_its_status_is_ours() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (child_pid, grandchild_pid) = (dir.path().join("child"), dir.path().join("grandchild"));
+    let script = format!(
+        "sleep 300 & echo $! > '{g}'; echo $$ > '{c}'; wait",
+        g = grandchild_pid.display(),
+        c = child_pid.display()
+    );
+    let mut lc = Guard(server.lc(&["lock", "term", "-c", &script]).spawn().unwrap());
+    let (child, grandchild) = (read_pid(&child_pid), read_pid(&grandchild_pid));
+    signal(lc.pid(), libc::SIGTERM);
+    // sh dies of it, so lc-cli ends with 128+15.
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(143));
+    assert!(is_dead(child), "the child survived");
+    assert!(
+        wait_until(Duration::from_secs(5), || is_dead(grandchild)),
+        "the grandchild (not the group leader) did not get the signal"
+    );
+    expect_status(&mut server.lc(&["trylock", "term", "--", "true"]), 0);
+}
+
+#[test]
+fn a_child_that_handles_the_signal_gives_its_own_status() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap 'exit 5' TERM; touch '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        let _ = std::fs::remove_file(&ready);
+        let script = script.replace(
+            "TERM",
+            match sig {
+                libc::SIGTERM => "TERM",
+                libc::SIGHUP => "HUP",
+                _ => "INT",
+            },
+        );
+        let mut lc = Guard(
+            server
+                .lc(&["lock", "handled", "-c", &script])
+                .spawn()
+                .unwrap(),
+        );
+        assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+        signal(lc.pid(), sig);
+        assert_eq!(
+            lc.wait_for(Duration::from_secs(10)),
+            Some(5),
+            "signal {sig}"
+        );
+        expect_status(&mut server.lc(&["trylock", "handled", "--", "true"]), 0);
+    }
+}
+
+#[test]
+fn usr1_usr2_and_winch_are_forwarded_too() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, seen) = (dir.path().join("ready"), dir.path().join("seen"));
+    let script = format!(
+        "trap 'echo USR1 >> {s}' USR1; trap 'echo USR2 >> {s}' USR2; trap 'echo WINCH >> {s}; exit 0' WINCH; \
+         touch '{r}'; while :; do sleep 0.05; done",
+        s = seen.display(),
+        r = ready.display()
+    );
+    let mut lc = Guard(server.lc(&["lock", "usr", "-c", &script]).spawn().unwrap());
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    let seen_has = |what: &str| {
+        std::fs::read_to_string(&seen)
+            .map(|s| s.contains(what))
+            .unwrap_or(false)
+    };
+    signal(lc.pid(), libc::SIGUSR1);
+    assert!(wait_until(Duration::from_secs(5), || seen_has("USR1")));
+    signal(lc.pid(), libc::SIGUSR2);
+    assert!(wait_until(Duration::from_secs(5), || seen_has("USR2")));
+    signal(lc.pid(), libc::SIGWINCH);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "USR1\nUSR2\nWINCH\n"
+    );
+}
+
+#[test]
+fn sigint_while_waiting_withdraws_and_the_next_waiter_gets_the_key() {
+    let server = LoggedServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ran_a, ran_b) = (dir.path().join("a"), dir.path().join("b"));
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "sig"]), 0);
+    let touch = |p: &std::path::Path| format!("touch '{}'", p.display());
+    let mut a = Guard(
+        server
+            .lc(&["lock", "--source", "a", "sig", "-c", &touch(&ran_a)])
+            .spawn()
+            .unwrap(),
+    );
+    server.wait_queued("sig", "a");
+    let mut b = Guard(
+        server
+            .lc(&["lock", "--source", "b", "sig", "-c", &touch(&ran_b)])
+            .spawn()
+            .unwrap(),
+    );
+    server.wait_queued("sig", "b");
+    signal(a.pid(), libc::SIGINT);
+    assert_eq!(
+        a.wait_for(Duration::from_secs(10)),
+        Some(128 + libc::SIGINT)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .logged(&["withdraw 'sig'", "source 'a'"])),
+        "{}",
+        server.log_text()
+    );
+    expect_status(&mut server.lc(&["unlock", "sig"]), 0);
+    assert_eq!(b.wait_for(Duration::from_secs(10)), Some(0));
+    assert!(ran_b.exists());
+    assert!(!ran_a.exists(), "the withdrawn waiter ran its command");
+    expect_status(&mut server.lc(&["trylock", "sig", "--", "true"]), 0);
+}
+
+#[test]
+fn sigterm_while_waiting_exits_143_without_running_anything() {
+    let server = LoggedServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "sigw"]), 0);
+    let mut a = Guard(
+        server
+            .lc(&[
+                "lock",
+                "--source",
+                "a",
+                "sigw",
+                "-c",
+                &format!("touch '{}'", ran.display()),
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    server.wait_queued("sigw", "a");
+    signal(a.pid(), libc::SIGTERM);
+    assert_eq!(a.wait_for(Duration::from_secs(10)), Some(143));
+    expect_status(&mut server.lc(&["unlock", "sigw"]), 0);
+    expect_status(&mut server.lc(&["trylock", "sigw", "--", "true"]), 0);
+    assert!(!ran.exists());
+}
+
+#[test]
+fn sigkill_of_lc_cli_sends_sigterm_to_the_child() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let script = format!(
+        "trap 'echo TERM > \"{g}\"; exit 0' TERM; echo $$ > '{r}'; while :; do sleep 0.05; done",
+        g = got.display(),
+        r = ready.display()
+    );
+    let mut lc = Guard(
+        server
+            .lc(&["lock", "killed", "-c", &script])
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&ready);
+    signal(lc.pid(), libc::SIGKILL);
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(10)),
+        Some(128 + libc::SIGKILL)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || got.exists()),
+        "the child never got SIGTERM"
+    );
+    assert!(wait_until(Duration::from_secs(10), || is_dead(child)));
+    // Nobody released it: the operator's reset does.
+    expect_status(&mut server.lc(&["trylock", "killed", "--", "true"]), 1);
+    expect_status(&mut server.lc(&["reset", "killed"]), 0);
+    expect_status(&mut server.lc(&["trylock", "killed", "--", "true"]), 0);
+}
+
+#[test]
+fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, done) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("done"),
+    );
+    let script = format!(
+        "echo $$ > '{p}'; while [ ! -e '{g}' ]; do sleep 0.05; done; touch '{d}'",
+        p = pid_file.display(),
+        g = go.display(),
+        d = done.display()
+    );
+    let mut lc = Guard(server.lc(&["lock", "tstp", "-c", &script]).spawn().unwrap());
+    let child = read_pid(&pid_file);
+    signal(lc.pid(), libc::SIGTSTP);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc.pid()) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}",
+        proc_state(child),
+        proc_state(lc.pid())
+    );
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.exists(), "the command ran on while stopped");
+    signal(lc.pid(), libc::SIGCONT);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    assert!(done.exists());
+    expect_status(&mut server.lc(&["trylock", "tstp", "--", "true"]), 0);
+}

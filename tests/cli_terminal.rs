@@ -1,0 +1,405 @@
+//! lc-cli at a terminal (a pseudo-terminal): the command can read it, Ctrl-C
+//! reaches the command exactly once, Ctrl-Z and `fg` work under a job-control
+//! shell, and the status line is drawn while waiting and erased after.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::cli::*;
+use common::*;
+
+fn lc_at_terminal(server: &Server, args: &[&str]) -> (Pty, Guard) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server")
+        .arg(server.addr.to_string())
+        .args(args)
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    Pty::spawn(cmd)
+}
+
+#[test]
+fn ctrl_c_reaches_the_command_exactly_once() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, ints) = (dir.path().join("ready"), dir.path().join("ints"));
+    // Counts SIGINTs; after the first, waits a while so that a duplicate
+    // would be counted too, then exits 7 (lc-cli passes that through only
+    // if it was not interrupted itself).
+    let script = format!(
+        "trap 'echo INT >> \"{i}\"' INT; touch '{r}'; n=0; \
+         while [ ! -s '{i}' ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done; \
+         sleep 0.3; sleep 0.3; exit 7",
+        i = ints.display(),
+        r = ready.display()
+    );
+    let (mut pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-int", "-c", &script]);
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    pty.type_bytes(&[0x03]);
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(15)),
+        Some(7),
+        "terminal output: {}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&ints).unwrap(), "INT\n");
+    expect_status(&mut server.lc(&["trylock", "tty-int", "--", "true"]), 0);
+}
+
+#[test]
+fn the_command_can_read_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let script = format!(
+        "touch '{r}'; read line; echo \"$line\" > '{g}'",
+        r = ready.display(),
+        g = got.display()
+    );
+    let (mut pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-read", "-c", &script]);
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    pty.type_bytes(b"hello\n");
+    assert_eq!(
+        lc.wait_for(Duration::from_secs(10)),
+        Some(0),
+        "terminal output: {}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "hello\n");
+}
+
+#[test]
+fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
+    let server = Server::start();
+    expect_status(&mut server.lc(&["lock", "tty-wait"]), 0);
+    let (pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-wait", "--", "echo", "RAN"]);
+    let line = format!("waiting for 'tty-wait' on {}", server.addr);
+    assert!(
+        pty.wait_for_output(&line, Duration::from_secs(10)),
+        "no status line: {:?}",
+        pty.output()
+    );
+    // It counts the time waited.
+    assert!(
+        pty.wait_for_output(": 1s", Duration::from_secs(10)),
+        "{:?}",
+        pty.output()
+    );
+    expect_status(&mut server.lc(&["unlock", "tty-wait"]), 0);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    assert!(pty.wait_for_output("RAN", Duration::from_secs(5)));
+    let out = pty.output();
+    let last_status = out.rfind(&line).unwrap();
+    let erase = out[last_status..].find("\r\x1b[K").map(|i| i + last_status);
+    let ran = out.rfind("RAN").unwrap();
+    assert!(
+        matches!(erase, Some(e) if e < ran),
+        "the status line was not erased before the command ran: {out:?}"
+    );
+}
+
+#[test]
+fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, done) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("done"),
+    );
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
+        p = pid_file.display(),
+        g = go.display(),
+        d = done.display()
+    );
+    let line = format!("{BIN} --server {} lock tty-z -c '{script}'\n", server.addr);
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    // Stopped means stopped: it does not finish meanwhile.
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.exists());
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(15), || done.exists() && is_dead(lc)),
+        "not resumed: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    // `$?` after `fg` is the job's status.
+    pty.type_bytes(b"echo \"status=$?\"\n");
+    assert!(
+        pty.wait_for_output("status=0", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    // lc-cli gave the terminal back to the shell, which reads commands again.
+    pty.type_bytes(b"echo back-$((40+2))\n");
+    assert!(
+        pty.wait_for_output("back-42", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    expect_status(&mut server.lc(&["trylock", "tty-z", "--", "true"]), 0);
+    pty.type_bytes(b"exit\n");
+}
+
+#[test]
+fn lc_cli_takes_the_terminal_back_when_the_command_ends() {
+    let server = Server::start();
+    // The command stops the server, so lc-cli stays alive retrying the
+    // release (10 s) after the command ended: time to look at the terminal.
+    let script = format!("kill {}", server.child.id());
+    let (pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-back", "-c", &script]);
+    let lc_pid = lc.pid();
+    // The command ran (the server is gone)...
+    let server_pid = server.child.id() as i32;
+    assert!(wait_until(Duration::from_secs(10), || is_dead(server_pid)));
+    // ...and ended; /proc/PID/stat field 8: the terminal's foreground process group.
+    assert!(
+        wait_until(Duration::from_secs(8), || {
+            proc_field(lc_pid, 8) == Some(lc_pid as i64) && is_dead_child_of(lc_pid)
+        }),
+        "foreground group {:?}, lc-cli {lc_pid}; terminal: {:?}",
+        proc_field(lc_pid, 8),
+        pty.output()
+    );
+    assert_eq!(lc.wait_for(Duration::from_secs(20)), Some(74));
+}
+
+/// lc-cli has no living child any more.
+fn is_dead_child_of(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|c| c.trim().is_empty())
+        .unwrap_or(false)
+}
+
+#[test]
+fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    // Reading the terminal from the background stops the command (SIGTTIN),
+    // and lc-cli with it.
+    let script = format!(
+        "echo $$ > \"{p}\"; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-bg -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    pty.type_bytes(b"fg\n");
+    // In the foreground now: the command reads what is typed.
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(child as i64)),
+        "the command never got the terminal; terminal: {:?}",
+        pty.output()
+    );
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
+
+#[test]
+fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, got) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("got"),
+    );
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    let (mut pty, _bash) = Pty::spawn(bash);
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        go = go.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-fg -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    // Running in the background: the shell keeps the terminal.
+    assert_ne!(proc_field(lc, 8), Some(child as i64));
+    // `fg` of a running job gives lc-cli's group the terminal but sends no
+    // SIGCONT; when the command reads the terminal, lc-cli hands it on.
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(lc as i64)),
+        "the shell never gave lc-cli the terminal; terminal: {:?}",
+        pty.output()
+    );
+    std::fs::write(&go, "").unwrap();
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
+
+fn bash_at_terminal() -> (Pty, Guard) {
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("TERM", "dumb")
+        .env_remove("LC_SERVER")
+        .env_remove("LC_SOURCE");
+    Pty::spawn(bash)
+}
+
+#[test]
+fn ctrl_z_while_lc_cli_has_the_terminal_stops_the_command_too() {
+    // A running background job brought back with `fg`: lc-cli's group has
+    // the terminal, the command's does not, so Ctrl-Z reaches lc-cli.
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go, got) = (
+        dir.path().join("pid"),
+        dir.path().join("go"),
+        dir.path().join("got"),
+    );
+    let (mut pty, _bash) = bash_at_terminal();
+    let script = format!(
+        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
+        p = pid_file.display(),
+        go = go.display(),
+        g = got.display()
+    );
+    let line = format!(
+        "{BIN} --server {} lock tty-z2 -c '{script}' &\n",
+        server.addr
+    );
+    pty.type_bytes(line.as_bytes());
+    let child = read_pid(&pid_file);
+    let lc = proc_field(child, 4).expect("the command's parent") as i32;
+    let _lc_guard = KillOnDrop(lc);
+    pty.type_bytes(b"fg\n");
+    assert!(wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+        == Some(lc as i64)));
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
+        proc_state(child),
+        proc_state(lc),
+        pty.output()
+    );
+    pty.type_bytes(b"fg\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
+            == Some(child as i64)),
+        "the command did not get the terminal after fg; terminal: {:?}",
+        pty.output()
+    );
+    std::fs::write(&go, "").unwrap();
+    pty.type_bytes(b"typed\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || is_dead(lc)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
+    pty.type_bytes(b"exit\n");
+}
+
+#[test]
+fn ctrl_z_while_waiting_stops_lc_cli_still_in_line() {
+    let server = LoggedServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "tty-zw"]), 0);
+    let (mut pty, _bash) = bash_at_terminal();
+    let line = format!(
+        "{BIN} --server {} lock --source zw tty-zw -c 'touch \"{}\"'\n",
+        server.addr(),
+        ran.display()
+    );
+    pty.type_bytes(line.as_bytes());
+    server.wait_queued("tty-zw", "zw");
+    pty.type_bytes(&[0x1a]);
+    assert!(
+        pty.wait_for_output("Stopped", Duration::from_secs(10)),
+        "terminal: {:?}",
+        pty.output()
+    );
+    // Still in line: not withdrawn.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !server.logged(&["withdraw 'tty-zw'"]),
+        "{}",
+        server.log_text()
+    );
+    pty.type_bytes(b"fg\n");
+    expect_status(&mut server.lc(&["unlock", "tty-zw"]), 0);
+    assert!(
+        wait_until(Duration::from_secs(10), || ran.exists()),
+        "terminal: {:?}",
+        pty.output()
+    );
+    pty.type_bytes(b"exit\n");
+}

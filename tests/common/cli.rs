@@ -1,0 +1,250 @@
+//! Helpers for the client tests: a server whose `-v` log the test can read
+//! (to know when a waiter is queued), process inspection, and a
+//! pseudo-terminal to run lc-cli at.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{wait_until, Server, BIN};
+
+/// A `lc-cli serve -v` whose log lines are collected.
+pub struct LoggedServer {
+    pub server: Server,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl LoggedServer {
+    pub fn start() -> LoggedServer {
+        let mut child = Command::new(BIN)
+            .args(["serve", "-v", "--listen", "127.0.0.1:0"])
+            .env_remove("LC_SERVER")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lc-cli serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the bound address");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
+            .parse()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        LoggedServer {
+            server: Server { addr, child },
+            log,
+        }
+    }
+
+    pub fn lc(&self, args: &[&str]) -> Command {
+        self.server.lc(args)
+    }
+
+    pub fn addr(&self) -> String {
+        self.server.addr.to_string()
+    }
+
+    /// Whether a log line contains every one of `parts`.
+    pub fn logged(&self, parts: &[&str]) -> bool {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| parts.iter().all(|p| l.contains(p)))
+    }
+
+    /// Waits (up to 10 s) until the server logs that `source` is queued on `key`.
+    pub fn wait_queued(&self, key: &str, source: &str) {
+        let what = [
+            "queue ".to_string(),
+            format!("'{key}'"),
+            format!("source '{source}'"),
+        ];
+        let parts: Vec<&str> = what.iter().map(String::as_str).collect();
+        assert!(
+            wait_until(Duration::from_secs(10), || self.logged(&parts)),
+            "'{source}' was never queued on '{key}'; server log:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+/// A spawned process killed (by its pid) if the test ends while it runs.
+pub struct Guard(pub Child);
+
+impl Guard {
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    /// Waits up to `limit` for the exit; the status code (128+N for signal N).
+    pub fn wait_for(&mut self, limit: Duration) -> Option<i32> {
+        let mut code = None;
+        wait_until(limit, || match self.0.try_wait() {
+            Ok(Some(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                code = status.code().or(status.signal().map(|s| 128 + s));
+                true
+            }
+            _ => false,
+        });
+        code
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Kills a process the test did not start itself (found by pid) with
+/// SIGKILL when dropped, if it is still there.
+pub struct KillOnDrop(pub i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !is_dead(self.0) {
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The state letter of a process from /proc (R, S, T, Z...), None if gone.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.chars().next()
+}
+
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
+pub fn proc_field(pid: i32, n: usize) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(n - 3)?.parse().ok()
+}
+
+/// Gone, or a zombie waiting to be reaped.
+pub fn is_dead(pid: i32) -> bool {
+    matches!(proc_state(pid), None | Some('Z') | Some('X'))
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// Reads a pid a script wrote to `path`, waiting up to 10 s for it.
+pub fn read_pid(path: &std::path::Path) -> i32 {
+    let mut pid = None;
+    wait_until(Duration::from_secs(10), || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    });
+    pid.unwrap_or_else(|| panic!("no pid in {}", path.display()))
+}
+
+/// A pseudo-terminal: the master side, and everything read from it.
+pub struct Pty {
+    master: File,
+    output: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Pty {
+    /// Runs `cmd` as a session leader whose controlling terminal is a new
+    /// pseudo-terminal (stdin, stdout and stderr on it), as a login shell
+    /// would be.
+    pub fn spawn(mut cmd: Command) -> (Pty, Guard) {
+        let (mut master, mut slave) = (0, 0);
+        let size = libc::winsize {
+            ws_row: 24,
+            ws_col: 200,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                &size,
+            )
+        };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // Not inherited by anything else the tests start.
+        for fd in [master, slave] {
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        let master = unsafe { File::from(OwnedFd::from_raw_fd(master)) };
+        let slave = unsafe { File::from(OwnedFd::from_raw_fd(slave)) };
+        cmd.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn in a pseudo-terminal");
+        drop(cmd); // closes our copies of the slave
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let sink = output.clone();
+        let mut reader = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        (Pty { master, output }, Guard(child))
+    }
+
+    /// Types `bytes` at the terminal (0x03 is Ctrl-C, 0x1a Ctrl-Z).
+    pub fn type_bytes(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    pub fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// Waits up to `limit` for `text` to appear in the output.
+    pub fn wait_for_output(&self, text: &str, limit: Duration) -> bool {
+        wait_until(limit, || self.output().contains(text))
+    }
+}
