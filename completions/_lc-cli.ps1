@@ -159,6 +159,8 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'Address to listen on (loopback by default; port 0 picks a free one)')
             [CompletionResult]::new('--data', '--data', [CompletionResultType]::ParameterName, 'Keep held keys in a write-ahead log at PATH, so they survive a restart')
             [CompletionResult]::new('--read-timeout', '--read-timeout', [CompletionResultType]::ParameterName, 'How long a client may take to send its whole request')
+            [CompletionResult]::new('--manager', '--manager', [CompletionResultType]::ParameterName, 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]')
+            [CompletionResult]::new('--metrics', '--metrics', [CompletionResultType]::ParameterName, 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service')

@@ -447,7 +447,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__serve)
-            opts="-l -s -v -h --listen --data --read-timeout --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-l -s -v -h --listen --data --read-timeout --manager --metrics --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -466,6 +466,14 @@ _lc__cli() {
                     return 0
                     ;;
                 --read-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -149,6 +149,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --listen 'Address to listen on (loopback by default; port 0 picks a free one)'
             cand --data 'Keep held keys in a write-ahead log at PATH, so they survive a restart'
             cand --read-timeout 'How long a client may take to send its whole request'
+            cand --manager 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]'
+            cand --metrics 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)'
             cand -s 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]'
             cand --server 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]'
             cand --connect-timeout 'How long to keep trying to reach the service'

@@ -103,6 +103,8 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s h -l help -d 'Pri
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s l -l listen -d 'Address to listen on (loopback by default; port 0 picks a free one)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l data -d 'Keep held keys in a write-ahead log at PATH, so they survive a restart' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 'How long a client may take to send its whole request' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l connect-timeout -d 'How long to keep trying to reach the service' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r

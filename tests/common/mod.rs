@@ -119,4 +119,5 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+pub mod manager;
 pub mod redis;
