@@ -112,7 +112,7 @@ fn check_counts(text: &str) {
 
 #[test]
 fn metrics_in_memory() {
-    let server = ManagedServer::start(&["--metrics", "127.0.0.1:0"]);
+    let server = ManagedServer::start(&["--metrics", "127.0.0.1:0", "--read-timeout", "1s"]);
     let idle = server.scrape();
     assert_eq!(sample(&idle, "lc_keys_held"), 0.0);
     assert_eq!(sample(&idle, "lc_oldest_hold_age_seconds"), 0.0);
@@ -121,6 +121,10 @@ fn metrics_in_memory() {
     let text = traffic(&server);
     check_counts(&text);
     promtool_check(&text);
+    // A stalled frame is refused once the read timeout passes.
+    let mut stalled = server.connect();
+    stalled.write_all(&[1, 5, b'a']).unwrap();
+    wait_for_sample(&server, "lc_refused_requests_total", 3.0);
     // Anything but GET /metrics is not served.
     let (status, _) = http_get(server.metrics.unwrap(), "/other");
     assert!(status.starts_with("HTTP/1.1 404"), "{status}");
@@ -193,4 +197,79 @@ fn the_alert_rules_use_live_metric_names() {
         }
     }
     assert_eq!(checked, 2, "both rules' metrics were checked");
+}
+
+/// A small tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_failed_log_write_counts_as_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "lc-test-tmpfs"])
+        .arg(&mnt)
+        .status()
+        .expect("run mount");
+    assert!(
+        status.success(),
+        "mount -t tmpfs failed (the test needs root)"
+    );
+    let _tmpfs = Tmpfs(mnt.clone());
+    let path = mnt.join("locks.wal");
+    let server =
+        ManagedServer::start(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
+    let mut held = server.send_lock(b"held", b"s");
+    assert_eq!(read_byte(&mut held), Some(b'+'));
+    // Fill the file system.
+    let filler = mnt.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    for _ in 0..100_000 {
+        if f.write_all(&[0xab; 4096]).is_err() {
+            break;
+        }
+    }
+    drop(f);
+    let ask = |bytes: &[u8]| {
+        let mut s = server.connect();
+        s.write_all(bytes).unwrap();
+        read_byte(&mut s)
+    };
+    // Appends fit in the log's last page until they cross into a new one.
+    let mut grants = 1.0;
+    let mut refused = false;
+    for i in 0..2000 {
+        let key = format!("k{i}");
+        grants += 1.0;
+        match ask(&frame(1, key.as_bytes(), Some(b"s"))) {
+            Some(b'+') => assert_eq!(ask(&frame(2, key.as_bytes(), None)), Some(b'+')),
+            Some(b'-') => {
+                refused = true;
+                break;
+            }
+            other => panic!("lock {key}: {other:?}"),
+        }
+    }
+    assert!(refused, "the full disk never refused a grant");
+    let text = server.scrape();
+    assert_eq!(sample(&text, "lc_refused_requests_total"), 1.0, "{text}");
+    assert_eq!(sample(&text, "lc_grants_total"), grants, "{text}");
+    assert_eq!(sample(&text, "lc_keys_held"), 1.0, "{text}");
+    promtool_check(&text);
+    // A reset through the manager whose release cannot be logged: '-'
+    // instead of its '+', as a protocol reset answers.
+    let mut request = b"RSET".to_vec();
+    request.extend(names(&[b"held"]));
+    assert_eq!(server.manage(&request), b"-");
+    let text = server.scrape();
+    assert_eq!(sample(&text, "lc_refused_requests_total"), 2.0, "{text}");
+    assert_eq!(sample(&text, "lc_resets_total"), 1.0, "{text}");
+    std::fs::remove_file(&filler).unwrap();
 }
