@@ -331,7 +331,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__lock)
-            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --shell-command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -357,7 +357,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --shell-command)
+                --command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -447,7 +447,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__serve)
-            opts="-l -s -v -h --listen --data --read-timeout --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-l -s -v -h --listen --data --read-timeout --manager --metrics --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -466,6 +466,14 @@ _lc__cli() {
                     return 0
                     ;;
                 --read-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -501,7 +509,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__trylock)
-            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --shell-command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -527,7 +535,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --shell-command)
+                --command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -20,4 +20,4 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 
-cargo test --release -- --test-threads=2 "$@"
+cargo test --release --no-fail-fast -- --test-threads=2 "$@"

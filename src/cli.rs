@@ -89,7 +89,12 @@ pub struct LockArgs {
     pub conflict_exit_code: i32,
 
     /// Run STRING through `sh -c`
-    #[arg(long, short = 'c', value_name = "STRING", conflicts_with = "command")]
+    #[arg(
+        long = "command",
+        short = 'c',
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
     pub shell_command: Option<String>,
 
     /// Grace between SIGTERM and SIGKILL when lc-cli must stop the command
@@ -174,6 +179,14 @@ pub struct ServeArgs {
     /// How long a client may take to send its whole request
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub read_timeout: std::time::Duration,
+
+    /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]
+    #[arg(long, value_name = "ADDR")]
+    pub manager: Option<SocketAddr>,
+
+    /// Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `30s`, `5m`, `1h 30m`, or a bare number of seconds with fractions (`2.5`),

@@ -1,11 +1,14 @@
 //! `lc-cli serve`: the built-in lock server.
 
+use std::io::Write;
+use std::net::SocketAddr;
+
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::exit::{fail, ExitCode};
-use crate::server::{OpenError, Server, ServerOptions};
+use crate::server::{Listeners, OpenError, Server, ServerOptions};
 
 pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -26,26 +29,72 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         ),
         OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
     })?;
-    runtime.block_on(async {
-        let listener = TcpListener::bind(args.listen).await.map_err(|e| {
+    let manager_addr = match args.manager {
+        Some(addr) => addr,
+        None => next_port(args.listen).ok_or_else(|| {
             fail(
-                ExitCode::Unavailable,
-                format!("cannot listen on {}: {e}", args.listen),
+                ExitCode::Usage,
+                format!(
+                    "no manager port after {}: give one with --manager ADDR",
+                    args.listen
+                ),
             )
-        })?;
-        let addr = listener.local_addr()?;
+        })?,
+    };
+    runtime.block_on(async {
+        let lock = bind(args.listen, "listen").await?;
+        let addr = lock.local_addr()?;
+        let manager = bind(manager_addr, "serve the manager port").await?;
+        let manager_addr = manager.local_addr()?;
+        let metrics = match args.metrics {
+            Some(a) => Some(bind(a, "serve metrics").await?),
+            None => None,
+        };
         // Handlers in place before anyone can know the address, so a SIGTERM
         // sent right after start-up still stops the server cleanly.
         let shutdown = shutdown_signal()?;
-        // The bound address on stdout, so `--listen 127.0.0.1:0` is usable.
-        println!("listening on {addr}");
+        // The bound addresses on stdout, so `--listen 127.0.0.1:0` is usable;
+        // one write, so a reader that stops after the first line cannot make
+        // a later line fail.
+        let mut banner = format!("listening on {addr}\nmanager on {manager_addr}\n");
+        if let Some(m) = &metrics {
+            banner.push_str(&format!("metrics on {}\n", m.local_addr()?));
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(banner.as_bytes());
+        let _ = stdout.flush();
+        drop(stdout);
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}",
+            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr}",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );
-        server.run(listener, shutdown).await?;
+        let listeners = Listeners {
+            lock,
+            manager: Some(manager),
+            metrics,
+        };
+        server.serve(listeners, shutdown).await?;
         Ok(ExitCode::Success)
+    })
+}
+
+/// The manager's default address: the lock port + 1 on the same host, as
+/// the reference server; port 0 stays 0 (a free port of its own).
+fn next_port(listen: SocketAddr) -> Option<SocketAddr> {
+    let port = match listen.port() {
+        0 => 0,
+        p => p.checked_add(1)?,
+    };
+    Some(SocketAddr::new(listen.ip(), port))
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        fail(
+            ExitCode::Unavailable,
+            format!("cannot {what} on {addr}: {e}"),
+        )
     })
 }
 

@@ -9,6 +9,8 @@ use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::metrics::Counters;
+use super::ops;
 use super::table::{Durable, GrantId, LockOutcome, Notice, Withdrawal};
 use super::Shared;
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
@@ -52,6 +54,7 @@ async fn read_phase(
         Ok(Ok(Some(request))) => request,
         Ok(Ok(None)) => return None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
+            Counters::bump(&shared.counters.refused);
             shared
                 .log
                 .error(format_args!("{peer}: bad request: {reason}"));
@@ -59,6 +62,7 @@ async fn read_phase(
             return None;
         }
         Err(_) => {
+            Counters::bump(&shared.counters.refused);
             shared.log.error(format_args!(
                 "{peer}: no whole request within {:?}, closing",
                 shared.options.read_timeout
@@ -94,67 +98,24 @@ async fn other_request(
         Request::Unlock { key } => {
             let answer = match shared.table.unlock(&key) {
                 Some((holder, next, durable)) => {
+                    Counters::bump(&shared.counters.releases);
                     shared.log.release(&key, &holder.source, peer);
                     if let Some(next) = next {
                         shared.log.grant(&key, &next.source, next.peer);
                     }
-                    confirmed(shared, durable, "unlock", &key).await
+                    ops::confirmed(shared, durable, "unlock", &key).await
                 }
                 None => Answer::Fail,
             };
             let _ = stream.write_all(&[answer.byte()]).await;
         }
         Request::ResetByKey { key } => {
-            let answer = match shared.table.reset_key(&key) {
-                Some((r, durable)) => {
-                    shared.log.reset(format_args!(
-                        "{peer}: reset key '{}' held by '{}'{}",
-                        show(&key),
-                        show(&r.holder.source),
-                        r.next
-                            .map(|n| format!(", now held by '{}'", show(&n.source)))
-                            .unwrap_or_default()
-                    ));
-                    confirmed(shared, durable, "reset", &key).await
-                }
-                None => {
-                    shared.log.reset(format_args!(
-                        "{peer}: reset key '{}' (not held)",
-                        show(&key)
-                    ));
-                    Answer::Ok
-                }
-            };
+            let answer = ops::reset_key(shared, peer, &key).await;
             let _ = stream.write_all(&[answer.byte()]).await;
         }
         Request::ResetBySource { source } => {
-            let source = or_peer(source);
-            let (released, withdrawn, durable) = shared.table.reset_source(&source);
-            let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
-            shared.log.reset(format_args!(
-                "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
-                show(&source),
-                keys.len(),
-                keys.join(", ")
-            ));
-            let answer = confirmed(shared, durable, "reset by source", &source).await;
+            let answer = ops::reset_source(shared, peer, &or_peer(source)).await;
             let _ = stream.write_all(&[answer.byte()]).await;
-        }
-    }
-}
-
-/// `+` once the release is durable; `-` if the log could not record it (the
-/// release has taken effect in memory, but a restart would bring the key back
-/// held: the client must not believe it is gone for good).
-async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) -> Answer {
-    match durable.wait().await {
-        Ok(()) => Answer::Ok,
-        Err(e) => {
-            shared.log.error(format_args!(
-                "{what} '{}' not recorded in the log: {e}",
-                show(key)
-            ));
-            Answer::Fail
         }
     }
 }
@@ -202,6 +163,7 @@ async fn lock(
     let Some(notice) = notice else {
         match shared.table.withdraw(&key, id) {
             Withdrawal::Dequeued | Withdrawal::Released => {
+                Counters::bump(&shared.counters.withdrawals);
                 shared.log.withdrawal(&key, &source, peer)
             }
             Withdrawal::Gone => {}
@@ -222,6 +184,7 @@ async fn lock(
 /// key is released again and the client told `-`.
 async fn grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId, durable: Durable) {
     if let Err(e) = durable.wait().await {
+        Counters::bump(&shared.counters.refused);
         shared.table.release_grant(key, id);
         shared.log.error(format_args!(
             "grant of '{}' not recorded in the log, refused: {e}",
@@ -316,11 +279,11 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let c = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let shared = std::sync::Arc::new(super::Shared {
-            table: super::super::table::Table::new(),
-            log: super::super::log::Log { verbose: false },
-            options: Default::default(),
-        });
+        let shared = std::sync::Arc::new(super::Shared::new(
+            super::super::table::Table::new(),
+            super::super::log::Log { verbose: false },
+            Default::default(),
+        ));
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);
         assert!(size <= 800, "the connection future is {size} bytes");

@@ -5,19 +5,22 @@
 
 pub mod conn;
 pub mod log;
+pub mod manager_port;
 pub mod metrics;
+pub mod ops;
 pub mod table;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
 
 use self::conn::show;
 use self::log::Log;
+use self::metrics::{Counters, FsyncHistogram, Snapshot};
 use self::table::Table;
 use crate::wal::{self, Wal, WalError};
 
@@ -45,6 +48,46 @@ pub struct Shared {
     pub table: Table,
     pub log: Log,
     pub options: ServerOptions,
+    /// The table's counters (it bumps grants; the request paths the rest).
+    pub counters: Arc<Counters>,
+    /// fsync latency of the log, with `--data`.
+    pub fsync: Option<Arc<FsyncHistogram>>,
+    pub wal: Option<Arc<Wal>>,
+}
+
+impl Shared {
+    pub fn new(table: Table, log: Log, options: ServerOptions) -> Shared {
+        Shared {
+            counters: table.counters(),
+            table,
+            log,
+            options,
+            fsync: None,
+            wal: None,
+        }
+    }
+
+    /// The Prometheus text for a scrape of `--metrics`.
+    pub fn metrics(&self) -> String {
+        let g = self.table.gauges();
+        let snap = Snapshot {
+            keys_held: g.held,
+            waiters: g.waiting,
+            oldest_hold: g
+                .oldest_since
+                .map(|s| SystemTime::now().duration_since(s).unwrap_or_default()),
+            wal_bytes: self.wal.as_ref().map(|w| w.stats().file_len),
+        };
+        metrics::render(&self.counters, self.fsync.as_deref(), &snap)
+    }
+}
+
+/// The listeners of a server: the lock port, and optionally the manager
+/// port and the metrics endpoint.
+pub struct Listeners {
+    pub lock: TcpListener,
+    pub manager: Option<TcpListener>,
+    pub metrics: Option<TcpListener>,
 }
 
 /// Why the server cannot start.
@@ -71,19 +114,20 @@ impl Server {
         };
         let Some(path) = options.data.clone() else {
             return Ok(Server {
-                shared: Arc::new(Shared {
-                    table: Table::new(),
-                    log,
-                    options,
-                }),
+                shared: Arc::new(Shared::new(Table::new(), log, options)),
                 wal: None,
             });
         };
-        let (wal, held, recovery) =
-            Wal::open(&path, wal::Options::default()).map_err(|e| match e {
-                WalError::Corrupt { .. } => OpenError::Corrupt(e),
-                WalError::Io { .. } => OpenError::Io(e),
-            })?;
+        let fsync = Arc::new(FsyncHistogram::default());
+        let observer = fsync.clone();
+        let wal_options = wal::Options {
+            on_sync: Some(Arc::new(move |took| observer.observe(took))),
+            ..wal::Options::default()
+        };
+        let (wal, held, recovery) = Wal::open(&path, wal_options).map_err(|e| match e {
+            WalError::Corrupt { .. } => OpenError::Corrupt(e),
+            WalError::Io { .. } => OpenError::Io(e),
+        })?;
         let wal = Arc::new(wal);
         let table = Table::with_wal(wal.clone());
         if recovery.stale_temp {
@@ -117,23 +161,52 @@ impl Server {
             recovery.records,
             held.len()
         ));
+        let mut shared = Shared::new(table, log, options);
+        shared.fsync = Some(fsync);
+        shared.wal = Some(wal.clone());
         Ok(Server {
-            shared: Arc::new(Shared {
-                table,
-                log,
-                options,
-            }),
+            shared: Arc::new(shared),
             wal: Some(wal),
         })
     }
 
-    /// Serves until `shutdown` resolves.
+    /// Serves the lock port only until `shutdown` resolves.
     pub async fn run(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
+        let listeners = Listeners {
+            lock: listener,
+            manager: None,
+            metrics: None,
+        };
+        self.serve(listeners, shutdown).await
+    }
+
+    /// Serves every listener given until `shutdown` resolves.
+    pub async fn serve(
+        self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
         let shared = self.shared;
+        let listener = listeners.lock;
+        let mut side_tasks = Vec::new();
+        if let Some(manager) = listeners.manager {
+            side_tasks.push(tokio::spawn(accept_loop(
+                manager,
+                shared.clone(),
+                manager_port::handle,
+            )));
+        }
+        if let Some(metrics) = listeners.metrics {
+            let s = shared.clone();
+            side_tasks.push(tokio::spawn(metrics::serve(
+                metrics,
+                Arc::new(move || s.metrics()),
+            )));
+        }
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -149,6 +222,9 @@ impl Server {
                 },
                 _ = &mut shutdown => break,
             }
+        }
+        for task in side_tasks {
+            task.abort();
         }
         let (held, waiting) = shared.table.counts();
         shared.log.info(format_args!(
@@ -170,6 +246,25 @@ impl Server {
             ));
         }
         Ok(())
+    }
+}
+
+/// Accepts on the manager port, one task per connection.
+async fn accept_loop<F, Fut>(listener: TcpListener, shared: Arc<Shared>, handle: F)
+where
+    F: Fn(tokio::net::TcpStream, SocketAddr, Arc<Shared>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(handle(stream, peer, shared.clone()));
+            }
+            Err(e) => {
+                shared.log.error(format_args!("manager accept: {e}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

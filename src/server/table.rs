@@ -19,6 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
+use super::metrics::Counters;
+
 use crate::wal::{Record, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
@@ -78,6 +80,9 @@ struct Inner {
     keys: HashMap<Vec<u8>, KeyState>,
     next_id: GrantId,
     wal: Option<Arc<Wal>>,
+    /// Grants are counted here, where every one of them (hand-offs included)
+    /// happens.
+    counters: Arc<Counters>,
 }
 
 pub enum LockOutcome {
@@ -113,6 +118,15 @@ pub struct HeldKey {
     pub waiting: usize,
 }
 
+/// What a metrics scrape reads from the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub held: usize,
+    pub waiting: usize,
+    /// When the longest-standing hold began.
+    pub oldest_since: Option<SystemTime>,
+}
+
 #[derive(Default)]
 pub struct Table {
     inner: Mutex<Inner>,
@@ -143,6 +157,7 @@ impl Table {
         if state.holder.is_none() {
             let h = holder(id, source, peer);
             state.holder = Some(h);
+            Counters::bump(&inner.counters.grants);
             let durable = inner.record_grant(key, source, peer);
             return LockOutcome::Granted(id, durable);
         }
@@ -170,6 +185,7 @@ impl Table {
         let id = inner.fresh_id();
         let state = inner.keys.entry(key.to_vec()).or_default();
         state.holder = Some(holder(id, source, peer));
+        Counters::bump(&inner.counters.grants);
         Some((id, inner.record_grant(key, source, peer)))
     }
 
@@ -296,6 +312,26 @@ impl Table {
         id
     }
 
+    /// The event counters of this table's server (grants are bumped here).
+    pub fn counters(&self) -> Arc<Counters> {
+        self.lock_inner().counters.clone()
+    }
+
+    /// Keys held, waiters queued and the oldest hold's start, in one pass
+    /// under the mutex and without copying any key (for a metrics scrape).
+    pub fn gauges(&self) -> Gauges {
+        let inner = self.lock_inner();
+        let mut g = Gauges::default();
+        for s in inner.keys.values() {
+            g.waiting += s.waiters.len();
+            if let Some(h) = &s.holder {
+                g.held += 1;
+                g.oldest_since = Some(g.oldest_since.map_or(h.since, |o| o.min(h.since)));
+            }
+        }
+        g
+    }
+
     pub fn counts(&self) -> (usize, usize) {
         let inner = self.lock_inner();
         let held = inner.keys.values().filter(|s| s.holder.is_some()).count();
@@ -359,6 +395,7 @@ impl Inner {
                 if let Some(state) = self.keys.get_mut(key) {
                     state.holder = Some(h.clone());
                 }
+                Counters::bump(&self.counters.grants);
                 next = Some(h);
                 break;
             }
@@ -406,6 +443,8 @@ mod tests {
             };
             rxs.push((id, rx));
         }
+        assert_eq!(t.gauges().held, 1);
+        assert_eq!(t.gauges().waiting, 3);
         assert!(t.release_grant(b"k", first));
         for (i, (id, mut rx)) in rxs.into_iter().enumerate() {
             assert!(
@@ -415,6 +454,12 @@ mod tests {
             assert!(t.release_grant(b"k", id));
         }
         assert_eq!(t.counts(), (0, 0));
+        assert_eq!(t.gauges(), Gauges::default());
+        let grants = t
+            .counters()
+            .grants
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(grants, 4, "one direct grant and three hand-offs");
     }
 
     #[test]

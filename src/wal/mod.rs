@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -56,7 +57,10 @@ pub enum WalError {
     },
 }
 
-#[derive(Debug, Clone)]
+/// Called by the writer thread with the time each fsync took.
+pub type SyncObserver = Arc<dyn Fn(Duration) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct Options {
     /// Never compact a log smaller than this many bytes.
     pub compact_min: u64,
@@ -64,6 +68,8 @@ pub struct Options {
     /// file is written and synced, before the rename, as if the process had
     /// been killed there; the writer then writes nothing more.
     pub crash_before_rename: Arc<AtomicBool>,
+    /// Told how long each fsync of the log took (for a latency histogram).
+    pub on_sync: Option<SyncObserver>,
 }
 
 impl Default for Options {
@@ -71,7 +77,18 @@ impl Default for Options {
         Options {
             compact_min: 64 * 1024,
             crash_before_rename: Arc::new(AtomicBool::new(false)),
+            on_sync: None,
         }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("compact_min", &self.compact_min)
+            .field("crash_before_rename", &self.crash_before_rename)
+            .field("on_sync", &self.on_sync.as_ref().map(|_| "Fn(Duration)"))
+            .finish()
     }
 }
 
@@ -458,7 +475,7 @@ impl Writer {
         let written = self
             .file
             .write_all_at(bytes, self.len)
-            .and_then(|()| self.file.sync_data());
+            .and_then(|()| self.timed(|f| f.sync_data()));
         match written {
             Ok(()) => {
                 self.len += bytes.len() as u64;
@@ -470,6 +487,24 @@ impl Writer {
                 Err(format!("{}: cannot append to the log: {e}", self.path.display()).into())
             }
         }
+    }
+
+    /// Runs one fsync of the log and reports how long it took.
+    fn timed(&self, sync: impl FnOnce(&File) -> std::io::Result<()>) -> std::io::Result<()> {
+        self.timed_on(&self.file, sync)
+    }
+
+    fn timed_on(
+        &self,
+        file: &File,
+        sync: impl FnOnce(&File) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let start = Instant::now();
+        let result = sync(file);
+        if let Some(observe) = &self.options.on_sync {
+            observe(start.elapsed());
+        }
+        result
     }
 
     /// Rewrites the log to hold only `snapshot` (the live holders, including
@@ -485,7 +520,7 @@ impl Writer {
                 .truncate(true)
                 .open(&temp)?;
             file.write_all_at(snapshot, 0)?;
-            file.sync_all()?;
+            self.timed_on(&file, |f| f.sync_all())?;
             Ok(file)
         };
         let file = match attempt() {

@@ -120,4 +120,5 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 pub mod cli;
+pub mod manager;
 pub mod redis;

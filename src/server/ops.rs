@@ -1,0 +1,72 @@
+//! Requests served the same way whichever port they come in on: the resets
+//! of the lock protocol and of the manager port share this one path (table,
+//! log records, log lines, counters, hand-off to the next waiter).
+
+use std::net::SocketAddr;
+
+use super::conn::show;
+use super::metrics::Counters;
+use super::table::Durable;
+use super::Shared;
+use crate::proto::Answer;
+
+/// Force-releases `key`, whoever holds it; the first waiter gets it. A key
+/// that is not held is answered `+` too.
+pub async fn reset_key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
+    Counters::bump(&shared.counters.resets);
+    match shared.table.reset_key(key) {
+        Some((r, durable)) => {
+            shared.log.reset(format_args!(
+                "{peer}: reset key '{}' held by '{}'{}",
+                show(key),
+                show(&r.holder.source),
+                r.next
+                    .map(|n| format!(", now held by '{}'", show(&n.source)))
+                    .unwrap_or_default()
+            ));
+            confirmed(shared, durable, "reset", key).await
+        }
+        None => {
+            shared
+                .log
+                .reset(format_args!("{peer}: reset key '{}' (not held)", show(key)));
+            Answer::Ok
+        }
+    }
+}
+
+/// Releases every key `source` holds (each passes to its next waiter) and
+/// withdraws that source's waiters (they are answered `-`).
+pub async fn reset_source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
+    Counters::bump(&shared.counters.resets);
+    let (released, withdrawn, durable) = shared.table.reset_source(source);
+    shared
+        .counters
+        .withdrawals
+        .fetch_add(withdrawn as u64, std::sync::atomic::Ordering::Relaxed);
+    let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
+    shared.log.reset(format_args!(
+        "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
+        show(source),
+        keys.len(),
+        keys.join(", ")
+    ));
+    confirmed(shared, durable, "reset by source", source).await
+}
+
+/// `+` once the release is durable; `-` if the log could not record it (the
+/// release has taken effect in memory, but a restart would bring the key back
+/// held: the client must not believe it is gone for good).
+pub async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) -> Answer {
+    match durable.wait().await {
+        Ok(()) => Answer::Ok,
+        Err(e) => {
+            Counters::bump(&shared.counters.refused);
+            shared.log.error(format_args!(
+                "{what} '{}' not recorded in the log: {e}",
+                show(key)
+            ));
+            Answer::Fail
+        }
+    }
+}
