@@ -118,13 +118,24 @@ pub fn status_of(result: anyhow::Result<ExitCode>) -> i32 {
     }
 }
 
-/// "context: cause: cause" on one line, as users of flock expect.
+/// "context: cause: cause" on one line, as users of flock expect. A context
+/// that ends in "on SERVER" loses that tail when a cause names the server
+/// again, so the line says it once.
 fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
         let text = cause.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
+        }
+    }
+    for i in 0..parts.len() {
+        let Some(at) = parts[i].rfind(" on ") else {
+            continue;
+        };
+        let server = parts[i][at + 4..].to_string();
+        if !server.is_empty() && parts[i + 1..].iter().any(|p| p.contains(&server)) {
+            parts[i].truncate(at);
         }
     }
     parts.join(": ").replace('\n', " ")
@@ -175,6 +186,15 @@ mod tests {
     fn silent_exit_keeps_its_code() {
         let err: anyhow::Error = SilentExit(ExitCode::Raw(3)).into();
         assert_eq!(status_of(Err(err)), 3);
+    }
+
+    #[test]
+    fn the_server_is_named_once() {
+        let err =
+            fail(ExitCode::Unavailable, "cannot reach h:1: refused").context("lock 'k' on h:1");
+        assert_eq!(one_line(&err), "lock 'k': cannot reach h:1: refused");
+        let err = fail(ExitCode::Unavailable, "refused").context("lock 'k' on h:1");
+        assert_eq!(one_line(&err), "lock 'k' on h:1: refused");
     }
 
     #[test]

@@ -243,17 +243,13 @@ async fn run_child(
     let end = match lost {
         Ok(end) => end,
         Err(reason) => {
-            eprintln!(
-                "lc-cli: lost the lock '{key}' on {}: {}; stopping the command",
-                config.server, reason.0
-            );
             let _ = running.stop(signals, options.kill_after).await;
             // Give back whatever is left; the loss is what we report.
             let _ = release_attempt(&mut held).await;
             return Err(fail(
                 ExitCode::LockLost,
                 format!(
-                    "lock '{key}' on {} was lost while the command ran: {}",
+                    "lock '{key}' on {} was lost while the command ran: {}; the command was stopped",
                     config.server, reason.0
                 ),
             ));
