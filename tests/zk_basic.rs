@@ -1,0 +1,175 @@
+//! The ZooKeeper backend through the real binary: trylock, timeout,
+//! detached hold and unlock, resets, bad keys, an unreachable ensemble.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::zk::Zk;
+use common::*;
+
+/// Children killed (by PID) when the test ends, also on failure.
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn data(zk: &Zk, path: &str) -> String {
+    String::from_utf8_lossy(&zk.node(path).expect("node exists").0).into_owned()
+}
+
+#[test]
+fn trylock_timeout_detached_hold_and_unlock() {
+    let zk = Zk::start();
+    let dir = "/t/deploy/prod";
+    // A detached hold: a persistent node that records its source.
+    expect_status(
+        &mut zk.lc("/t", &["lock", "deploy/prod", "--source", "ops1"]),
+        0,
+    );
+    let q = zk.queue(dir);
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(q[0].starts_with("_c_") && q[0].contains("-lock-"), "{q:?}");
+    let (_, owner) = zk.node(&format!("{dir}/{}", q[0])).unwrap();
+    assert_eq!(owner, 0, "a detached hold must not be ephemeral");
+    let d = data(&zk, &format!("{dir}/{}", q[0]));
+    assert!(d.contains("mode=detached") && d.ends_with("source=ops1"), "{d}");
+
+    // trylock conflicts and leaves no node behind.
+    expect_status(&mut zk.lc("/t", &["trylock", "deploy/prod", "--", "true"]), 1);
+    expect_status(
+        &mut zk.lc("/t", &["lock", "-n", "-E", "9", "deploy/prod", "--", "true"]),
+        9,
+    );
+    assert_eq!(zk.queue(dir), q);
+    // A timed-out wait removes its node.
+    let t = Instant::now();
+    expect_status(
+        &mut zk.lc("/t", &["lock", "-w", "0.5", "deploy/prod", "--", "true"]),
+        1,
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(zk.queue(dir), q);
+
+    // unlock clears it; a second unlock says it was not held.
+    expect_status(&mut zk.lc("/t", &["unlock", "deploy/prod"]), 0);
+    assert!(zk.queue(dir).is_empty());
+    expect_status(&mut zk.lc("/t", &["unlock", "deploy/prod"]), 1);
+
+    // Free now: the child gets the node's czxid as its fencing token.
+    let out = expect_status(
+        &mut zk.lc(
+            "/t",
+            &["trylock", "deploy/prod", "--", "sh", "-c", "echo $LC_LOCK_TOKEN"],
+        ),
+        0,
+    );
+    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(token > 0);
+    let out = expect_status(
+        &mut zk.lc(
+            "/t",
+            &["trylock", "deploy/prod", "--", "sh", "-c", "echo $LC_LOCK_TOKEN"],
+        ),
+        0,
+    );
+    let token2: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(token2 > token, "tokens must grow: {token} then {token2}");
+    assert!(zk.queue(dir).is_empty(), "release deletes the node");
+    // `wait` takes and releases at once.
+    expect_status(&mut zk.lc("/t", &["wait", "deploy/prod"]), 0);
+    assert!(zk.queue(dir).is_empty());
+}
+
+#[test]
+fn bad_keys_and_unreachable_ensemble() {
+    let zk = Zk::start();
+    for key in ["a//b", "a/./b", "a/..", "x/", "a/_c_0-lock-0000000001"] {
+        let out = expect_status(&mut zk.lc("/t", &["trylock", key, "--", "true"]), 64);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{err}");
+    }
+    // A port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = Instant::now();
+    let out = expect_status(
+        std::process::Command::new(BIN)
+            .args(["--server", &format!("zk://127.0.0.1:{port}/t")])
+            .args(["--connect-timeout", "1s", "trylock", "k", "--", "true"]),
+        69,
+    );
+    assert!(t.elapsed() < Duration::from_secs(15));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&port.to_string()), "{err}");
+}
+
+/// A waiter queued behind a detached hold keeps its place; unlock serves it.
+#[test]
+fn detached_hold_keeps_its_place_and_reset_key_keeps_waiters() {
+    let zk = Zk::start();
+    let dir = "/t/k";
+    expect_status(&mut zk.lc("/t", &["lock", "k"]), 0);
+    let mut kids = Kids(Vec::new());
+    let flag = tempfile::tempdir().unwrap();
+    let done = flag.path().join("done");
+    kids.0.push(
+        zk.lc("/t", &["lock", "k", "--", "touch"])
+            .arg(&done)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(20), || zk.queue(dir).len() == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.exists(), "the waiter ran while the key was held");
+    // reset KEY deletes the holder only: the waiter gets the key.
+    expect_status(&mut zk.lc("/t", &["reset", "k"]), 0);
+    let status = kids.0[0].wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(done.exists());
+    assert!(wait_until(Duration::from_secs(10), || zk.queue(dir).is_empty()));
+    expect_status(&mut zk.lc("/t", &["reset", "k"]), 0);
+}
+
+/// reset --source deletes that source's holds and waiters anywhere under
+/// the root, and nothing else.
+#[test]
+fn reset_by_source() {
+    let zk = Zk::start();
+    expect_status(&mut zk.lc("/t", &["lock", "a/x", "--source", "bad"]), 0);
+    expect_status(&mut zk.lc("/t", &["lock", "b", "--source", "good"]), 0);
+    let mut kids = Kids(Vec::new());
+    // A waiter of source "bad" behind the good hold...
+    kids.0.push(
+        zk.lc("/t", &["lock", "b", "--source", "bad", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(20), || zk.queue("/t/b").len() == 2));
+    expect_status(&mut zk.lc("/t", &["reset", "--source", "bad"]), 0);
+    assert!(zk.queue("/t/a/x").is_empty());
+    assert_eq!(zk.queue("/t/b").len(), 1, "the good hold stays");
+    // The withdrawn waiter gives up with one line, not the conflict status.
+    let start = Instant::now();
+    let out = loop {
+        if let Some(_s) = kids.0[0].try_wait().unwrap() {
+            break kids.0.remove(0).wait_with_output().unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "waiter did not give up");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let code = out.status.code();
+    assert!(code != Some(0) && code != Some(1), "{:?}", out.status);
+    expect_status(&mut zk.lc("/t", &["unlock", "b"]), 0);
+}
