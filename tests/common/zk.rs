@@ -128,10 +128,15 @@ impl Zk {
 
     /// `lc-cli --server zk://.../ROOT --session-timeout 2s ARGS...`
     pub fn lc(&self, root: &str, args: &[&str]) -> Command {
+        self.lc_session(root, "2s", args)
+    }
+
+    /// `lc` with another session timeout.
+    pub fn lc_session(&self, root: &str, session_timeout: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(super::BIN);
         cmd.arg("--server")
             .arg(self.url(root))
-            .args(["--session-timeout", "2s", "--connect-timeout", "10s"])
+            .args(["--session-timeout", session_timeout, "--connect-timeout", "10s"])
             .args(args);
         cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
         cmd
