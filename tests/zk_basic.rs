@@ -40,12 +40,21 @@ fn trylock_timeout_detached_hold_and_unlock() {
     let (_, owner) = zk.node(&format!("{dir}/{}", q[0])).unwrap();
     assert_eq!(owner, 0, "a detached hold must not be ephemeral");
     let d = data(&zk, &format!("{dir}/{}", q[0]));
-    assert!(d.contains("mode=detached") && d.ends_with("source=ops1"), "{d}");
+    assert!(
+        d.contains("mode=detached") && d.ends_with("source=ops1"),
+        "{d}"
+    );
 
     // trylock conflicts and leaves no node behind.
-    expect_status(&mut zk.lc("/t", &["trylock", "deploy/prod", "--", "true"]), 1);
     expect_status(
-        &mut zk.lc("/t", &["lock", "-n", "-E", "9", "deploy/prod", "--", "true"]),
+        &mut zk.lc("/t", &["trylock", "deploy/prod", "--", "true"]),
+        1,
+    );
+    expect_status(
+        &mut zk.lc(
+            "/t",
+            &["lock", "-n", "-E", "9", "deploy/prod", "--", "true"],
+        ),
         9,
     );
     assert_eq!(zk.queue(dir), q);
@@ -67,7 +76,14 @@ fn trylock_timeout_detached_hold_and_unlock() {
     let out = expect_status(
         &mut zk.lc(
             "/t",
-            &["trylock", "deploy/prod", "--", "sh", "-c", "echo $LC_LOCK_TOKEN"],
+            &[
+                "trylock",
+                "deploy/prod",
+                "--",
+                "sh",
+                "-c",
+                "echo $LC_LOCK_TOKEN",
+            ],
         ),
         0,
     );
@@ -76,7 +92,14 @@ fn trylock_timeout_detached_hold_and_unlock() {
     let out = expect_status(
         &mut zk.lc(
             "/t",
-            &["trylock", "deploy/prod", "--", "sh", "-c", "echo $LC_LOCK_TOKEN"],
+            &[
+                "trylock",
+                "deploy/prod",
+                "--",
+                "sh",
+                "-c",
+                "echo $LC_LOCK_TOKEN",
+            ],
         ),
         0,
     );
@@ -137,7 +160,9 @@ fn detached_hold_keeps_its_place_and_reset_key_keeps_waiters() {
     let status = kids.0[0].wait().unwrap();
     assert_eq!(status.code(), Some(0));
     assert!(done.exists());
-    assert!(wait_until(Duration::from_secs(10), || zk.queue(dir).is_empty()));
+    assert!(wait_until(Duration::from_secs(10), || zk
+        .queue(dir)
+        .is_empty()));
     expect_status(&mut zk.lc("/t", &["reset", "k"]), 0);
 }
 
@@ -156,7 +181,10 @@ fn reset_by_source() {
             .spawn()
             .unwrap(),
     );
-    assert!(wait_until(Duration::from_secs(20), || zk.queue("/t/b").len() == 2));
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/t/b")
+        .len()
+        == 2));
     expect_status(&mut zk.lc("/t", &["reset", "--source", "bad"]), 0);
     assert!(zk.queue("/t/a/x").is_empty());
     assert_eq!(zk.queue("/t/b").len(), 1, "the good hold stays");
@@ -166,7 +194,10 @@ fn reset_by_source() {
         if let Some(_s) = kids.0[0].try_wait().unwrap() {
             break kids.0.remove(0).wait_with_output().unwrap();
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "waiter did not give up");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "waiter did not give up"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let code = out.status.code();

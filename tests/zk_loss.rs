@@ -44,7 +44,10 @@ impl Kids {
                     stderr: stderr.into_bytes(),
                 };
             }
-            assert!(start.elapsed() < limit, "lc-cli did not exit within {limit:?}");
+            assert!(
+                start.elapsed() < limit,
+                "lc-cli did not exit within {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -60,7 +63,12 @@ fn guarded_child(dir: &Path) -> String {
 
 fn assert_lost(out: &Output, dir: &Path, why: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(75), "status {:?}, stderr: {err}", out.status);
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "status {:?}, stderr: {err}",
+        out.status
+    );
     assert!(err.contains("lost") && err.contains(why), "stderr: {err}");
     assert!(dir.join("term").exists(), "the child was not sent SIGTERM");
 }
@@ -74,7 +82,10 @@ fn holder_node_deleted_from_outside_stops_the_child() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp.path().join("started").exists()));
+    assert!(wait_until(Duration::from_secs(20), || tmp
+        .path()
+        .join("started")
+        .exists()));
     let q = zk.queue("/l/k");
     assert_eq!(q.len(), 1);
     zk.delete(&format!("/l/k/{}", q[0]));
@@ -92,7 +103,10 @@ fn session_expiry_stops_the_child() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp.path().join("started").exists()));
+    assert!(wait_until(Duration::from_secs(20), || tmp
+        .path()
+        .join("started")
+        .exists()));
     let pid = Pid::from_raw(kids.0[0].id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
     // The server expires the session and deletes the node while we sleep.
@@ -124,7 +138,10 @@ fn server_restart_within_the_session_timeout_keeps_the_lock() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp.path().join("started").exists()));
+    assert!(wait_until(Duration::from_secs(20), || tmp
+        .path()
+        .join("started")
+        .exists()));
     let before = zk.queue("/r/k");
     assert_eq!(before.len(), 1);
     zk.restart_after(Duration::from_millis(500));
@@ -141,7 +158,9 @@ fn server_restart_within_the_session_timeout_keeps_the_lock() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(wait_until(Duration::from_secs(5), || zk.queue("/r/k").is_empty()));
+    assert!(wait_until(Duration::from_secs(5), || zk
+        .queue("/r/k")
+        .is_empty()));
 }
 
 /// A waiter killed with SIGKILL keeps its place until its session expires;
@@ -158,22 +177,35 @@ fn killed_waiter_leaves_the_queue_when_its_session_expires() {
             .spawn()
             .unwrap(),
     );
-    assert!(wait_until(Duration::from_secs(20), || zk.queue("/w/k").len() == 2));
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/w/k")
+        .len()
+        == 2));
     kids.0.push(
         zk.lc("/w", &["lock", "k", "--", "touch"])
             .arg(&ran)
             .spawn()
             .unwrap(),
     );
-    assert!(wait_until(Duration::from_secs(20), || zk.queue("/w/k").len() == 3));
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/w/k")
+        .len()
+        == 3));
     kids.0[0].kill().unwrap();
     kids.0[0].wait().unwrap();
     let killed_at = Instant::now();
     expect_status(&mut zk.lc("/w", &["unlock", "k"]), 0);
     std::thread::sleep(Duration::from_millis(500));
     if killed_at.elapsed() < Duration::from_secs(3) {
-        assert!(!ran.exists(), "the next waiter ran before the dead one expired");
-        assert_eq!(zk.queue("/w/k").len(), 2, "the dead waiter's node stays until expiry");
+        assert!(
+            !ran.exists(),
+            "the next waiter ran before the dead one expired"
+        );
+        assert_eq!(
+            zk.queue("/w/k").len(),
+            2,
+            "the dead waiter's node stays until expiry"
+        );
     }
     let out = kids.finish(1, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(0));
@@ -192,10 +224,17 @@ fn signal_while_waiting_removes_the_node_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || zk.queue("/s/k").len() == 2));
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/s/k")
+        .len()
+        == 2));
     kill(Pid::from_raw(kids.0[0].id() as i32), Signal::SIGTERM).unwrap();
     let out = kids.finish(0, Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(143));
-    assert_eq!(zk.queue("/s/k").len(), 1, "the waiter's node is gone on exit");
+    assert_eq!(
+        zk.queue("/s/k").len(),
+        1,
+        "the waiter's node is gone on exit"
+    );
     expect_status(&mut zk.lc("/s", &["unlock", "k"]), 0);
 }

@@ -29,7 +29,10 @@ impl Kids {
                 if let Some(s) = c.try_wait().unwrap() {
                     break s.code();
                 }
-                assert!(start.elapsed() < limit, "a process did not finish in {limit:?}");
+                assert!(
+                    start.elapsed() < limit,
+                    "a process did not finish in {limit:?}"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             })
             .collect()
@@ -101,7 +104,11 @@ fn fired(m: &std::collections::HashMap<String, f64>) -> f64 {
         "zk_sum_node_children_watch_count",
     ]
     .iter()
-    .map(|k| m.get(*k).copied().unwrap_or_else(|| panic!("mntr has no {k}")))
+    .map(|k| {
+        m.get(*k)
+            .copied()
+            .unwrap_or_else(|| panic!("mntr has no {k}"))
+    })
     .sum()
 }
 
@@ -116,8 +123,12 @@ fn one_release_wakes_exactly_one_waiter() {
     for i in 0..8 {
         let mark = tmp.path().join(format!("ran{i}"));
         let script = format!("touch '{}'; sleep 30", mark.display());
-        kids.0.push(zk.lc("/h", &["lock", "k", "-c", &script]).spawn().unwrap());
-        assert!(wait_until(Duration::from_secs(20), || zk.queue("/h/k").len() == i + 2));
+        kids.0
+            .push(zk.lc("/h", &["lock", "k", "-c", &script]).spawn().unwrap());
+        assert!(wait_until(Duration::from_secs(20), || zk
+            .queue("/h/k")
+            .len()
+            == i + 2));
     }
     // Each waiter watches its predecessor and its own node; none watches
     // the lock node itself.
@@ -132,12 +143,19 @@ fn one_release_wakes_exactly_one_waiter() {
     assert_eq!(watchers_of_holder, 1, "watches on the holder:\n{by_path}");
     for node in &queue[1..7] {
         // Its own session, and its successor.
-        assert_eq!(watchers(&by_path, &format!("/h/k/{node}")), 2, "{node}:\n{by_path}");
+        assert_eq!(
+            watchers(&by_path, &format!("/h/k/{node}")),
+            2,
+            "{node}:\n{by_path}"
+        );
     }
 
     let before = zk.mntr();
     expect_status(&mut zk.lc("/h", &["unlock", "k"]), 0);
-    assert!(wait_until(Duration::from_secs(20), || tmp.path().join("ran0").exists()));
+    assert!(wait_until(Duration::from_secs(20), || tmp
+        .path()
+        .join("ran0")
+        .exists()));
     std::thread::sleep(Duration::from_millis(500));
     let after = zk.mntr();
     assert_eq!(
@@ -146,7 +164,10 @@ fn one_release_wakes_exactly_one_waiter() {
         "watches fired by one release (1 means no herd)"
     );
     for i in 1..8 {
-        assert!(!tmp.path().join(format!("ran{i}")).exists(), "waiter {i} ran too");
+        assert!(
+            !tmp.path().join(format!("ran{i}")).exists(),
+            "waiter {i} ran too"
+        );
     }
     assert_eq!(zk.queue("/h/k").len(), 8, "the other 7 keep their places");
 }
@@ -158,5 +179,7 @@ fn watchers(wchp: &str, path: &str) -> usize {
     if lines.next().is_none() {
         return 0;
     }
-    lines.take_while(|l| l.starts_with(|c: char| c.is_whitespace())).count()
+    lines
+        .take_while(|l| l.starts_with(|c: char| c.is_whitespace()))
+        .count()
 }

@@ -136,7 +136,12 @@ impl Zk {
         let mut cmd = Command::new(super::BIN);
         cmd.arg("--server")
             .arg(self.url(root))
-            .args(["--session-timeout", session_timeout, "--connect-timeout", "10s"])
+            .args([
+                "--session-timeout",
+                session_timeout,
+                "--connect-timeout",
+                "10s",
+            ])
             .args(args);
         cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
         cmd
@@ -171,7 +176,9 @@ impl Zk {
     /// Runs one request on a fresh session of its own.
     pub fn with_client<T>(
         &self,
-        f: impl for<'a> FnOnce(&'a zkc::Client) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>,
+        f: impl for<'a> FnOnce(
+            &'a zkc::Client,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>,
     ) -> T {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -126,13 +126,17 @@ impl HeldLock for ZkHeld {
     /// place in the queue, after our session ends.
     async fn detach(mut self: Box<Self>) -> Result<()> {
         let Some(name) = self.node.rsplit('/').next().and_then(names::detached_name) else {
-            return Err(BackendError::Other(format!("{} is not a queue node", self.node)));
+            return Err(BackendError::Other(format!(
+                "{} is not a queue node",
+                self.node
+            )));
         };
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
         let data = NodeData::new(Mode::Detached, &self.source).encode();
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let (node, target, data, options) = (self.node.as_str(), persistent.as_str(), &data, &options);
+        let (node, target, data, options) =
+            (self.node.as_str(), persistent.as_str(), &data, &options);
         let result = self
             .s
             .retry(|c| async move {
@@ -147,7 +151,11 @@ impl HeldLock for ZkHeld {
             Err(e) => {
                 // The transaction may have succeeded just before a
                 // connection loss: then the persistent node is there.
-                match self.s.retry(|c| async move { c.check_stat(target).await }).await {
+                match self
+                    .s
+                    .retry(|c| async move { c.check_stat(target).await })
+                    .await
+                {
                     Ok(Some(_)) => Ok(()),
                     _ => Err(self.s.error(&format!("replacing {node} by {target}"), e)),
                 }

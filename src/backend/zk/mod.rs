@@ -41,7 +41,10 @@ impl ZkBackend {
         if let Some(problem) = root.strip_prefix('/').and_then(names::key_problem) {
             return Err(BackendError::BadKey {
                 key: root.clone(),
-                reason: format!("the root path in {} is not a znode path: {problem}", config.server),
+                reason: format!(
+                    "the root path in {} is not a znode path: {problem}",
+                    config.server
+                ),
             });
         }
         let session = Session::connect(

@@ -175,7 +175,16 @@ mod tests {
         assert_eq!(key_problem("deploy/prod"), None);
         assert_eq!(key_problem("a.b/c-d_e"), None);
         for bad in [
-            "", "/a", "a/", "a//b", ".", "a/./b", "a/..", "a\0b", "a\nb", "x/_c_1-lock-0000000001",
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            ".",
+            "a/./b",
+            "a/..",
+            "a\0b",
+            "a\nb",
+            "x/_c_1-lock-0000000001",
             "lock-0000000012",
         ] {
             assert!(key_problem(bad).is_some(), "{bad:?} accepted");

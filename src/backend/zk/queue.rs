@@ -112,7 +112,9 @@ async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
             Err(e) => return Err(s.error(&format!("creating a node in {dir}"), e)),
         }
     }
-    Err(BackendError::Other(format!("could not create a node in {dir}")))
+    Err(BackendError::Other(format!(
+        "could not create a node in {dir}"
+    )))
 }
 
 /// Waits until our node is first. Some((czxid, own watch)) when it is;

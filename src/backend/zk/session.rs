@@ -36,7 +36,8 @@ impl Session {
             .with_session_timeout(session_timeout)
             .with_connection_timeout(connect_timeout.min(session_timeout));
         let cluster = hosts.join(",");
-        let client = match tokio::time::timeout(connect_timeout, connector.connect(&cluster)).await {
+        let client = match tokio::time::timeout(connect_timeout, connector.connect(&cluster)).await
+        {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 return Err(BackendError::Unavailable {
