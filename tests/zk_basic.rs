@@ -204,3 +204,105 @@ fn reset_by_source() {
     assert!(code != Some(0) && code != Some(1), "{:?}", out.status);
     expect_status(&mut zk.lc("/t", &["unlock", "b"]), 0);
 }
+
+/// A client using the Curator-compatible recipe of zookeeper-client
+/// (`LockPrefix::new_curator(dir, "lock-")`, as Curator's InterProcessMutex)
+/// and lc-cli exclude each other, in both directions, detached holds
+/// included.
+#[test]
+fn curator_recipe_and_lc_cli_exclude_each_other() {
+    use zookeeper_client as zkc;
+    let zk = Zk::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(async {
+        zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&zk.hosts())
+            .await
+            .unwrap()
+    });
+    let options = || {
+        zkc::LockOptions::new(zkc::Acls::anyone_all())
+            .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
+            .unwrap()
+    };
+    // The Curator-style client holds: lc-cli conflicts, then waits its turn.
+    // Dropping the guard deletes the node (in the background).
+    let guard = rt.block_on(async {
+        client
+            .lock(
+                zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
+                b"10.0.0.1",
+                options(),
+            )
+            .await
+            .unwrap()
+            .into_owned()
+    });
+    let name = guard.lock_path().rsplit('/').next().unwrap().to_string();
+    assert!(name.starts_with("_c_") && name.contains("-lock-"), "{name}");
+    expect_status(&mut zk.lc("/c", &["trylock", "k", "--", "true"]), 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = tmp.path().join("ran");
+    let mut kids = Kids(vec![zk
+        .lc("/c", &["lock", "k", "--", "touch"])
+        .arg(&ran)
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/c/k")
+        .len()
+        == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ran.exists());
+    {
+        let _in_runtime = rt.enter();
+        drop(guard);
+    }
+    assert_eq!(kids.0[0].wait().unwrap().code(), Some(0));
+    assert!(ran.exists());
+
+    // lc-cli holds (a detached hold): the Curator-style client waits for unlock.
+    expect_status(&mut zk.lc("/c", &["lock", "k"]), 0);
+    let blocked = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_millis(700),
+            client.lock(
+                zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
+                b"",
+                options(),
+            ),
+        )
+        .await
+        .is_err()
+    });
+    assert!(blocked, "the Curator-style client got a key lc-cli holds");
+    let waiter = {
+        let client = client.clone();
+        rt.spawn(async move {
+            let lock = client
+                .lock(
+                    zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
+                    b"",
+                    options(),
+                )
+                .await
+                .unwrap();
+            let path = lock.lock_path().to_string();
+            client.delete(&path, None).await.unwrap();
+        })
+    };
+    // Cancelled lock() calls may leave their node for a moment; wait until
+    // the new waiter is queued behind the hold.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished());
+    expect_status(&mut zk.lc("/c", &["unlock", "k"]), 0);
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), waiter).await })
+        .expect("the Curator-style client got the key after unlock")
+        .unwrap();
+    drop(client);
+}
