@@ -10,7 +10,9 @@
 //! returns: requests the server received (`zk_packets_received`, less the
 //! `mntr` itself), watches it fired (the `zk_sum_node_*_watch_count`
 //! summaries), and the wall time of the handoff. The seed's claim: the
-//! figures do not grow with N.
+//! figures do not grow with N. For contrast, the same run measures the naive
+//! recipe the seed warns about (every waiter watches the lock node's
+//! children), written directly on zookeeper-client.
 
 #[path = "../tests/common/zk.rs"]
 mod zk;
@@ -137,6 +139,130 @@ async fn run(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
     }
 }
 
+/// The naive recipe: same nodes, but every waiter lists and watches the
+/// lock node's children, so every change wakes every waiter.
+mod herd {
+    use super::*;
+    use zookeeper_client as zkc;
+
+    pub struct Held {
+        client: zkc::Client,
+        node: String,
+    }
+
+    impl Held {
+        pub async fn release(self) {
+            self.client.delete(&self.node, None).await.expect("delete");
+            let mut state = self.client.state_watcher();
+            drop(self.client);
+            while !state.state().is_terminated() {
+                state.changed().await;
+            }
+        }
+    }
+
+    pub async fn queue_one(hosts: &str, dir: &str) -> JoinHandle<Held> {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (hosts, dir) = (hosts.to_string(), dir.to_string());
+        let handle = tokio::spawn(async move {
+            let client = zkc::Client::connector()
+                .with_session_timeout(Duration::from_secs(40))
+                .connect(&hosts)
+                .await
+                .expect("connect");
+            let container = zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all());
+            client.mkdir(&dir, &container).await.expect("mkdir");
+            let prefix = format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4());
+            let (_, seq) = client
+                .create(
+                    &prefix,
+                    b"",
+                    &zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all()),
+                )
+                .await
+                .expect("create");
+            let node = format!("{prefix}{seq}");
+            let mut tx = Some(tx);
+            loop {
+                let (children, watch) = client.list_and_watch_children(&dir).await.expect("list");
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(());
+                }
+                let first = children
+                    .iter()
+                    .min_by_key(|c| c[c.rfind("lock-").unwrap() + 5..].to_string())
+                    .map(|c| format!("{dir}/{c}"));
+                if first.as_deref() == Some(node.as_str()) {
+                    return Held { client, node };
+                }
+                watch.changed().await;
+            }
+        });
+        rx.await.expect("queued");
+        handle
+    }
+}
+
+async fn run_herd(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
+    let dir = format!("/herd{waiters}/bench");
+    let hosts = zk.hosts();
+    let mut holder = herd::queue_one(&hosts, &dir).await.await.unwrap();
+    let mut queue: VecDeque<JoinHandle<herd::Held>> = VecDeque::new();
+    let (mut requests, mut notifications) = (0.0, 0.0);
+    let mut latencies = Vec::new();
+    for _ in 0..handoffs {
+        while queue.len() < waiters {
+            queue.push_back(herd::queue_one(&hosts, &dir).await);
+        }
+        // Adding a waiter wakes the others too: let that settle first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = zk.mntr();
+        let t = Instant::now();
+        holder.release().await;
+        holder = queue.pop_front().unwrap().await.unwrap();
+        latencies.push(t.elapsed());
+        // The other waiters' re-lists land after the winner's: wait for them.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = zk.mntr();
+        requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
+        notifications += fired(&after) - fired(&before);
+    }
+    holder.release().await;
+    while let Some(next) = queue.pop_front() {
+        next.await.unwrap().release().await;
+    }
+    latencies.sort();
+    Figures {
+        requests: requests / handoffs as f64,
+        notifications: notifications / handoffs as f64,
+        latency_median: latencies[latencies.len() / 2],
+        latency_p90: latencies[latencies.len() * 9 / 10],
+    }
+}
+
+fn print_row(waiters: usize, f: &Figures, base: &Option<Figures>) {
+    let ratio = base
+        .as_ref()
+        .map(|b| f.requests / b.requests)
+        .unwrap_or(1.0);
+    println!(
+        "{waiters:>7} {:>14.2} {:>14.2} {:>10.2}ms {:>10.2}ms {:>8.3}x",
+        f.requests,
+        f.notifications,
+        f.latency_median.as_secs_f64() * 1e3,
+        f.latency_p90.as_secs_f64() * 1e3,
+        ratio
+    );
+}
+
+fn header(title: &str) {
+    println!("{title}");
+    println!(
+        "{:>7} {:>14} {:>14} {:>12} {:>12} {:>9}",
+        "waiters", "requests/hand", "watches/hand", "median", "p90", "vs 1"
+    );
+}
+
 fn main() {
     let handoffs: usize = std::env::args()
         .nth(1)
@@ -151,28 +277,19 @@ fn main() {
     rt.block_on(async {
         // Warm up the JIT and the connection paths.
         run(&zk, 4, 20).await;
+        header("lc-cli (each waiter watches its predecessor)");
         let mut base: Option<Figures> = None;
-        println!(
-            "{:>7} {:>14} {:>14} {:>12} {:>12} {:>9}",
-            "waiters", "requests/hand", "watches/hand", "median", "p90", "vs 1"
-        );
         for waiters in [1, 16, 64] {
             let f = run(&zk, waiters, handoffs).await;
-            let ratio = base
-                .as_ref()
-                .map(|b| f.requests / b.requests)
-                .unwrap_or(1.0);
-            println!(
-                "{waiters:>7} {:>14.2} {:>14.2} {:>10.2}ms {:>10.2}ms {:>8.3}x",
-                f.requests,
-                f.notifications,
-                f.latency_median.as_secs_f64() * 1e3,
-                f.latency_p90.as_secs_f64() * 1e3,
-                ratio
-            );
-            if base.is_none() {
-                base = Some(f);
-            }
+            print_row(waiters, &f, &base);
+            base.get_or_insert(f);
+        }
+        header("naive baseline (every waiter watches the lock node)");
+        let mut base: Option<Figures> = None;
+        for waiters in [1, 16, 64] {
+            let f = run_herd(&zk, waiters, handoffs.min(20)).await;
+            print_row(waiters, &f, &base);
+            base.get_or_insert(f);
         }
     });
 }
