@@ -120,6 +120,26 @@ fn session_expiry_stops_the_child() {
     assert_lost(&out, tmp.path(), "expired");
 }
 
+/// ZooKeeper gone for good while the command runs: after the session
+/// timeout without contact, the lock is taken as lost.
+#[test]
+fn server_gone_longer_than_the_session_timeout_stops_the_child() {
+    let mut zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kids = Kids(vec![zk
+        .lc_session("/g", "2s", &["lock", "k", "-c", &guarded_child(tmp.path())])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(Duration::from_secs(20), || tmp
+        .path()
+        .join("started")
+        .exists()));
+    zk.stop();
+    let out = kids.finish(0, Duration::from_secs(40));
+    assert_lost(&out, tmp.path(), "no contact");
+}
+
 /// A ZooKeeper restart shorter than the session timeout keeps the lock:
 /// the command finishes normally and a trylock meanwhile conflicts.
 #[test]

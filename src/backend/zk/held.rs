@@ -7,7 +7,7 @@ use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
 use super::queue::{self, OwnWatch};
-use super::session::Session;
+use super::session::{Gone, Session};
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 pub struct ZkHeld {
@@ -39,11 +39,18 @@ impl ZkHeld {
         }
     }
 
-    fn expired(&self) -> LostReason {
-        LostReason(format!(
-            "the ZooKeeper session expired (no contact for longer than the session timeout), so {} is gone",
-            self.node
-        ))
+    fn gone(&self, gone: Gone) -> LostReason {
+        LostReason(match gone {
+            Gone::Expired => format!(
+                "the ZooKeeper session expired (no contact for longer than the session timeout), so {} is gone",
+                self.node
+            ),
+            Gone::Silent => format!(
+                "no contact with ZooKeeper for longer than the session timeout ({:?}): the session and {} must be taken as expired",
+                self.s.retry_for, self.node
+            ),
+            Gone::Closed => "the ZooKeeper session was closed".into(),
+        })
     }
 
     fn deleted(&self) -> LostReason {
@@ -51,6 +58,17 @@ impl ZkHeld {
             "the lock node {} was deleted from outside (a reset?)",
             self.node
         ))
+    }
+}
+
+/// Our node is gone: deleted from outside, or by the server expiring our
+/// session (its notification can arrive before the news of the expiry).
+/// One request tells which.
+async fn expired_meanwhile(s: &Session, node: &str) -> bool {
+    let probe = s.retry(|c| async move { c.check_stat(node).await });
+    match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+        Ok(Err(zk::Error::SessionExpired)) => true,
+        _ => s.is_expired(),
     }
 }
 
@@ -62,22 +80,16 @@ impl HeldLock for ZkHeld {
 
     async fn lost(&mut self) -> LostReason {
         loop {
-            let mut state = self.s.state_watcher();
-            match state.state() {
-                zk::SessionState::Expired => return self.expired(),
-                zk::SessionState::Closed | zk::SessionState::AuthFailed => {
-                    return LostReason("the ZooKeeper session was closed".into())
-                }
-                _ => {}
-            }
             if self.own_watch.is_none() {
                 match queue::watch_own(&self.s, &self.node).await {
                     Ok(Some((_, w))) => self.own_watch = Some(w),
                     Ok(None) => return self.deleted(),
-                    Err(_) if self.s.is_expired() => return self.expired(),
                     Err(_) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                        continue;
+                        // Unreachable for now: the session watch decides.
+                        tokio::select! {
+                            gone = self.s.until_gone() => return self.gone(gone),
+                            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => continue,
+                        }
                     }
                 }
             }
@@ -86,15 +98,18 @@ impl HeldLock for ZkHeld {
                 event = watch => {
                     self.own_watch = None;
                     match event.event_type {
-                        zk::EventType::NodeDeleted => return self.deleted(),
+                        zk::EventType::NodeDeleted => {
+                            let expired = expired_meanwhile(&self.s, &self.node).await;
+                            return if expired { self.gone(Gone::Expired) } else { self.deleted() };
+                        }
                         zk::EventType::Session if event.session_state == zk::SessionState::Expired => {
-                            return self.expired()
+                            return self.gone(Gone::Expired)
                         }
                         // A data change or a state event: look again.
                         _ => {}
                     }
                 }
-                _ = state.changed() => {}
+                gone = self.s.until_gone() => return self.gone(gone),
             }
         }
     }

@@ -10,7 +10,7 @@ use zookeeper_client as zk;
 
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData};
-use super::session::Session;
+use super::session::{Gone, Session};
 use crate::backend::{Acquired, BackendError, LockRequest, Result, WaitProgress};
 
 /// A one-shot watch on our own node: fires when it is deleted (a reset) or
@@ -181,6 +181,18 @@ async fn wait_turn(
                 }
             }
             _ = cancel.cancelled() => return Ok(None),
+            gone = s.until_gone() => {
+                return Err(match gone {
+                    Gone::Expired => expired(s),
+                    _ => BackendError::Unavailable {
+                        server: s.server.clone(),
+                        reason: format!(
+                            "no contact with ZooKeeper for longer than the session timeout ({:?}) while waiting",
+                            s.retry_for
+                        ),
+                    },
+                })
+            }
         }
     }
 }

@@ -6,6 +6,8 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use zookeeper_client as zk;
 
 use crate::backend::{BackendError, Result};
@@ -23,6 +25,18 @@ pub struct Session {
     /// Operations that fail with a connection loss are retried this long
     /// (the session survives a loss shorter than its timeout).
     pub retry_for: Duration,
+    /// When we last saw the connection drop, while it stays down.
+    disconnected_since: Mutex<Option<Instant>>,
+}
+
+/// Why the session can no longer be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    Expired,
+    Closed,
+    /// Disconnected for longer than the session timeout: the server has
+    /// expired the session by now even if we cannot hear it say so.
+    Silent,
 }
 
 impl Session {
@@ -59,6 +73,7 @@ impl Session {
             state,
             server,
             retry_for,
+            disconnected_since: Mutex::new(None),
         })
     }
 
@@ -71,12 +86,37 @@ impl Session {
             .ok_or_else(|| BackendError::Other(format!("the session to {} is closed", self.server)))
     }
 
-    pub fn state_watcher(&self) -> zk::StateWatcher {
-        self.state.clone()
-    }
-
     pub fn is_expired(&self) -> bool {
         self.state.peek_state() == zk::SessionState::Expired
+    }
+
+    /// Resolves when the session is over: expired, closed, or disconnected
+    /// for longer than the session timeout. A disconnection that recovers
+    /// sooner is not an end. Cancel-safe: the start of a disconnection is
+    /// remembered across calls.
+    pub async fn until_gone(&self) -> Gone {
+        let mut watcher = self.state.clone();
+        loop {
+            let state = watcher.state();
+            let deadline = match state {
+                zk::SessionState::Expired => return Gone::Expired,
+                zk::SessionState::Closed | zk::SessionState::AuthFailed => return Gone::Closed,
+                zk::SessionState::Disconnected => {
+                    let mut since = self.disconnected_since.lock().unwrap();
+                    Some(*since.get_or_insert_with(Instant::now) + self.retry_for)
+                }
+                _ => {
+                    *self.disconnected_since.lock().unwrap() = None;
+                    None
+                }
+            };
+            tokio::select! {
+                _ = watcher.changed() => {}
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    return Gone::Silent
+                }
+            }
+        }
     }
 
     /// Ends the session and waits (boundedly) until the server confirmed it,
@@ -104,7 +144,7 @@ impl Session {
         F: FnMut(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
-        let deadline = tokio::time::Instant::now() + self.retry_for;
+        let deadline = Instant::now() + self.retry_for;
         let mut delay = Duration::from_millis(20);
         loop {
             let client = match self.client() {
@@ -112,7 +152,7 @@ impl Session {
                 Err(_) => return Err(zk::Error::ClientClosed),
             };
             match op(client).await {
-                Err(zk::Error::ConnectionLoss) if tokio::time::Instant::now() < deadline => {
+                Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                 }
