@@ -183,3 +183,63 @@ fn watchers(wchp: &str, path: &str) -> usize {
         .take_while(|l| l.starts_with(|c: char| c.is_whitespace()))
         .count()
 }
+
+/// The backend reports the number of nodes ahead while waiting, and a
+/// cancelled wait leaves the queue before returning.
+#[test]
+fn progress_reports_the_place_and_cancel_withdraws() {
+    use lc_cli::backend::{self, Acquired, BackendConfig, LockRequest, ServerSpec, WaitProgress};
+    use std::sync::{Arc, Mutex};
+    use tokio_util::sync::CancellationToken;
+
+    let zk = Zk::start();
+    expect_status(&mut zk.lc("/p", &["lock", "k"]), 0);
+    let mut kids = Kids(Vec::new());
+    for i in 0..2 {
+        kids.0.push(zk.lc("/p", &["lock", "k", "--", "true"]).spawn().unwrap());
+        assert!(wait_until(Duration::from_secs(20), || zk.queue("/p/k").len() == i + 2));
+    }
+    let config = BackendConfig {
+        server: ServerSpec::Zk {
+            hosts: vec![zk.hosts()],
+            root: "/p".into(),
+        },
+        session_timeout: Duration::from_secs(2),
+        ttl: Duration::from_secs(30),
+        queue_timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let seen: Arc<Mutex<Vec<WaitProgress>>> = Arc::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = rt.block_on(async {
+        let b = backend::connect(&config).await.unwrap();
+        let cancel = CancellationToken::new();
+        let request = LockRequest {
+            key: "k".into(),
+            source: "test".into(),
+            nonblock: false,
+            detached: false,
+        };
+        let progress = {
+            let seen = seen.clone();
+            let cancel = cancel.clone();
+            move |p: WaitProgress| {
+                seen.lock().unwrap().push(p);
+                cancel.cancel();
+            }
+        };
+        let r = b.acquire(&request, cancel, &progress).await;
+        b.close().await;
+        b.close().await; // safe twice
+        r
+    });
+    assert!(matches!(result, Ok(Acquired::Cancelled)));
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        [WaitProgress { ahead: Some(3) }]
+    );
+    assert_eq!(zk.queue("/p/k").len(), 3, "the cancelled node is gone");
+}
