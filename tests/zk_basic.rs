@@ -306,3 +306,128 @@ fn curator_recipe_and_lc_cli_exclude_each_other() {
         .unwrap();
     drop(client);
 }
+
+/// A proxy in front of ZooKeeper that forwards the first Create2 request
+/// (the queue node) and then cuts the connection before the answer: the
+/// client sees a connection loss for a create that succeeded.
+struct CutProxy {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CutProxy {
+    fn start(target: u16) -> CutProxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(true));
+        let armed2 = armed.clone();
+        // The threads end when the test process does; the sockets close
+        // with the server.
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    return;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let mute = Arc::new(AtomicBool::new(false));
+                let mute2 = mute.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s2.read(&mut buf) {
+                        if n == 0
+                            || (!mute2.load(Ordering::SeqCst) && c2.write_all(&buf[..n]).is_err())
+                        {
+                            break;
+                        }
+                    }
+                    let _ = c2.shutdown(Shutdown::Both);
+                });
+                let armed = armed2.clone();
+                std::thread::spawn(move || {
+                    let mut first = true;
+                    loop {
+                        let mut len = [0u8; 4];
+                        if client.read_exact(&mut len).is_err() {
+                            break;
+                        }
+                        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                        if client.read_exact(&mut body).is_err() {
+                            break;
+                        }
+                        let op = (!first && body.len() >= 8)
+                            .then(|| i32::from_be_bytes(body[4..8].try_into().unwrap()));
+                        first = false;
+                        let cut = op == Some(15) && armed.swap(false, Ordering::SeqCst);
+                        if cut {
+                            // The client never hears the answer...
+                            mute.store(true, Ordering::SeqCst);
+                        }
+                        if server.write_all(&len).is_err() || server.write_all(&body).is_err() {
+                            break;
+                        }
+                        if cut {
+                            // ...though the server runs the request; then
+                            // the connection drops.
+                            std::thread::sleep(Duration::from_millis(300));
+                            let _ = client.shutdown(Shutdown::Both);
+                            let _ = server.shutdown(Shutdown::Both);
+                            break;
+                        }
+                    }
+                    let _ = server.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        CutProxy { port, armed }
+    }
+}
+
+/// A queue node created just before a connection loss is found again by
+/// its unique prefix, not created twice (a second one would sit behind
+/// the first and wait for itself until the session ended).
+#[test]
+fn node_created_before_a_connection_loss_is_found_not_duplicated() {
+    let zk = Zk::start();
+    expect_status(&mut zk.lc("/x", &["lock", "k"]), 0);
+    let proxy = CutProxy::start(zk.port);
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = tmp.path().join("ran");
+    let mut kids = Kids(vec![std::process::Command::new(BIN)
+        .args(["--server", &format!("zk://127.0.0.1:{}/x", proxy.port)])
+        .args(["--session-timeout", "4s", "lock", "k", "--", "touch"])
+        .arg(&ran)
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/x/k")
+        .len()
+        == 2));
+    assert!(wait_until(Duration::from_secs(10), || !proxy
+        .armed
+        .load(std::sync::atomic::Ordering::SeqCst)));
+    // Long enough for the reconnect and a (wrong) second create.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(zk.queue("/x/k").len(), 2, "{:?}", zk.queue("/x/k"));
+    expect_status(&mut zk.lc("/x", &["unlock", "k"]), 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = kids.0[0].try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the waiter never got the key"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(ran.exists());
+    assert!(wait_until(Duration::from_secs(5), || zk
+        .queue("/x/k")
+        .is_empty()));
+}

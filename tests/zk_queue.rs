@@ -196,8 +196,12 @@ fn progress_reports_the_place_and_cancel_withdraws() {
     expect_status(&mut zk.lc("/p", &["lock", "k"]), 0);
     let mut kids = Kids(Vec::new());
     for i in 0..2 {
-        kids.0.push(zk.lc("/p", &["lock", "k", "--", "true"]).spawn().unwrap());
-        assert!(wait_until(Duration::from_secs(20), || zk.queue("/p/k").len() == i + 2));
+        kids.0
+            .push(zk.lc("/p", &["lock", "k", "--", "true"]).spawn().unwrap());
+        assert!(wait_until(Duration::from_secs(20), || zk
+            .queue("/p/k")
+            .len()
+            == i + 2));
     }
     let config = BackendConfig {
         server: ServerSpec::Zk {
