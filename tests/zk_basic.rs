@@ -200,8 +200,12 @@ fn reset_by_source() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let code = out.status.code();
-    assert!(code != Some(0) && code != Some(1), "{:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "stderr: {err}");
+    assert!(
+        err.contains("'b'") && err.contains("deleted"),
+        "stderr: {err}"
+    );
     expect_status(&mut zk.lc("/t", &["unlock", "b"]), 0);
 }
 

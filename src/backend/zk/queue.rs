@@ -49,6 +49,11 @@ pub async fn acquire(
     };
     let node = format!("{dir}/{name}");
     match wait_turn(s, &dir, &name, &node, request.nonblock, &cancel, progress).await {
+        // A grant that raced with the cancellation is given back.
+        Ok(Some(_)) if cancel.is_cancelled() => {
+            withdraw(s, &node).await;
+            Ok(Acquired::Cancelled)
+        }
         Ok(Some((czxid, own_watch))) => Ok(Acquired::Held(Box::new(ZkHeld::new(
             s.clone(),
             node,
