@@ -435,3 +435,64 @@ fn node_created_before_a_connection_loss_is_found_not_duplicated() {
         .queue("/x/k")
         .is_empty()));
 }
+
+/// A detached hold taken in turn, with a waiter already queued behind it:
+/// the persistent node takes the ephemeral one's place, the waiter keeps
+/// waiting until unlock.
+#[test]
+fn detached_hold_taken_in_turn_keeps_the_waiters_behind() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let go = tmp.path().join("go");
+    let ran = tmp.path().join("ran");
+    let holder = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let mut kids = Kids(Vec::new());
+    kids.0
+        .push(zk.lc("/d", &["lock", "k", "-c", &holder]).spawn().unwrap());
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/d/k")
+        .len()
+        == 1));
+    kids.0.push(zk.lc("/d", &["lock", "k"]).spawn().unwrap());
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/d/k")
+        .len()
+        == 2));
+    kids.0.push(
+        zk.lc("/d", &["lock", "k", "--", "touch"])
+            .arg(&ran)
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .queue("/d/k")
+        .len()
+        == 3));
+    let detacher_seq = zk.queue("/d/k")[1].rsplit('-').next().unwrap().to_string();
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(kids.0[0].wait().unwrap().code(), Some(0));
+    assert_eq!(
+        kids.0[1].wait().unwrap().code(),
+        Some(0),
+        "the detached lock"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !ran.exists(),
+        "the waiter ran while the key was held (detached)"
+    );
+    let q = zk.queue("/d/k");
+    assert_eq!(q.len(), 2, "{q:?}");
+    assert!(
+        q[0].ends_with(&detacher_seq),
+        "the hold kept its place: {q:?}"
+    );
+    assert_eq!(
+        zk.node(&format!("/d/k/{}", q[0])).unwrap().1,
+        0,
+        "persistent"
+    );
+    expect_status(&mut zk.lc("/d", &["unlock", "k"]), 0);
+    assert_eq!(kids.0[2].wait().unwrap().code(), Some(0));
+    assert!(ran.exists());
+}
