@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, installing the real servers the tests start
-# (redis-server, ZooKeeper) from Debian's packages if they are missing.
+# (redis-server, ZooKeeper) and the checkers of deploy/ and man/ (promtool,
+# groff, systemd-analyze) from Debian's packages if they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,9 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v groff >/dev/null 2>&1 || need+=(groff-base)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

@@ -60,8 +60,15 @@ pub enum Command {
     Wait(WaitArgs),
     /// Force-release keys (by key, or by the source that holds them)
     Reset(ResetArgs),
+    /// List held keys: holder, since when, how many wait
+    Keys(KeysArgs),
     /// Run the built-in lock server
     Serve(ServeArgs),
+    /// Print a shell completion script: `source <(lc-cli completions bash)`
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +143,16 @@ pub struct ResetArgs {
     /// (never taken from LC_SOURCE)
     #[arg(long, num_args = 1.., value_name = "SOURCE")]
     pub source: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    /// Only keys matching this glob (`*` and `?`)
+    pub pattern: Option<String>,
+
+    /// One JSON object per key, one per line
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

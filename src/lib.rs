@@ -8,13 +8,17 @@
 //! - [`child`] and [`signals`]: running the command while the lock is held.
 //! - [`server`]: the built-in lock server (`serve`), its lock table and,
 //!   with [`wal`], its write-ahead log.
+//! - [`manager`]: the reference manager protocol (`keys`, resets) on the lock port + 1.
 //! - [`exit`]: every exit status, in one place.
+//! - [`docs`]: completion scripts and man pages generated from [`cli`].
 
 pub mod backend;
 pub mod child;
 pub mod cli;
 pub mod cmd;
+pub mod docs;
 pub mod exit;
+pub mod manager;
 pub mod proto;
 pub mod server;
 pub mod signals;

@@ -171,6 +171,10 @@ impl Backend for LcBackend {
         .await
     }
 
+    async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
+        super::lc_keys::list(&self.addr, self.connect_timeout).await
+    }
+
     async fn reset_source(&self, source: &str) -> Result<()> {
         proto::check_source(source.as_bytes()).map_err(|e| BackendError::Other(e.to_string()))?;
         self.expect_ok(Request::ResetBySource {

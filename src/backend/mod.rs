@@ -4,6 +4,7 @@
 //! them is decided once, from the server address, by [`connect`].
 
 pub mod lc;
+mod lc_keys;
 pub mod redis;
 pub mod zk;
 
@@ -161,6 +162,20 @@ pub struct WaitProgress {
     pub ahead: Option<usize>,
 }
 
+/// A held key as an operator sees it (`lc-cli keys`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub key: String,
+    /// The holder's source (`--source`, by default its host name).
+    pub source: String,
+    /// The holder's network address, where the service knows it.
+    pub peer: Option<String>,
+    /// When the hold began, where the service knows it.
+    pub since: Option<std::time::SystemTime>,
+    /// How many wait behind the holder.
+    pub waiting: usize,
+}
+
 /// Why a held lock is no longer ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostReason(pub String);
@@ -223,6 +238,13 @@ pub trait Backend: Send + Sync {
 
     /// Releases every key held by `source` and withdraws its waiters.
     async fn reset_source(&self, source: &str) -> Result<()>;
+
+    /// Every held key, with its holder and how many wait for it.
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        Err(BackendError::Other(
+            "this backend cannot list keys yet".into(),
+        ))
+    }
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).

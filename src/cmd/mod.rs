@@ -1,6 +1,8 @@
 //! One file per subcommand; `run` turns the parsed command line into plain
 //! config and dispatches.
 
+pub mod completions;
+pub mod keys;
 pub mod lock;
 pub mod reset;
 pub mod serve;
@@ -32,7 +34,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Unlock(args) => unlock::run(&config, &args.key),
         Command::Wait(args) => wait::run(&config, args, verbose),
         Command::Reset(args) => reset::run(&config, args),
+        Command::Keys(args) => keys::run(&config, args.pattern.as_deref(), args.json),
         Command::Serve(args) => serve::run(args, verbose),
+        Command::Completions { shell } => completions::run(shell),
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod conn;
 pub mod log;
+pub mod metrics;
 pub mod table;
 
 use std::future::Future;

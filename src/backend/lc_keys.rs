@@ -1,0 +1,73 @@
+//! `keys` for the Locking-Center backend: the manager port (lock port + 1)
+//! answers lc-cli's `KEYX` command.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{BackendError, KeyInfo, Result};
+use crate::manager;
+
+/// The manager listens on the lock port + 1, as the reference server's does.
+pub fn manager_addr(lock_addr: &str) -> Result<String> {
+    let bad = || BackendError::Other(format!("cannot derive the manager port from '{lock_addr}'"));
+    let (host, port) = lock_addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let port = port.checked_add(1).ok_or_else(bad)?;
+    Ok(format!("{host}:{port}"))
+}
+
+pub async fn list(lock_addr: &str, timeout: Duration) -> Result<Vec<KeyInfo>> {
+    let addr = manager_addr(lock_addr)?;
+    let unavailable = |reason: String| BackendError::Unavailable {
+        server: format!("{addr} (the manager port of {lock_addr})"),
+        reason,
+    };
+    let exchange = async {
+        let mut stream = TcpStream::connect(&addr)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        stream
+            .write_all(manager::KEYS_EXTENDED)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        Ok::<_, BackendError>(answer)
+    };
+    let answer = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| unavailable(format!("no answer within {timeout:?}")))??;
+    let reports = manager::decode_keys_extended(&answer).ok_or_else(|| BackendError::Protocol {
+        server: addr.clone(),
+        reason: format!("malformed KEYX answer ({} bytes)", answer.len()),
+    })?;
+    Ok(reports
+        .into_iter()
+        .map(|r| KeyInfo {
+            key: String::from_utf8_lossy(&r.key).into_owned(),
+            source: String::from_utf8_lossy(&r.source).into_owned(),
+            peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
+            since: u64::try_from(r.since_ms)
+                .ok()
+                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+            waiting: r.waiting as usize,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manager_is_the_next_port() {
+        assert_eq!(manager_addr("127.0.0.1:22119").unwrap(), "127.0.0.1:22120");
+        assert_eq!(manager_addr("[::1]:80").unwrap(), "[::1]:81");
+        assert!(manager_addr("h:65535").is_err());
+    }
+}

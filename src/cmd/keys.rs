@@ -1,0 +1,142 @@
+//! `lc-cli keys [PATTERN] [--json]`: who holds what, since when, and how many
+//! wait behind them.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use wildmatch::WildMatch;
+
+use crate::backend::{BackendConfig, KeyInfo};
+use crate::exit::ExitCode;
+
+pub fn run(config: &BackendConfig, pattern: Option<&str>, json: bool) -> Result<ExitCode> {
+    let mut keys = super::client_runtime()?.block_on(async {
+        let backend = crate::backend::connect(config).await?;
+        let keys = backend.keys().await;
+        backend.close().await;
+        keys.with_context(|| format!("list keys on {}", config.server))
+    })?;
+    if let Some(p) = pattern {
+        let glob = WildMatch::new(p);
+        keys.retain(|k| glob.matches(&k.key));
+    }
+    keys.sort_by(|a, b| a.key.cmp(&b.key));
+    let now = SystemTime::now();
+    let out = if json {
+        as_json(&keys, now)
+    } else {
+        as_table(&keys, now)
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`lc-cli keys | head`) is not an error worth a message.
+    let _ = stdout.write_all(out.as_bytes());
+    Ok(ExitCode::Success)
+}
+
+fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
+    info.since
+        .map(|s| now.duration_since(s).unwrap_or_default())
+}
+
+/// One JSON object per key, one per line.
+pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
+    let mut out = String::new();
+    for k in keys {
+        let since = k
+            .since
+            .map(|s| humantime::format_rfc3339_millis(s).to_string());
+        let held_ms = held_for(k, now).map(|d| d.as_millis() as u64);
+        let line = serde_json::json!({
+            "key": k.key,
+            "source": k.source,
+            "peer": k.peer,
+            "since": since,
+            "held_ms": held_ms,
+            "waiting": k.waiting,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// A plain aligned table with a header.
+pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
+    let header = ["KEY", "SOURCE", "PEER", "HELD", "WAITING"].map(String::from);
+    let mut rows = vec![header];
+    for k in keys {
+        let held = held_for(k, now)
+            .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
+            .unwrap_or_else(|| "-".into());
+        rows.push([
+            k.key.clone(),
+            k.source.clone(),
+            k.peer.clone().unwrap_or_else(|| "-".into()),
+            held,
+            k.waiting.to_string(),
+        ]);
+    }
+    let mut widths = [0usize; 5];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(key: &str, waiting: usize, secs_ago: u64, now: SystemTime) -> KeyInfo {
+        KeyInfo {
+            key: key.into(),
+            source: "host-a".into(),
+            peer: Some("127.0.0.1:4000".into()),
+            since: Some(now - Duration::from_secs(secs_ago)),
+            waiting,
+        }
+    }
+
+    #[test]
+    fn table_is_aligned() {
+        let now = SystemTime::now();
+        let t = as_table(
+            &[info("a", 0, 5, now), info("deploy/prod", 12, 3700, now)],
+            now,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let col = lines[0].find("SOURCE").unwrap();
+        assert_eq!(lines[1].find("host-a"), Some(col));
+        assert_eq!(lines[2].find("host-a"), Some(col));
+        assert!(lines[2].contains("1h 1m 40s"), "{t}");
+        assert!(lines[2].ends_with("12"));
+    }
+
+    #[test]
+    fn json_is_one_object_per_line() {
+        let now = SystemTime::now();
+        let j = as_json(&[info("a", 2, 1, now)], now);
+        let v: serde_json::Value = serde_json::from_str(j.trim()).unwrap();
+        assert_eq!(v["key"], "a");
+        assert_eq!(v["waiting"], 2);
+        assert_eq!(v["held_ms"], 1000);
+        assert_eq!(v["peer"], "127.0.0.1:4000");
+    }
+}

@@ -1,0 +1,158 @@
+//! The manager protocol of the reference Locking-Center server, served on the
+//! lock port + 1: a 4-byte ASCII command, little-endian binary fields, and a
+//! final `+` (or `-` on failure). Bytes in, values out; no I/O.
+//!
+//! | command | request after the command | answer before the final `+` |
+//! |---------|---------------------------|------------------------------|
+//! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` peer, `i64` unix seconds) |
+//! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
+//! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
+//! | `KEYX`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters) |
+//!
+//! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference `KEYS`.
+
+pub const KEYS: &[u8; 4] = b"KEYS";
+pub const RESET_KEYS: &[u8; 4] = b"RSET";
+pub const RESET_SOURCES: &[u8; 4] = b"RSBS";
+pub const KEYS_EXTENDED: &[u8; 4] = b"KEYX";
+
+/// One held key as the manager reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyReport {
+    pub key: Vec<u8>,
+    pub source: Vec<u8>,
+    pub peer: Vec<u8>,
+    /// Unix time in milliseconds.
+    pub since_ms: i64,
+    pub waiting: u32,
+}
+
+fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(u8::MAX as usize)];
+    out.push(bytes.len() as u8);
+    out.extend_from_slice(bytes);
+}
+
+/// The answer to `KEYS`, as the reference server writes it (final `+` included).
+pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
+    let mut out = (reports.len() as u32).to_le_bytes().to_vec();
+    for r in reports {
+        push_short(&mut out, &r.key);
+        push_short(&mut out, &r.peer);
+        out.extend_from_slice(&(r.since_ms.div_euclid(1000)).to_le_bytes());
+    }
+    out.push(b'+');
+    out
+}
+
+/// The answer to `KEYX` (final `+` included).
+pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
+    let mut out = (reports.len() as u32).to_le_bytes().to_vec();
+    for r in reports {
+        push_short(&mut out, &r.key);
+        push_short(&mut out, &r.source);
+        push_short(&mut out, &r.peer);
+        out.extend_from_slice(&r.since_ms.to_le_bytes());
+        out.extend_from_slice(&r.waiting.to_le_bytes());
+    }
+    out.push(b'+');
+    out
+}
+
+/// Reads a `KEYX` answer; `None` if it is incomplete or malformed.
+pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
+    let mut cur = Reader { buf, pos: 0 };
+    let n = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
+    let mut out = Vec::with_capacity(n.min(4096) as usize);
+    for _ in 0..n {
+        let key = cur.short()?;
+        let source = cur.short()?;
+        let peer = cur.short()?;
+        let since_ms = i64::from_le_bytes(cur.take(8)?.try_into().ok()?);
+        let waiting = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
+        out.push(KeyReport {
+            key,
+            source,
+            peer,
+            since_ms,
+            waiting,
+        });
+    }
+    (cur.take(1)? == b"+").then_some(out)
+}
+
+/// A `RSET`/`RSBS` request body: `u32 n` then n short fields.
+pub fn encode_names(names: &[&[u8]]) -> Vec<u8> {
+    let mut out = (names.len() as u32).to_le_bytes().to_vec();
+    for n in names {
+        push_short(&mut out, n);
+    }
+    out
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let bytes = self.buf.get(self.pos..self.pos + n)?;
+        self.pos += n;
+        Some(bytes)
+    }
+
+    fn short(&mut self) -> Option<Vec<u8>> {
+        let len = *self.take(1)?.first()? as usize;
+        Some(self.take(len)?.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> KeyReport {
+        KeyReport {
+            key: b"deploy/prod".to_vec(),
+            source: b"ci-7".to_vec(),
+            peer: b"127.0.0.1:5000".to_vec(),
+            since_ms: 1_700_000_000_123,
+            waiting: 3,
+        }
+    }
+
+    #[test]
+    fn keys_matches_the_reference_layout() {
+        let bytes = encode_keys(&[report()]);
+        let mut expected = vec![1, 0, 0, 0, 11];
+        expected.extend_from_slice(b"deploy/prod");
+        expected.push(14);
+        expected.extend_from_slice(b"127.0.0.1:5000");
+        expected.extend_from_slice(&1_700_000_000i64.to_le_bytes());
+        expected.push(b'+');
+        assert_eq!(bytes, expected);
+    }
+
+    #[test]
+    fn keys_extended_roundtrips_and_needs_every_byte() {
+        let reports = vec![
+            report(),
+            KeyReport {
+                waiting: 0,
+                ..report()
+            },
+        ];
+        let bytes = encode_keys_extended(&reports);
+        assert_eq!(decode_keys_extended(&bytes), Some(reports));
+        for cut in 0..bytes.len() {
+            assert_eq!(decode_keys_extended(&bytes[..cut]), None);
+        }
+    }
+
+    #[test]
+    fn names_layout() {
+        assert_eq!(encode_names(&[b"ab"]), [1, 0, 0, 0, 2, b'a', b'b']);
+        assert_eq!(encode_names(&[]), [0, 0, 0, 0]);
+    }
+}
