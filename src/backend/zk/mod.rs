@@ -12,6 +12,7 @@
 //! withdrawing or detaching ends the session and waits until it is closed.
 
 mod held;
+mod keys;
 mod names;
 mod queue;
 mod session;
@@ -23,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, LockRequest, Result, ServerSpec, WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, ServerSpec,
+    WaitProgress,
 };
 use names::NodeData;
 use session::Session;
@@ -166,6 +168,12 @@ impl Backend for ZkBackend {
             }
         }
         Ok(())
+    }
+
+    /// Walks the tree under the root: see [`keys`] for what is asked and
+    /// what `since` means here.
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        keys::list(&self.session, &self.root).await
     }
 
     async fn close(&self) {
