@@ -7,6 +7,8 @@
 //! holds the key, and each waiter watches only its predecessor. A hold that
 //! must outlive the process (`lock KEY` without a command) is a persistent
 //! node with the same sequence digits. Every node's data records its source.
+//! `keys` walks the tree for lock nodes and reads only their holders
+//! (`keys.rs`).
 //!
 //! One `ZkBackend` is one session and serves one acquire: releasing,
 //! withdrawing or detaching ends the session and waits until it is closed.
@@ -170,7 +172,7 @@ impl Backend for ZkBackend {
         Ok(())
     }
 
-    /// Walks the tree under the root: see [`keys`] for what is asked and
+    /// Walks the tree under the root: see `keys.rs` for what is asked and
     /// what `since` means here.
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
         keys::list(&self.session, &self.root).await
