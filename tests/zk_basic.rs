@@ -6,7 +6,7 @@ mod common;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::zk::Zk;
+use common::zk::{CuratorHold, Zk};
 use common::*;
 
 /// Children killed (by PID) when the test ends, also on failure.
@@ -236,17 +236,20 @@ fn curator_recipe_and_lc_cli_exclude_each_other() {
     };
     // The Curator-style client holds: lc-cli conflicts, then waits its turn.
     // Dropping the guard deletes the node (in the background).
-    let guard = rt.block_on(async {
-        client
-            .lock(
-                zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
-                b"10.0.0.1",
-                options(),
-            )
-            .await
-            .unwrap()
-            .into_owned()
-    });
+    let guard = CuratorHold::new(
+        &rt,
+        rt.block_on(async {
+            client
+                .lock(
+                    zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
+                    b"10.0.0.1",
+                    options(),
+                )
+                .await
+                .unwrap()
+                .into_owned()
+        }),
+    );
     let name = guard.lock_path().rsplit('/').next().unwrap().to_string();
     assert!(name.starts_with("_c_") && name.contains("-lock-"), "{name}");
     expect_status(&mut zk.lc("/c", &["trylock", "k", "--", "true"]), 1);
@@ -263,10 +266,7 @@ fn curator_recipe_and_lc_cli_exclude_each_other() {
         == 2));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!ran.exists());
-    {
-        let _in_runtime = rt.enter();
-        drop(guard);
-    }
+    drop(guard);
     assert_eq!(kids.0[0].wait().unwrap().code(), Some(0));
     assert!(ran.exists());
 

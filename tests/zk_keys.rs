@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime};
 
-use common::zk::Zk;
+use common::zk::{CuratorHold, Zk};
 use common::*;
 use serde_json::Value;
 use zookeeper_client as zkc;
@@ -23,21 +23,6 @@ impl Drop for Kids {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-}
-
-/// A lock of zookeeper-client's Curator-compatible recipe. Its drop spawns
-/// the deletion on the runtime, so it is dropped inside it, also when the
-/// test fails (a panic outside it would abort and leave processes behind).
-struct CuratorHold {
-    guard: Option<zkc::OwnedLockClient>,
-    rt: tokio::runtime::Handle,
-}
-
-impl Drop for CuratorHold {
-    fn drop(&mut self) {
-        let _in_runtime = self.rt.enter();
-        drop(self.guard.take());
     }
 }
 
@@ -178,10 +163,7 @@ fn keys_lists_holders_sources_and_waiters() {
             .unwrap()
             .into_owned()
     });
-    let guard = CuratorHold {
-        guard: Some(lock),
-        rt: rt.handle().clone(),
-    };
+    let guard = CuratorHold::new(&rt, lock);
     kids.0.push(
         zk.lc(
             ROOT,

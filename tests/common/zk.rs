@@ -248,6 +248,35 @@ impl Zk {
     }
 }
 
+/// A lock of zookeeper-client's Curator-compatible recipe, dropped inside
+/// its runtime (its drop spawns the deletion), also when a test fails:
+/// dropped outside one it panics, and a panic while unwinding aborts the
+/// test without stopping its servers and children.
+pub struct CuratorHold {
+    guard: Option<zkc::OwnedLockClient>,
+    rt: tokio::runtime::Handle,
+}
+
+impl CuratorHold {
+    pub fn new(rt: &tokio::runtime::Runtime, guard: zkc::OwnedLockClient) -> CuratorHold {
+        CuratorHold {
+            guard: Some(guard),
+            rt: rt.handle().clone(),
+        }
+    }
+
+    pub fn lock_path(&self) -> &str {
+        self.guard.as_ref().expect("held until dropped").lock_path()
+    }
+}
+
+impl Drop for CuratorHold {
+    fn drop(&mut self) {
+        let _in_runtime = self.rt.enter();
+        drop(self.guard.take());
+    }
+}
+
 impl Drop for Zk {
     fn drop(&mut self) {
         self.stop();
