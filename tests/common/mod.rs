@@ -122,3 +122,4 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub mod cli;
 pub mod manager;
 pub mod redis;
+pub mod zk;

@@ -1,0 +1,183 @@
+//! A key we hold: our node is first in the queue.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use zookeeper_client as zk;
+
+use super::names::{self, Mode, NodeData};
+use super::queue::{self, OwnWatch};
+use super::session::{Gone, Session};
+use crate::backend::{BackendError, HeldLock, LostReason, Result};
+
+pub struct ZkHeld {
+    s: Arc<Session>,
+    node: String,
+    czxid: i64,
+    /// Polled in place, never taken while pending, so `lost` can be
+    /// cancelled and called again without losing the watch.
+    own_watch: Option<OwnWatch>,
+    source: String,
+    released: bool,
+}
+
+impl ZkHeld {
+    pub fn new(
+        s: Arc<Session>,
+        node: String,
+        czxid: i64,
+        own_watch: OwnWatch,
+        source: String,
+    ) -> Self {
+        ZkHeld {
+            s,
+            node,
+            czxid,
+            own_watch: Some(own_watch),
+            source,
+            released: false,
+        }
+    }
+
+    fn gone(&self, gone: Gone) -> LostReason {
+        LostReason(match gone {
+            Gone::Expired => format!(
+                "the ZooKeeper session expired (no contact for longer than the session timeout), so {} is gone",
+                self.node
+            ),
+            Gone::Silent => format!(
+                "no contact with ZooKeeper for longer than the session timeout ({:?}): the session and {} must be taken as expired",
+                self.s.retry_for, self.node
+            ),
+            Gone::Closed => "the ZooKeeper session was closed".into(),
+        })
+    }
+
+    fn deleted(&self) -> LostReason {
+        LostReason(format!(
+            "the lock node {} was deleted from outside (a reset?)",
+            self.node
+        ))
+    }
+}
+
+/// Our node is gone: deleted from outside, or by the server expiring our
+/// session (its notification can arrive before the news of the expiry).
+/// One request tells which.
+async fn expired_meanwhile(s: &Session, node: &str) -> bool {
+    let probe = s.retry(|c| async move { c.check_stat(node).await });
+    match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+        Ok(Err(zk::Error::SessionExpired)) => true,
+        _ => s.is_expired(),
+    }
+}
+
+#[async_trait]
+impl HeldLock for ZkHeld {
+    fn token(&self) -> Option<u64> {
+        u64::try_from(self.czxid).ok()
+    }
+
+    async fn lost(&mut self) -> LostReason {
+        loop {
+            if self.own_watch.is_none() {
+                match queue::watch_own(&self.s, &self.node).await {
+                    Ok(Some((_, w))) => self.own_watch = Some(w),
+                    Ok(None) => return self.deleted(),
+                    Err(_) => {
+                        // Unreachable for now: the session watch decides.
+                        tokio::select! {
+                            gone = self.s.until_gone() => return self.gone(gone),
+                            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => continue,
+                        }
+                    }
+                }
+            }
+            let watch = self.own_watch.as_mut().expect("armed above");
+            tokio::select! {
+                event = watch => {
+                    self.own_watch = None;
+                    match event.event_type {
+                        zk::EventType::NodeDeleted => {
+                            let expired = expired_meanwhile(&self.s, &self.node).await;
+                            return if expired { self.gone(Gone::Expired) } else { self.deleted() };
+                        }
+                        zk::EventType::Session if event.session_state == zk::SessionState::Expired => {
+                            return self.gone(Gone::Expired)
+                        }
+                        // A data change or a state event: look again.
+                        _ => {}
+                    }
+                }
+                gone = self.s.until_gone() => return self.gone(gone),
+            }
+        }
+    }
+
+    async fn release(&mut self) -> Result<()> {
+        if !self.released {
+            let node = self.node.as_str();
+            match self
+                .s
+                .retry(|c| async move { c.delete(node, None).await })
+                .await
+            {
+                // Gone already: deleted by a reset, or with an expired or
+                // closed session.
+                Ok(())
+                | Err(zk::Error::NoNode)
+                | Err(zk::Error::SessionExpired)
+                | Err(zk::Error::ClientClosed) => {}
+                Err(e) => return Err(self.s.error(&format!("deleting {}", self.node), e)),
+            }
+            self.released = true;
+        }
+        self.s.close().await;
+        Ok(())
+    }
+
+    /// Replaces our ephemeral node by a persistent one with the same
+    /// sequence digits, in one transaction: the key stays held, at the same
+    /// place in the queue, after our session ends.
+    async fn detach(mut self: Box<Self>) -> Result<()> {
+        let Some(name) = self.node.rsplit('/').next().and_then(names::detached_name) else {
+            return Err(BackendError::Other(format!(
+                "{} is not a queue node",
+                self.node
+            )));
+        };
+        let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
+        let persistent = format!("{dir}/{name}");
+        let data = NodeData::new(Mode::Detached, &self.source).encode();
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let (node, target, data, options) =
+            (self.node.as_str(), persistent.as_str(), &data, &options);
+        let result = self
+            .s
+            .retry(|c| async move {
+                let mut multi = c.new_multi_writer();
+                multi.add_create(target, data, options)?;
+                multi.add_delete(node, None)?;
+                multi.commit().await.map_err(zk::Error::from)
+            })
+            .await;
+        let outcome = match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // The transaction may have succeeded just before a
+                // connection loss: then the persistent node is there.
+                match self
+                    .s
+                    .retry(|c| async move { c.check_stat(target).await })
+                    .await
+                {
+                    Ok(Some(_)) => Ok(()),
+                    _ => Err(self.s.error(&format!("replacing {node} by {target}"), e)),
+                }
+            }
+        };
+        self.released = true;
+        self.s.close().await;
+        outcome
+    }
+}

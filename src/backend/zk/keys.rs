@@ -1,0 +1,219 @@
+//! `lc-cli keys` for ZooKeeper: every lock node under the root, its holder
+//! and how many queue behind it.
+//!
+//! A lock node is a znode with queue children (`..lock-<10 digits>`, lc-cli's
+//! or a Curator client's); its key is its path below the root. The walk asks
+//! one getChildren per znode that is not a queue node and one getData per
+//! holder (the head of a queue), nothing for waiters. The requests of one
+//! level of the tree (and then those for the holders) are sent together and
+//! their answers read in turn, so a wide tree costs a few round trips, not
+//! one per znode.
+//!
+//! `since` is what the server can tell without the holder writing anything
+//! at its grant (which would wake the waiter watching it): for a detached
+//! hold, the time recorded in its data when the hold was taken; for any
+//! other holder (lc-cli with a running command, a Curator client), the
+//! creation time of its node on the server, i.e. when it joined the queue.
+//! That is exactly when the hold began for a holder that found the key free;
+//! for one that waited first, HELD also counts its wait.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, UNIX_EPOCH};
+
+use zookeeper_client as zk;
+
+use super::names::{self, Mode, NodeData};
+use super::session::Session;
+use crate::backend::{BackendError, KeyInfo, Result};
+
+/// At most this many requests in flight at once.
+const BATCH: usize = 256;
+
+/// A request already sent, its answer to come.
+type Reply<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, zk::Error>> + Send + 'a>>;
+
+fn send_list<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, Vec<String>> {
+    Box::pin(c.list_children(path))
+}
+
+fn send_get<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, (Vec<u8>, zk::Stat)> {
+    Box::pin(c.get_data(path))
+}
+
+/// A lock node and its queue in the order it is served.
+struct Lock {
+    dir: String,
+    queue: Vec<String>,
+}
+
+pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
+    // The lock nodes, level by level.
+    let mut locks = Vec::new();
+    let mut level = vec![root.to_string()];
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for batch in level.chunks(BATCH) {
+            let listed = pipelined(s, batch, send_list, "listing").await?;
+            for (dir, children) in batch.iter().zip(listed) {
+                // None: deleted meanwhile (an emptied container).
+                let Some(children) = children else { continue };
+                let mut queue = Vec::new();
+                for child in children {
+                    if names::sequence_of(&child).is_some() {
+                        queue.push(child);
+                    } else {
+                        next.push(format!("{dir}/{child}"));
+                    }
+                }
+                // The root itself is no key.
+                if !queue.is_empty() && dir != root {
+                    locks.push(Lock {
+                        dir: dir.clone(),
+                        queue: names::queue(queue),
+                    });
+                }
+            }
+        }
+        level = next;
+    }
+
+    // Their holders.
+    let mut out = Vec::with_capacity(locks.len());
+    for batch in locks.chunks(BATCH) {
+        let heads: Vec<String> = batch
+            .iter()
+            .map(|l| format!("{}/{}", l.dir, l.queue[0]))
+            .collect();
+        let data = pipelined(s, &heads, send_get, "reading").await?;
+        for (lock, got) in batch.iter().zip(data) {
+            let key = &lock.dir[root.len() + 1..];
+            let found = match got {
+                Some((data, stat)) => Some((data, stat, lock.queue.len() - 1)),
+                // The holder left after the listing: look again.
+                None => holder_of(s, &lock.dir).await?,
+            };
+            if let Some((data, stat, waiting)) = found {
+                out.push(holder_info(key, &data, stat.ctime, waiting));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Sends one request per path at once, then collects the answers in order:
+/// None for a node that does not exist. A request lost with the connection
+/// is sent again (as [`Session::retry`] does).
+async fn pipelined<T>(
+    s: &Session,
+    paths: &[String],
+    send: for<'a> fn(&'a zk::Client, &'a str) -> Reply<'a, T>,
+    doing: &str,
+) -> Result<Vec<Option<T>>> {
+    let client = s.client()?;
+    let pending: Vec<Reply<'_, T>> = paths.iter().map(|p| send(&client, p)).collect();
+    let mut out = Vec::with_capacity(paths.len());
+    for (path, reply) in paths.iter().zip(pending) {
+        let answer = match reply.await {
+            Err(zk::Error::ConnectionLoss) => {
+                let p = path.as_str();
+                s.retry(|c| async move { send(&c, p).await }).await
+            }
+            other => other,
+        };
+        out.push(match answer {
+            Ok(t) => Some(t),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(s.error(&format!("{doing} {path}"), e)),
+        });
+    }
+    Ok(out)
+}
+
+/// The holder of the lock node `dir` one request at a time, for when the
+/// head of the queue went away between the listing and the read: its data,
+/// stat and how many wait behind it; None when nobody holds it now.
+async fn holder_of(s: &Session, dir: &str) -> Result<Option<(Vec<u8>, zk::Stat, usize)>> {
+    // Each round sees a holder leave; a few rounds at most.
+    for _ in 0..10 {
+        let queue = match s.retry(|c| async move { c.list_children(dir).await }).await {
+            Ok(children) => names::queue(children),
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+        };
+        let Some(head) = queue.first() else {
+            return Ok(None);
+        };
+        let node = format!("{dir}/{head}");
+        let n = node.as_str();
+        match s.retry(|c| async move { c.get_data(n).await }).await {
+            Ok((data, stat)) => return Ok(Some((data, stat, queue.len() - 1))),
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(s.error(&format!("reading {node}"), e)),
+        }
+    }
+    Err(BackendError::Other(format!(
+        "the holder of {dir} kept changing; try again"
+    )))
+}
+
+/// What `keys` shows for a holder node: its data (lc-cli's, or a Curator
+/// client's, shown as text, by default its IP address), its creation time
+/// on the server (ms since the epoch), and how many wait behind it.
+fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo {
+    let (source, since_ms) = match NodeData::decode(data) {
+        Some(d) if d.mode == Mode::Detached && d.since_ms > 0 => (d.source, d.since_ms),
+        Some(d) => (d.source, ctime(ctime_ms)),
+        None => (String::from_utf8_lossy(data).into_owned(), ctime(ctime_ms)),
+    };
+    KeyInfo {
+        key: key.to_string(),
+        source,
+        peer: None,
+        since: (since_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(since_ms)),
+        waiting,
+    }
+}
+
+fn ctime(ms: i64) -> u64 {
+    u64::try_from(ms).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn ms(t: SystemTime) -> u64 {
+        t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    }
+
+    #[test]
+    fn detached_hold_since_its_recorded_time() {
+        let mut d = NodeData::new(Mode::Detached, "ops1");
+        d.since_ms = 1_700_000_000_123;
+        let k = holder_info("deploy/prod", &d.encode(), 1_600_000_000_000, 2);
+        assert_eq!(k.key, "deploy/prod");
+        assert_eq!(k.source, "ops1");
+        assert_eq!(k.peer, None);
+        assert_eq!(k.waiting, 2);
+        assert_eq!(ms(k.since.unwrap()), 1_700_000_000_123);
+    }
+
+    #[test]
+    fn running_holder_since_its_node_was_created() {
+        let mut d = NodeData::new(Mode::Queue, "ci-runner");
+        d.since_ms = 1_700_000_000_000;
+        let k = holder_info("k", &d.encode(), 1_700_000_000_500, 0);
+        assert_eq!(k.source, "ci-runner");
+        assert_eq!(ms(k.since.unwrap()), 1_700_000_000_500);
+    }
+
+    #[test]
+    fn curator_holder_shows_its_data_as_text() {
+        let k = holder_info("c/k", b"10.0.0.1", 1_700_000_000_000, 1);
+        assert_eq!(k.source, "10.0.0.1");
+        assert_eq!(ms(k.since.unwrap()), 1_700_000_000_000);
+        assert_eq!(holder_info("c/k", b"", 0, 0).since, None);
+    }
+}

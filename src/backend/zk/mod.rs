@@ -1,0 +1,184 @@
+//! The ZooKeeper backend: the fair queue of ephemeral sequential nodes.
+//!
+//! The lock for KEY is the znode `ROOT/KEY` (ancestors created as container
+//! nodes). Each waiter creates an ephemeral sequential child named as
+//! Curator's `InterProcessMutex` names them (`_c_<uuid>-lock-<10 digits>`),
+//! so Curator clients and lc-cli exclude each other; the lowest sequence
+//! holds the key, and each waiter watches only its predecessor. A hold that
+//! must outlive the process (`lock KEY` without a command) is a persistent
+//! node with the same sequence digits. Every node's data records its source.
+//! `keys` walks the tree for lock nodes and reads only their holders
+//! (`keys.rs`).
+//!
+//! One `ZkBackend` is one session and serves one acquire: releasing,
+//! withdrawing or detaching ends the session and waits until it is closed.
+
+mod held;
+mod keys;
+mod names;
+mod queue;
+mod session;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use super::{
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, ServerSpec,
+    WaitProgress,
+};
+use names::NodeData;
+use session::Session;
+
+pub struct ZkBackend {
+    session: Arc<Session>,
+    root: String,
+}
+
+impl ZkBackend {
+    pub async fn connect(config: &BackendConfig) -> Result<Self> {
+        let ServerSpec::Zk { hosts, root } = &config.server else {
+            unreachable!("ZkBackend built for {}", config.server)
+        };
+        if let Some(problem) = root.strip_prefix('/').and_then(names::key_problem) {
+            return Err(BackendError::BadKey {
+                key: root.clone(),
+                reason: format!(
+                    "the root path in {} is not a znode path: {problem}",
+                    config.server
+                ),
+            });
+        }
+        let session = Session::connect(
+            hosts,
+            config.server.to_string(),
+            config.session_timeout,
+            config.connect_timeout,
+        )
+        .await?;
+        Ok(ZkBackend {
+            session: Arc::new(session),
+            root: root.clone(),
+        })
+    }
+
+    /// The queue under the lock node of `key` (empty when there is none).
+    async fn queue_of(&self, key: &str) -> Result<(String, Vec<String>)> {
+        let dir = names::lock_dir(&self.root, key);
+        let d = dir.as_str();
+        match self
+            .session
+            .retry(|c| async move { c.list_children(d).await })
+            .await
+        {
+            Ok(children) => Ok((dir, names::queue(children))),
+            Err(zk::Error::NoNode) => Ok((dir, Vec::new())),
+            Err(e) => Err(self.session.error(&format!("listing {dir}"), e)),
+        }
+    }
+
+    /// Deletes the node at the head of the queue; false when there is none.
+    async fn delete_holder(&self, key: &str) -> Result<bool> {
+        // A holder that leaves between the listing and the delete is
+        // followed by the next one: a few rounds at most.
+        for _ in 0..10 {
+            let (dir, queue) = self.queue_of(key).await?;
+            let Some(head) = queue.first() else {
+                return Ok(false);
+            };
+            let node = format!("{dir}/{head}");
+            let n = node.as_str();
+            match self
+                .session
+                .retry(|c| async move { c.delete(n, None).await })
+                .await
+            {
+                Ok(()) => return Ok(true),
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(self.session.error(&format!("deleting {node}"), e)),
+            }
+        }
+        Err(BackendError::Other(format!(
+            "the holder of '{key}' kept changing; try again"
+        )))
+    }
+}
+
+#[async_trait]
+impl Backend for ZkBackend {
+    fn check_key(&self, key: &str) -> Result<()> {
+        match names::key_problem(key) {
+            None => Ok(()),
+            Some(reason) => Err(BackendError::BadKey {
+                key: key.to_string(),
+                reason,
+            }),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
+        queue::acquire(&self.session, &self.root, request, cancel, progress).await
+    }
+
+    /// Deletes the holder node, whichever it is (a detached hold, or a
+    /// running holder, which then loses the lock): as on the built-in server.
+    async fn unlock(&self, key: &str) -> Result<bool> {
+        self.delete_holder(key).await
+    }
+
+    async fn reset_key(&self, key: &str) -> Result<()> {
+        self.delete_holder(key).await.map(|_| ())
+    }
+
+    /// Walks the whole tree under the root and deletes every queue node
+    /// whose data names `source`: holders and waiters alike.
+    async fn reset_source(&self, source: &str) -> Result<()> {
+        let s = &self.session;
+        let mut dirs = vec![self.root.clone()];
+        while let Some(dir) = dirs.pop() {
+            let d = dir.as_str();
+            let children = match s.retry(|c| async move { c.list_children(d).await }).await {
+                Ok(children) => children,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                if names::sequence_of(&child).is_none() {
+                    dirs.push(path);
+                    continue;
+                }
+                let p = path.as_str();
+                let data = match s.retry(|c| async move { c.get_data(p).await }).await {
+                    Ok((data, _)) => data,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(s.error(&format!("reading {path}"), e)),
+                };
+                if NodeData::decode(&data).is_some_and(|d| d.source == source) {
+                    match s.retry(|c| async move { c.delete(p, None).await }).await {
+                        Ok(()) | Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(s.error(&format!("deleting {path}"), e)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks the tree under the root: see `keys.rs` for what is asked and
+    /// what `since` means here.
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        keys::list(&self.session, &self.root).await
+    }
+
+    async fn close(&self) {
+        self.session.close().await;
+    }
+}

@@ -1,0 +1,284 @@
+//! A private standalone ZooKeeper on 127.0.0.1 for one test: temp dataDir,
+//! a free port, a low tickTime so short sessions are allowed, readiness by
+//! `ruok`, stopped by PID when dropped. Also used by `examples/bench_zk.rs`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zkc;
+
+pub const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+
+pub struct Zk {
+    pub port: u16,
+    pub tick_ms: u64,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Zk {
+    /// tickTime 200 ms: sessions from 400 ms to 4 s.
+    pub fn start() -> Zk {
+        Zk::start_with_tick(200)
+    }
+
+    pub fn start_with_tick(tick_ms: u64) -> Zk {
+        let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().unwrap().port()
+        };
+        let cfg = format!(
+            "tickTime={tick_ms}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={port}\n\
+             maxClientCnxns=0\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchs,wchc,wchp,crst,srst\n",
+            dir.path().join("data").display()
+        );
+        std::fs::write(dir.path().join("zoo.cfg"), cfg).unwrap();
+        let mut zk = Zk {
+            port,
+            tick_ms,
+            dir,
+            child: None,
+        };
+        zk.spawn();
+        zk
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("zookeeper.log")
+    }
+
+    fn spawn(&mut self) {
+        assert!(
+            std::path::Path::new(ZK_JAR).exists(),
+            "ZooKeeper is not installed ({ZK_JAR} missing): apt-get install zookeeper"
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp",
+                &format!("{ZK_JAR}:{SLF4J_JAR}"),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+            ])
+            .arg(self.dir.path().join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start java for ZooKeeper");
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if self.try_four("ruok").as_deref() == Some("imok") {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "ZooKeeper exited with {status} before answering ruok:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("ZooKeeper did not answer ruok within 60 s:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Kills the server (SIGKILL, by PID) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same dataDir.
+    pub fn restart_after(&mut self, down: Duration) {
+        self.stop();
+        std::thread::sleep(down);
+        self.spawn();
+    }
+
+    pub fn hosts(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `zk://127.0.0.1:PORT/ROOT`
+    pub fn url(&self, root: &str) -> String {
+        format!("zk://{}{root}", self.hosts())
+    }
+
+    /// `lc-cli --server zk://.../ROOT --session-timeout 2s ARGS...`
+    pub fn lc(&self, root: &str, args: &[&str]) -> Command {
+        self.lc_session(root, "2s", args)
+    }
+
+    /// `lc` with another session timeout.
+    pub fn lc_session(&self, root: &str, session_timeout: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(super::BIN);
+        cmd.arg("--server")
+            .arg(self.url(root))
+            .args([
+                "--session-timeout",
+                session_timeout,
+                "--connect-timeout",
+                "10s",
+            ])
+            .args(args);
+        cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
+        cmd
+    }
+
+    fn try_four(&self, word: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(word.as_bytes()).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+
+    /// A four-letter word's answer.
+    pub fn four(&self, word: &str) -> String {
+        self.try_four(word)
+            .unwrap_or_else(|| panic!("no answer to {word} from ZooKeeper"))
+    }
+
+    /// `mntr` as name -> number (non-numeric values are left out).
+    pub fn mntr(&self) -> HashMap<String, f64> {
+        self.four("mntr")
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once('\t')?;
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Runs one request on a fresh session of its own.
+    pub fn with_client<T>(
+        &self,
+        f: impl for<'a> FnOnce(
+            &'a zkc::Client,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>,
+    ) -> T {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = zkc::Client::connector()
+                .with_session_timeout(Duration::from_secs(4))
+                .connect(&self.hosts())
+                .await
+                .expect("test client connects");
+            let out = f(&client).await;
+            drop(client);
+            // Give the close a moment to reach the server.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            out
+        })
+    }
+
+    /// The children of `path` (empty if it does not exist).
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let path = path.to_string();
+        self.with_client(move |c| {
+            Box::pin(async move {
+                match c.list_children(&path).await {
+                    Ok(children) => children,
+                    Err(zkc::Error::NoNode) => Vec::new(),
+                    Err(e) => panic!("list {path}: {e}"),
+                }
+            })
+        })
+    }
+
+    /// The queue under `path` in sequence order.
+    pub fn queue(&self, path: &str) -> Vec<String> {
+        let mut kids: Vec<(String, String)> = self
+            .children(path)
+            .into_iter()
+            .filter_map(|c| {
+                let at = c.rfind("lock-")?;
+                Some((c[at + 5..].to_string(), c))
+            })
+            .collect();
+        kids.sort();
+        kids.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Data and ephemeral owner of a node.
+    pub fn node(&self, path: &str) -> Option<(Vec<u8>, i64)> {
+        let path = path.to_string();
+        self.with_client(move |c| {
+            Box::pin(async move {
+                match c.get_data(&path).await {
+                    Ok((data, stat)) => Some((data, stat.ephemeral_owner)),
+                    Err(zkc::Error::NoNode) => None,
+                    Err(e) => panic!("get {path}: {e}"),
+                }
+            })
+        })
+    }
+
+    pub fn delete(&self, path: &str) {
+        let path = path.to_string();
+        self.with_client(move |c| {
+            Box::pin(async move { c.delete(&path, None).await.expect("delete node") })
+        })
+    }
+}
+
+/// A lock of zookeeper-client's Curator-compatible recipe, dropped inside
+/// its runtime (its drop spawns the deletion), also when a test fails:
+/// dropped outside one it panics, and a panic while unwinding aborts the
+/// test without stopping its servers and children.
+pub struct CuratorHold {
+    guard: Option<zkc::OwnedLockClient>,
+    rt: tokio::runtime::Handle,
+}
+
+impl CuratorHold {
+    pub fn new(rt: &tokio::runtime::Runtime, guard: zkc::OwnedLockClient) -> CuratorHold {
+        CuratorHold {
+            guard: Some(guard),
+            rt: rt.handle().clone(),
+        }
+    }
+
+    pub fn lock_path(&self) -> &str {
+        self.guard.as_ref().expect("held until dropped").lock_path()
+    }
+}
+
+impl Drop for CuratorHold {
+    fn drop(&mut self) {
+        let _in_runtime = self.rt.enter();
+        drop(self.guard.take());
+    }
+}
+
+impl Drop for Zk {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
