@@ -249,7 +249,7 @@ async fn run_child(
             return Err(fail(
                 ExitCode::LockLost,
                 format!(
-                    "lock '{key}' on {} was lost while the command ran: {}; the command was stopped",
+                    "lost the lock '{key}' on {} while the command ran: {}; the command was stopped",
                     config.server, reason.0
                 ),
             ));
