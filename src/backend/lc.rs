@@ -114,10 +114,7 @@ impl LcBackend {
 #[async_trait]
 impl Backend for LcBackend {
     fn check_key(&self, key: &str) -> Result<()> {
-        proto::check_key(key.as_bytes()).map_err(|e| BackendError::BadKey {
-            key: key.to_string(),
-            reason: e.to_string(),
-        })
+        super::check_key_limits(key)
     }
 
     async fn acquire(

@@ -270,6 +270,15 @@ pub trait HeldLock: Send {
     async fn detach(self: Box<Self>) -> Result<()>;
 }
 
+/// The key limits of the one-byte protocol (1 to 127 bytes), which every
+/// backend keeps so a key means the same thing on each.
+pub(crate) fn check_key_limits(key: &str) -> Result<()> {
+    crate::proto::check_key(key.as_bytes()).map_err(|e| BackendError::BadKey {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
+
 /// Picks the implementation for the server address.
 pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
     match &config.server {

@@ -502,10 +502,7 @@ impl RedisBackend {
 #[async_trait]
 impl Backend for RedisBackend {
     fn check_key(&self, key: &str) -> Result<()> {
-        crate::proto::check_key(key.as_bytes()).map_err(|e| BackendError::BadKey {
-            key: key.to_string(),
-            reason: e.to_string(),
-        })
+        super::check_key_limits(key)
     }
 
     async fn acquire(
