@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, installing the real servers the tests start
 # (redis-server, ZooKeeper) and the checkers of deploy/ and man/ (promtool,
-# groff, systemd-analyze) from Debian's packages if they are missing.
+# groff, systemd-analyze) and libfaketime (a client with a skewed clock) from
+# Debian's packages if they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v groff >/dev/null 2>&1 || need+=(groff-base)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

@@ -64,6 +64,60 @@ fn fifo_across_eight_processes() {
     assert_eq!(r.queued("k"), 0);
 }
 
+/// libfaketime shifts the clock of the processes it is preloaded into.
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The same line, with every other waiter's clock an hour ahead and the rest
+/// an hour behind (libfaketime): the order still comes from the server.
+#[test]
+fn fifo_with_skewed_client_clocks() {
+    assert!(
+        std::path::Path::new(FAKETIME_LIB).exists(),
+        "{FAKETIME_LIB} missing: install Debian's faketime package"
+    );
+    let r = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("order");
+    expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let skew = if i % 2 == 0 { "+1h" } else { "-1h" };
+        // The command runs under the same clock, so it records the skew it saw.
+        let script = format!("echo {i} $(date +%s) >> {}", out.display());
+        let mut cmd = lc(&r.url(), &["lock", "k", "-c", &script]);
+        cmd.env("LD_PRELOAD", FAKETIME_LIB).env("FAKETIME", skew);
+        waiters.push(Running::spawn(&mut cmd));
+        assert!(
+            wait_until(LIMIT, || r.queued("k") == i + 1),
+            "waiter {i} never queued"
+        );
+    }
+    expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
+    for w in waiters {
+        let (code, err) = w.finish(LIMIT);
+        assert_eq!(code, 0, "{err}");
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let lines = fs::read_to_string(&out).unwrap();
+    let mut order = Vec::new();
+    for line in lines.lines() {
+        let (i, t) = line.split_once(' ').unwrap();
+        let i: i64 = i.parse().unwrap();
+        let skew = t.parse::<i64>().unwrap() - now;
+        let expected = if i % 2 == 0 { 3600 } else { -3600 };
+        assert!(
+            (skew - expected).abs() < 120,
+            "waiter {i} saw a skew of {skew} s"
+        );
+        order.push(i);
+    }
+    assert_eq!(order, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(r.queued("k"), 0);
+}
+
 /// Ten processes read, increment and write a counter file under the lock.
 #[test]
 fn mutual_exclusion_counter() {
