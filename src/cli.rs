@@ -15,7 +15,7 @@ use crate::backend::ServerSpec;
     version,
     about = "A distributed flock(1): take a named lock from a lock service, run a command while holding it",
     after_help = "Exit status: the command's own; 1 when the lock was not taken (-E changes it); \
-64 usage, 69 service unreachable, 70 internal error, 74 release failed, 75 lock lost, \
+64 usage, 65 corrupt log (serve --data), 69 service unreachable, 70 internal error, 74 release failed, 75 lock lost, \
 76 refused or unexpected answer, 126 cannot execute, 127 not found, 128+N signal N."
 )]
 pub struct Cli {

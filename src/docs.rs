@@ -157,6 +157,7 @@ fn extra_sections() -> Roff {
     let rows = [
         (ExitCode::Conflict, "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held"),
         (ExitCode::Usage, "usage: a bad option, an empty key or one over 127 bytes"),
+        (ExitCode::DataErr, "serve --data: the log holds a corrupt record (the message names the file and byte offset); the server did not start"),
         (ExitCode::Unavailable, "the lock service could not be reached, or went away while waiting"),
         (ExitCode::Software, "internal error"),
         (ExitCode::ReleaseFailed, "the release was not confirmed: the key may still be held; the message names the reset command that clears it"),
