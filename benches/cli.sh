@@ -13,7 +13,7 @@ dir="$(mktemp -d)"
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.05; done
-addr="$(sed 's/^listening on //' "$dir/addr")"
+addr="$(sed -n 's/^listening on //p' "$dir/addr")"
 hyperfine -N --warmup 50 --runs "${RUNS:-500}" \
     -n lc-cli "$bin --server $addr lock bench -- true" \
     -n flock "flock $dir/flock true" \
