@@ -13,7 +13,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v groff >/dev/null 2>&1 || need+=(groff-base)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
-command -v faketime >/dev/null 2>&1 || need+=(faketime)
+[ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || need+=(libfaketime)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

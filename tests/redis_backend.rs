@@ -73,7 +73,7 @@ const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.
 fn fifo_with_skewed_client_clocks() {
     assert!(
         std::path::Path::new(FAKETIME_LIB).exists(),
-        "{FAKETIME_LIB} missing: install Debian's faketime package"
+        "{FAKETIME_LIB} missing: install Debian's libfaketime package"
     );
     let r = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
