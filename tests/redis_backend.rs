@@ -270,6 +270,36 @@ fn trylock_takes_only_a_free_key() {
     assert_eq!(r.queued("k"), 0);
 }
 
+/// SIGINT while waiting: lc-cli leaves the line at once (no command runs, exit
+/// 130) and the next waiter is the one granted.
+#[test]
+fn a_signal_while_waiting_leaves_the_line() {
+    let r = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
+    let never = format!("echo interrupted-one-ran >> {}", out.display());
+    let interrupted = spawn(&r, &["lock", "k", "-c", &never]);
+    assert!(wait_until(LIMIT, || r.queued("k") == 1));
+    let next = format!("echo next >> {}", out.display());
+    let second = spawn(&r, &["lock", "k", "-c", &next]);
+    assert!(wait_until(LIMIT, || r.queued("k") == 2));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(interrupted.pid()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (code, err) = interrupted.finish(LIMIT);
+    assert_eq!(code, 130, "{err}");
+    // Gone from the line at once, not after the queue timeout.
+    assert_eq!(r.queued("k"), 1);
+    expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
+    let (code, err) = second.finish(LIMIT);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read_to_string(&out).unwrap(), "next\n");
+    assert_eq!(r.holder("k"), None);
+}
+
 #[test]
 fn timeout_removes_the_queue_entry() {
     let r = RedisServer::start();
