@@ -240,11 +240,7 @@ pub trait Backend: Send + Sync {
     async fn reset_source(&self, source: &str) -> Result<()>;
 
     /// Every held key, with its holder and how many wait for it.
-    async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        Err(BackendError::Other(
-            "this backend cannot list keys yet".into(),
-        ))
-    }
+    async fn keys(&self) -> Result<Vec<KeyInfo>>;
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).
