@@ -14,6 +14,25 @@ fn spawn(server: &RedisServer, args: &[&str]) -> Running {
     Running::spawn(&mut lc(&server.url(), args))
 }
 
+/// Holds `k` with lease `ttl` while running `sleep 30`; a loss stops the
+/// command within a second.
+fn spawn_holder(server: &RedisServer, ttl: &str) -> Running {
+    spawn(
+        server,
+        &[
+            "--ttl",
+            ttl,
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ],
+    )
+}
+
 #[test]
 fn runs_the_command_with_a_growing_fence_token() {
     let r = RedisServer::start();
@@ -200,20 +219,7 @@ fn a_killed_waiter_leaves_the_line_after_the_queue_timeout() {
 
 fn lost_when(change: &[&str]) {
     let r = RedisServer::start();
-    let holder = spawn(
-        &r,
-        &[
-            "--ttl",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
+    let holder = spawn_holder(&r, "1s");
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let _: redis::Value = r.query(change);
     let started = Instant::now();
@@ -236,20 +242,7 @@ fn lock_key_overwritten_from_outside_stops_the_command() {
 #[test]
 fn redis_restart_during_a_hold_is_detected() {
     let mut r = RedisServer::start();
-    let holder = spawn(
-        &r,
-        &[
-            "--ttl",
-            "2s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
+    let holder = spawn_holder(&r, "2s");
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     r.restart();
     let (code, err) = holder.finish(LIMIT);
@@ -344,20 +337,7 @@ fn reset_key_frees_it_and_the_first_waiter_gets_it() {
     let r = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let holder = spawn(
-        &r,
-        &[
-            "--ttl",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
+    let holder = spawn_holder(&r, "1s");
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let script = format!("echo $LC_LOCK_TOKEN >> {}", out.display());
     let waiter = spawn(&r, &["lock", "k", "-c", &script]);
@@ -412,20 +392,7 @@ fn a_waiter_survives_a_redis_restart() {
     let mut r = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let holder = spawn(
-        &r,
-        &[
-            "--ttl",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
+    let holder = spawn_holder(&r, "1s");
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let script = format!("echo got >> {}", out.display());
     let waiter = spawn(&r, &["--ttl", "1s", "lock", "k", "-c", &script]);
