@@ -4,11 +4,12 @@
 //! the terminal back when the command stops or ends.
 
 use std::fs::OpenOptions;
-use std::io;
+use std::io::{self, IsTerminal};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use nix::unistd::Pid;
+use nix::sys::signal::{kill, killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::{getpgrp, getpid, tcgetpgrp, tcsetpgrp, Pid};
 
 pub struct Terminal {
     fd: OwnedFd,
@@ -25,11 +26,7 @@ impl Terminal {
             .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
             .open("/dev/tty")
             .ok()?;
-        // SAFETY: setting a signal's disposition to SIG_IGN has no
-        // preconditions.
-        unsafe {
-            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        }
+        set_disposition(Signal::SIGTTOU, SigHandler::SigIgn);
         Some(Terminal { fd: file.into() })
     }
 
@@ -39,51 +36,49 @@ impl Terminal {
 
     /// The terminal's foreground process group.
     pub fn foreground(&self) -> Option<Pid> {
-        // SAFETY: tcgetpgrp only reads from a valid descriptor.
-        let pgrp = unsafe { libc::tcgetpgrp(self.raw_fd()) };
-        (pgrp > 0).then(|| Pid::from_raw(pgrp))
+        tcgetpgrp(&self.fd).ok().filter(|p| p.as_raw() > 0)
     }
 
     /// Whether lc-cli's own process group is in the foreground.
     pub fn we_are_foreground(&self) -> bool {
-        self.foreground() == Some(nix::unistd::getpgrp())
+        self.foreground() == Some(getpgrp())
     }
 
     /// Makes `pgrp` the foreground process group.
     pub fn give_to(&self, pgrp: Pid) -> io::Result<()> {
-        // SAFETY: a plain ioctl on a descriptor we own.
-        if unsafe { libc::tcsetpgrp(self.raw_fd(), pgrp.as_raw()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        tcsetpgrp(&self.fd, pgrp).map_err(io::Error::from)
     }
 
     /// Takes the terminal back for lc-cli's group if `from` has it.
     pub fn take_back_from(&self, from: Pid) {
         if self.foreground() == Some(from) {
-            let _ = self.give_to(nix::unistd::getpgrp());
+            let _ = self.give_to(getpgrp());
         }
     }
 }
 
 /// Whether stderr is a terminal (the status line is drawn only then).
 pub fn stderr_is_terminal() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(libc::STDERR_FILENO) == 1 }
+    io::stderr().is_terminal()
 }
 
 /// Whether lc-cli is in the foreground of the terminal on stderr (a
 /// background job must not draw over the shell's prompt).
 pub fn stderr_is_foreground() -> bool {
-    // SAFETY: tcgetpgrp only inspects the descriptor.
-    let pgrp = unsafe { libc::tcgetpgrp(libc::STDERR_FILENO) };
-    pgrp > 0 && pgrp == nix::unistd::getpgrp().as_raw()
+    tcgetpgrp(io::stderr()).is_ok_and(|p| p.as_raw() > 0 && p == getpgrp())
 }
 
 /// The width of the terminal on stderr, if it says.
 pub fn stderr_width() -> Option<usize> {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes a winsize into the struct we pass.
+    // nix has no safe wrapper for this ioctl.
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into the struct we pass, which
+    // lives for the whole call; on error it writes nothing.
     let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
     (ok && size.ws_col > 0).then_some(size.ws_col as usize)
 }
@@ -94,20 +89,24 @@ pub fn stderr_width() -> Option<usize> {
 /// kernel discards the stop for an orphaned group (nobody could continue it);
 /// returns once continued.
 pub fn stop_self(whole_group: bool) {
-    // SAFETY: plain sigaction/kill calls on valid arguments; the caught
-    // disposition is put back exactly as it was.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        let mut caught: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTSTP, &default, &mut caught) != 0 {
-            return;
-        }
-        if whole_group {
-            libc::killpg(libc::getpgrp(), libc::SIGTSTP);
-        } else {
-            libc::kill(libc::getpid(), libc::SIGTSTP);
-        }
-        libc::sigaction(libc::SIGTSTP, &caught, std::ptr::null_mut());
-    }
+    let Some(caught) = set_disposition(Signal::SIGTSTP, SigHandler::SigDfl) else {
+        return;
+    };
+    let _ = if whole_group {
+        killpg(getpgrp(), Signal::SIGTSTP)
+    } else {
+        kill(getpid(), Signal::SIGTSTP)
+    };
+    // SAFETY: puts back exactly the disposition that was in place (signal-hook's
+    // handler), as `set_disposition` below explains.
+    let _ = unsafe { sigaction(Signal::SIGTSTP, &caught) };
+}
+
+/// Sets `signal` to the default or to ignore; returns what was in place.
+fn set_disposition(signal: Signal, handler: SigHandler) -> Option<SigAction> {
+    debug_assert!(matches!(handler, SigHandler::SigDfl | SigHandler::SigIgn));
+    let action = SigAction::new(handler, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installing SIG_DFL or SIG_IGN runs no code of ours in a signal
+    // handler, so nothing here must be async-signal-safe.
+    unsafe { sigaction(signal, &action) }.ok()
 }
