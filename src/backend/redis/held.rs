@@ -25,7 +25,7 @@ pub(super) async fn renew_loop(
     let mut next = Instant::now() + every;
     let mut last_failure = String::new();
     let expired = |last_failure: &str| {
-        LostReason(format!(
+        LostReason::new(format!(
             "the lease ({:?}) ran out before Redis confirmed a renewal ({})",
             sh.ttl,
             if last_failure.is_empty() {
@@ -70,7 +70,7 @@ pub(super) async fn renew_loop(
             } else {
                 "the lock key was deleted or taken by another owner".to_string()
             };
-            let _ = lost.send(Some(LostReason(reason)));
+            let _ = lost.send(Some(LostReason::new(reason)));
             return;
         } else {
             last_failure = sh.failures(&answers);
