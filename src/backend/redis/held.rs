@@ -11,6 +11,11 @@ use super::Shared;
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
+/// `valid_until` is when the lease can first run out on a node: the TTL
+/// after the send time of the last confirmed renewal (a node starts it
+/// later, when it runs the script), less the drift allowance. The command
+/// is stopped a third of the TTL before that (SIGTERM), and killed a
+/// twentieth before it at the latest, whatever `--kill-after` says.
 pub(super) async fn renew_loop(
     sh: Arc<Shared>,
     key: String,
@@ -24,29 +29,33 @@ pub(super) async fn renew_loop(
     let args = vec![key.clone(), id, sh.ttl_ms().to_string(), floor.to_string()];
     let mut next = Instant::now() + every;
     let mut last_failure = String::new();
-    let expired = |last_failure: &str| {
-        LostReason::new(format!(
-            "the lease ({:?}) ran out before Redis confirmed a renewal ({})",
-            sh.ttl,
-            if last_failure.is_empty() {
-                "no answer in time"
-            } else {
-                last_failure
-            }
-        ))
+    let unconfirmed = |last_failure: &str, valid_until: Instant| {
+        LostReason::kill_by(
+            format!(
+                "no renewal of the lease confirmed by Redis for two thirds of it ({:?}), so it may run out ({})",
+                sh.ttl,
+                if last_failure.is_empty() {
+                    "no answer in time"
+                } else {
+                    last_failure
+                }
+            ),
+            kill_by(valid_until, sh.ttl),
+        )
     };
     loop {
-        tokio::time::sleep_until(next.min(valid_until).into()).await;
-        if Instant::now() >= valid_until {
-            let _ = lost.send(Some(expired(&last_failure)));
+        let stop_at = valid_until - stop_before_expiry(sh.ttl);
+        tokio::time::sleep_until(next.min(stop_at).into()).await;
+        if Instant::now() >= stop_at {
+            let _ = lost.send(Some(unconfirmed(&last_failure, valid_until)));
             return;
         }
         let start = Instant::now();
         let round = sh.script::<i64>(|s| &s.renew, &key, args.clone());
         let answers = tokio::select! {
             a = round => a,
-            _ = tokio::time::sleep_until(valid_until.into()) => {
-                let _ = lost.send(Some(expired(&last_failure)));
+            _ = tokio::time::sleep_until(stop_at.into()) => {
+                let _ = lost.send(Some(unconfirmed(&last_failure, valid_until)));
                 return;
             }
         };
@@ -70,13 +79,29 @@ pub(super) async fn renew_loop(
             } else {
                 "the lock key was deleted or taken by another owner".to_string()
             };
-            let _ = lost.send(Some(LostReason::new(reason)));
+            let _ = lost.send(Some(LostReason::kill_by(
+                reason,
+                kill_by(valid_until, sh.ttl),
+            )));
             return;
         } else {
             last_failure = sh.failures(&answers);
             next = Instant::now() + (sh.ttl / 10).max(Duration::from_millis(20));
         }
     }
+}
+
+/// How long before the lease can run out the command is stopped: a third
+/// of the lease, so SIGTERM comes two thirds of a lease after the last
+/// confirmed renewal, as on ZooKeeper.
+pub(super) fn stop_before_expiry(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// When the command must be gone: a twentieth of the lease before it can
+/// run out, for the kill to land.
+fn kill_by(valid_until: Instant, ttl: Duration) -> Instant {
+    valid_until - ttl / 20
 }
 
 pub(super) struct RedisHeld {
