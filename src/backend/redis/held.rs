@@ -18,15 +18,12 @@ use crate::backend::{BackendError, HeldLock, LostReason, Result};
 /// twentieth before it at the latest, whatever `--kill-after` says.
 pub(super) async fn renew_loop(
     sh: Arc<Shared>,
-    key: String,
-    id: String,
-    fence: u64,
+    args: Vec<String>,
     mut valid_until: Instant,
     lost: watch::Sender<Option<LostReason>>,
 ) {
+    let key = args[0].clone();
     let every = sh.ttl / 3;
-    let floor = if sh.quorum() { fence } else { 0 };
-    let args = vec![key.clone(), id, sh.ttl_ms().to_string(), floor.to_string()];
     let mut next = Instant::now() + every;
     let mut last_failure = String::new();
     let unconfirmed = |last_failure: &str, valid_until: Instant| {
@@ -59,25 +56,20 @@ pub(super) async fn renew_loop(
                 return;
             }
         };
-        let mine = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(v) if *v >= 0))
-            .count();
-        let taken = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(-1) | Err(NodeError::Server(_))))
-            .count();
-        if mine >= sh.majority() {
+        let Renewal { confirmed, denied } = Renewal::of(&sh, &answers);
+        if confirmed >= sh.majority() {
             valid_until = start + sh.ttl - sh.drift();
             next = start + every;
-        } else if taken > sh.nodes.len() - sh.majority() {
+        } else if sh.nodes.len() - denied < sh.majority() {
+            // Fewer than a majority can still confirm it: lost at once.
             let reason = if sh.quorum() {
                 format!(
-                    "the lock key was deleted or taken by another owner on {taken} of {} nodes",
+                    "only {confirmed} of {} Redis nodes still hold the lock key for us ({denied} lost it to a reset, another owner, or a restart that emptied them)",
                     sh.nodes.len()
                 )
             } else {
-                "the lock key was deleted or taken by another owner".to_string()
+                "the lock key was deleted, taken by another owner, or lost in a Redis restart"
+                    .to_string()
             };
             let _ = lost.send(Some(LostReason::kill_by(
                 reason,
@@ -88,6 +80,48 @@ pub(super) async fn renew_loop(
             last_failure = sh.failures(&answers);
             next = Instant::now() + (sh.ttl / 10).max(Duration::from_millis(20));
         }
+    }
+}
+
+/// The arguments of the RENEW script. The fence is also the node's floor:
+/// a node that lost the key (restarted empty) gets it back with a counter
+/// no lower than ours.
+pub(super) fn renew_args(
+    key: &str,
+    id: &str,
+    ttl: Duration,
+    fence: u64,
+    source: &str,
+) -> Vec<String> {
+    vec![
+        key.to_string(),
+        id.to_string(),
+        ttl.as_millis().max(1).to_string(),
+        fence.to_string(),
+        source.to_string(),
+    ]
+}
+
+/// What the nodes said to a renewal.
+pub(super) struct Renewal {
+    /// Renewed (or put back) on a node that counts.
+    pub(super) confirmed: usize,
+    /// Definitely not ours there: taken, deleted, a script error, or a node
+    /// too recently restarted to count. The rest did not answer.
+    pub(super) denied: usize,
+}
+
+impl Renewal {
+    pub(super) fn of(sh: &Shared, answers: &[NodeResult<i64>]) -> Renewal {
+        let (mut confirmed, mut denied) = (0, 0);
+        for (i, a) in answers.iter().enumerate() {
+            match a {
+                Ok(v) if *v >= 0 && sh.counts(i) => confirmed += 1,
+                Ok(_) | Err(NodeError::Server(_)) => denied += 1,
+                Err(NodeError::Transport(_)) => {}
+            }
+        }
+        Renewal { confirmed, denied }
     }
 }
 

@@ -70,6 +70,29 @@ impl Shared {
         self.queue_timeout.as_millis().max(1) as u64
     }
 
+    /// Whether node `i`'s answers count toward a majority: only once it has
+    /// been up for a lease, unless it keeps every write across a restart. A
+    /// node restarted empty has forgotten the holds it granted and would
+    /// grant the key again before their holders' next renewal puts it back;
+    /// Redlock delays such a restart by a lease, which lc-cli cannot impose
+    /// on a server, so it refuses to count it instead.
+    fn counts(&self, i: usize) -> bool {
+        self.nodes[i].vouches(self.ttl)
+    }
+
+    /// The fences of the grants that count.
+    fn grants(&self, answers: &[NodeResult<Vec<i64>>]) -> Vec<u64> {
+        answers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.counts(*i))
+            .filter_map(|(_, a)| match standing(a) {
+                Some(Standing::Granted { fence }) => Some(fence),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// How much of a lease we give up to clock drift between nodes and us.
     fn drift(&self) -> Duration {
         self.ttl / 100 + Duration::from_millis(2)
@@ -298,18 +321,10 @@ impl RedisBackend {
             .script(
                 |s| &s.renew,
                 &request.key,
-                vec![
-                    request.key.clone(),
-                    id.to_string(),
-                    sh.ttl_ms().to_string(),
-                    fence.to_string(),
-                ],
+                held::renew_args(&request.key, id, sh.ttl, fence, &request.source),
             )
             .await;
-        let mine = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(v) if *v >= 0))
-            .count();
+        let mine = held::Renewal::of(sh, &answers).confirmed;
         let elapsed = start.elapsed();
         if mine >= sh.majority() && elapsed + sh.drift() < sh.ttl {
             Some(self.held(request, id, fence, start + sh.ttl - sh.drift()))
@@ -328,9 +343,7 @@ impl RedisBackend {
         let (tx, rx) = watch::channel(None);
         let renewer = tokio::spawn(renew_loop(
             self.shared.clone(),
-            request.key.clone(),
-            id.to_string(),
-            fence,
+            held::renew_args(&request.key, id, self.shared.ttl, fence, &request.source),
             valid_until,
             tx,
         ));
@@ -351,19 +364,16 @@ impl RedisBackend {
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
-        let granted: Vec<u64> = answers
-            .iter()
-            .filter_map(|a| match standing(a) {
-                Some(Standing::Granted { fence }) => Some(fence),
-                _ => None,
-            })
-            .collect();
+        let granted = sh.grants(&answers);
         if granted.len() >= sh.majority() {
             if let Some(held) = self.confirm(request, id, &granted, sent).await {
                 return Ok(Acquired::Held(held));
             }
         }
-        if !granted.is_empty() {
+        let any_grant = answers
+            .iter()
+            .any(|a| matches!(standing(a), Some(Standing::Granted { .. })));
+        if any_grant {
             self.leave(&request.key, id).await;
         }
         sh.need_quorum(&answers)?;
@@ -437,13 +447,7 @@ impl RedisBackend {
                     reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
                 });
             }
-            let granted: Vec<u64> = standings
-                .iter()
-                .filter_map(|s| match s {
-                    Standing::Granted { fence } => Some(*fence),
-                    _ => None,
-                })
-                .collect();
+            let granted = sh.grants(&answers);
             if granted.len() >= sh.majority() {
                 if let Some(held) = self.confirm(request, id, &granted, sent).await {
                     if cancel.is_cancelled() {
