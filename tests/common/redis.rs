@@ -45,6 +45,18 @@ impl RedisServer {
         RedisServer::start_mode(false)
     }
 
+    /// A durable node on a port chosen beforehand (clients may already be
+    /// trying it).
+    pub fn start_at(port: u16) -> RedisServer {
+        let mut server = RedisServer {
+            port,
+            child: None,
+            dir: Some(aof_dir()),
+        };
+        assert!(server.try_start(), "redis-server did not start on {port}");
+        server
+    }
+
     fn start_mode(durable: bool) -> RedisServer {
         // Redis cannot bind port 0, so pick a free port and retry on a race.
         for _ in 0..5 {

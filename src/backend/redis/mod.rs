@@ -164,6 +164,33 @@ impl Shared {
         .await
     }
 
+    /// PINGs every node until a majority answers, retrying refused or
+    /// failed connections with a short backoff for up to `timeout` (a
+    /// server restarting, or started after us); an error answer (a
+    /// password required...) ends it at once.
+    async fn reach(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let answers = self
+                .all(|node| async move { node.cmd::<String>(&redis::cmd("PING")).await })
+                .await;
+            let err = match self.need_quorum(&answers) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let rejected = answers
+                .iter()
+                .any(|a| matches!(a, Err(NodeError::Server(_))));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if rejected || left.is_zero() {
+                return Err(err);
+            }
+            tokio::time::sleep(delay.min(left)).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
     /// One line naming the nodes that failed, for errors.
     fn failures<T>(&self, answers: &[NodeResult<T>]) -> String {
         let parts: Vec<String> = answers
@@ -246,10 +273,7 @@ impl RedisBackend {
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
         });
-        let answers = shared
-            .all(|node| async move { node.cmd::<String>(&redis::cmd("PING")).await })
-            .await;
-        shared.need_quorum(&answers)?;
+        shared.reach(config.connect_timeout).await?;
         Ok(RedisBackend { shared })
     }
 }

@@ -97,6 +97,53 @@ async fn heartbeat(client: Arc<Mutex<Option<zk::Client>>>, contact: Arc<Contact>
     }
 }
 
+/// Connects, trying again while the ensemble cannot be reached (refused,
+/// or no session within the library's own deadline, the session timeout)
+/// with a short backoff, for up to `connect_timeout`. Returns the client
+/// and when the successful attempt began (the server's clock for the new
+/// session starts after that).
+async fn connect_until(
+    cluster: &str,
+    server: &str,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+) -> Result<(zk::Client, Instant)> {
+    let deadline = Instant::now() + connect_timeout;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let asked = Instant::now();
+        let attempt = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(connect_timeout.min(session_timeout))
+            .connect(cluster);
+        let failure = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(client)) => return Ok((client, asked)),
+            Ok(Err(
+                e @ (zk::Error::NoHosts
+                | zk::Error::Timeout
+                | zk::Error::ConnectionLoss
+                | zk::Error::Custom(_)),
+            )) => e.to_string(),
+            Ok(Err(e)) => {
+                return Err(BackendError::Unavailable {
+                    server: server.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => "no answer".to_string(),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(BackendError::Unavailable {
+                server: server.to_string(),
+                reason: format!("no ZooKeeper session within {connect_timeout:?} ({failure})"),
+            });
+        }
+        tokio::time::sleep(delay.min(left)).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// Why the session can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gone {
@@ -114,29 +161,9 @@ impl Session {
         session_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Session> {
-        let connector = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(connect_timeout.min(session_timeout));
         let cluster = hosts.join(",");
-        // Before the connect request leaves: the server's clock for the
-        // new session starts after it.
-        let asked = Instant::now();
-        let client = match tokio::time::timeout(connect_timeout, connector.connect(&cluster)).await
-        {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(BackendError::Unavailable {
-                    server,
-                    reason: e.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(BackendError::Unavailable {
-                    server,
-                    reason: format!("no ZooKeeper session within {connect_timeout:?}"),
-                })
-            }
-        };
+        let (client, asked) =
+            connect_until(&cluster, &server, session_timeout, connect_timeout).await?;
         let state = client.state_watcher();
         let retry_for = client.session_timeout();
         let client = Arc::new(Mutex::new(Some(client)));
