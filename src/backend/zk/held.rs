@@ -7,8 +7,7 @@ use async_trait::async_trait;
 use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
-use super::queue::{self, OwnWatch};
-use super::session::{Gone, Session};
+use super::session::{Gone, OwnWatch, Session};
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 pub struct ZkHeld {
@@ -124,7 +123,7 @@ impl HeldLock for ZkHeld {
             let look_again = self.s.last_contact() + term;
             if self.own_watch.is_none() {
                 let armed = tokio::select! {
-                    armed = queue::watch_own(&self.s, &self.node) => armed,
+                    armed = self.s.watch_own(&self.node) => armed,
                     gone = self.s.until_gone() => return self.gone(gone),
                     _ = tokio::time::sleep_until(look_again) => continue,
                 };

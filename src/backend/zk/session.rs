@@ -4,6 +4,7 @@
 //! our ephemeral nodes gone for sure).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -144,6 +145,10 @@ async fn connect_until(
     }
 }
 
+/// A one-shot watch on our own node: fires when it is deleted (a reset) or
+/// the session expires.
+pub type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
 /// Why the session can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gone {
@@ -273,6 +278,20 @@ impl Session {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Arms the watch on our own node; None when the node is already gone.
+    pub async fn watch_own(&self, node: &str) -> Result<Option<(zk::Stat, OwnWatch)>> {
+        match self
+            .retry(|c| async move { c.check_and_watch_stat(node).await })
+            .await
+        {
+            Ok((Some(stat), watch)) => Ok(Some((stat, Box::pin(watch.changed())))),
+            // An existence watch on a missing node waits for its creation:
+            // dropping it removes it.
+            Ok((None, _)) => Ok(None),
+            Err(e) => Err(self.error(&format!("watching {node}"), e)),
         }
     }
 
