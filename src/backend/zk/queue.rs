@@ -27,8 +27,9 @@ pub async fn acquire(
             return Err(e);
         }
     };
-    let node = format!("{dir}/{name}");
-    match wait_turn(s, &dir, &name, &node, request.nonblock, &cancel, progress).await {
+    let place = Place::new(dir, name);
+    let node = place.path.clone();
+    match wait_turn(s, &place, request.nonblock, &cancel, progress).await {
         // A grant that raced with the cancellation is given back.
         Ok(Some(_)) if cancel.is_cancelled() => {
             withdraw(s, &node).await;
@@ -102,18 +103,31 @@ async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
     )))
 }
 
+/// Our node in the queue: the lock node it is under, its name there, and
+/// its full path.
+struct Place {
+    dir: String,
+    name: String,
+    path: String,
+}
+
+impl Place {
+    fn new(dir: String, name: String) -> Place {
+        let path = format!("{dir}/{name}");
+        Place { dir, name, path }
+    }
+}
+
 /// Waits until our node is first. Some((czxid, own watch)) when it is;
 /// None when we must leave (cancelled, or `nonblock` and not first).
-#[allow(clippy::too_many_arguments)]
 async fn wait_turn(
     s: &Session,
-    dir: &str,
-    name: &str,
-    node: &str,
+    place: &Place,
     nonblock: bool,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Option<(i64, OwnWatch)>> {
+    let (dir, name, node) = (place.dir.as_str(), place.name.as_str(), place.path.as_str());
     let Some((stat, mut own_watch)) = s.watch_own(node).await? else {
         return Err(gone(s, node));
     };
