@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::node::{NodeError, NodeResult};
-use super::Shared;
+use super::Quorum;
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
@@ -17,7 +17,7 @@ use crate::backend::{BackendError, HeldLock, LostReason, Result};
 /// is stopped a third of the TTL before that (SIGTERM), and killed a
 /// twentieth before it at the latest, whatever `--kill-after` says.
 pub(super) async fn renew_loop(
-    sh: Arc<Shared>,
+    sh: Arc<Quorum>,
     args: Vec<String>,
     mut valid_until: Instant,
     lost: watch::Sender<Option<LostReason>>,
@@ -62,7 +62,7 @@ pub(super) async fn renew_loop(
             next = start + every;
         } else if sh.nodes.len() - denied < sh.majority() {
             // Fewer than a majority can still confirm it: lost at once.
-            let reason = if sh.quorum() {
+            let reason = if sh.is_multi_node() {
                 format!(
                     "only {confirmed} of {} Redis nodes still hold the lock key for us ({denied} lost it to a reset, another owner, or a restart that emptied them)",
                     sh.nodes.len()
@@ -112,7 +112,7 @@ pub(super) struct Renewal {
 }
 
 impl Renewal {
-    pub(super) fn of(sh: &Shared, answers: &[NodeResult<i64>]) -> Renewal {
+    pub(super) fn of(sh: &Quorum, answers: &[NodeResult<i64>]) -> Renewal {
         let (mut confirmed, mut denied) = (0, 0);
         for (i, a) in answers.iter().enumerate() {
             match a {
@@ -139,7 +139,7 @@ fn kill_by(valid_until: Instant, ttl: Duration) -> Instant {
 }
 
 pub(super) struct RedisHeld {
-    pub(super) shared: Arc<Shared>,
+    pub(super) quorum: Arc<Quorum>,
     pub(super) key: String,
     pub(super) id: String,
     pub(super) fence: u64,
@@ -180,7 +180,7 @@ impl HeldLock for RedisHeld {
 
     async fn release(&mut self) -> Result<()> {
         self.stop_renewing();
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.release,
@@ -193,7 +193,7 @@ impl HeldLock for RedisHeld {
 
     async fn detach(mut self: Box<Self>) -> Result<()> {
         self.stop_renewing();
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.detach,

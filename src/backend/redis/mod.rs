@@ -43,22 +43,24 @@ use super::{
 };
 
 pub struct RedisBackend {
-    shared: Arc<Shared>,
+    quorum: Arc<Quorum>,
 }
 
-struct Shared {
+/// The nodes and the lease settings every operation on them uses; one node
+/// is the quorum of one.
+struct Quorum {
     nodes: Vec<Arc<Node>>,
     server: String,
     ttl: Duration,
     queue_timeout: Duration,
 }
 
-impl Shared {
+impl Quorum {
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
 
-    fn quorum(&self) -> bool {
+    fn is_multi_node(&self) -> bool {
         self.nodes.len() > 1
     }
 
@@ -208,7 +210,7 @@ impl Shared {
             return Ok(());
         }
         let failures = self.failures(answers);
-        if self.quorum() {
+        if self.is_multi_node() {
             Err(self.unavailable(format!(
                 "quorum lost: {ok} of {} Redis nodes answered, {} needed ({failures})",
                 self.nodes.len(),
@@ -267,14 +269,14 @@ impl RedisBackend {
             })?;
             built.push(Arc::new(node));
         }
-        let shared = Arc::new(Shared {
+        let quorum = Arc::new(Quorum {
             nodes: built,
             server: config.server.to_string(),
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
         });
-        shared.reach(config.connect_timeout).await?;
-        Ok(RedisBackend { shared })
+        quorum.reach(config.connect_timeout).await?;
+        Ok(RedisBackend { quorum })
     }
 }
 
@@ -306,7 +308,7 @@ async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender
 
 impl RedisBackend {
     fn args(&self, request: &LockRequest, id: &str, ticket: u64) -> Vec<String> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         vec![
             request.key.clone(),
             id.to_string(),
@@ -319,7 +321,7 @@ impl RedisBackend {
 
     /// Gives back whatever `id` has on every node: a hold, a place in line.
     async fn leave(&self, key: &str, id: &str) -> Vec<NodeResult<i64>> {
-        self.shared
+        self.quorum
             .script(|s| &s.release, key, vec![key.to_string(), id.to_string()])
             .await
     }
@@ -335,9 +337,9 @@ impl RedisBackend {
         granted: &[u64],
         sent: Instant,
     ) -> Option<Box<dyn HeldLock>> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let fence = granted.iter().copied().max().unwrap_or(0);
-        if !sh.quorum() {
+        if !sh.is_multi_node() {
             return Some(self.held(request, id, fence, sent + sh.ttl - sh.drift()));
         }
         let start = Instant::now();
@@ -366,13 +368,13 @@ impl RedisBackend {
     ) -> Box<dyn HeldLock> {
         let (tx, rx) = watch::channel(None);
         let renewer = tokio::spawn(renew_loop(
-            self.shared.clone(),
-            held::renew_args(&request.key, id, self.shared.ttl, fence, &request.source),
+            self.quorum.clone(),
+            held::renew_args(&request.key, id, self.quorum.ttl, fence, &request.source),
             valid_until,
             tx,
         ));
         Box::new(RedisHeld {
-            shared: self.shared.clone(),
+            quorum: self.quorum.clone(),
             key: request.key.clone(),
             id: id.to_string(),
             fence,
@@ -382,7 +384,7 @@ impl RedisBackend {
     }
 
     async fn try_once(&self, request: &LockRequest, id: &str) -> Result<Acquired> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let mut args = self.args(request, id, 0);
         args.push("1".into());
         let sent = Instant::now();
@@ -408,13 +410,13 @@ impl RedisBackend {
     async fn ticket(&self, key: &str) -> Result<u64> {
         let seq = format!("{}seq", scripts::prefix(key));
         let answers: Vec<NodeResult<u64>> = self
-            .shared
+            .quorum
             .all(move |node| {
                 let seq = seq.clone();
                 async move { node.cmd(redis::cmd("INCR").arg(&seq)).await }
             })
             .await;
-        self.shared.need_quorum(&answers)?;
+        self.quorum.need_quorum(&answers)?;
         Ok(answers
             .iter()
             .filter_map(|a| a.as_ref().ok())
@@ -430,9 +432,9 @@ impl RedisBackend {
         cancel: &CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let key = &request.key;
-        let ticket = if sh.quorum() {
+        let ticket = if sh.is_multi_node() {
             self.ticket(key).await?
         } else {
             0
@@ -520,7 +522,7 @@ impl RedisBackend {
                 _ = tokio::time::sleep(sh.recheck()) => {}
             }
             let mut args = self.args(request, id, ticket);
-            args.push(if sh.quorum() { "0" } else { "1" }.into());
+            args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
             sent = Instant::now();
             answers = sh.script(|s| &s.check, key, args).await;
         }
@@ -552,7 +554,7 @@ impl Backend for RedisBackend {
 
     async fn unlock(&self, key: &str) -> Result<bool> {
         self.check_key(key)?;
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> =
             sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
         sh.need_quorum(&answers)?;
@@ -575,7 +577,7 @@ impl Backend for RedisBackend {
 
     async fn reset_key(&self, key: &str) -> Result<()> {
         self.check_key(key)?;
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(|s| &s.reset_key, key, vec![key.to_string()])
             .await;
@@ -583,7 +585,7 @@ impl Backend for RedisBackend {
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let index = scripts::source_index(source);
         let answers: Vec<NodeResult<Vec<String>>> = sh
             .all(move |node| {
@@ -609,7 +611,7 @@ impl Backend for RedisBackend {
     }
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        list::keys(&self.shared).await
+        list::keys(&self.quorum).await
     }
 }
 
@@ -617,8 +619,8 @@ impl Backend for RedisBackend {
 mod tests {
     use super::*;
 
-    fn shared(nodes: usize, ttl: u64, queue_timeout: u64) -> Shared {
-        Shared {
+    fn quorum_of(nodes: usize, ttl: u64, queue_timeout: u64) -> Quorum {
+        Quorum {
             nodes: (0..nodes)
                 .map(|i| {
                     Arc::new(
@@ -639,20 +641,20 @@ mod tests {
 
     #[test]
     fn majorities() {
-        assert_eq!(shared(1, 30_000, 60_000).majority(), 1);
-        assert_eq!(shared(3, 30_000, 60_000).majority(), 2);
-        assert_eq!(shared(4, 30_000, 60_000).majority(), 3);
-        assert_eq!(shared(5, 30_000, 60_000).majority(), 3);
+        assert_eq!(quorum_of(1, 30_000, 60_000).majority(), 1);
+        assert_eq!(quorum_of(3, 30_000, 60_000).majority(), 2);
+        assert_eq!(quorum_of(4, 30_000, 60_000).majority(), 3);
+        assert_eq!(quorum_of(5, 30_000, 60_000).majority(), 3);
     }
 
     #[test]
     fn timers_follow_the_leases() {
-        let s = shared(1, 30_000, 60_000);
+        let s = quorum_of(1, 30_000, 60_000);
         assert_eq!(s.recheck(), Duration::from_secs(10));
         assert_eq!(s.drift(), Duration::from_millis(302));
-        let s = shared(1, 1_000, 60_000);
+        let s = quorum_of(1, 1_000, 60_000);
         assert_eq!(s.recheck().as_millis(), 333);
-        let s = shared(1, 30_000, 90);
+        let s = quorum_of(1, 30_000, 90);
         assert_eq!(s.recheck(), Duration::from_millis(50));
     }
 

@@ -1,4 +1,4 @@
-//! One Redis server: a shared multiplexed connection, made again after a
+//! One Redis server: a quorum multiplexed connection, made again after a
 //! transport error, dedicated connections for blocking waits, and how long
 //! the server has been up (a node restarted empty must not vouch for a
 //! lock until it has been up for a lease: see `Quorum::counts`).
@@ -34,7 +34,7 @@ pub struct Node {
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     conn: Mutex<Option<MultiplexedConnection>>,
-    /// The server process the shared connection reaches, learnt when the
+    /// The server process the quorum connection reaches, learnt when the
     /// connection is made: a restart always breaks the connection, so a
     /// new process is always looked at before it answers anything.
     incarnation: std::sync::Mutex<Option<Incarnation>>,
@@ -115,7 +115,7 @@ impl Node {
         }
     }
 
-    /// The shared connection, made if there is none.
+    /// The quorum connection, made if there is none.
     pub async fn conn(&self) -> NodeResult<MultiplexedConnection> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref() {
@@ -198,7 +198,7 @@ impl Node {
     }
 
     /// A connection of its own for BLPOP (a blocked command would hold up
-    /// everything queued behind it on the shared one).
+    /// everything queued behind it on the quorum one).
     pub async fn blocking_conn(&self) -> NodeResult<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))

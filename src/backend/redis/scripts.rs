@@ -30,7 +30,7 @@
 
 use redis::Script;
 
-/// Shared helpers, prepended to every script. `KEYS[1]` is the prefix
+/// Quorum helpers, prepended to every script. `KEYS[1]` is the prefix
 /// `lc-cli:{KEY}:`, `ARGV[1]` the key's name.
 const COMMON: &str = r#"
 local P = KEYS[1]
