@@ -239,6 +239,41 @@ enum Standing {
     Withdrawn,
 }
 
+/// A waiter's state across its rounds.
+struct InLine<'a> {
+    request: &'a LockRequest,
+    id: &'a str,
+    /// Its place (quorum); 0 on one node, which hands out its own.
+    ticket: u64,
+    /// When the last round was sent: a grant in it started no earlier.
+    sent: Instant,
+    answers: Vec<NodeResult<Vec<i64>>>,
+}
+
+/// What a round of answers means for a waiter (see `take_stock`).
+enum Stock {
+    Held(Box<dyn HeldLock>),
+    EnqueuedAgain,
+    Waiting { ahead: Option<usize> },
+}
+
+/// How many wait ahead of us: the smallest number a majority agrees is at
+/// least that (the majority-th smallest), or the largest known.
+fn ahead_in_line(standings: &[Standing], majority: usize) -> Option<usize> {
+    let mut aheads: Vec<usize> = standings
+        .iter()
+        .filter_map(|s| match s {
+            Standing::Waiting { ahead } => Some(*ahead),
+            _ => None,
+        })
+        .collect();
+    aheads.sort_unstable();
+    aheads
+        .get(majority.saturating_sub(1))
+        .or(aheads.last())
+        .copied()
+}
+
 fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
     let v = answer.as_ref().ok()?;
     let (status, value) = (*v.first()?, v.get(1).copied().unwrap_or(0));
@@ -425,6 +460,10 @@ impl RedisBackend {
             .unwrap_or(0))
     }
 
+    /// Waits in line until a majority grants the key, the wait is
+    /// cancelled, withdrawn by a reset, or out of contact for longer than
+    /// the queue timeout; one round of [`Self::take_stock`] per wake-up or
+    /// re-check.
     async fn wait_in_line(
         &self,
         request: &LockRequest,
@@ -433,25 +472,80 @@ impl RedisBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         let sh = &self.quorum;
-        let key = &request.key;
-        let ticket = if sh.is_multi_node() {
-            self.ticket(key).await?
+        let mut line = self.enqueue(request, id).await?;
+        // Aborted when dropped, on every way out.
+        let (_listeners, mut wake) = self.wake_ups(&request.key, id);
+        let mut last_contact = Instant::now();
+        let mut last_ahead = None;
+        loop {
+            match self.take_stock(&mut line, &mut last_contact).await? {
+                Stock::Held(held) => {
+                    if cancel.is_cancelled() {
+                        self.leave(&request.key, id).await;
+                        return Ok(Acquired::Cancelled);
+                    }
+                    return Ok(Acquired::Held(held));
+                }
+                Stock::EnqueuedAgain => continue,
+                Stock::Waiting { ahead } => {
+                    if ahead != last_ahead {
+                        last_ahead = ahead;
+                        progress(WaitProgress { ahead });
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    self.leave(&request.key, id).await;
+                    return Ok(Acquired::Cancelled);
+                }
+                _ = wake.recv() => {}
+                _ = tokio::time::sleep(sh.recheck()) => {}
+            }
+            let mut args = self.args(request, id, line.ticket);
+            args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
+            line.sent = Instant::now();
+            line.answers = sh.script(|s| &s.check, &request.key, args).await;
+        }
+    }
+
+    /// Takes a ticket (quorum) and enqueues on every node; a majority must
+    /// answer.
+    async fn enqueue<'a>(&self, request: &'a LockRequest, id: &'a str) -> Result<InLine<'a>> {
+        let ticket = if self.quorum.is_multi_node() {
+            self.ticket(&request.key).await?
         } else {
             0
         };
-        let enqueue_args = || {
-            let mut a = self.args(request, id, ticket);
-            a.push("0".into());
-            a
+        let mut line = InLine {
+            request,
+            id,
+            ticket,
+            sent: Instant::now(),
+            answers: Vec::new(),
         };
-        let mut sent = Instant::now();
-        let mut answers: Vec<NodeResult<Vec<i64>>> =
-            sh.script(|s| &s.enqueue, key, enqueue_args()).await;
-        if let Err(e) = sh.need_quorum(&answers) {
-            self.leave(key, id).await;
+        self.send_enqueue(&mut line).await;
+        if let Err(e) = self.quorum.need_quorum(&line.answers) {
+            self.leave(&request.key, id).await;
             return Err(e);
         }
-        let (tx, mut wake) = mpsc::channel(8);
+        Ok(line)
+    }
+
+    async fn send_enqueue(&self, line: &mut InLine<'_>) {
+        let mut args = self.args(line.request, line.id, line.ticket);
+        args.push("0".into());
+        line.sent = Instant::now();
+        line.answers = self
+            .quorum
+            .script(|s| &s.enqueue, &line.request.key, args)
+            .await;
+    }
+
+    /// One listener per node on the waiter's wake-up list.
+    fn wake_ups(&self, key: &str, id: &str) -> (JoinSet<()>, mpsc::Receiver<()>) {
+        let sh = &self.quorum;
+        let (tx, wake) = mpsc::channel(8);
         let mut listeners = JoinSet::new();
         let wake_key = format!("{}wake:{id}", scripts::prefix(key));
         for node in &sh.nodes {
@@ -462,70 +556,45 @@ impl RedisBackend {
                 tx.clone(),
             ));
         }
-        let mut last_contact = Instant::now();
-        let mut last_ahead = None;
-        loop {
-            let standings: Vec<Standing> = answers.iter().filter_map(standing).collect();
-            if standings.contains(&Standing::Withdrawn) {
-                self.leave(key, id).await;
-                return Err(BackendError::Refused {
-                    server: sh.server.clone(),
-                    reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
-                });
-            }
-            let granted = sh.grants(&answers);
-            if granted.len() >= sh.majority() {
-                if let Some(held) = self.confirm(request, id, &granted, sent).await {
-                    if cancel.is_cancelled() {
-                        self.leave(key, id).await;
-                        return Ok(Acquired::Cancelled);
-                    }
-                    return Ok(Acquired::Held(held));
-                }
-                // Too slow to be safe: give everything back, keep the ticket.
-                self.leave(key, id).await;
-                sent = Instant::now();
-                answers = sh.script(|s| &s.enqueue, key, enqueue_args()).await;
-                continue;
-            }
-            if answers.iter().filter(|a| a.is_ok()).count() >= sh.majority() {
-                last_contact = Instant::now();
-            } else if last_contact.elapsed() > sh.queue_timeout {
-                self.leave(key, id).await;
-                return Err(sh
-                    .need_quorum(&answers)
-                    .err()
-                    .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
-            }
-            let mut aheads: Vec<usize> = standings
-                .iter()
-                .filter_map(|s| match s {
-                    Standing::Waiting { ahead } => Some(*ahead),
-                    _ => None,
-                })
-                .collect();
-            aheads.sort_unstable();
-            let ahead = aheads
-                .get(sh.majority().saturating_sub(1))
-                .or(aheads.last())
-                .copied();
-            if ahead != last_ahead {
-                last_ahead = ahead;
-                progress(WaitProgress { ahead });
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => {
-                    self.leave(key, id).await;
-                    return Ok(Acquired::Cancelled);
-                }
-                _ = wake.recv() => {}
-                _ = tokio::time::sleep(sh.recheck()) => {}
-            }
-            let mut args = self.args(request, id, ticket);
-            args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
-            sent = Instant::now();
-            answers = sh.script(|s| &s.check, key, args).await;
+        (listeners, wake)
+    }
+
+    /// What the last round's answers mean: withdrawn (an error), granted by
+    /// a majority (held, or given back and enqueued again when confirming
+    /// took too long), out of contact too long (an error), or still waiting.
+    async fn take_stock(&self, line: &mut InLine<'_>, last_contact: &mut Instant) -> Result<Stock> {
+        let sh = &self.quorum;
+        let (key, id) = (&line.request.key, line.id);
+        let standings: Vec<Standing> = line.answers.iter().filter_map(standing).collect();
+        if standings.contains(&Standing::Withdrawn) {
+            self.leave(key, id).await;
+            return Err(BackendError::Refused {
+                server: sh.server.clone(),
+                reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
+            });
         }
+        let granted = sh.grants(&line.answers);
+        if granted.len() >= sh.majority() {
+            if let Some(held) = self.confirm(line.request, id, &granted, line.sent).await {
+                return Ok(Stock::Held(held));
+            }
+            // Too slow to be safe: give everything back, keep the ticket.
+            self.leave(key, id).await;
+            self.send_enqueue(line).await;
+            return Ok(Stock::EnqueuedAgain);
+        }
+        if line.answers.iter().filter(|a| a.is_ok()).count() >= sh.majority() {
+            *last_contact = Instant::now();
+        } else if last_contact.elapsed() > sh.queue_timeout {
+            self.leave(key, id).await;
+            return Err(sh
+                .need_quorum(&line.answers)
+                .err()
+                .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
+        }
+        Ok(Stock::Waiting {
+            ahead: ahead_in_line(&standings, sh.majority()),
+        })
     }
 }
 
@@ -672,6 +741,15 @@ mod tests {
         assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
         assert_eq!(standing(&Ok(vec![])), None);
         assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn ahead_is_what_a_majority_agrees_on() {
+        let w = |ahead| Standing::Waiting { ahead };
+        assert_eq!(ahead_in_line(&[w(3)], 1), Some(3));
+        assert_eq!(ahead_in_line(&[w(4), w(1), w(2)], 2), Some(2));
+        assert_eq!(ahead_in_line(&[w(5), Standing::Busy], 2), Some(5));
+        assert_eq!(ahead_in_line(&[], 2), None);
     }
 
     #[test]
