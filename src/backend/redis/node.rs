@@ -132,10 +132,13 @@ impl Node {
     /// version) and how it syncs its AOF (`CONFIG GET`, which a hosted Redis
     /// may refuse: then it is taken as not durable).
     async fn learn_incarnation(&self, c: &mut MultiplexedConnection) -> NodeResult<()> {
-        let info: String = redis::cmd("INFO")
-            .query_async(c)
-            .await
-            .map_err(|e| NodeError::Transport(e.to_string()))?;
+        let info: String = redis::cmd("INFO").query_async(c).await.map_err(|e| {
+            if is_transport(&e) {
+                NodeError::Transport(e.to_string())
+            } else {
+                NodeError::Server(format!("INFO: {e}"))
+            }
+        })?;
         let answered = Instant::now();
         let (run_id, uptime, aof) = parse_info(&info)
             .ok_or_else(|| NodeError::Server("INFO gave no run_id and uptime_in_seconds".into()))?;
