@@ -239,11 +239,33 @@ fn lock_key_overwritten_from_outside_stops_the_command() {
     lost_when(&["SET", "lc-cli:{k}:lock", "someone-else"]);
 }
 
+/// Holds `k` on a volatile node with a lease of `ttl`; returns once the
+/// command runs (the node counts only once it has been up for a lease).
+fn hold_on_volatile(r: &RedisServer, ttl: &str, dir: &std::path::Path) -> Running {
+    let started = dir.join("started");
+    let script = format!("touch {}; sleep 30", started.display());
+    let holder = spawn(
+        r,
+        &[
+            "--ttl",
+            ttl,
+            "lock",
+            "k",
+            "--kill-after",
+            "1s",
+            "-c",
+            &script,
+        ],
+    );
+    assert!(wait_until(LIMIT, || started.exists()), "never held");
+    holder
+}
+
 #[test]
 fn redis_restart_during_a_hold_is_detected() {
-    let mut r = RedisServer::start();
-    let holder = spawn_holder(&r, "2s");
-    assert!(wait_until(LIMIT, || r.holder("k").is_some()));
+    let mut r = RedisServer::start_volatile();
+    let dir = tempfile::tempdir().unwrap();
+    let holder = hold_on_volatile(&r, "2s", dir.path());
     r.restart();
     let (code, err) = holder.finish(LIMIT);
     assert_eq!(code, 75, "{err}");
@@ -321,6 +343,19 @@ fn detached_hold_and_unlock() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("was not held"));
 }
 
+/// A renewal puts the lock key back where it is missing and free (a node
+/// restarted empty), but not after `reset`: the holder loses the key.
+#[test]
+fn reset_of_a_running_holder_nobody_waits_for_is_not_undone() {
+    let r = RedisServer::start();
+    let holder = spawn_holder(&r, "1s");
+    assert!(wait_until(LIMIT, || r.holder("k").is_some()));
+    expect_status(&mut lc(&r.url(), &["reset", "k"]), 0);
+    let (code, err) = holder.finish(LIMIT);
+    assert_eq!(code, 75, "{err}");
+    assert_eq!(r.holder("k"), None);
+}
+
 #[test]
 fn unlock_refuses_a_running_hold() {
     let r = RedisServer::start();
@@ -389,11 +424,10 @@ fn unreachable_server_fails_cleanly() {
 /// itself back in line and gets the key.
 #[test]
 fn a_waiter_survives_a_redis_restart() {
-    let mut r = RedisServer::start();
+    let mut r = RedisServer::start_volatile();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let holder = spawn_holder(&r, "1s");
-    assert!(wait_until(LIMIT, || r.holder("k").is_some()));
+    let holder = hold_on_volatile(&r, "1s", dir.path());
     let script = format!("echo got >> {}", out.display());
     let waiter = spawn(&r, &["--ttl", "1s", "lock", "k", "-c", &script]);
     assert!(wait_until(LIMIT, || r.queued("k") == 1));

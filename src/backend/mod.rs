@@ -176,9 +176,34 @@ pub struct KeyInfo {
     pub waiting: usize,
 }
 
-/// Why a held lock is no longer ours.
+/// Why a held lock is no longer ours, and by when its command must be gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostReason(pub String);
+pub struct LostReason {
+    pub reason: String,
+    /// From this moment the service may grant the key to someone else (a
+    /// lease or a session running out): the command's stop must be over by
+    /// then, whatever `--kill-after` says. None when nothing is known (the
+    /// key was taken from outside): the grace is `--kill-after`.
+    pub kill_by: Option<std::time::Instant>,
+}
+
+impl LostReason {
+    /// A loss with no deadline of its own.
+    pub fn new(reason: impl Into<String>) -> Self {
+        LostReason {
+            reason: reason.into(),
+            kill_by: None,
+        }
+    }
+
+    /// A loss whose command must be gone by `kill_by`.
+    pub fn kill_by(reason: impl Into<String>, kill_by: std::time::Instant) -> Self {
+        LostReason {
+            reason: reason.into(),
+            kill_by: Some(kill_by),
+        }
+    }
+}
 
 /// Typed errors, because callers branch on the kind (exit status, retries).
 #[derive(Debug, thiserror::Error)]

@@ -242,15 +242,22 @@ async fn run_child(
     };
     let end = match lost {
         Ok(end) => end,
-        Err(reason) => {
-            let _ = running.stop(signals, options.kill_after).await;
+        Err(lost) => {
+            // The grace ends where the service may hand the key on.
+            let grace = match lost.kill_by {
+                Some(by) => options
+                    .kill_after
+                    .min(by.saturating_duration_since(Instant::now())),
+                None => options.kill_after,
+            };
+            let _ = running.stop(signals, grace).await;
             // Give back whatever is left; the loss is what we report.
             let _ = release_attempt(&mut held).await;
             return Err(fail(
                 ExitCode::LockLost,
                 format!(
                     "lost the lock '{key}' on {} while the command ran: {}; the command was stopped",
-                    config.server, reason.0
+                    config.server, lost.reason
                 ),
             ));
         }

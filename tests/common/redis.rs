@@ -1,5 +1,8 @@
 //! Private redis-server instances on 127.0.0.1 for the Redis backend tests,
-//! with persistence off, stopped by PID when dropped.
+//! stopped by PID when dropped. By default a node keeps every write (AOF,
+//! `appendfsync always`, in a temp dir), so lc-cli trusts it at once; a
+//! volatile node (no persistence) is what a restart empties, and lc-cli
+//! counts it only once it has been up for a lease.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -10,6 +13,8 @@ use super::BIN;
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// The AOF's directory; None: volatile.
+    dir: Option<tempfile::TempDir>,
 }
 
 /// A port nobody listens on right now (bound to 0 and read back).
@@ -21,13 +26,44 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// On tmpfs where there is one: the AOF survives a restart of the server
+/// (all the tests do), and `fsync` costs nothing.
+fn aof_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a dir for the AOF")
+}
+
 impl RedisServer {
+    /// A node that keeps its data across a restart.
     pub fn start() -> RedisServer {
+        RedisServer::start_mode(true)
+    }
+
+    /// A node without persistence: a restart empties it.
+    pub fn start_volatile() -> RedisServer {
+        RedisServer::start_mode(false)
+    }
+
+    /// A durable node on a port chosen beforehand (clients may already be
+    /// trying it).
+    pub fn start_at(port: u16) -> RedisServer {
+        let mut server = RedisServer {
+            port,
+            child: None,
+            dir: Some(aof_dir()),
+        };
+        assert!(server.try_start(), "redis-server did not start on {port}");
+        server
+    }
+
+    fn start_mode(durable: bool) -> RedisServer {
         // Redis cannot bind port 0, so pick a free port and retry on a race.
         for _ in 0..5 {
             let mut server = RedisServer {
                 port: free_port(),
                 child: None,
+                dir: durable.then(aof_dir),
             };
             if server.try_start() {
                 return server;
@@ -37,9 +73,16 @@ impl RedisServer {
     }
 
     fn try_start(&mut self) -> bool {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--daemonize", "no"]);
+        match &self.dir {
+            Some(dir) => cmd
+                .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+                .arg(dir.path()),
+            None => cmd.args(["--appendonly", "no"]),
+        };
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -80,7 +123,7 @@ impl RedisServer {
         }
     }
 
-    /// Starts again on the same port, empty.
+    /// Starts again on the same port: empty unless durable.
     pub fn restart(&mut self) {
         self.stop();
         assert!(
@@ -182,7 +225,15 @@ impl Running {
             if start.elapsed() > limit {
                 let _ = self.0.kill();
                 let _ = self.0.wait();
-                panic!("lc-cli (pid {}) still running after {limit:?}", self.0.id());
+                let mut err = String::new();
+                if let Some(mut e) = self.0.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!(
+                    "lc-cli (pid {}) still running after {limit:?}; stderr: {err}",
+                    self.0.id()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

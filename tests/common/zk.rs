@@ -29,11 +29,16 @@ impl Zk {
     }
 
     pub fn start_with_tick(tick_ms: u64) -> Zk {
-        let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
             l.local_addr().unwrap().port()
         };
+        Zk::start_at(port, tick_ms)
+    }
+
+    /// On a port chosen beforehand (clients may already be trying it).
+    pub fn start_at(port: u16, tick_ms: u64) -> Zk {
+        let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
         let cfg = format!(
             "tickTime={tick_ms}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={port}\n\
              maxClientCnxns=0\nadmin.enableServer=false\n\

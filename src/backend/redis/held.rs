@@ -7,70 +7,74 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::node::{NodeError, NodeResult};
-use super::Shared;
+use super::Quorum;
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
+/// `valid_until` is when the lease can first run out on a node: the TTL
+/// after the send time of the last confirmed renewal (a node starts it
+/// later, when it runs the script), less the drift allowance. The command
+/// is stopped a third of the TTL before that (SIGTERM), and killed a
+/// twentieth before it at the latest, whatever `--kill-after` says.
 pub(super) async fn renew_loop(
-    sh: Arc<Shared>,
-    key: String,
-    id: String,
-    fence: u64,
+    sh: Arc<Quorum>,
+    args: Vec<String>,
     mut valid_until: Instant,
     lost: watch::Sender<Option<LostReason>>,
 ) {
+    let key = args[0].clone();
     let every = sh.ttl / 3;
-    let floor = if sh.quorum() { fence } else { 0 };
-    let args = vec![key.clone(), id, sh.ttl_ms().to_string(), floor.to_string()];
     let mut next = Instant::now() + every;
     let mut last_failure = String::new();
-    let expired = |last_failure: &str| {
-        LostReason(format!(
-            "the lease ({:?}) ran out before Redis confirmed a renewal ({})",
-            sh.ttl,
-            if last_failure.is_empty() {
-                "no answer in time"
-            } else {
-                last_failure
-            }
-        ))
+    let unconfirmed = |last_failure: &str, valid_until: Instant| {
+        LostReason::kill_by(
+            format!(
+                "no renewal of the lease confirmed by Redis for two thirds of it ({:?}), so it may run out ({})",
+                sh.ttl,
+                if last_failure.is_empty() {
+                    "no answer in time"
+                } else {
+                    last_failure
+                }
+            ),
+            kill_by(valid_until, sh.ttl),
+        )
     };
     loop {
-        tokio::time::sleep_until(next.min(valid_until).into()).await;
-        if Instant::now() >= valid_until {
-            let _ = lost.send(Some(expired(&last_failure)));
+        let stop_at = valid_until - stop_before_expiry(sh.ttl);
+        tokio::time::sleep_until(next.min(stop_at).into()).await;
+        if Instant::now() >= stop_at {
+            let _ = lost.send(Some(unconfirmed(&last_failure, valid_until)));
             return;
         }
         let start = Instant::now();
         let round = sh.script::<i64>(|s| &s.renew, &key, args.clone());
         let answers = tokio::select! {
             a = round => a,
-            _ = tokio::time::sleep_until(valid_until.into()) => {
-                let _ = lost.send(Some(expired(&last_failure)));
+            _ = tokio::time::sleep_until(stop_at.into()) => {
+                let _ = lost.send(Some(unconfirmed(&last_failure, valid_until)));
                 return;
             }
         };
-        let mine = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(v) if *v >= 0))
-            .count();
-        let taken = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(-1) | Err(NodeError::Server(_))))
-            .count();
-        if mine >= sh.majority() {
+        let Renewal { confirmed, denied } = Renewal::of(&sh, &answers);
+        if confirmed >= sh.majority() {
             valid_until = start + sh.ttl - sh.drift();
             next = start + every;
-        } else if taken > sh.nodes.len() - sh.majority() {
-            let reason = if sh.quorum() {
+        } else if sh.nodes.len() - denied < sh.majority() {
+            // Fewer than a majority can still confirm it: lost at once.
+            let reason = if sh.is_multi_node() {
                 format!(
-                    "the lock key was deleted or taken by another owner on {taken} of {} nodes",
+                    "only {confirmed} of {} Redis nodes still hold the lock key for us ({denied} lost it to a reset, another owner, or a restart that emptied them)",
                     sh.nodes.len()
                 )
             } else {
-                "the lock key was deleted or taken by another owner".to_string()
+                "the lock key was deleted, taken by another owner, or lost in a Redis restart"
+                    .to_string()
             };
-            let _ = lost.send(Some(LostReason(reason)));
+            let _ = lost.send(Some(LostReason::kill_by(
+                reason,
+                kill_by(valid_until, sh.ttl),
+            )));
             return;
         } else {
             last_failure = sh.failures(&answers);
@@ -79,8 +83,63 @@ pub(super) async fn renew_loop(
     }
 }
 
+/// The arguments of the RENEW script. The fence is also the node's floor:
+/// a node that lost the key (restarted empty) gets it back with a counter
+/// no lower than ours.
+pub(super) fn renew_args(
+    key: &str,
+    id: &str,
+    ttl: Duration,
+    fence: u64,
+    source: &str,
+) -> Vec<String> {
+    vec![
+        key.to_string(),
+        id.to_string(),
+        ttl.as_millis().max(1).to_string(),
+        fence.to_string(),
+        source.to_string(),
+    ]
+}
+
+/// What the nodes said to a renewal.
+pub(super) struct Renewal {
+    /// Renewed (or put back) on a node that counts.
+    pub(super) confirmed: usize,
+    /// Definitely not ours there: taken, deleted, a script error, or a node
+    /// too recently restarted to count. The rest did not answer.
+    pub(super) denied: usize,
+}
+
+impl Renewal {
+    pub(super) fn of(sh: &Quorum, answers: &[NodeResult<i64>]) -> Renewal {
+        let (mut confirmed, mut denied) = (0, 0);
+        for (i, a) in answers.iter().enumerate() {
+            match a {
+                Ok(v) if *v >= 0 && sh.counts(i) => confirmed += 1,
+                Ok(_) | Err(NodeError::Server(_)) => denied += 1,
+                Err(NodeError::Transport(_)) => {}
+            }
+        }
+        Renewal { confirmed, denied }
+    }
+}
+
+/// How long before the lease can run out the command is stopped: a third
+/// of the lease, so SIGTERM comes two thirds of a lease after the last
+/// confirmed renewal, as on ZooKeeper.
+pub(super) fn stop_before_expiry(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// When the command must be gone: a twentieth of the lease before it can
+/// run out, for the kill to land.
+fn kill_by(valid_until: Instant, ttl: Duration) -> Instant {
+    valid_until - ttl / 20
+}
+
 pub(super) struct RedisHeld {
-    pub(super) shared: Arc<Shared>,
+    pub(super) quorum: Arc<Quorum>,
     pub(super) key: String,
     pub(super) id: String,
     pub(super) fence: u64,
@@ -121,7 +180,7 @@ impl HeldLock for RedisHeld {
 
     async fn release(&mut self) -> Result<()> {
         self.stop_renewing();
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.release,
@@ -134,7 +193,7 @@ impl HeldLock for RedisHeld {
 
     async fn detach(mut self: Box<Self>) -> Result<()> {
         self.stop_renewing();
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.detach,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::node::NodeResult;
 use super::scripts::Scripts;
-use super::Shared;
+use super::Quorum;
 use crate::backend::{KeyInfo, Result};
 
 /// One held key as one node sees it: (name, owner token, source, since in
@@ -18,7 +18,7 @@ type NodeKey = (String, String, String, i64, i64);
 /// One node's answer: its clock (ms) and its held keys.
 type NodeListing = (i64, Vec<NodeKey>);
 
-pub(super) async fn keys(sh: &Shared) -> Result<Vec<KeyInfo>> {
+pub(super) async fn keys(sh: &Quorum) -> Result<Vec<KeyInfo>> {
     let answers: Vec<NodeResult<NodeListing>> = sh
         .all(|node| async move {
             let inv = Scripts::get().list.prepare_invoke();

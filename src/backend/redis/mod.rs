@@ -43,22 +43,24 @@ use super::{
 };
 
 pub struct RedisBackend {
-    shared: Arc<Shared>,
+    quorum: Arc<Quorum>,
 }
 
-struct Shared {
+/// The nodes and the lease settings every operation on them uses; one node
+/// is the quorum of one.
+struct Quorum {
     nodes: Vec<Arc<Node>>,
     server: String,
     ttl: Duration,
     queue_timeout: Duration,
 }
 
-impl Shared {
+impl Quorum {
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
 
-    fn quorum(&self) -> bool {
+    fn is_multi_node(&self) -> bool {
         self.nodes.len() > 1
     }
 
@@ -68,6 +70,29 @@ impl Shared {
 
     fn queue_timeout_ms(&self) -> u64 {
         self.queue_timeout.as_millis().max(1) as u64
+    }
+
+    /// Whether node `i`'s answers count toward a majority: only once it has
+    /// been up for a lease, unless it keeps every write across a restart. A
+    /// node restarted empty has forgotten the holds it granted and would
+    /// grant the key again before their holders' next renewal puts it back;
+    /// Redlock delays such a restart by a lease, which lc-cli cannot impose
+    /// on a server, so it refuses to count it instead.
+    fn counts(&self, i: usize) -> bool {
+        self.nodes[i].vouches(self.ttl)
+    }
+
+    /// The fences of the grants that count.
+    fn grants(&self, answers: &[NodeResult<Vec<i64>>]) -> Vec<u64> {
+        answers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.counts(*i))
+            .filter_map(|(_, a)| match standing(a) {
+                Some(Standing::Granted { fence }) => Some(fence),
+                _ => None,
+            })
+            .collect()
     }
 
     /// How much of a lease we give up to clock drift between nodes and us.
@@ -141,6 +166,33 @@ impl Shared {
         .await
     }
 
+    /// PINGs every node until a majority answers, retrying refused or
+    /// failed connections with a short backoff for up to `timeout` (a
+    /// server restarting, or started after us); an error answer (a
+    /// password required...) ends it at once.
+    async fn reach(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let answers = self
+                .all(|node| async move { node.cmd::<String>(&redis::cmd("PING")).await })
+                .await;
+            let err = match self.need_quorum(&answers) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let rejected = answers
+                .iter()
+                .any(|a| matches!(a, Err(NodeError::Server(_))));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if rejected || left.is_zero() {
+                return Err(err);
+            }
+            tokio::time::sleep(delay.min(left)).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
     /// One line naming the nodes that failed, for errors.
     fn failures<T>(&self, answers: &[NodeResult<T>]) -> String {
         let parts: Vec<String> = answers
@@ -158,7 +210,7 @@ impl Shared {
             return Ok(());
         }
         let failures = self.failures(answers);
-        if self.quorum() {
+        if self.is_multi_node() {
             Err(self.unavailable(format!(
                 "quorum lost: {ok} of {} Redis nodes answered, {} needed ({failures})",
                 self.nodes.len(),
@@ -185,6 +237,41 @@ enum Standing {
     Waiting { ahead: usize },
     Busy,
     Withdrawn,
+}
+
+/// A waiter's state across its rounds.
+struct InLine<'a> {
+    request: &'a LockRequest,
+    id: &'a str,
+    /// Its place (quorum); 0 on one node, which hands out its own.
+    ticket: u64,
+    /// When the last round was sent: a grant in it started no earlier.
+    sent: Instant,
+    answers: Vec<NodeResult<Vec<i64>>>,
+}
+
+/// What a round of answers means for a waiter (see `take_stock`).
+enum Stock {
+    Held(Box<dyn HeldLock>),
+    EnqueuedAgain,
+    Waiting { ahead: Option<usize> },
+}
+
+/// How many wait ahead of us: the smallest number a majority agrees is at
+/// least that (the majority-th smallest), or the largest known.
+fn ahead_in_line(standings: &[Standing], majority: usize) -> Option<usize> {
+    let mut aheads: Vec<usize> = standings
+        .iter()
+        .filter_map(|s| match s {
+            Standing::Waiting { ahead } => Some(*ahead),
+            _ => None,
+        })
+        .collect();
+    aheads.sort_unstable();
+    aheads
+        .get(majority.saturating_sub(1))
+        .or(aheads.last())
+        .copied()
 }
 
 fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
@@ -217,17 +304,14 @@ impl RedisBackend {
             })?;
             built.push(Arc::new(node));
         }
-        let shared = Arc::new(Shared {
+        let quorum = Arc::new(Quorum {
             nodes: built,
             server: config.server.to_string(),
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
         });
-        let answers = shared
-            .all(|node| async move { node.cmd::<String>(&redis::cmd("PING")).await })
-            .await;
-        shared.need_quorum(&answers)?;
-        Ok(RedisBackend { shared })
+        quorum.reach(config.connect_timeout).await?;
+        Ok(RedisBackend { quorum })
     }
 }
 
@@ -259,7 +343,7 @@ async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender
 
 impl RedisBackend {
     fn args(&self, request: &LockRequest, id: &str, ticket: u64) -> Vec<String> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         vec![
             request.key.clone(),
             id.to_string(),
@@ -272,7 +356,7 @@ impl RedisBackend {
 
     /// Gives back whatever `id` has on every node: a hold, a place in line.
     async fn leave(&self, key: &str, id: &str) -> Vec<NodeResult<i64>> {
-        self.shared
+        self.quorum
             .script(|s| &s.release, key, vec![key.to_string(), id.to_string()])
             .await
     }
@@ -288,9 +372,9 @@ impl RedisBackend {
         granted: &[u64],
         sent: Instant,
     ) -> Option<Box<dyn HeldLock>> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let fence = granted.iter().copied().max().unwrap_or(0);
-        if !sh.quorum() {
+        if !sh.is_multi_node() {
             return Some(self.held(request, id, fence, sent + sh.ttl - sh.drift()));
         }
         let start = Instant::now();
@@ -298,18 +382,10 @@ impl RedisBackend {
             .script(
                 |s| &s.renew,
                 &request.key,
-                vec![
-                    request.key.clone(),
-                    id.to_string(),
-                    sh.ttl_ms().to_string(),
-                    fence.to_string(),
-                ],
+                held::renew_args(&request.key, id, sh.ttl, fence, &request.source),
             )
             .await;
-        let mine = answers
-            .iter()
-            .filter(|a| matches!(a, Ok(v) if *v >= 0))
-            .count();
+        let mine = held::Renewal::of(sh, &answers).confirmed;
         let elapsed = start.elapsed();
         if mine >= sh.majority() && elapsed + sh.drift() < sh.ttl {
             Some(self.held(request, id, fence, start + sh.ttl - sh.drift()))
@@ -327,15 +403,13 @@ impl RedisBackend {
     ) -> Box<dyn HeldLock> {
         let (tx, rx) = watch::channel(None);
         let renewer = tokio::spawn(renew_loop(
-            self.shared.clone(),
-            request.key.clone(),
-            id.to_string(),
-            fence,
+            self.quorum.clone(),
+            held::renew_args(&request.key, id, self.quorum.ttl, fence, &request.source),
             valid_until,
             tx,
         ));
         Box::new(RedisHeld {
-            shared: self.shared.clone(),
+            quorum: self.quorum.clone(),
             key: request.key.clone(),
             id: id.to_string(),
             fence,
@@ -345,25 +419,22 @@ impl RedisBackend {
     }
 
     async fn try_once(&self, request: &LockRequest, id: &str) -> Result<Acquired> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let mut args = self.args(request, id, 0);
         args.push("1".into());
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
-        let granted: Vec<u64> = answers
-            .iter()
-            .filter_map(|a| match standing(a) {
-                Some(Standing::Granted { fence }) => Some(fence),
-                _ => None,
-            })
-            .collect();
+        let granted = sh.grants(&answers);
         if granted.len() >= sh.majority() {
             if let Some(held) = self.confirm(request, id, &granted, sent).await {
                 return Ok(Acquired::Held(held));
             }
         }
-        if !granted.is_empty() {
+        let any_grant = answers
+            .iter()
+            .any(|a| matches!(standing(a), Some(Standing::Granted { .. })));
+        if any_grant {
             self.leave(&request.key, id).await;
         }
         sh.need_quorum(&answers)?;
@@ -374,13 +445,13 @@ impl RedisBackend {
     async fn ticket(&self, key: &str) -> Result<u64> {
         let seq = format!("{}seq", scripts::prefix(key));
         let answers: Vec<NodeResult<u64>> = self
-            .shared
+            .quorum
             .all(move |node| {
                 let seq = seq.clone();
                 async move { node.cmd(redis::cmd("INCR").arg(&seq)).await }
             })
             .await;
-        self.shared.need_quorum(&answers)?;
+        self.quorum.need_quorum(&answers)?;
         Ok(answers
             .iter()
             .filter_map(|a| a.as_ref().ok())
@@ -389,6 +460,10 @@ impl RedisBackend {
             .unwrap_or(0))
     }
 
+    /// Waits in line until a majority grants the key, the wait is
+    /// cancelled, withdrawn by a reset, or out of contact for longer than
+    /// the queue timeout; one round of [`Self::take_stock`] per wake-up or
+    /// re-check.
     async fn wait_in_line(
         &self,
         request: &LockRequest,
@@ -396,26 +471,81 @@ impl RedisBackend {
         cancel: &CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        let sh = &self.shared;
-        let key = &request.key;
-        let ticket = if sh.quorum() {
-            self.ticket(key).await?
+        let sh = &self.quorum;
+        let mut line = self.enqueue(request, id).await?;
+        // Aborted when dropped, on every way out.
+        let (_listeners, mut wake) = self.wake_ups(&request.key, id);
+        let mut last_contact = Instant::now();
+        let mut last_ahead = None;
+        loop {
+            match self.take_stock(&mut line, &mut last_contact).await? {
+                Stock::Held(held) => {
+                    if cancel.is_cancelled() {
+                        self.leave(&request.key, id).await;
+                        return Ok(Acquired::Cancelled);
+                    }
+                    return Ok(Acquired::Held(held));
+                }
+                Stock::EnqueuedAgain => continue,
+                Stock::Waiting { ahead } => {
+                    if ahead != last_ahead {
+                        last_ahead = ahead;
+                        progress(WaitProgress { ahead });
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    self.leave(&request.key, id).await;
+                    return Ok(Acquired::Cancelled);
+                }
+                _ = wake.recv() => {}
+                _ = tokio::time::sleep(sh.recheck()) => {}
+            }
+            let mut args = self.args(request, id, line.ticket);
+            args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
+            line.sent = Instant::now();
+            line.answers = sh.script(|s| &s.check, &request.key, args).await;
+        }
+    }
+
+    /// Takes a ticket (quorum) and enqueues on every node; a majority must
+    /// answer.
+    async fn enqueue<'a>(&self, request: &'a LockRequest, id: &'a str) -> Result<InLine<'a>> {
+        let ticket = if self.quorum.is_multi_node() {
+            self.ticket(&request.key).await?
         } else {
             0
         };
-        let enqueue_args = || {
-            let mut a = self.args(request, id, ticket);
-            a.push("0".into());
-            a
+        let mut line = InLine {
+            request,
+            id,
+            ticket,
+            sent: Instant::now(),
+            answers: Vec::new(),
         };
-        let mut sent = Instant::now();
-        let mut answers: Vec<NodeResult<Vec<i64>>> =
-            sh.script(|s| &s.enqueue, key, enqueue_args()).await;
-        if let Err(e) = sh.need_quorum(&answers) {
-            self.leave(key, id).await;
+        self.send_enqueue(&mut line).await;
+        if let Err(e) = self.quorum.need_quorum(&line.answers) {
+            self.leave(&request.key, id).await;
             return Err(e);
         }
-        let (tx, mut wake) = mpsc::channel(8);
+        Ok(line)
+    }
+
+    async fn send_enqueue(&self, line: &mut InLine<'_>) {
+        let mut args = self.args(line.request, line.id, line.ticket);
+        args.push("0".into());
+        line.sent = Instant::now();
+        line.answers = self
+            .quorum
+            .script(|s| &s.enqueue, &line.request.key, args)
+            .await;
+    }
+
+    /// One listener per node on the waiter's wake-up list.
+    fn wake_ups(&self, key: &str, id: &str) -> (JoinSet<()>, mpsc::Receiver<()>) {
+        let sh = &self.quorum;
+        let (tx, wake) = mpsc::channel(8);
         let mut listeners = JoinSet::new();
         let wake_key = format!("{}wake:{id}", scripts::prefix(key));
         for node in &sh.nodes {
@@ -426,76 +556,45 @@ impl RedisBackend {
                 tx.clone(),
             ));
         }
-        let mut last_contact = Instant::now();
-        let mut last_ahead = None;
-        loop {
-            let standings: Vec<Standing> = answers.iter().filter_map(standing).collect();
-            if standings.contains(&Standing::Withdrawn) {
-                self.leave(key, id).await;
-                return Err(BackendError::Refused {
-                    server: sh.server.clone(),
-                    reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
-                });
-            }
-            let granted: Vec<u64> = standings
-                .iter()
-                .filter_map(|s| match s {
-                    Standing::Granted { fence } => Some(*fence),
-                    _ => None,
-                })
-                .collect();
-            if granted.len() >= sh.majority() {
-                if let Some(held) = self.confirm(request, id, &granted, sent).await {
-                    if cancel.is_cancelled() {
-                        self.leave(key, id).await;
-                        return Ok(Acquired::Cancelled);
-                    }
-                    return Ok(Acquired::Held(held));
-                }
-                // Too slow to be safe: give everything back, keep the ticket.
-                self.leave(key, id).await;
-                sent = Instant::now();
-                answers = sh.script(|s| &s.enqueue, key, enqueue_args()).await;
-                continue;
-            }
-            if answers.iter().filter(|a| a.is_ok()).count() >= sh.majority() {
-                last_contact = Instant::now();
-            } else if last_contact.elapsed() > sh.queue_timeout {
-                self.leave(key, id).await;
-                return Err(sh
-                    .need_quorum(&answers)
-                    .err()
-                    .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
-            }
-            let mut aheads: Vec<usize> = standings
-                .iter()
-                .filter_map(|s| match s {
-                    Standing::Waiting { ahead } => Some(*ahead),
-                    _ => None,
-                })
-                .collect();
-            aheads.sort_unstable();
-            let ahead = aheads
-                .get(sh.majority().saturating_sub(1))
-                .or(aheads.last())
-                .copied();
-            if ahead != last_ahead {
-                last_ahead = ahead;
-                progress(WaitProgress { ahead });
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => {
-                    self.leave(key, id).await;
-                    return Ok(Acquired::Cancelled);
-                }
-                _ = wake.recv() => {}
-                _ = tokio::time::sleep(sh.recheck()) => {}
-            }
-            let mut args = self.args(request, id, ticket);
-            args.push(if sh.quorum() { "0" } else { "1" }.into());
-            sent = Instant::now();
-            answers = sh.script(|s| &s.check, key, args).await;
+        (listeners, wake)
+    }
+
+    /// What the last round's answers mean: withdrawn (an error), granted by
+    /// a majority (held, or given back and enqueued again when confirming
+    /// took too long), out of contact too long (an error), or still waiting.
+    async fn take_stock(&self, line: &mut InLine<'_>, last_contact: &mut Instant) -> Result<Stock> {
+        let sh = &self.quorum;
+        let (key, id) = (&line.request.key, line.id);
+        let standings: Vec<Standing> = line.answers.iter().filter_map(standing).collect();
+        if standings.contains(&Standing::Withdrawn) {
+            self.leave(key, id).await;
+            return Err(BackendError::Refused {
+                server: sh.server.clone(),
+                reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
+            });
         }
+        let granted = sh.grants(&line.answers);
+        if granted.len() >= sh.majority() {
+            if let Some(held) = self.confirm(line.request, id, &granted, line.sent).await {
+                return Ok(Stock::Held(held));
+            }
+            // Too slow to be safe: give everything back, keep the ticket.
+            self.leave(key, id).await;
+            self.send_enqueue(line).await;
+            return Ok(Stock::EnqueuedAgain);
+        }
+        if line.answers.iter().filter(|a| a.is_ok()).count() >= sh.majority() {
+            *last_contact = Instant::now();
+        } else if last_contact.elapsed() > sh.queue_timeout {
+            self.leave(key, id).await;
+            return Err(sh
+                .need_quorum(&line.answers)
+                .err()
+                .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
+        }
+        Ok(Stock::Waiting {
+            ahead: ahead_in_line(&standings, sh.majority()),
+        })
     }
 }
 
@@ -524,7 +623,7 @@ impl Backend for RedisBackend {
 
     async fn unlock(&self, key: &str) -> Result<bool> {
         self.check_key(key)?;
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> =
             sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
         sh.need_quorum(&answers)?;
@@ -547,7 +646,7 @@ impl Backend for RedisBackend {
 
     async fn reset_key(&self, key: &str) -> Result<()> {
         self.check_key(key)?;
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(|s| &s.reset_key, key, vec![key.to_string()])
             .await;
@@ -555,7 +654,7 @@ impl Backend for RedisBackend {
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
-        let sh = &self.shared;
+        let sh = &self.quorum;
         let index = scripts::source_index(source);
         let answers: Vec<NodeResult<Vec<String>>> = sh
             .all(move |node| {
@@ -581,7 +680,7 @@ impl Backend for RedisBackend {
     }
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        list::keys(&self.shared).await
+        list::keys(&self.quorum).await
     }
 }
 
@@ -589,8 +688,8 @@ impl Backend for RedisBackend {
 mod tests {
     use super::*;
 
-    fn shared(nodes: usize, ttl: u64, queue_timeout: u64) -> Shared {
-        Shared {
+    fn quorum_of(nodes: usize, ttl: u64, queue_timeout: u64) -> Quorum {
+        Quorum {
             nodes: (0..nodes)
                 .map(|i| {
                     Arc::new(
@@ -611,20 +710,20 @@ mod tests {
 
     #[test]
     fn majorities() {
-        assert_eq!(shared(1, 30_000, 60_000).majority(), 1);
-        assert_eq!(shared(3, 30_000, 60_000).majority(), 2);
-        assert_eq!(shared(4, 30_000, 60_000).majority(), 3);
-        assert_eq!(shared(5, 30_000, 60_000).majority(), 3);
+        assert_eq!(quorum_of(1, 30_000, 60_000).majority(), 1);
+        assert_eq!(quorum_of(3, 30_000, 60_000).majority(), 2);
+        assert_eq!(quorum_of(4, 30_000, 60_000).majority(), 3);
+        assert_eq!(quorum_of(5, 30_000, 60_000).majority(), 3);
     }
 
     #[test]
     fn timers_follow_the_leases() {
-        let s = shared(1, 30_000, 60_000);
+        let s = quorum_of(1, 30_000, 60_000);
         assert_eq!(s.recheck(), Duration::from_secs(10));
         assert_eq!(s.drift(), Duration::from_millis(302));
-        let s = shared(1, 1_000, 60_000);
+        let s = quorum_of(1, 1_000, 60_000);
         assert_eq!(s.recheck().as_millis(), 333);
-        let s = shared(1, 30_000, 90);
+        let s = quorum_of(1, 30_000, 90);
         assert_eq!(s.recheck(), Duration::from_millis(50));
     }
 
@@ -642,6 +741,15 @@ mod tests {
         assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
         assert_eq!(standing(&Ok(vec![])), None);
         assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn ahead_is_what_a_majority_agrees_on() {
+        let w = |ahead| Standing::Waiting { ahead };
+        assert_eq!(ahead_in_line(&[w(3)], 1), Some(3));
+        assert_eq!(ahead_in_line(&[w(4), w(1), w(2)], 2), Some(2));
+        assert_eq!(ahead_in_line(&[w(5), Standing::Busy], 2), Some(5));
+        assert_eq!(ahead_in_line(&[], 2), None);
     }
 
     #[test]

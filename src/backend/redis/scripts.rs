@@ -6,7 +6,7 @@
 //! | key | type | what |
 //! | --- | --- | --- |
 //! | `P lock` | string, PX ttl | the holder's token; absent = free |
-//! | `P owner` | hash | token, source, since (server ms), fence, detached; valid only while `P lock` holds the same token |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
 //! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms}` |
@@ -14,6 +14,7 @@
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
 //! | `P gone:ID` | string, PX | tombstone of a waiter withdrawn by `reset --source` |
+//! | `P revoked:ID` | string, PX ttl | tombstone of a hold freed by `reset`: its renewals must not put the key back |
 //! | `lc-cli:source:SRC` | hash | KEY -> how many holds and waits SRC has on KEY |
 //! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`) |
 //!
@@ -29,7 +30,7 @@
 
 use redis::Script;
 
-/// Shared helpers, prepended to every script. `KEYS[1]` is the prefix
+/// Quorum helpers, prepended to every script. `KEYS[1]` is the prefix
 /// `lc-cli:{KEY}:`, `ARGV[1]` the key's name.
 const COMMON: &str = r#"
 local P = KEYS[1]
@@ -82,7 +83,7 @@ local function grant(id, info, now, caller)
   unqueue(id, info, true)
   local f = redis.call('INCR', FENCE)
   redis.call('SET', LOCK, id, 'PX', info.t)
-  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t)
   if id ~= caller then
     redis.call('LPUSH', wake_key(id), 'g')
     redis.call('PEXPIRE', wake_key(id), info.q)
@@ -109,6 +110,13 @@ local function promote(now, caller)
   return false
 end
 local function fence_of_owner() return tonumber(redis.call('HGET', OWNER, 'fence') or 0) end
+-- Before a reset frees the key: the holder's renewals must not put it back
+-- while its lease could still be running.
+local function revoke(token)
+  local t = tonumber(redis.call('HGET', OWNER, 'ttl') or 0)
+  if redis.call('HGET', OWNER, 'token') ~= token or t <= 0 then t = redis.call('PTTL', LOCK) end
+  if t > 0 then redis.call('SET', P..'revoked:'..token, 1, 'PX', t) end
+end
 -- Puts id in line at ticket t (0: take the next ticket here).
 local function enqueue(id, info, t, now)
   if t == 0 then
@@ -170,13 +178,27 @@ end
 return standing(now, id)
 "#;
 
-/// Renews our lease; with a fence floor (quorum), raises the node's counter
-/// to it. ARGV: name, id, ttl_ms, fence_floor.
+/// Renews our lease and raises the node's fence counter to our token (the
+/// floor). Where the key is missing and free (the node restarted empty, or
+/// our lease ran out there and nobody took it), puts it back: not where it
+/// is another's, where a reset revoked our hold, or where the owner record
+/// still names us (the lock key deleted by hand).
+/// ARGV: name, id, ttl_ms, fence_floor, source.
 /// Returns the fence, or -1 when the lock is not ours.
 const RENEW: &str = r#"
-if redis.call('GET', LOCK) ~= ARGV[2] then return -1 end
-redis.call('PEXPIRE', LOCK, ARGV[3])
-local floor = tonumber(ARGV[4])
+local id, ttl, floor, src = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local token = redis.call('GET', LOCK)
+if token == id then
+  redis.call('PEXPIRE', LOCK, ttl)
+else
+  if token or redis.call('EXISTS', P..'revoked:'..id) == 1 then return -1 end
+  if redis.call('HGET', OWNER, 'token') == id then return -1 end
+  settle()
+  redis.call('SET', LOCK, id, 'PX', ttl)
+  redis.call('HSET', OWNER, 'token', id, 'source', src, 'since', now_ms(), 'fence', floor, 'detached', 0, 'ttl', ttl)
+  src_add(src, 1)
+  redis.call('SADD', ALL, NAME)
+end
 if floor > 0 then
   if tonumber(redis.call('GET', FENCE) or 0) < floor then redis.call('SET', FENCE, floor) end
   redis.call('HSET', OWNER, 'fence', floor)
@@ -233,6 +255,8 @@ return 1
 /// `reset KEY`: frees the key whoever holds it; waiters keep their places
 /// and the first is granted. ARGV: name. Returns 1 if it was held.
 const RESET_KEY: &str = r#"
+local token = redis.call('GET', LOCK)
+if token then revoke(token) end
 local held = redis.call('DEL', LOCK)
 promote(now_ms(), false)
 return held
@@ -246,6 +270,7 @@ local src, now = ARGV[2], now_ms()
 local n = 0
 local token = redis.call('GET', LOCK)
 if token and redis.call('HGET', OWNER, 'token') == token and redis.call('HGET', OWNER, 'source') == src then
+  revoke(token)
   redis.call('DEL', LOCK)
   n = n + 1
 end

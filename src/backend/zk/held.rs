@@ -1,13 +1,13 @@
 //! A key we hold: our node is first in the queue.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
-use super::queue::{self, OwnWatch};
-use super::session::{Gone, Session};
+use super::session::{Gone, OwnWatch, Session};
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 pub struct ZkHeld {
@@ -39,8 +39,14 @@ impl ZkHeld {
         }
     }
 
+    /// The deadline of every loss but a deletion from outside: the command
+    /// is gone before the server can have expired the session.
+    fn kill_by(&self) -> std::time::Instant {
+        (self.s.last_contact() + kill_after_contact(self.s.retry_for)).into_std()
+    }
+
     fn gone(&self, gone: Gone) -> LostReason {
-        LostReason(match gone {
+        let reason = match gone {
             Gone::Expired => format!(
                 "the ZooKeeper session expired (no contact for longer than the session timeout), so {} is gone",
                 self.node
@@ -50,15 +56,44 @@ impl ZkHeld {
                 self.s.retry_for, self.node
             ),
             Gone::Closed => "the ZooKeeper session was closed".into(),
-        })
+        };
+        LostReason::kill_by(reason, self.kill_by())
+    }
+
+    /// Silent for [`term_after_contact`]: the session may still be alive,
+    /// but the command must be stopped now to be gone in time.
+    fn silent(&self) -> LostReason {
+        LostReason::kill_by(
+            format!(
+                "no contact with ZooKeeper for {:?}, two thirds of the session timeout ({:?}): {} may expire within {:?}",
+                term_after_contact(self.s.retry_for),
+                self.s.retry_for,
+                self.node,
+                self.s.retry_for - term_after_contact(self.s.retry_for),
+            ),
+            self.kill_by(),
+        )
     }
 
     fn deleted(&self) -> LostReason {
-        LostReason(format!(
+        LostReason::new(format!(
             "the lock node {} was deleted from outside (a reset?)",
             self.node
         ))
     }
+}
+
+/// How long without contact the command may run on: two thirds of the
+/// session timeout, the read timeout ZooKeeper's own client uses.
+pub fn term_after_contact(session_timeout: Duration) -> Duration {
+    session_timeout * 2 / 3
+}
+
+/// How long after the last contact the command must be gone: the server
+/// expires the session no sooner than the session timeout after it heard
+/// us last; a twentieth is left for the kill to land.
+pub fn kill_after_contact(session_timeout: Duration) -> Duration {
+    session_timeout - session_timeout / 20
 }
 
 /// Our node is gone: deleted from outside, or by the server expiring our
@@ -66,7 +101,7 @@ impl ZkHeld {
 /// One request tells which.
 async fn expired_meanwhile(s: &Session, node: &str) -> bool {
     let probe = s.retry(|c| async move { c.check_stat(node).await });
-    match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+    match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Err(zk::Error::SessionExpired)) => true,
         _ => s.is_expired(),
     }
@@ -79,16 +114,27 @@ impl HeldLock for ZkHeld {
     }
 
     async fn lost(&mut self) -> LostReason {
+        let term = term_after_contact(self.s.retry_for);
         loop {
+            if self.s.last_contact().elapsed() >= term {
+                return self.silent();
+            }
+            // Woken then to look again: the heartbeat may have been answered.
+            let look_again = self.s.last_contact() + term;
             if self.own_watch.is_none() {
-                match queue::watch_own(&self.s, &self.node).await {
+                let armed = tokio::select! {
+                    armed = self.s.watch_own(&self.node) => armed,
+                    gone = self.s.until_gone() => return self.gone(gone),
+                    _ = tokio::time::sleep_until(look_again) => continue,
+                };
+                match armed {
                     Ok(Some((_, w))) => self.own_watch = Some(w),
                     Ok(None) => return self.deleted(),
                     Err(_) => {
                         // Unreachable for now: the session watch decides.
                         tokio::select! {
                             gone = self.s.until_gone() => return self.gone(gone),
-                            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => continue,
+                            _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
                         }
                     }
                 }
@@ -110,6 +156,7 @@ impl HeldLock for ZkHeld {
                     }
                 }
                 gone = self.s.until_gone() => return self.gone(gone),
+                _ = tokio::time::sleep_until(look_again) => {}
             }
         }
     }

@@ -100,9 +100,11 @@ impl ZkBackend {
                 Err(e) => return Err(self.session.error(&format!("deleting {node}"), e)),
             }
         }
-        Err(BackendError::Other(format!(
-            "the holder of '{key}' kept changing; try again"
-        )))
+        // Transient: the queue is moving, a later attempt finds it settled.
+        Err(BackendError::Unavailable {
+            server: self.session.server.clone(),
+            reason: format!("the holder of '{key}' kept changing; try again"),
+        })
     }
 }
 

@@ -1,8 +1,6 @@
 //! The fair queue: an ephemeral sequential node per waiter, served in
 //! sequence order, each waiter watching only its predecessor.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -10,26 +8,8 @@ use zookeeper_client as zk;
 
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData};
-use super::session::{Gone, Session};
+use super::session::{Gone, OwnWatch, Session};
 use crate::backend::{Acquired, BackendError, LockRequest, Result, WaitProgress};
-
-/// A one-shot watch on our own node: fires when it is deleted (a reset) or
-/// the session expires.
-pub type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
-
-/// Arms the watch on our own node; None when the node is already gone.
-pub async fn watch_own(s: &Session, node: &str) -> Result<Option<(zk::Stat, OwnWatch)>> {
-    match s
-        .retry(|c| async move { c.check_and_watch_stat(node).await })
-        .await
-    {
-        Ok((Some(stat), watch)) => Ok(Some((stat, Box::pin(watch.changed())))),
-        // An existence watch on a missing node waits for its creation:
-        // dropping it removes it.
-        Ok((None, _)) => Ok(None),
-        Err(e) => Err(s.error(&format!("watching {node}"), e)),
-    }
-}
 
 pub async fn acquire(
     s: &Arc<Session>,
@@ -47,8 +27,9 @@ pub async fn acquire(
             return Err(e);
         }
     };
-    let node = format!("{dir}/{name}");
-    match wait_turn(s, &dir, &name, &node, request.nonblock, &cancel, progress).await {
+    let place = Place::new(dir, name);
+    let node = place.path.clone();
+    match wait_turn(s, &place, request.nonblock, &cancel, progress).await {
         // A grant that raced with the cancellation is given back.
         Ok(Some(_)) if cancel.is_cancelled() => {
             withdraw(s, &node).await;
@@ -122,19 +103,32 @@ async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
     )))
 }
 
+/// Our node in the queue: the lock node it is under, its name there, and
+/// its full path.
+struct Place {
+    dir: String,
+    name: String,
+    path: String,
+}
+
+impl Place {
+    fn new(dir: String, name: String) -> Place {
+        let path = format!("{dir}/{name}");
+        Place { dir, name, path }
+    }
+}
+
 /// Waits until our node is first. Some((czxid, own watch)) when it is;
 /// None when we must leave (cancelled, or `nonblock` and not first).
-#[allow(clippy::too_many_arguments)]
 async fn wait_turn(
     s: &Session,
-    dir: &str,
-    name: &str,
-    node: &str,
+    place: &Place,
     nonblock: bool,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Option<(i64, OwnWatch)>> {
-    let Some((stat, mut own_watch)) = watch_own(s, node).await? else {
+    let (dir, name, node) = (place.dir.as_str(), place.name.as_str(), place.path.as_str());
+    let Some((stat, mut own_watch)) = s.watch_own(node).await? else {
         return Err(gone(s, node));
     };
     loop {
@@ -179,7 +173,7 @@ async fn wait_turn(
                 match event.event_type {
                     zk::EventType::NodeDeleted => return Err(gone(s, node)),
                     zk::EventType::Session => return Err(expired(s)),
-                    _ => match watch_own(s, node).await? {
+                    _ => match s.watch_own(node).await? {
                         Some((_, w)) => own_watch = w,
                         None => return Err(gone(s, node)),
                     },

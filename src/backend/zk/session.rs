@@ -1,11 +1,14 @@
 //! One ZooKeeper session: requests with retries on connection loss, error
-//! mapping, and a close that waits until the server has ended the session
-//! (only then are our ephemeral nodes gone for sure).
+//! mapping, a heartbeat that tells when the server last answered, and a
+//! close that waits until the server has ended the session (only then are
+//! our ephemeral nodes gone for sure).
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use zookeeper_client as zk;
@@ -15,26 +18,143 @@ use crate::backend::{BackendError, Result};
 /// How long a close waits for the server to confirm.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
+/// A heartbeat request goes out every this fraction of the session
+/// timeout, so a healthy session's last contact is never older than about
+/// a quarter of it.
+const HEARTBEATS_PER_SESSION: u32 = 4;
+
 pub struct Session {
     /// None once closed: dropping the last `Client` is what sends the
     /// CloseSession request.
-    client: Mutex<Option<zk::Client>>,
+    client: Arc<Mutex<Option<zk::Client>>>,
     state: zk::StateWatcher,
     /// For messages: `zk://hosts/root`.
     pub server: String,
-    /// Operations that fail with a connection loss are retried this long
-    /// (the session survives a loss shorter than its timeout).
+    /// The negotiated session timeout. Operations that fail with a
+    /// connection loss are retried this long (the session survives a loss
+    /// shorter than its timeout).
     pub retry_for: Duration,
-    /// When we last saw the connection drop, while it stays down.
-    disconnected_since: Mutex<Option<Instant>>,
+    contact: Arc<Contact>,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
+
+/// When we last heard the server, as the send time of the latest request
+/// it answered: the server had heard from us by then, so it cannot have
+/// started its expiry clock earlier. zookeeper-client does not tell when
+/// its own pings were answered, hence our heartbeat.
+struct Contact(Mutex<Instant>);
+
+impl Contact {
+    fn heard(&self, sent: Instant) {
+        let mut last = self.0.lock().unwrap();
+        *last = (*last).max(sent);
+    }
+
+    fn last(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// An answer from the server: a result or one of its error codes. Errors
+/// the client library makes up (a connection it gave up on fails every
+/// request in flight with its own message) are not.
+fn answered<T>(r: &std::result::Result<T, zk::Error>) -> bool {
+    matches!(
+        r,
+        Ok(_)
+            | Err(zk::Error::NoNode
+                | zk::Error::NodeExists
+                | zk::Error::NotEmpty
+                | zk::Error::BadVersion
+                | zk::Error::NoChildrenForEphemerals
+                | zk::Error::NoAuth
+                | zk::Error::InvalidAcl
+                | zk::Error::QuotaExceeded
+                | zk::Error::Throttled
+                | zk::Error::NotReadOnly
+                | zk::Error::NoWatcher
+                | zk::Error::ReconfigDisabled
+                | zk::Error::UnexpectedErrorCode(_))
+    )
+}
+
+/// Sends a cheap read (`exists /`) every `every` and records its send time
+/// when it is answered. Holds a client only while a request is out, so the
+/// session still closes when the last other handle is dropped.
+async fn heartbeat(client: Arc<Mutex<Option<zk::Client>>>, contact: Arc<Contact>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(c) = client.lock().unwrap().clone() else {
+            return;
+        };
+        let sent = Instant::now();
+        if let Ok(r) = tokio::time::timeout(every, c.check_stat("/")).await {
+            if answered(&r) {
+                contact.heard(sent);
+            }
+        }
+    }
+}
+
+/// Connects, trying again while the ensemble cannot be reached (refused,
+/// or no session within the library's own deadline, the session timeout)
+/// with a short backoff, for up to `connect_timeout`. Returns the client
+/// and when the successful attempt began (the server's clock for the new
+/// session starts after that).
+async fn connect_until(
+    cluster: &str,
+    server: &str,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+) -> Result<(zk::Client, Instant)> {
+    let deadline = Instant::now() + connect_timeout;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let asked = Instant::now();
+        let attempt = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(connect_timeout.min(session_timeout))
+            .connect(cluster);
+        let failure = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(client)) => return Ok((client, asked)),
+            Ok(Err(
+                e @ (zk::Error::NoHosts
+                | zk::Error::Timeout
+                | zk::Error::ConnectionLoss
+                | zk::Error::Custom(_)),
+            )) => e.to_string(),
+            Ok(Err(e)) => {
+                return Err(BackendError::Unavailable {
+                    server: server.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => "no answer".to_string(),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(BackendError::Unavailable {
+                server: server.to_string(),
+                reason: format!("no ZooKeeper session within {connect_timeout:?} ({failure})"),
+            });
+        }
+        tokio::time::sleep(delay.min(left)).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// A one-shot watch on our own node: fires when it is deleted (a reset) or
+/// the session expires.
+pub type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
 /// Why the session can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gone {
     Expired,
     Closed,
-    /// Disconnected for longer than the session timeout: the server has
+    /// No contact for longer than the session timeout: the server has
     /// expired the session by now even if we cannot hear it say so.
     Silent,
 }
@@ -46,35 +166,32 @@ impl Session {
         session_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Session> {
-        let connector = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(connect_timeout.min(session_timeout));
         let cluster = hosts.join(",");
-        let client = match tokio::time::timeout(connect_timeout, connector.connect(&cluster)).await
-        {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(BackendError::Unavailable {
-                    server,
-                    reason: e.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(BackendError::Unavailable {
-                    server,
-                    reason: format!("no ZooKeeper session within {connect_timeout:?}"),
-                })
-            }
-        };
+        let (client, asked) =
+            connect_until(&cluster, &server, session_timeout, connect_timeout).await?;
         let state = client.state_watcher();
         let retry_for = client.session_timeout();
+        let client = Arc::new(Mutex::new(Some(client)));
+        let contact = Arc::new(Contact(Mutex::new(asked)));
+        let beat = tokio::spawn(heartbeat(
+            client.clone(),
+            contact.clone(),
+            retry_for / HEARTBEATS_PER_SESSION,
+        ));
         Ok(Session {
-            client: Mutex::new(Some(client)),
+            client,
             state,
             server,
             retry_for,
-            disconnected_since: Mutex::new(None),
+            contact,
+            heartbeat: Mutex::new(Some(beat)),
         })
+    }
+
+    /// The send time of the latest request the server answered (see
+    /// [`Contact`]).
+    pub fn last_contact(&self) -> Instant {
+        self.contact.last()
     }
 
     /// A handle for requests; an error once the session is closed.
@@ -90,31 +207,23 @@ impl Session {
         self.state.peek_state() == zk::SessionState::Expired
     }
 
-    /// Resolves when the session is over: expired, closed, or disconnected
-    /// for longer than the session timeout. A disconnection that recovers
-    /// sooner is not an end. Cancel-safe: the start of a disconnection is
-    /// remembered across calls.
+    /// Resolves when the session is over: expired, closed, or no contact
+    /// for longer than the session timeout. Cancel-safe.
     pub async fn until_gone(&self) -> Gone {
         let mut watcher = self.state.clone();
         loop {
-            let state = watcher.state();
-            let deadline = match state {
+            match watcher.state() {
                 zk::SessionState::Expired => return Gone::Expired,
                 zk::SessionState::Closed | zk::SessionState::AuthFailed => return Gone::Closed,
-                zk::SessionState::Disconnected => {
-                    let mut since = self.disconnected_since.lock().unwrap();
-                    Some(*since.get_or_insert_with(Instant::now) + self.retry_for)
-                }
-                _ => {
-                    *self.disconnected_since.lock().unwrap() = None;
-                    None
-                }
-            };
+                _ => {}
+            }
+            let deadline = self.last_contact() + self.retry_for;
+            if Instant::now() >= deadline {
+                return Gone::Silent;
+            }
             tokio::select! {
                 _ = watcher.changed() => {}
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    return Gone::Silent
-                }
+                _ = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
@@ -122,6 +231,12 @@ impl Session {
     /// Ends the session and waits (boundedly) until the server confirmed it,
     /// so our ephemeral nodes are gone when this returns. Safe to call again.
     pub async fn close(&self) {
+        let beat = self.heartbeat.lock().unwrap().take();
+        if let Some(beat) = beat {
+            // Its request in flight holds a client: gone before ours is dropped.
+            beat.abort();
+            let _ = beat.await;
+        }
         let client = self.client.lock().unwrap().take();
         let Some(client) = client else { return };
         drop(client);
@@ -151,13 +266,32 @@ impl Session {
                 Ok(c) => c,
                 Err(_) => return Err(zk::Error::ClientClosed),
             };
-            match op(client).await {
+            let sent = Instant::now();
+            let r = op(client).await;
+            if answered(&r) {
+                self.contact.heard(sent);
+            }
+            match r {
                 Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Arms the watch on our own node; None when the node is already gone.
+    pub async fn watch_own(&self, node: &str) -> Result<Option<(zk::Stat, OwnWatch)>> {
+        match self
+            .retry(|c| async move { c.check_and_watch_stat(node).await })
+            .await
+        {
+            Ok((Some(stat), watch)) => Ok(Some((stat, Box::pin(watch.changed())))),
+            // An existence watch on a missing node waits for its creation:
+            // dropping it removes it.
+            Ok((None, _)) => Ok(None),
+            Err(e) => Err(self.error(&format!("watching {node}"), e)),
         }
     }
 
@@ -180,6 +314,16 @@ impl Session {
             | zk::Error::NotReadOnly
             | zk::Error::NoChildrenForEphemerals => BackendError::Refused { server, reason },
             _ => BackendError::Protocol { server, reason },
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The heartbeat owns a handle to the client: without this, a
+        // session dropped unclosed would live on.
+        if let Some(beat) = self.heartbeat.get_mut().unwrap().take() {
+            beat.abort();
         }
     }
 }

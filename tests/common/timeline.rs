@@ -1,0 +1,110 @@
+//! What the commands of a fault test did and when, from their own words:
+//! each appends `NAME start NS PID` / `NAME end NS` (`date +%s%N`) to one
+//! file, so "never two holders" is checked on the wall clock the commands
+//! themselves read, not on what lc-cli says.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub struct Timeline {
+    pub path: PathBuf,
+}
+
+/// What a holder's command does on SIGTERM.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OnTerm {
+    /// Logs its end and exits.
+    LogAndExit,
+    /// Cleans up for half a second, then logs its end and exits.
+    SlowExit,
+    /// Ignores it (and so do its children): only SIGKILL ends it.
+    Ignore,
+}
+
+/// Nanoseconds since the epoch, the clock `date +%s%N` reads.
+pub fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+/// The process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Polls every 2 ms (at most `limit`) until `pid` is gone; when it was
+/// first seen gone (an upper bound of its end), or None.
+pub fn gone_at(pid: i32, limit: Duration) -> Option<i128> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if !alive(pid) {
+            return Some(now_ns());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+impl Timeline {
+    pub fn new(dir: &Path) -> Timeline {
+        Timeline {
+            path: dir.join("timeline"),
+        }
+    }
+
+    fn log(&self, name: &str, what: &str) -> String {
+        format!(
+            "echo \"{name} {what} $(date +%s%N) $$\" >> {}",
+            self.path.display()
+        )
+    }
+
+    /// A `-c` script that logs its start, then runs until stopped.
+    pub fn holder(&self, name: &str, on_term: OnTerm) -> String {
+        let trap = match on_term {
+            OnTerm::LogAndExit => format!("trap '{}; exit 0' TERM", self.log(name, "end")),
+            OnTerm::SlowExit => format!("trap 'sleep 0.5; {}; exit 0' TERM", self.log(name, "end")),
+            OnTerm::Ignore => "trap '' TERM".to_string(),
+        };
+        format!(
+            "{trap}; {}; while :; do sleep 0.05; done",
+            self.log(name, "start")
+        )
+    }
+
+    /// A `-c` script that logs its start and ends.
+    pub fn one_shot(&self, name: &str) -> String {
+        self.log(name, "start")
+    }
+
+    fn find(&self, name: &str, what: &str) -> Option<(i128, i32)> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[0] == name && f[1] == what)
+                .then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+        })
+    }
+
+    /// (ns, pid) of NAME's start, once logged.
+    pub fn start_of(&self, name: &str) -> Option<(i128, i32)> {
+        self.find(name, "start")
+    }
+
+    pub fn end_of(&self, name: &str) -> Option<i128> {
+        self.find(name, "end").map(|(t, _)| t)
+    }
+
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+}
