@@ -77,17 +77,13 @@ _lc__cli() {
 
     case "${cmd}" in
         lc__cli)
-            opts="-s -v -h -V --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help --version lock trylock unlock wait reset keys serve completions help"
+            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --server)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -s)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -115,36 +111,12 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__completions)
-            opts="-s -v -h --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help bash elvish fish powershell zsh"
+            opts="-v -h --verbose --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --server)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -293,7 +265,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__keys)
-            opts="-s -v -h --json --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-v -h --json --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -303,23 +275,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -331,7 +287,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__lock)
-            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-n -w -E -c -q -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --quiet --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -377,23 +333,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -405,7 +345,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__reset)
-            opts="-s -v -h --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-v -h --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -419,23 +359,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -447,7 +371,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__serve)
-            opts="-l -s -v -h --listen --data --read-timeout --manager --metrics --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-l -v -h --listen --data --read-timeout --manager --metrics --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -477,30 +401,6 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --server)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -509,24 +409,12 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__trylock)
-            opts="-n -w -E -c -s -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-E -c -q -v -h --conflict-exit-code --command --kill-after --quiet --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --wait)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -w)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --conflict-exit-code)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -555,23 +443,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -583,7 +455,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__unlock)
-            opts="-s -v -h --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-v -h --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -593,23 +465,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -621,7 +477,7 @@ _lc__cli() {
             return 0
             ;;
         lc__subcmd__cli__subcmd__wait)
-            opts="-w -E -s -v -h --wait --timeout --conflict-exit-code --source --server --verbose --connect-timeout --session-timeout --ttl --queue-timeout --help"
+            opts="-w -E -v -h --wait --timeout --conflict-exit-code --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -655,23 +511,7 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --queue-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

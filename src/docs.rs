@@ -126,11 +126,11 @@ fn extra_sections() -> Roff {
     section(&mut r, "SERVERS");
     paragraph(
         &mut r,
-        "The lock service is chosen with --server or LC_SERVER:",
+        "The lock service is chosen with --server (an option of the subcommands that talk to one, also accepted before the subcommand) or LC_SERVER. A backend's tuning is a query parameter of its address; an unknown parameter is a usage error.",
     );
-    item(&mut r, "HOST:PORT, lc://HOST:PORT", "The Locking-Center one-byte TCP protocol (default 127.0.0.1:22119); lc-cli serve is such a server.");
-    item(&mut r, "zk://HOST:PORT[,HOST:PORT...][/PATH]", "ZooKeeper. The lock for KEY is the znode PATH/KEY (default PATH /lc-cli); waiters are ephemeral sequential nodes, each watching only its predecessor, named as Apache Curator's InterProcessMutex names them.");
-    item(&mut r, "redis://HOST:PORT[,HOST:PORT...][/DB]", "Redis. A FIFO queue ordered by a server-assigned counter, and a lock key with an owner token and a lease (--ttl) renewed while held. Several hosts form a quorum of independent nodes: a grant needs a majority.");
+    item(&mut r, "HOST:PORT, lc://HOST:PORT[?manager=HOST:PORT]", "The Locking-Center one-byte TCP protocol (default 127.0.0.1:22119); lc-cli serve is such a server. manager: where keys finds the manager port (default: the lock port + 1).");
+    item(&mut r, "zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s]", "ZooKeeper. session-timeout: how long a dead holder keeps the lock (default 10s). The lock for KEY is the znode PATH/KEY (default PATH /lc-cli); waiters are ephemeral sequential nodes, each watching only its predecessor, named as Apache Curator's InterProcessMutex names them.");
+    item(&mut r, "redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]", "Redis. A FIFO queue ordered by a server-assigned counter, and a lock key with an owner token and a lease (ttl, default 30s) renewed at a third of it while held; queue-timeout (default 60s): how long a dead waiter keeps its place. Several hosts form a quorum of independent nodes: a grant needs a majority.");
 
     section(&mut r, "ENVIRONMENT");
     item(&mut r, "LC_SERVER", "The lock service, as --server.");
@@ -181,7 +181,7 @@ fn extra_sections() -> Roff {
         "Run a deploy while holding deploy/prod; others wait their turn:",
         "lc-cli lock deploy/prod -- ./deploy.sh",
     );
-    example(&mut r, "In a CI job: give up after ten minutes with status 75 instead of 1:", "lc-cli --server zk://zk1:2181,zk2:2181,zk3:2181/ci lock -w 10m -E 75 deploy/prod -- make deploy");
+    example(&mut r, "In a CI job: give up after ten minutes with status 75 instead of 1:", "lc-cli lock --server zk://zk1:2181,zk2:2181,zk3:2181/ci -w 10m -E 75 deploy/prod -- make deploy");
     example(
         &mut r,
         "Hold a key across several steps of a script:",
@@ -195,8 +195,8 @@ fn extra_sections() -> Roff {
 
     section(&mut r, "GUARANTEES AND LIMITS");
     item(&mut r, "Built-in server (lc://)", "One process, no replication: while it is down nobody locks anything. Without --data a restart forgets every held key; with --data held keys survive a restart and a crash can only leave a key held by nobody, never by two. A hold is not a lease: a holder that dies without releasing keeps its key until unlock or reset. No authentication: trusted networks only.");
-    item(&mut r, "ZooKeeper (zk://)", "Survives the loss of a minority of the ensemble. A holder that dies loses the lock when its session expires (--session-timeout); a connection loss that recovers within the session timeout is not a loss. When the session expires or the node is deleted, lc-cli stops the command and exits with the lock-lost status.");
-    item(&mut r, "Redis (redis://)", "The lock is a lease (--ttl), renewed while the command runs; a holder that dies frees the key when the lease ends, a waiter that dies leaves the line after --queue-timeout. If a renewal fails for longer than the lease allows, lc-cli stops the command and exits with the lock-lost status. A lease cannot stop a holder that stalls past it: protect the resource itself with LC_LOCK_TOKEN.");
+    item(&mut r, "ZooKeeper (zk://)", "Survives the loss of a minority of the ensemble. A holder that dies loses the lock when its session expires (session-timeout); a connection loss that recovers within the session timeout is not a loss. When the session expires or the node is deleted, lc-cli stops the command and exits with the lock-lost status.");
+    item(&mut r, "Redis (redis://)", "The lock is a lease (ttl), renewed while the command runs; a holder that dies frees the key when the lease ends, a waiter that dies leaves the line after queue-timeout. If a renewal fails for longer than the lease allows, lc-cli stops the command and exits with the lock-lost status. A lease cannot stop a holder that stalls past it: protect the resource itself with LC_LOCK_TOKEN.");
 
     see_also(&mut r);
     r

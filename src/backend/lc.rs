@@ -27,16 +27,18 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct LcBackend {
     addr: String,
+    manager: Option<String>,
     connect_timeout: Duration,
 }
 
 impl LcBackend {
     pub fn new(config: &BackendConfig) -> Self {
-        let ServerSpec::Lc { addr } = &config.server else {
+        let ServerSpec::Lc { addr, manager } = &config.server else {
             unreachable!("LcBackend built for {}", config.server)
         };
         LcBackend {
             addr: addr.clone(),
+            manager: manager.clone(),
             connect_timeout: config.connect_timeout,
         }
     }
@@ -181,7 +183,7 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        super::lc_keys::list(&self.addr, self.connect_timeout).await
+        super::lc_keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {

@@ -13,7 +13,7 @@ use crate::backend::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, WaitProgress,
 };
 use crate::child;
-use crate::cli::LockArgs;
+use crate::cli::RunArgs;
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
 use crate::status_line::StatusLine;
@@ -24,8 +24,9 @@ use crate::terminal::{self, Terminal};
 pub enum CommandSpec {
     /// Run this program with these arguments.
     Exec(Vec<OsString>),
-    /// Keep the key held after exiting (`lock` without a command).
-    Detach,
+    /// Keep the key held after exiting (`lock` without a command); say so
+    /// on stderr unless `quiet`.
+    Detach { quiet: bool },
     /// Release at once (`wait`).
     ReleaseAtOnce,
 }
@@ -42,17 +43,26 @@ pub struct LockOptions {
 }
 
 impl LockOptions {
-    pub fn from_args(args: LockArgs, nonblock: bool) -> Result<Self> {
+    pub fn from_args(args: RunArgs, nonblock: bool, timeout: Option<Duration>) -> Result<Self> {
         let command = match (args.shell_command, args.command.is_empty()) {
             (Some(script), _) => CommandSpec::Exec(vec!["sh".into(), "-c".into(), script.into()]),
             (None, false) => CommandSpec::Exec(args.command),
-            (None, true) => CommandSpec::Detach,
+            (None, true) if args.empty_after_dashdash => {
+                return Err(fail(
+                    ExitCode::Usage,
+                    format!(
+                        "no command after '--' for '{}' (leave out '--' to keep the key held until `lc-cli unlock`)",
+                        args.key
+                    ),
+                ))
+            }
+            (None, true) => CommandSpec::Detach { quiet: args.quiet },
         };
         Ok(LockOptions {
             key: args.key,
             source: args.source.source.unwrap_or_else(super::default_source),
-            nonblock: nonblock || args.nonblock,
-            timeout: args.timeout,
+            nonblock,
+            timeout,
             conflict_exit_code: args.conflict_exit_code,
             kill_after: args.kill_after,
             command,
@@ -97,7 +107,7 @@ async fn hold_and_run(
         key: key.clone(),
         source: options.source.clone(),
         nonblock,
-        detached: matches!(options.command, CommandSpec::Detach),
+        detached: matches!(options.command, CommandSpec::Detach { .. }),
     };
     let cancel = CancellationToken::new();
     let started = Instant::now();
@@ -185,10 +195,16 @@ async fn hold_and_run(
         return Ok(ExitCode::Signal(sig));
     }
     match &options.command {
-        CommandSpec::Detach => {
+        CommandSpec::Detach { quiet } => {
             held.detach()
                 .await
                 .with_context(|| format!("lock '{key}' on {server}"))?;
+            if !quiet {
+                eprintln!(
+                    "'{key}' is held until '{}'",
+                    super::command_line(config, "unlock", key)
+                );
+            }
             Ok(ExitCode::Success)
         }
         CommandSpec::ReleaseAtOnce => {
@@ -288,10 +304,9 @@ async fn release(mut held: Box<dyn HeldLock>, key: &str, config: &BackendConfig)
             return Err(fail(
                 ExitCode::ReleaseFailed,
                 format!(
-                    "could not release '{key}' on {}: {err}; it may still be held: clear it with `lc-cli --server {} reset {}`",
+                    "could not release '{key}' on {}: {err}; it may still be held: clear it with `{}`",
                     config.server,
-                    super::shell_quote(&config.server.to_string()),
-                    super::shell_quote(key)
+                    super::command_line(config, "reset", key)
                 ),
             ));
         }
