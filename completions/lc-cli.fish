@@ -25,10 +25,6 @@ function __fish_lc_cli_using_subcommand
 end
 
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -l server -d 'The lock service, for the subcommands that talk to one (as their own --server, which wins)' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l connect-timeout -d 'Before the subcommand, as the subcommand\'s --connect-timeout' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l session-timeout -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l ttl -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l queue-timeout -r
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -s V -l version -d 'Print version'
@@ -100,3 +96,4 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "serve" -d 'Run the built-in lock server'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -f -a "bash zsh fish elvish powershell"
