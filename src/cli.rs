@@ -151,7 +151,11 @@ pub struct RunArgs {
     /// The command to run while holding KEY, with its arguments and options
     /// (`--` before it is optional); without one, KEY stays held until
     /// `unlock` or `reset`
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 
     /// `--` was given with no command after it (set by `cmd::parse`).
@@ -278,7 +282,9 @@ mod tests {
 
     #[test]
     fn command_without_double_dash_keeps_its_options() {
-        let args = lock_args(&["lc-cli", "lock", "k", "-w", "3", "ls", "-l", "-w", "--", "x"]);
+        let args = lock_args(&[
+            "lc-cli", "lock", "k", "-w", "3", "ls", "-l", "-w", "--", "x",
+        ]);
         assert_eq!(args.run.command, ["ls", "-l", "-w", "--", "x"]);
         assert_eq!(args.timeout.unwrap().as_secs(), 3);
         let args = lock_args(&["lc-cli", "lock", "k", "-c", "echo hi"]);

@@ -11,12 +11,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             return Err(format!("'{s}' is not a duration"));
         }
         if secs < 0.0 {
-            return Err(format!("'{s}' is not a duration: a duration is not negative"));
+            return Err(format!(
+                "'{s}' is not a duration: a duration is not negative"
+            ));
         }
         return Ok(Duration::from_secs_f64(secs));
     }
     if s.starts_with('-') {
-        return Err(format!("'{s}' is not a duration: a duration is not negative"));
+        return Err(format!(
+            "'{s}' is not a duration: a duration is not negative"
+        ));
     }
     humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration: {e}"))
 }

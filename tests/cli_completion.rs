@@ -61,10 +61,7 @@ fn bash_completes_after_the_subcommand() {
 }
 
 fn fish_complete(line: &str) -> Vec<String> {
-    let program = format!(
-        "source '{}'; complete -C '{line}'",
-        script("lc-cli.fish")
-    );
+    let program = format!("source '{}'; complete -C '{line}'", script("lc-cli.fish"));
     let out = Command::new("fish")
         .args(["--no-config", "-c", &program])
         .output()

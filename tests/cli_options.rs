@@ -62,7 +62,10 @@ fn the_command_needs_no_double_dash_and_keeps_its_options() {
         0,
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "-w---");
-    let out = expect_status(&mut server.lc(&["trylock", "k", "sh", "-c", "echo $0", "x"]), 0);
+    let out = expect_status(
+        &mut server.lc(&["trylock", "k", "sh", "-c", "echo $0", "x"]),
+        0,
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n");
     // `--` still works.
     let out = expect_status(&mut server.lc(&["lock", "k", "--", "echo", "-n", "a"]), 0);
@@ -80,7 +83,10 @@ fn trylock_has_no_wait_option_and_server_has_no_short_s() {
 
 #[test]
 fn a_negative_duration_is_refused_as_such() {
-    for args in [&["lock", "k", "-w", "-1", "true"][..], &["wait", "k", "-w", "-1"]] {
+    for args in [
+        &["lock", "k", "-w", "-1", "true"][..],
+        &["wait", "k", "-w", "-1"],
+    ] {
         let out = expect_status(lc().args(args), 64);
         let err = stderr_of(&out);
         assert!(err.contains("a duration is not negative"), "{err}");
@@ -107,7 +113,10 @@ fn serve_and_completions_never_read_lc_server_nor_show_service_options() {
             .unwrap();
         let _ = serve.kill();
         let _ = serve.wait();
-        assert!(line.starts_with("listening on "), "serve with LC_SERVER={bad}: {line:?}");
+        assert!(
+            line.starts_with("listening on "),
+            "serve with LC_SERVER={bad}: {line:?}"
+        );
         // Commands that use it still refuse it, naming it.
         let out = expect_status(lc().args(["keys"]).env("LC_SERVER", bad), 64);
         assert!(stderr_of(&out).contains("LC_SERVER"), "{out:?}");
@@ -115,7 +124,14 @@ fn serve_and_completions_never_read_lc_server_nor_show_service_options() {
     for sub in ["serve", "completions"] {
         let out = expect_status(lc().args([sub, "--help"]), 0);
         let help = String::from_utf8_lossy(&out.stdout);
-        for flag in ["--server", "--connect-timeout", "--ttl", "--session-timeout", "--queue-timeout", "-s,"] {
+        for flag in [
+            "--server",
+            "--connect-timeout",
+            "--ttl",
+            "--session-timeout",
+            "--queue-timeout",
+            "-s,",
+        ] {
             assert!(!help.contains(flag), "{sub} --help shows {flag}:\n{help}");
         }
     }
@@ -131,12 +147,24 @@ fn service_options_go_before_or_after_the_subcommand() {
     expect_status(lc().args(["--server", &addr, "unlock", "a"]), 0);
     // The subcommand's own wins; LC_SERVER is the fallback.
     expect_status(
-        lc().args(["--server", "127.0.0.1:1", "trylock", "--server", &addr, "a", "true"]),
+        lc().args([
+            "--server",
+            "127.0.0.1:1",
+            "trylock",
+            "--server",
+            &addr,
+            "a",
+            "true",
+        ]),
         0,
     );
-    expect_status(lc().args(["trylock", "a", "true"]).env("LC_SERVER", &addr), 0);
     expect_status(
-        lc().args(["unlock", "--connect-timeout", "1s", "a"]).env("LC_SERVER", &addr),
+        lc().args(["trylock", "a", "true"]).env("LC_SERVER", &addr),
+        0,
+    );
+    expect_status(
+        lc().args(["unlock", "--connect-timeout", "1s", "a"])
+            .env("LC_SERVER", &addr),
         1,
     );
 }

@@ -5,6 +5,7 @@
 
 pub mod lc;
 mod lc_keys;
+mod lc_probe;
 pub mod redis;
 pub mod zk;
 
@@ -498,7 +499,10 @@ mod tests {
     #[test]
     fn unknown_or_bad_parameters_are_refused_naming_the_known_ones() {
         let e = "redis://r?tll=3s".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("'tll'") && e.contains("ttl, queue-timeout"), "{e}");
+        assert!(
+            e.contains("'tll'") && e.contains("ttl, queue-timeout"),
+            "{e}"
+        );
         let e = "zk://z?ttl=3s".parse::<ServerUrl>().unwrap_err();
         assert!(e.contains("session-timeout"), "{e}");
         let e = "h:1?session-timeout=3s".parse::<ServerUrl>().unwrap_err();

@@ -129,7 +129,9 @@ impl TopLevel {
         match given.iter().find(|(g, _)| *g) {
             Some((_, flag)) => Err(fail(
                 ExitCode::Usage,
-                format!("{flag} is not an option of '{subcommand}', which talks to no lock service"),
+                format!(
+                    "{flag} is not an option of '{subcommand}', which talks to no lock service"
+                ),
             )),
             None => Ok(()),
         }
@@ -142,13 +144,12 @@ fn deprecated(flag: &str, instead: &str) {
 
 fn server_from_env() -> Result<ServerUrl> {
     match std::env::var("LC_SERVER") {
-        Ok(value) if !value.trim().is_empty() => value.parse().map_err(|e| {
-            fail(
-                ExitCode::Usage,
-                format!("invalid LC_SERVER '{value}': {e}"),
-            )
-        }),
-        _ => Ok(crate::backend::DEFAULT_SERVER.parse().expect("the default server parses")),
+        Ok(value) if !value.trim().is_empty() => value
+            .parse()
+            .map_err(|e| fail(ExitCode::Usage, format!("invalid LC_SERVER '{value}': {e}"))),
+        _ => Ok(crate::backend::DEFAULT_SERVER
+            .parse()
+            .expect("the default server parses")),
     }
 }
 
@@ -203,7 +204,9 @@ pub(crate) fn check_source_shape(source: &str) -> Result<()> {
 pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) -> String {
     let server = config.server.to_string();
     let implied = match std::env::var("LC_SERVER") {
-        Ok(v) if !v.trim().is_empty() => v.parse::<ServerUrl>().map(|u| u.spec) == Ok(config.server.clone()),
+        Ok(v) if !v.trim().is_empty() => {
+            v.parse::<ServerUrl>().map(|u| u.spec) == Ok(config.server.clone())
+        }
         _ => server == crate::backend::DEFAULT_SERVER,
     };
     if implied {
