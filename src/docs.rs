@@ -211,7 +211,7 @@ fn extra_sections() -> Roff {
     item(
         &mut r,
         "128+N",
-        "the command died of signal N, or signal N stopped lc-cli while it waited",
+        "the command died of signal N, or signal N stopped lc-cli while it waited: lc-cli releases the key, then kills itself with N (default disposition, no core file), so a parent sees it killed by N and a shell loop stops on Ctrl-C; signals that do not end a process (SIGTSTP, SIGWINCH...) stay a plain 128+N",
     );
 
     section(&mut r, "EXAMPLES");

@@ -12,5 +12,5 @@ fn main() {
             Ok(code)
         }
     };
-    std::process::exit(lc_cli::exit::status_of(result));
+    lc_cli::exit::exit(result)
 }

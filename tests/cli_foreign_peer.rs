@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
