@@ -477,7 +477,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__wait)
-            opts="-w -E -v -h --wait --timeout --conflict-exit-code --source --server --connect-timeout --verbose --help"
+            opts="-w -E -q -v -h --wait --timeout --conflict-exit-code --quiet --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -38,23 +38,23 @@ complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "serve" -d 'Run the bu
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s w -l timeout -l wait -d 'Stop waiting after DURATION (30s, 5m, or seconds such as 2.5; 0: like -n)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s n -l nonblock -l no-wait -d 'Do not wait: if KEY is held, exit with the conflict status at once'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s q -l quiet -d 'Without a command: do not say on stderr that KEY stays held'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s q -l quiet -d 'Without a command: do not say on stderr that KEY stays held'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
@@ -66,6 +66,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s E -l conflict-exi
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s q -l quiet -d 'No line on stderr for a timeout'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l source -d 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)' -r

@@ -122,7 +122,10 @@ pub struct RunArgs {
     /// The lock's name (1 to 127 bytes)
     pub key: String,
 
-    /// Exit status when the lock was not taken (held with -n, or timed out)
+    /// Exit status when the lock was not taken (held with -n, or timed
+    /// out); one line on stderr then says so and, where the service knows
+    /// it, names the holder, since when, and the reset command that clears
+    /// it (without -v, unlike flock; -q silences it)
     #[arg(long, short = 'E', default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
     pub conflict_exit_code: i32,
 
@@ -139,7 +142,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub kill_after: Duration,
 
-    /// Without a command: do not say on stderr that KEY stays held
+    /// No line on stderr for a conflict, a timeout, or a hold kept without a
+    /// command
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
@@ -192,6 +196,10 @@ pub struct WaitArgs {
     /// Exit status on timeout
     #[arg(long, short = 'E', default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
     pub conflict_exit_code: i32,
+
+    /// No line on stderr for a timeout
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 
     #[command(flatten)]
     pub source: SourceArg,

@@ -26,7 +26,10 @@ fn first_place(output: &str) -> Option<usize> {
 }
 
 fn quiet(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// A detached holder and one waiter: a second waiter at a terminal has one
@@ -34,7 +37,10 @@ fn quiet(mut cmd: Command) -> Child {
 fn one_ahead(lc: impl Fn(&[&str]) -> Command, queued: impl Fn() -> usize) {
     expect_status(&mut lc(&["lock", "q"]), 0);
     let mut first = quiet(lc(&["lock", "q", "true"]));
-    assert!(wait_until(LIMIT, || queued() == 1), "the first waiter never queued");
+    assert!(
+        wait_until(LIMIT, || queued() == 1),
+        "the first waiter never queued"
+    );
     let (pty, mut second) = Pty::spawn(lc(&["lock", "q", "echo", "RAN"]));
     assert!(
         wait_until(LIMIT, || first_place(&pty.output()).is_some()),

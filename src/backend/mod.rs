@@ -358,6 +358,12 @@ pub trait Backend: Send + Sync {
     /// Every held key, with its holder and how many wait for it.
     async fn keys(&self) -> Result<Vec<KeyInfo>>;
 
+    /// Who holds `key`, where the service knows it (None: free, or not
+    /// said). From `keys` unless a backend has a cheaper way.
+    async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
+        Ok(self.keys().await?.into_iter().find(|k| k.key == key))
+    }
+
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).
     async fn close(&self) {}

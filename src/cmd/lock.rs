@@ -4,20 +4,16 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
 use anyhow::{Context, Result};
-use tokio_util::sync::CancellationToken;
 
-use crate::backend::{
-    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, WaitProgress,
-};
+use super::holder;
+use super::waiting::{self, Withdrawn};
+use crate::backend::{Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest};
 use crate::child;
 use crate::cli::RunArgs;
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
-use crate::status_line::StatusLine;
-use crate::terminal::{self, Terminal};
+use crate::terminal::Terminal;
 
 /// What to do once the key is ours.
 #[derive(Debug, Clone)]
@@ -25,8 +21,8 @@ pub enum CommandSpec {
     /// Run this program with these arguments.
     Exec(Vec<OsString>),
     /// Keep the key held after exiting (`lock` without a command); say so
-    /// on stderr unless `quiet`.
-    Detach { quiet: bool },
+    /// on stderr unless quiet.
+    Detach,
     /// Release at once (`wait`).
     ReleaseAtOnce,
 }
@@ -39,6 +35,8 @@ pub struct LockOptions {
     pub timeout: Option<Duration>,
     pub conflict_exit_code: i32,
     pub kill_after: Duration,
+    /// No line on stderr for a conflict, a timeout or a detached hold.
+    pub quiet: bool,
     pub command: CommandSpec,
 }
 
@@ -56,7 +54,7 @@ impl LockOptions {
                     ),
                 ))
             }
-            (None, true) => CommandSpec::Detach { quiet: args.quiet },
+            (None, true) => CommandSpec::Detach,
         };
         Ok(LockOptions {
             key: args.key,
@@ -65,6 +63,7 @@ impl LockOptions {
             timeout,
             conflict_exit_code: args.conflict_exit_code,
             kill_after: args.kill_after,
+            quiet: args.quiet,
             command,
         })
     }
@@ -72,9 +71,6 @@ impl LockOptions {
 
 /// How long a failed release is retried before giving up.
 const RELEASE_RETRY: Duration = Duration::from_secs(10);
-
-/// When the status line first appears (a quick grant shows nothing).
-const STATUS_DELAY: Duration = Duration::from_millis(250);
 
 pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Result<ExitCode> {
     super::block_on(async {
@@ -107,84 +103,31 @@ async fn hold_and_run(
         key: key.clone(),
         source: options.source.clone(),
         nonblock,
-        detached: matches!(options.command, CommandSpec::Detach { .. }),
+        detached: matches!(options.command, CommandSpec::Detach),
     };
-    let cancel = CancellationToken::new();
-    let started = Instant::now();
-    // Waiters ahead of us, as the backend last reported; MAX: unknown.
-    let ahead = AtomicUsize::new(usize::MAX);
-    let on_progress = |p: WaitProgress| ahead.store(p.ahead.unwrap_or(usize::MAX), Relaxed);
-    let acquire = backend.acquire(&request, cancel.clone(), &on_progress);
-    tokio::pin!(acquire);
-    let deadline = async {
-        match options.timeout {
-            Some(t) if !nonblock => tokio::time::sleep(t).await,
-            _ => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let mut status = StatusLine::new();
-    let show_status = status.enabled() && !nonblock;
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + STATUS_DELAY,
-        Duration::from_secs(1),
-    );
-    // Why we cancelled: a signal's number, or None for the timeout.
-    let mut cancelled_by: Option<Option<i32>> = None;
-    let acquired = loop {
-        tokio::select! {
-            r = &mut acquire => break r,
-            _ = &mut deadline, if cancelled_by.is_none() => {
-                cancelled_by = Some(None);
-                cancel.cancel();
-            }
-            sig = signals.recv(), if cancelled_by.is_none() => {
-                if Signals::stops_waiting(sig) {
-                    cancelled_by = Some(Some(sig));
-                    cancel.cancel();
-                } else if sig == libc::SIGTSTP {
-                    // Ctrl-Z while waiting: stop as if it were not caught,
-                    // still in line.
-                    status.clear();
-                    terminal::stop_self(false);
-                }
-            }
-            _ = tick.tick(), if show_status && cancelled_by.is_none() => {
-                let ahead = Some(ahead.load(Relaxed)).filter(|&n| n != usize::MAX);
-                status.waiting(key, &server, started.elapsed(), ahead);
-            }
-        }
-    };
-    status.clear();
-    let waited = started.elapsed().as_secs_f64();
-    let held = match acquired.with_context(|| format!("lock '{key}' on {server}"))? {
+    let outcome =
+        waiting::wait_for_grant(backend, config, &request, options.timeout, signals).await;
+    let waited = outcome.waited.as_secs_f64();
+    let held = match outcome
+        .acquired
+        .with_context(|| format!("lock '{key}' on {server}"))?
+    {
         Acquired::Held(held) => held,
-        Acquired::Busy => {
-            if verbose {
-                eprintln!("lc-cli: failed to get lock '{key}' on {server}: it is held");
+        Acquired::Busy => return not_taken(config, options, "failed to get lock".into()).await,
+        Acquired::Cancelled => match outcome.withdrawn {
+            Some(Withdrawn::Signal(sig)) => {
+                if verbose {
+                    eprintln!(
+                        "lc-cli: stopped waiting for '{key}' on {server} after {waited:.6} seconds: signal {sig}"
+                    );
+                }
+                return Ok(ExitCode::Signal(sig));
             }
-            return Ok(ExitCode::Raw(options.conflict_exit_code));
-        }
-        Acquired::Cancelled => {
-            return Ok(match cancelled_by.flatten() {
-                Some(sig) => {
-                    if verbose {
-                        eprintln!(
-                            "lc-cli: stopped waiting for '{key}' on {server} after {waited:.6} seconds: signal {sig}"
-                        );
-                    }
-                    ExitCode::Signal(sig)
-                }
-                None => {
-                    if verbose {
-                        eprintln!(
-                            "lc-cli: timeout while waiting to get lock '{key}' on {server} ({waited:.6} seconds)"
-                        );
-                    }
-                    ExitCode::Raw(options.conflict_exit_code)
-                }
-            });
-        }
+            Some(Withdrawn::Timeout) | None => {
+                let what = format!("timeout after {waited:.3} seconds while waiting to get lock");
+                return not_taken(config, options, what).await;
+            }
+        },
     };
     if verbose {
         eprintln!("lc-cli: getting lock '{key}' on {server} took {waited:.6} seconds");
@@ -195,11 +138,11 @@ async fn hold_and_run(
         return Ok(ExitCode::Signal(sig));
     }
     match &options.command {
-        CommandSpec::Detach { quiet } => {
+        CommandSpec::Detach => {
             held.detach()
                 .await
                 .with_context(|| format!("lock '{key}' on {server}"))?;
-            if !quiet {
+            if !options.quiet {
                 eprintln!(
                     "'{key}' is held until '{}'",
                     super::command_line(config, "unlock", key)
@@ -224,6 +167,30 @@ async fn hold_and_run(
             run_child(held, argv, key, config, options, signals).await
         }
     }
+}
+
+/// The lock was not taken (held with `-n`, or the `-w` deadline passed):
+/// one line naming the holder where the service knows it, unless quiet,
+/// and the conflict status.
+async fn not_taken(
+    config: &BackendConfig,
+    options: &LockOptions,
+    what: String,
+) -> Result<ExitCode> {
+    if !options.quiet {
+        let key = &options.key;
+        let info = holder::lookup_anew(config, key).await;
+        let detail = match &info {
+            Some(_) => holder::clause(info.as_ref(), config, key),
+            None => ": it is held".to_string(),
+        };
+        eprintln!(
+            "lc-cli: {what} '{}' on {}{detail}",
+            super::printable(key),
+            config.server
+        );
+    }
+    Ok(ExitCode::Raw(options.conflict_exit_code))
 }
 
 async fn run_child(

@@ -2,12 +2,14 @@
 //! config and dispatches.
 
 pub mod completions;
+mod holder;
 pub mod keys;
 pub mod lock;
 pub mod reset;
 pub mod serve;
 pub mod unlock;
 pub mod wait;
+mod waiting;
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -218,6 +220,29 @@ pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) 
             shell_quote(key)
         )
     }
+}
+
+/// Text from the service (keys, sources, peers) as a terminal may show it:
+/// control characters escaped, so a key cannot forge a line or recolour
+/// the terminal.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A word as a POSIX shell reads it back: as is when safe, else quoted.
