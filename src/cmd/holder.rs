@@ -85,7 +85,7 @@ mod tests {
         };
         assert_eq!(
             describe(&info, now),
-            "held by 'ci-7\\x1b[31m' (peer 10.0.0.5:41000) for 3m05s, since 2027-01-15T08:26:55Z"
+            "held by 'ci-7\\x1b[31m' (peer 10.0.0.5:41000) for 3m05s, since 2027-01-15T07:56:55Z"
         );
         assert_eq!(short(&info, now), "held by 'ci-7\\x1b[31m' for 3m05s");
     }
