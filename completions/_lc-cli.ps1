@@ -120,6 +120,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             break
         }
         'lc-cli;keys' {
+            [CompletionResult]::new('--sort', '--sort', [CompletionResultType]::ParameterName, 'Order: by key, or by age (the oldest hold first: the stuck one)')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per key, one per line')

@@ -265,12 +265,16 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__keys)
-            opts="-v -h --json --server --connect-timeout --verbose --help"
+            opts="-v -h --json --sort --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --sort)
+                    COMPREPLY=($(compgen -W "key age" -- "${cur}"))
+                    return 0
+                    ;;
                 --server)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

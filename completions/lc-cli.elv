@@ -111,6 +111,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --help 'Print help'
         }
         &'lc-cli;keys'= {
+            cand --sort 'Order: by key, or by age (the oldest hold first: the stuck one)'
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand --json 'One JSON object per key, one per line'

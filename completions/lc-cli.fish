@@ -74,6 +74,8 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l server -d 'The l
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s h -l help -d 'Print help'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l sort -d 'Order: by key, or by age (the oldest hold first: the stuck one)' -r -f -a "key\t''
+age\t''"
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l json -d 'One JSON object per key, one per line'

@@ -232,8 +232,18 @@ pub struct KeysArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Order: by key, or by age (the oldest hold first: the stuck one)
+    #[arg(long, value_enum, default_value = "key", value_name = "ORDER")]
+    pub sort: KeysOrder,
+
     #[command(flatten)]
     pub service: ServiceArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeysOrder {
+    Key,
+    Age,
 }
 
 #[derive(Debug, Args)]

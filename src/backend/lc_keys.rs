@@ -29,9 +29,14 @@ pub async fn list(
         Some(m) => m.to_string(),
         None => manager_addr(lock_addr)?,
     };
+    let derived = manager.is_none();
     let unavailable = |reason: String| BackendError::Unavailable {
         server: format!("{addr} (the manager port of {lock_addr})"),
-        reason,
+        reason: if derived {
+            format!("{reason} (a manager elsewhere is given as lc://{lock_addr}?manager=HOST:PORT)")
+        } else {
+            reason
+        },
     };
     let exchange = async {
         let mut stream = TcpStream::connect(&addr)

@@ -68,6 +68,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             &top.config(&args.service)?,
             args.pattern.as_deref(),
             args.json,
+            args.sort,
         ),
         Command::Serve(args) => {
             top.refuse("serve")?;
