@@ -131,8 +131,7 @@ impl Backend for LcBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         self.check_key(&request.key)?;
-        proto::check_source(request.source.as_bytes())
-            .map_err(|e| BackendError::Other(e.to_string()))?;
+        check_source(&request.source)?;
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {
@@ -197,7 +196,7 @@ impl Backend for LcBackend {
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
-        proto::check_source(source.as_bytes()).map_err(|e| BackendError::Other(e.to_string()))?;
+        check_source(source)?;
         self.expect_ok(Request::ResetBySource {
             source: source.as_bytes().to_vec(),
         })
@@ -232,6 +231,14 @@ impl LcBackend {
         }
         Ok(Acquired::Cancelled)
     }
+}
+
+/// A source the protocol cannot carry is the caller's mistake (64), not ours.
+fn check_source(source: &str) -> Result<()> {
+    proto::check_source(source.as_bytes()).map_err(|e| BackendError::BadSource {
+        source_name: source.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 struct LcHeld {

@@ -14,8 +14,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::ExitCode;
-
 /// How a backend is reached and tuned; built from the command line, never a
 /// clap type.
 #[derive(Debug, Clone)]
@@ -307,20 +305,13 @@ pub enum BackendError {
     Protocol { server: String, reason: String },
     #[error("invalid key '{key}': {reason}")]
     BadKey { key: String, reason: String },
+    #[error("invalid source '{source_name}': {reason}")]
+    BadSource { source_name: String, reason: String },
     #[error("{0}")]
     Other(String),
 }
 
 impl BackendError {
-    pub fn exit_code(&self) -> ExitCode {
-        match self {
-            BackendError::Unavailable { .. } => ExitCode::Unavailable,
-            BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
-            BackendError::BadKey { .. } => ExitCode::Usage,
-            BackendError::Other(_) => ExitCode::Software,
-        }
-    }
-
     /// Worth retrying (a release that could not reach the service).
     pub fn is_transient(&self) -> bool {
         matches!(self, BackendError::Unavailable { .. })

@@ -1,12 +1,12 @@
 //! `lc-cli keys [PATTERN] [--json]`: who holds what, since when, and how many
 //! wait behind them.
 
-use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
+use super::OrFail;
 use crate::backend::{BackendConfig, KeyInfo};
 use crate::cli::KeysOrder;
 use crate::exit::ExitCode;
@@ -18,10 +18,11 @@ pub fn run(
     order: KeysOrder,
 ) -> Result<ExitCode> {
     let mut keys = super::block_on(async {
-        let backend = crate::backend::connect(config).await?;
+        let backend = crate::backend::connect(config).await.or_fail()?;
         let keys = backend.keys().await;
         backend.close().await;
-        keys.with_context(|| format!("list keys on {}", config.server))
+        keys.or_fail()
+            .with_context(|| format!("list keys on {}", config.server))
     })?;
     if let Some(p) = pattern {
         let glob = WildMatch::new(p);
@@ -34,9 +35,7 @@ pub fn run(
     } else {
         as_table(&keys, now)
     };
-    let mut stdout = std::io::stdout().lock();
-    // A closed pipe (`lc-cli keys | head`) is not an error worth a message.
-    let _ = stdout.write_all(out.as_bytes());
+    super::print_out(out)?;
     Ok(ExitCode::Success)
 }
 

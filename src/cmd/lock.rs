@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use super::holder;
 use super::waiting::{self, Withdrawn};
+use super::OrFail;
 use crate::backend::{Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest};
 use crate::child;
 use crate::cli::RunArgs;
@@ -110,6 +111,7 @@ async fn hold_and_run(
     let waited = outcome.waited.as_secs_f64();
     let held = match outcome
         .acquired
+        .or_fail()
         .with_context(|| format!("lock '{key}' on {server}"))?
     {
         Acquired::Held(held) => held,
@@ -141,6 +143,7 @@ async fn hold_and_run(
         CommandSpec::Detach => {
             held.detach()
                 .await
+                .or_fail()
                 .with_context(|| format!("lock '{key}' on {server}"))?;
             if !options.quiet {
                 eprintln!(

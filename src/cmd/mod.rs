@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Parser;
 
-use crate::backend::{Backend, BackendConfig, ServerUrl, DEFAULT_CONNECT_TIMEOUT};
+use crate::backend::{Backend, BackendConfig, BackendError, ServerUrl, DEFAULT_CONNECT_TIMEOUT};
 use crate::cli::{Cli, Command, DeprecatedTuning, ServiceArgs};
 use crate::exit::{fail, ExitCode};
 
@@ -169,14 +169,37 @@ pub(crate) fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) 
     result
 }
 
+/// The status a backend error ends lc-cli with: decided here, at the
+/// boundary between the commands and the backends.
+fn status_of(e: &BackendError) -> ExitCode {
+    match e {
+        BackendError::Unavailable { .. } => ExitCode::Unavailable,
+        BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+        BackendError::BadKey { .. } | BackendError::BadSource { .. } => ExitCode::Usage,
+        BackendError::Other(_) => ExitCode::Software,
+    }
+}
+
+/// A backend result as a command's: the error becomes a failure with its
+/// exit status.
+pub(crate) trait OrFail<T> {
+    fn or_fail(self) -> Result<T>;
+}
+
+impl<T> OrFail<T> for crate::backend::Result<T> {
+    fn or_fail(self) -> Result<T> {
+        self.map_err(|e| fail(status_of(&e), e.to_string()))
+    }
+}
+
 /// Connects to the backend, refusing a bad key before any connection.
 pub(crate) async fn connect_for(config: &BackendConfig, keys: &[&str]) -> Result<Box<dyn Backend>> {
     for key in keys {
         check_key_shape(key)?;
     }
-    let backend = crate::backend::connect(config).await?;
+    let backend = crate::backend::connect(config).await.or_fail()?;
     for key in keys {
-        backend.check_key(key)?;
+        backend.check_key(key).or_fail()?;
     }
     Ok(backend)
 }
@@ -220,6 +243,22 @@ pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) 
             shell_quote(&server),
             shell_quote(key)
         )
+    }
+}
+
+/// Writes to stdout, one policy for every subcommand: a closed stdout
+/// (`lc-cli keys | head -1`) is not an error, the output is dropped and the
+/// command ends with its own status (as zoxide's `pipe_exit`); any other
+/// write error is one.
+pub(crate) fn print_out(text: impl AsRef<[u8]>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(fail(
+            ExitCode::Software,
+            format!("cannot write to stdout: {e}"),
+        )),
+        _ => Ok(()),
     }
 }
 
