@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lc_cli_global_optspecs
-    string join \n s/server= v/verbose connect-timeout= session-timeout= ttl= queue-timeout= h/help V/version
+    string join \n server= connect-timeout= session-timeout= ttl= queue-timeout= v/verbose h/help V/version
 end
 
 function __fish_lc_cli_needs_command
@@ -24,16 +24,12 @@ function __fish_lc_cli_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_needs_command" -l server -d 'The lock service, for the subcommands that talk to one (as their own --server, which wins)' -r
+complete -c lc-cli -n "__fish_lc_cli_needs_command" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -s V -l version -d 'Print version'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
-complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "trylock" -d 'Like `lock --nonblock`: take KEY only if it is free now'
+complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
@@ -42,85 +38,60 @@ complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "serve" -d 'Run the bu
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s w -l timeout -l wait -d 'Stop waiting after DURATION (30s, 5m, or seconds such as 2.5; 0: like -n)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s n -l nonblock -l no-wait -d 'Do not wait: if KEY is held, exit with the conflict status at once'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s w -l timeout -l wait -d 'Stop waiting after DURATION (30s, 5m, or seconds such as 2.5; 0: like -n)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s n -l nonblock -l no-wait -d 'Do not wait: if KEY is held, exit with the conflict status at once'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s w -l timeout -l wait -d 'Stop waiting after DURATION' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit status on timeout' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s q -l quiet -d 'No line on stderr for a timeout'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l source -d 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l sort -d 'Order: by key, or by age (the oldest hold first: the stuck one)' -r -f -a "key\t''
+age\t''"
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l json -d 'One JSON object per key, one per line'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s l -l listen -d 'Address to listen on (loopback by default; port 0 picks a free one)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l data -d 'Keep held keys in a write-ahead log at PATH, so they survive a restart' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 'How long a client may take to send its whole request' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s s -l server -d 'The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -l session-timeout -d 'ZooKeeper session timeout: how long a dead holder keeps the lock' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -l ttl -d 'Redis lease on the lock key, renewed at a third of it while held' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -l queue-timeout -d 'Redis: how long a dead waiter keeps its place in the queue' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "trylock" -d 'Like `lock --nonblock`: take KEY only if it is free now'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
@@ -128,3 +99,4 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "serve" -d 'Run the built-in lock server'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -f -a "bash zsh fish elvish powershell"

@@ -5,7 +5,9 @@
 #   bash scripts/demo.sh ./deploy.sh      # runs your command instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
+# Cargo's own progress: a first build takes a minute or two.
+echo "building lc-cli (cargo build --release)..." >&2
+cargo build --release
 bin=target/release/lc-cli
 out=$(mktemp)
 "$bin" serve --listen 127.0.0.1:0 >"$out" &

@@ -1,13 +1,20 @@
 //! The command line: clap types only, no logic. `cmd` turns them into plain
 //! config before anything else sees them.
+//!
+//! Options live on the subcommands that use them: only the commands that
+//! talk to a lock service have `--server` and `--connect-timeout`, and a
+//! backend's tuning is part of its server address (`redis://h/0?ttl=30s`),
+//! so `serve` and `completions` show only their own options.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::ServerSpec;
+use crate::backend::ServerUrl;
+pub use crate::duration::parse_duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -16,46 +23,53 @@ use crate::backend::ServerSpec;
     about = "A distributed flock(1): take a named lock from a lock service, run a command while holding it",
     after_help = "Exit status: the command's own; 1 when the lock was not taken (-E changes it); \
 64 usage, 65 corrupt log (serve --data), 69 service unreachable, 70 internal error, 74 release failed, 75 lock lost, \
-76 refused or unexpected answer, 126 cannot execute, 127 not found, 128+N signal N."
+76 refused or unexpected answer, 126 cannot execute, 127 not found, 128+N signal N \
+(lc-cli then kills itself with N after the release, so a parent sees it killed by N)."
 )]
 pub struct Cli {
-    /// The lock service: HOST:PORT or lc://HOST:PORT (built-in protocol),
-    /// zk://HOST:PORT[,HOST:PORT...][/PATH], redis://HOST:PORT[,HOST:PORT...][/DB]
-    #[arg(long, short = 's', global = true, env = "LC_SERVER", default_value = crate::backend::DEFAULT_SERVER, value_name = "URL")]
-    pub server: ServerSpec,
+    /// The lock service, for the subcommands that talk to one (as their own
+    /// --server, which wins)
+    #[arg(long, value_name = "URL")]
+    pub server: Option<ServerUrl>,
+
+    /// Before the subcommand, as the subcommand's --connect-timeout
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+
+    #[command(flatten)]
+    pub deprecated: DeprecatedTuning,
 
     /// Say more: how long the wait took, what runs, each server event
+    /// (global: before or after the subcommand)
     #[arg(long, short, global = true)]
     pub verbose: bool,
 
-    /// How long to keep trying to reach the service (name lookup included)
-    #[arg(long, global = true, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
-    pub connect_timeout: std::time::Duration,
-
-    /// ZooKeeper session timeout: how long a dead holder keeps the lock
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub session_timeout: std::time::Duration,
-
-    /// Redis lease on the lock key, renewed at a third of it while held
-    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
-    pub ttl: std::time::Duration,
-
-    /// Redis: how long a dead waiter keeps its place in the queue
-    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
-    pub queue_timeout: std::time::Duration,
-
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The tuning flags of earlier releases, now parameters of the server
+/// address; still accepted before the subcommand, with a note.
+#[derive(Debug, Args)]
+pub struct DeprecatedTuning {
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub session_timeout: Option<Duration>,
+
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Option<Duration>,
+
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub queue_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends
     Lock(LockArgs),
-    /// Like `lock --nonblock`: take KEY only if it is free now
-    Trylock(LockArgs),
+    /// Take KEY only if it is free now, run COMMAND while holding it
+    Trylock(RunArgs),
     /// Release KEY (a hold left by `lock` without a command)
-    Unlock(KeyArgs),
+    Unlock(UnlockArgs),
     /// Wait until KEY is free: take it in turn and release it at once
     Wait(WaitArgs),
     /// Force-release keys (by key, or by the source that holds them)
@@ -71,20 +85,47 @@ pub enum Command {
     },
 }
 
+/// How to reach the lock service: on every subcommand that talks to one.
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    /// The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]:
+    /// HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol),
+    /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s],
+    /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<ServerUrl>,
+
+    /// How long to keep trying to reach the service (name lookup included)
+    /// [default: 2s]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+}
+
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// The lock's name (1 to 127 bytes)
-    pub key: String,
-
     /// Do not wait: if KEY is held, exit with the conflict status at once
     #[arg(long, short = 'n', visible_alias = "no-wait")]
     pub nonblock: bool,
 
     /// Stop waiting after DURATION (30s, 5m, or seconds such as 2.5; 0: like -n)
-    #[arg(long, short = 'w', visible_alias = "wait", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: Option<std::time::Duration>,
+    #[arg(long, short = 'w', visible_alias = "wait", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
+    pub timeout: Option<Duration>,
 
-    /// Exit status when the lock was not taken (held with -n, or timed out)
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// What `lock` and `trylock` share: the key, the command, what to do when
+/// the lock is not taken.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's name (1 to 127 bytes)
+    pub key: String,
+
+    /// Exit status when the lock was not taken (held with -n, or timed
+    /// out); one line on stderr then says so and, where the service knows
+    /// it, names the holder, since when, and the reset command that clears
+    /// it (without -v, unlike flock; -q silences it)
     #[arg(long, short = 'E', default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
     pub conflict_exit_code: i32,
 
@@ -99,15 +140,32 @@ pub struct LockArgs {
 
     /// Grace between SIGTERM and SIGKILL when lc-cli must stop the command
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub kill_after: std::time::Duration,
+    pub kill_after: Duration,
+
+    /// No line on stderr for a conflict, a timeout, or a hold kept without a
+    /// command
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 
     #[command(flatten)]
     pub source: SourceArg,
 
-    /// The command to run while holding KEY; without one, KEY stays held
-    /// until `unlock` or `reset`
-    #[arg(last = true, value_name = "COMMAND")]
+    #[command(flatten)]
+    pub service: ServiceArgs,
+
+    /// The command to run while holding KEY, with its arguments and options
+    /// (`--` before it is optional); without one, KEY stays held until
+    /// `unlock` or `reset`
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
+
+    /// `--` was given with no command after it (set by `cmd::parse`).
+    #[arg(skip)]
+    pub empty_after_dashdash: bool,
 }
 
 #[derive(Debug, Args)]
@@ -118,24 +176,36 @@ pub struct SourceArg {
 }
 
 #[derive(Debug, Args)]
-pub struct KeyArgs {
+pub struct UnlockArgs {
+    /// The key to release: one held by `lc-cli lock KEY` without a command
     pub key: String,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct WaitArgs {
+    /// The key to wait for; it is taken in turn and released at once
     pub key: String,
 
     /// Stop waiting after DURATION
-    #[arg(long, short = 'w', visible_alias = "wait", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: Option<std::time::Duration>,
+    #[arg(long, short = 'w', visible_alias = "wait", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
+    pub timeout: Option<Duration>,
 
     /// Exit status on timeout
     #[arg(long, short = 'E', default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
     pub conflict_exit_code: i32,
 
+    /// No line on stderr for a timeout
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
     #[command(flatten)]
     pub source: SourceArg,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +218,9 @@ pub struct ResetArgs {
     /// (never taken from LC_SOURCE)
     #[arg(long, num_args = 1.., value_name = "SOURCE")]
     pub source: Vec<String>,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +231,19 @@ pub struct KeysArgs {
     /// One JSON object per key, one per line
     #[arg(long)]
     pub json: bool,
+
+    /// Order: by key, or by age (the oldest hold first: the stuck one)
+    #[arg(long, value_enum, default_value = "key", value_name = "ORDER")]
+    pub sort: KeysOrder,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeysOrder {
+    Key,
+    Age,
 }
 
 #[derive(Debug, Args)]
@@ -178,7 +264,7 @@ pub struct ServeArgs {
 
     /// How long a client may take to send its whole request
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
-    pub read_timeout: std::time::Duration,
+    pub read_timeout: Duration,
 
     /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]
     #[arg(long, value_name = "ADDR")]
@@ -187,19 +273,6 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
-}
-
-/// `30s`, `5m`, `1h 30m`, or a bare number of seconds with fractions (`2.5`),
-/// as flock takes it.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<f64>() {
-        if !secs.is_finite() || secs < 0.0 {
-            return Err(format!("'{s}' is not a duration"));
-        }
-        return Ok(std::time::Duration::from_secs_f64(secs));
-    }
-    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration: {e}"))
 }
 
 #[cfg(test)]
@@ -212,23 +285,51 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("2.5").unwrap().as_millis(), 2500);
-        assert_eq!(parse_duration("30s").unwrap().as_secs(), 30);
-        assert_eq!(parse_duration("5m").unwrap().as_secs(), 300);
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("soon").is_err());
+    fn lock_args(argv: &[&str]) -> LockArgs {
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Lock(args) => args,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn command_after_double_dash() {
-        let cli =
-            Cli::try_parse_from(["lc-cli", "lock", "k", "-w", "3", "--", "ls", "-l"]).unwrap();
-        let Command::Lock(args) = cli.command else {
-            panic!()
-        };
-        assert_eq!(args.command, ["ls", "-l"]);
+        let args = lock_args(&["lc-cli", "lock", "k", "-w", "3", "--", "ls", "-l"]);
+        assert_eq!(args.run.command, ["ls", "-l"]);
         assert_eq!(args.timeout.unwrap().as_secs(), 3);
+    }
+
+    #[test]
+    fn command_without_double_dash_keeps_its_options() {
+        let args = lock_args(&[
+            "lc-cli", "lock", "k", "-w", "3", "ls", "-l", "-w", "--", "x",
+        ]);
+        assert_eq!(args.run.command, ["ls", "-l", "-w", "--", "x"]);
+        assert_eq!(args.timeout.unwrap().as_secs(), 3);
+        let args = lock_args(&["lc-cli", "lock", "k", "-c", "echo hi"]);
+        assert_eq!(args.run.shell_command.as_deref(), Some("echo hi"));
+        assert!(args.run.command.is_empty());
+    }
+
+    #[test]
+    fn the_service_options_are_not_on_serve_or_completions() {
+        let cmd = Cli::command();
+        for name in ["serve", "completions"] {
+            let sub = cmd.find_subcommand(name).unwrap();
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                assert!(
+                    !["server", "connect_timeout", "ttl"].contains(&id),
+                    "{name} has --{id}"
+                );
+            }
+        }
+        assert!(Cli::try_parse_from(["lc-cli", "serve", "--server", "h:1"]).is_err());
+        assert!(Cli::try_parse_from(["lc-cli", "-s", "h:1", "keys"]).is_err());
+    }
+
+    #[test]
+    fn trylock_has_no_wait_option() {
+        assert!(Cli::try_parse_from(["lc-cli", "trylock", "-w", "3", "k"]).is_err());
     }
 }

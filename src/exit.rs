@@ -1,4 +1,5 @@
-//! Exit statuses: the only place in the crate that picks a number.
+//! Exit statuses: the only place in the crate that picks a number. A leaf:
+//! it knows no other module of the crate.
 //!
 //! Status 1 means only "the lock was not taken" (flock's convention, and
 //! changeable with `-E`). lc-cli's own failures use sysexits.h numbers so a
@@ -94,26 +95,75 @@ pub fn fail(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
+/// Ends the process with the result of `run`. A status that stands for
+/// signal N (the command died of it, or it stopped the wait) is re-raised on
+/// lc-cli with the default disposition, after the release, so a parent sees
+/// "killed by N" as with the bare command and a shell loop stops on Ctrl-C
+/// (`$?` is still 128+N). Signals whose default is not to end a process
+/// (job control, SIGCHLD, SIGWINCH...) leave 128+N as a plain status.
+pub fn exit(result: anyhow::Result<ExitCode>) -> ! {
+    let code = code_of(result);
+    if let ExitCode::Signal(n) = code {
+        die_of(n);
+    }
+    std::process::exit(code.code())
+}
+
+fn die_of(n: i32) {
+    use nix::sys::signal::{self, SigHandler, SigSet, SigmaskHow, Signal};
+    let Ok(sig) = Signal::try_from(n) else {
+        return;
+    };
+    use Signal::*;
+    if matches!(
+        sig,
+        SIGTSTP | SIGTTIN | SIGTTOU | SIGSTOP | SIGCONT | SIGCHLD | SIGURG | SIGWINCH
+    ) {
+        return;
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // The command's SIGQUIT or SIGSEGV must not leave a core file of lc-cli.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_CORE, &mut limit) == 0 {
+            limit.rlim_cur = 0;
+            libc::setrlimit(libc::RLIMIT_CORE, &limit);
+        }
+    }
+    // SAFETY: SIG_DFL installs no handler of ours; nothing runs after this
+    // but the raise.
+    let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
+    let mut set = SigSet::empty();
+    set.add(sig);
+    let _ = signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    let _ = signal::raise(sig);
+}
+
 /// Turns the result of `run` into a status, printing one line for a failure.
 pub fn status_of(result: anyhow::Result<ExitCode>) -> i32 {
+    code_of(result).code()
+}
+
+fn code_of(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
-        Ok(code) => code.code(),
+        Ok(code) => code,
         Err(err) => {
             if let Some(silent) = err.downcast_ref::<SilentExit>() {
-                return silent.0.code();
+                return silent.0;
             }
+            // Every failure with a status of its own is a `Failure` (backend
+            // errors become one at the `cmd` boundary); anything else is ours.
             let code = err
                 .chain()
                 .find_map(|e| e.downcast_ref::<Failure>().map(|f| f.code))
-                .or_else(|| {
-                    err.chain().find_map(|e| {
-                        e.downcast_ref::<crate::backend::BackendError>()
-                            .map(|b| b.exit_code())
-                    })
-                })
                 .unwrap_or(ExitCode::Software);
             eprintln!("lc-cli: {}", one_line(&err));
-            code.code()
+            code
         }
     }
 }
@@ -201,5 +251,20 @@ mod tests {
     fn failure_code_found_through_context() {
         let err = fail(ExitCode::Unavailable, "cannot reach").context("lock k");
         assert_eq!(status_of(Err(err)), 69);
+    }
+}
+
+#[cfg(test)]
+mod leaf {
+    /// exit.rs imports nothing else of the crate (issue 12: no circle with
+    /// the backends, whose errors become statuses in `cmd`).
+    #[test]
+    fn exit_is_a_leaf() {
+        let source = include_str!("exit.rs");
+        let code = source.split("#[cfg(test)]").next().unwrap();
+        assert!(
+            !code.contains("crate::"),
+            "exit.rs uses another module of the crate"
+        );
     }
 }

@@ -11,6 +11,8 @@
 //!   with [`wal`], its write-ahead log.
 //! - [`manager`]: the reference manager protocol (`keys`, resets) on the lock port + 1.
 //! - [`exit`]: every exit status, in one place.
+//! - [`duration`]: how durations are written, on the command line and in
+//!   server addresses.
 //! - [`docs`]: completion scripts and man pages generated from [`cli`].
 
 pub mod backend;
@@ -18,6 +20,7 @@ pub mod child;
 pub mod cli;
 pub mod cmd;
 pub mod docs;
+pub mod duration;
 pub mod exit;
 pub mod manager;
 pub mod proto;

@@ -1,7 +1,5 @@
-use clap::Parser;
-
 fn main() {
-    let result = match lc_cli::cli::Cli::try_parse() {
+    let result = match lc_cli::cmd::parse(std::env::args_os().collect()) {
         Ok(cli) => lc_cli::cmd::run(cli),
         Err(err) => {
             // Help and version are not errors; everything else is a usage error.
@@ -14,5 +12,5 @@ fn main() {
             Ok(code)
         }
     };
-    std::process::exit(lc_cli::exit::status_of(result));
+    lc_cli::exit::exit(result)
 }

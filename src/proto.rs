@@ -9,7 +9,11 @@
 //! | ResetByKey    | `[3][keySize][key]`                     |
 //! | ResetBySource | `[4][sourceSize][source]`               |
 //! | TryLock       | `[5][keySize][key][sourceSize][source]` |
+//! | Ping (lc-cli) | `[7][keySize][key][sourceSize][source]` |
 //!
+//! Ping is an lc-cli extension: `lc-cli serve` answers `+` (and ignores the
+//! key and source), a reference server `-` (an unknown action): one protocol
+//! byte either way, so a client learns the peer speaks the protocol.
 //! Sizes are one signed byte: a key is 1..=127 bytes, a source 0..=127.
 //! Answers: `+` success, `-` failure, `#` a TryLock found the key held.
 
@@ -22,14 +26,34 @@ pub const ACTION_UNLOCK: u8 = 2;
 pub const ACTION_RESET_BY_KEY: u8 = 3;
 pub const ACTION_RESET_BY_SOURCE: u8 = 4;
 pub const ACTION_TRY_LOCK: u8 = 5;
+pub const ACTION_PING: u8 = 7;
+
+/// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
+/// (Redis, HTTP) sees a whole line and answers with text, which tells it
+/// apart at once from one that stays silent.
+pub const PING_FRAME: [u8; 5] = [ACTION_PING, 2, b'\r', b'\n', 0];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    Lock { key: Vec<u8>, source: Vec<u8> },
-    Unlock { key: Vec<u8> },
-    ResetByKey { key: Vec<u8> },
-    ResetBySource { source: Vec<u8> },
-    TryLock { key: Vec<u8>, source: Vec<u8> },
+    Lock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+    },
+    Unlock {
+        key: Vec<u8>,
+    },
+    ResetByKey {
+        key: Vec<u8>,
+    },
+    ResetBySource {
+        source: Vec<u8>,
+    },
+    TryLock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+    },
+    /// Are you a Locking-Center server? (lc-cli extension)
+    Ping,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +150,12 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 return Ok(Decoded::Incomplete);
             };
             Request::ResetBySource { source }
+        }
+        ACTION_PING => {
+            let (Some(_), Some(_)) = (cur.key()?, cur.field()?) else {
+                return Ok(Decoded::Incomplete);
+            };
+            Request::Ping
         }
         other => return Err(FrameError::UnknownAction(other)),
     };
@@ -239,6 +269,7 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             out.push(ACTION_RESET_BY_SOURCE);
             push_field(&mut out, source);
         }
+        Request::Ping => out.extend_from_slice(&PING_FRAME),
     }
     Ok(out)
 }
@@ -280,6 +311,7 @@ mod tests {
         });
         roundtrip(Request::ResetByKey { key: b"k".to_vec() });
         roundtrip(Request::ResetBySource { source: vec![] });
+        roundtrip(Request::Ping);
     }
 
     #[test]
@@ -348,7 +380,10 @@ mod tests {
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             if let Ok(Decoded::Frame(req, used)) = decode(&bytes) {
                 prop_assert!(used <= bytes.len());
-                prop_assert_eq!(encode(&req).unwrap(), bytes[..used].to_vec());
+                // Any key and source make a ping; the others encode back exactly.
+                if req != Request::Ping {
+                    prop_assert_eq!(encode(&req).unwrap(), bytes[..used].to_vec());
+                }
             }
         }
     }

@@ -24,8 +24,15 @@ impl StatusLine {
         self.enabled
     }
 
-    /// `lc-cli: waiting for 'KEY' on SERVER: 12s, 3 ahead`
-    pub fn waiting(&mut self, key: &str, server: &str, waited: Duration, ahead: Option<usize>) {
+    /// `lc-cli: waiting for 'KEY' on SERVER: 12s, 3 ahead (held by 'ci-7' for 3m05s)`
+    pub fn waiting(
+        &mut self,
+        key: &str,
+        server: &str,
+        waited: Duration,
+        ahead: Option<usize>,
+        holder: Option<&str>,
+    ) {
         let mut text = format!(
             "lc-cli: waiting for '{key}' on {server}: {}",
             format_waited(waited)
@@ -34,6 +41,9 @@ impl StatusLine {
             Some(0) => text.push_str(", next in line"),
             Some(n) => text.push_str(&format!(", {n} ahead")),
             None => {}
+        }
+        if let Some(holder) = holder {
+            text.push_str(&format!(" ({holder})"));
         }
         self.draw(&text);
     }
@@ -75,7 +85,7 @@ impl Drop for StatusLine {
 }
 
 /// `7s`, `2m05s`, `1h02m`.
-fn format_waited(d: Duration) -> String {
+pub fn format_waited(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=59 => format!("{s}s"),

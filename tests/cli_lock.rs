@@ -104,8 +104,11 @@ fn conflict_status_for_nonblock_and_timeout_and_e_changes_it() {
         ]),
         1,
     );
-    // Not a terminal: no status line.
-    assert_eq!(stderr_of(&out), "");
+    // Not a terminal: no status line, one line that says why.
+    let err = stderr_of(&out);
+    assert!(!err.contains('\r'), "{err:?}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("timeout after 0.3"), "{err:?}");
     expect_status(
         &mut server.lc(&["lock", "-w", "200ms", "-E", "3", "busy", "--", "true"]),
         3,

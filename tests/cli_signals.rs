@@ -230,3 +230,63 @@ fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
     assert!(done.exists());
     expect_status(&mut server.lc(&["trylock", "tstp", "--", "true"]), 0);
 }
+
+/// Issue 11, item 10: the status a parent reads is "killed by N", after the
+/// release, when the command died of N or N stopped the wait; a status that
+/// is only a number stays a number; SIGQUIT leaves no core file of lc-cli.
+#[test]
+fn lc_cli_dies_of_the_signal_its_command_died_of() {
+    use std::os::unix::process::ExitStatusExt;
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    for (sig, name) in [
+        (libc::SIGINT, "INT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGQUIT, "QUIT"),
+    ] {
+        let status = server
+            .lc(&["lock", "die", "-c", &format!("kill -{name} $$")])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(sig), "{name}: {status:?}");
+        assert!(!status.core_dumped(), "{name}: lc-cli dumped core");
+        // Released before dying.
+        expect_status(&mut server.lc(&["trylock", "die", "true"]), 0);
+    }
+    let cores: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(cores.is_empty(), "{cores:?}");
+    // Exit 130 is a status, not a signal.
+    let status = server
+        .lc(&["lock", "die", "-c", "exit 130"])
+        .status()
+        .unwrap();
+    assert_eq!((status.code(), status.signal()), (Some(130), None));
+}
+
+#[test]
+fn a_signal_that_stops_the_wait_kills_lc_cli_with_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let server = LoggedServer::start();
+    expect_status(&mut server.lc(&["lock", "--source", "holder", "w"]), 0);
+    let mut waiter = server
+        .lc(&[
+            "lock",
+            "--source",
+            "waiter",
+            "w",
+            "touch",
+            "/nonexistent/ran",
+        ])
+        .spawn()
+        .unwrap();
+    server.wait_queued("w", "waiter");
+    signal(waiter.id() as i32, libc::SIGTERM);
+    let status = waiter.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert!(
+        wait_until(Duration::from_secs(10), || server.logged(&["withdraw 'w'"])),
+        "{}",
+        server.log_text()
+    );
+}

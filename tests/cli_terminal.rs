@@ -403,3 +403,41 @@ fn ctrl_z_while_waiting_stops_lc_cli_still_in_line() {
     );
     pty.type_bytes(b"exit\n");
 }
+
+/// Issue 11, item 10: Ctrl-C in a shell loop around lc-cli stops the loop,
+/// as with the bare command: the command dies of SIGINT, lc-cli releases and
+/// dies of it too, and bash sees its job killed by SIGINT. (Before, lc-cli
+/// exited 130 and the loop went on.)
+#[test]
+fn ctrl_c_stops_a_shell_loop_around_lc_cli() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let (mut pty, _bash) = bash_at_terminal();
+    let line = format!(
+        "for i in 1 2 3; do {BIN} --server {} lock tty-loop -c 'echo $$ >> \"{s}\"; sleep 30'; echo \"after-$((i*10)):$?\"; done; echo LOOP-$((6*7))\n",
+        server.addr,
+        s = started.display()
+    );
+    pty.type_bytes(line.as_bytes());
+    assert!(wait_until(Duration::from_secs(10), || started.exists()));
+    pty.type_bytes(&[0x03]);
+    // Typed ahead: runs once the loop is over (at once if abandoned, after
+    // the other rounds' 30 s sleeps if not).
+    pty.type_bytes(b"echo MARK-$((3*5))\n");
+    assert!(
+        pty.wait_for_output("MARK-15", Duration::from_secs(10)),
+        "the shell did not come back; terminal: {:?}",
+        pty.output()
+    );
+    let out = pty.output();
+    assert!(!out.contains("after-10"), "the loop went on: {out:?}");
+    assert!(!out.contains("LOOP-42"), "the loop went on: {out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&started).unwrap().lines().count(),
+        1
+    );
+    // The key was released.
+    expect_status(&mut server.lc(&["trylock", "tty-loop", "true"]), 0);
+    pty.type_bytes(b"exit\n");
+}

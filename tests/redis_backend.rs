@@ -172,7 +172,7 @@ fn a_killed_holder_frees_the_key_after_its_ttl() {
     )
     .unwrap();
     let (code, _) = holder.finish(LIMIT);
-    assert_eq!(code, -1);
+    assert_eq!(code, 128 + 9, "killed by SIGKILL");
     // The orphaned command is ours to clean up.
     if let Ok(pid) = fs::read_to_string(&pidfile).unwrap().trim().parse::<i32>() {
         let _ = nix::sys::signal::kill(
@@ -594,7 +594,7 @@ fn keys_forgets_a_killed_holder_and_a_killed_waiter() {
         .unwrap();
     }
     let (code, _) = holder.finish(LIMIT);
-    assert_eq!(code, -1);
+    assert_eq!(code, 128 + 9, "killed by SIGKILL");
     drop(waiter);
     if let Ok(pid) = fs::read_to_string(&pidfile).unwrap().trim().parse::<i32>() {
         let _ = nix::sys::signal::kill(

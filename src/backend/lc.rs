@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::lc_probe;
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, LostReason, Result,
     ServerSpec, WaitProgress,
@@ -20,23 +21,21 @@ use crate::proto::{self, Answer, Request};
 /// How long a cancelled Lock waits for the server to confirm the withdrawal.
 const WITHDRAW_GRACE: Duration = Duration::from_secs(5);
 
-/// How long the server may take to answer a request that does not wait
-/// (TryLock, Unlock, the resets): it answers at once when it is alive.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-
 #[derive(Clone)]
 pub struct LcBackend {
     addr: String,
+    manager: Option<String>,
     connect_timeout: Duration,
 }
 
 impl LcBackend {
     pub fn new(config: &BackendConfig) -> Self {
-        let ServerSpec::Lc { addr } = &config.server else {
+        let ServerSpec::Lc { addr, manager } = &config.server else {
             unreachable!("LcBackend built for {}", config.server)
         };
         LcBackend {
             addr: addr.clone(),
+            manager: manager.clone(),
             connect_timeout: config.connect_timeout,
         }
     }
@@ -72,22 +71,30 @@ impl LcBackend {
         Ok(stream)
     }
 
+    /// The answer byte; more than one byte, or another byte, is a peer that
+    /// does not speak the protocol (see `lc_probe`).
     async fn read_answer(&self, stream: &mut TcpStream) -> Result<Answer> {
-        let mut byte = [0u8; 1];
-        match stream.read(&mut byte).await {
+        let mut buf = [0u8; 48];
+        match stream.read(&mut buf).await {
             Ok(0) => Err(self.unavailable("the server closed the connection without an answer")),
-            Ok(_) => Answer::from_byte(byte[0])
-                .ok_or_else(|| self.protocol(format!("unknown answer byte 0x{:02x}", byte[0]))),
+            Ok(n) => match lc_probe::classify(&buf[..n]) {
+                lc_probe::Reply::Answer(a) => Ok(a),
+                lc_probe::Reply::Foreign(bytes) => Err(lc_probe::foreign(&self.addr, &bytes)),
+            },
             Err(e) => Err(self.unavailable(e)),
         }
     }
 
-    /// One request, one answer, for the short actions.
+    /// One request, one answer, for the short actions: a live server answers
+    /// at once, so within the connect timeout plus the round trip measured
+    /// by the connect.
     async fn call(&self, request: Request) -> Result<Answer> {
+        let started = std::time::Instant::now();
         let mut stream = self.send(&request).await?;
-        tokio::time::timeout(ANSWER_TIMEOUT, self.read_answer(&mut stream))
+        let limit = self.connect_timeout + started.elapsed();
+        tokio::time::timeout(limit, self.read_answer(&mut stream))
             .await
-            .map_err(|_| self.unavailable(format!("no answer within {ANSWER_TIMEOUT:?}")))?
+            .map_err(|_| lc_probe::silent(&self.addr, limit))?
     }
 
     async fn unlock_key(&self, key: &str) -> Result<bool> {
@@ -124,8 +131,7 @@ impl Backend for LcBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         self.check_key(&request.key)?;
-        proto::check_source(request.source.as_bytes())
-            .map_err(|e| BackendError::Other(e.to_string()))?;
+        check_source(&request.source)?;
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {
@@ -139,12 +145,17 @@ impl Backend for LcBackend {
             };
         }
         let lock = Request::Lock { key, source };
+        let started = std::time::Instant::now();
         let mut stream = tokio::select! {
             s = self.send(&lock) => s?,
             _ = cancel.cancelled() => return Ok(Acquired::Cancelled),
         };
         progress(WaitProgress::default());
+        // No answer for a moment: check on the side that the peer is a lock
+        // server at all, within the connect timeout plus a round trip.
+        let budget = self.connect_timeout + started.elapsed();
         let answer = tokio::select! {
+            e = lc_probe::watch(&self.addr, lc_probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             a = self.read_answer(&mut stream) => a.map_err(|e| match e {
                 BackendError::Unavailable { server, reason } => BackendError::Unavailable {
                     server,
@@ -181,11 +192,11 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        super::lc_keys::list(&self.addr, self.connect_timeout).await
+        super::lc_keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
-        proto::check_source(source.as_bytes()).map_err(|e| BackendError::Other(e.to_string()))?;
+        check_source(source)?;
         self.expect_ok(Request::ResetBySource {
             source: source.as_bytes().to_vec(),
         })
@@ -220,6 +231,14 @@ impl LcBackend {
         }
         Ok(Acquired::Cancelled)
     }
+}
+
+/// A source the protocol cannot carry is the caller's mistake (64), not ours.
+fn check_source(source: &str) -> Result<()> {
+    proto::check_source(source.as_bytes()).map_err(|e| BackendError::BadSource {
+        source_name: source.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 struct LcHeld {

@@ -18,11 +18,25 @@ pub fn manager_addr(lock_addr: &str) -> Result<String> {
     Ok(format!("{host}:{port}"))
 }
 
-pub async fn list(lock_addr: &str, timeout: Duration) -> Result<Vec<KeyInfo>> {
-    let addr = manager_addr(lock_addr)?;
+/// `manager`: the address given in the server address (`?manager=`), else
+/// the lock port + 1.
+pub async fn list(
+    lock_addr: &str,
+    manager: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<KeyInfo>> {
+    let addr = match manager {
+        Some(m) => m.to_string(),
+        None => manager_addr(lock_addr)?,
+    };
+    let derived = manager.is_none();
     let unavailable = |reason: String| BackendError::Unavailable {
         server: format!("{addr} (the manager port of {lock_addr})"),
-        reason,
+        reason: if derived {
+            format!("{reason} (a manager elsewhere is given as lc://{lock_addr}?manager=HOST:PORT)")
+        } else {
+            reason
+        },
     };
     let exchange = async {
         let mut stream = TcpStream::connect(&addr)

@@ -5,6 +5,7 @@
 
 pub mod lc;
 mod lc_keys;
+mod lc_probe;
 pub mod redis;
 pub mod zk;
 
@@ -12,8 +13,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
-
-use crate::exit::ExitCode;
 
 /// How a backend is reached and tuned; built from the command line, never a
 /// clap type.
@@ -30,24 +29,76 @@ pub struct BackendConfig {
     pub connect_timeout: Duration,
 }
 
-/// A parsed `--server` value.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl BackendConfig {
+    /// The address's tuning, or each default.
+    pub fn new(url: ServerUrl, connect_timeout: Duration) -> Self {
+        let t = url.tuning;
+        BackendConfig {
+            server: url.spec,
+            session_timeout: t.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
+            ttl: t.ttl.unwrap_or(DEFAULT_TTL),
+            queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
+            connect_timeout,
+        }
+    }
+}
+
+/// Where the lock service is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerSpec {
-    /// The Locking-Center protocol (the built-in server): `host:port` or `lc://host:port`.
-    Lc { addr: String },
+    /// The Locking-Center protocol (the built-in server): `host:port` or
+    /// `lc://host:port[?manager=host:port]`.
+    Lc {
+        addr: String,
+        /// The manager port (`keys`), when it is not the lock port + 1.
+        manager: Option<String>,
+    },
     /// `zk://host:port[,host:port...][/path]`
     Zk { hosts: Vec<String>, root: String },
     /// `redis://host:port[,host:port...][/db]`: several hosts form a quorum.
     Redis { nodes: Vec<String>, db: i64 },
 }
 
+/// Backend tuning carried in the address's query (`redis://h/0?ttl=30s`), so
+/// a new backend adds parameters to its scheme, not global flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    pub session_timeout: Option<Duration>,
+    pub ttl: Option<Duration>,
+    pub queue_timeout: Option<Duration>,
+}
+
+/// A `--server` value: the service and the tuning its address carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUrl {
+    pub spec: ServerSpec,
+    pub tuning: Tuning,
+}
+
 pub const DEFAULT_SERVER: &str = "127.0.0.1:22119";
 pub const DEFAULT_ZK_ROOT: &str = "/lc-cli";
+
+/// The query parameters each scheme knows, for the docs and the errors.
+pub const LC_PARAMS: &[&str] = &["manager"];
+pub const ZK_PARAMS: &[&str] = &["session-timeout"];
+pub const REDIS_PARAMS: &[&str] = &["ttl", "queue-timeout"];
 
 impl std::fmt::Display for ServerSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServerSpec::Lc { addr } => write!(f, "{addr}"),
+            ServerSpec::Lc {
+                addr,
+                manager: None,
+            } => write!(f, "{addr}"),
+            ServerSpec::Lc {
+                addr,
+                manager: Some(m),
+            } => write!(f, "lc://{addr}?manager={m}"),
             ServerSpec::Zk { hosts, root } => write!(f, "zk://{}{}", hosts.join(","), root),
             ServerSpec::Redis { nodes, db } => write!(f, "redis://{}/{db}", nodes.join(",")),
         }
@@ -58,53 +109,116 @@ impl std::str::FromStr for ServerSpec {
     type Err = String;
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let s = s.trim();
-        if let Some(rest) = s.strip_prefix("zk://") {
-            let (hosts, root) = match rest.find('/') {
-                Some(i) => (&rest[..i], &rest[i..]),
-                None => (rest, DEFAULT_ZK_ROOT),
-            };
-            let root = root.trim_end_matches('/');
-            let root = if root.is_empty() {
-                DEFAULT_ZK_ROOT
-            } else {
-                root
-            };
-            return Ok(ServerSpec::Zk {
-                hosts: host_list(hosts, 2181)?,
-                root: root.to_string(),
-            });
-        }
-        if let Some(rest) = s.strip_prefix("redis://") {
-            let (hosts, db) = match rest.find('/') {
-                Some(i) => (&rest[..i], &rest[i + 1..]),
-                None => (rest, ""),
-            };
-            let db = if db.is_empty() {
-                0
-            } else {
-                db.parse()
-                    .map_err(|_| format!("'{db}' is not a Redis database number"))?
-            };
-            return Ok(ServerSpec::Redis {
-                nodes: host_list(hosts, 6379)?,
-                db,
-            });
-        }
-        let addr = s.strip_prefix("lc://").unwrap_or(s);
-        if addr.contains("://") {
-            return Err(format!(
-                "unknown server scheme in '{s}' (use host:port, lc://, zk:// or redis://)"
-            ));
-        }
-        let mut hosts = host_list(addr, 22119)?;
-        if hosts.len() != 1 {
-            return Err(format!("'{s}': the lock server is a single host:port"));
-        }
-        Ok(ServerSpec::Lc {
-            addr: hosts.remove(0),
-        })
+        s.parse::<ServerUrl>().map(|u| u.spec)
     }
+}
+
+impl std::str::FromStr for ServerUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        let (base, query) = match s.split_once('?') {
+            Some((b, q)) => (b, q),
+            None => (s, ""),
+        };
+        let mut params = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some((name, value)) if !value.is_empty() => params.push((name, value)),
+                _ => return Err(format!("'{pair}' in '{s}' is not NAME=VALUE")),
+            }
+        }
+        let unknown = |name: &str, scheme: &str, known: &[&str]| {
+            format!(
+                "unknown parameter '{name}' in '{s}' ({scheme} knows {})",
+                known.join(", ")
+            )
+        };
+        let duration = |name: &str, value: &str| {
+            crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{s}': {e}"))
+        };
+        let mut tuning = Tuning::default();
+        let spec = if let Some(rest) = base.strip_prefix("zk://") {
+            for (name, value) in params {
+                match name {
+                    "session-timeout" => tuning.session_timeout = Some(duration(name, value)?),
+                    _ => return Err(unknown(name, "zk://", ZK_PARAMS)),
+                }
+            }
+            parse_zk(rest)?
+        } else if let Some(rest) = base.strip_prefix("redis://") {
+            for (name, value) in params {
+                match name {
+                    "ttl" => tuning.ttl = Some(duration(name, value)?),
+                    "queue-timeout" => tuning.queue_timeout = Some(duration(name, value)?),
+                    _ => return Err(unknown(name, "redis://", REDIS_PARAMS)),
+                }
+            }
+            parse_redis(rest)?
+        } else {
+            let addr = base.strip_prefix("lc://").unwrap_or(base);
+            if addr.contains("://") {
+                return Err(format!(
+                    "unknown server scheme in '{s}' (use host:port, lc://, zk:// or redis://)"
+                ));
+            }
+            let mut manager = None;
+            for (name, value) in params {
+                match name {
+                    "manager" => manager = Some(single_host(value, 22120, s)?),
+                    _ => return Err(unknown(name, "lc://", LC_PARAMS)),
+                }
+            }
+            ServerSpec::Lc {
+                addr: single_host(addr, 22119, s)?,
+                manager,
+            }
+        };
+        Ok(ServerUrl { spec, tuning })
+    }
+}
+
+fn parse_zk(rest: &str) -> std::result::Result<ServerSpec, String> {
+    let (hosts, root) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, DEFAULT_ZK_ROOT),
+    };
+    let root = root.trim_end_matches('/');
+    let root = if root.is_empty() {
+        DEFAULT_ZK_ROOT
+    } else {
+        root
+    };
+    Ok(ServerSpec::Zk {
+        hosts: host_list(hosts, 2181)?,
+        root: root.to_string(),
+    })
+}
+
+fn parse_redis(rest: &str) -> std::result::Result<ServerSpec, String> {
+    let (hosts, db) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let db = if db.is_empty() {
+        0
+    } else {
+        db.parse()
+            .map_err(|_| format!("'{db}' is not a Redis database number"))?
+    };
+    Ok(ServerSpec::Redis {
+        nodes: host_list(hosts, 6379)?,
+        db,
+    })
+}
+
+fn single_host(addr: &str, default_port: u16, whole: &str) -> std::result::Result<String, String> {
+    let mut hosts = host_list(addr, default_port)?;
+    if hosts.len() != 1 {
+        return Err(format!("'{whole}': the lock server is a single host:port"));
+    }
+    Ok(hosts.remove(0))
 }
 
 /// `a:1,b,c:3` -> `["a:1", "b:DEFAULT", "c:3"]`.
@@ -216,20 +330,13 @@ pub enum BackendError {
     Protocol { server: String, reason: String },
     #[error("invalid key '{key}': {reason}")]
     BadKey { key: String, reason: String },
+    #[error("invalid source '{source_name}': {reason}")]
+    BadSource { source_name: String, reason: String },
     #[error("{0}")]
     Other(String),
 }
 
 impl BackendError {
-    pub fn exit_code(&self) -> ExitCode {
-        match self {
-            BackendError::Unavailable { .. } => ExitCode::Unavailable,
-            BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
-            BackendError::BadKey { .. } => ExitCode::Usage,
-            BackendError::Other(_) => ExitCode::Software,
-        }
-    }
-
     /// Worth retrying (a release that could not reach the service).
     pub fn is_transient(&self) -> bool {
         matches!(self, BackendError::Unavailable { .. })
@@ -266,6 +373,12 @@ pub trait Backend: Send + Sync {
 
     /// Every held key, with its holder and how many wait for it.
     async fn keys(&self) -> Result<Vec<KeyInfo>>;
+
+    /// Who holds `key`, where the service knows it (None: free, or not
+    /// said). From `keys` unless a backend has a cheaper way.
+    async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
+        Ok(self.keys().await?.into_iter().find(|k| k.key == key))
+    }
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).
@@ -322,14 +435,22 @@ mod tests {
         assert_eq!(
             parse("127.0.0.1:22119"),
             ServerSpec::Lc {
-                addr: "127.0.0.1:22119".into()
+                addr: "127.0.0.1:22119".into(),
+                manager: None
             }
         );
-        assert_eq!(parse("lc://h:1"), ServerSpec::Lc { addr: "h:1".into() });
+        assert_eq!(
+            parse("lc://h:1"),
+            ServerSpec::Lc {
+                addr: "h:1".into(),
+                manager: None
+            }
+        );
         assert_eq!(
             parse("lockhost"),
             ServerSpec::Lc {
-                addr: "lockhost:22119".into()
+                addr: "lockhost:22119".into(),
+                manager: None
             }
         );
         assert!("a:1,b:2".parse::<ServerSpec>().is_err());
@@ -372,5 +493,44 @@ mod tests {
             }
         );
         assert!("redis://a/x".parse::<ServerSpec>().is_err());
+    }
+
+    #[test]
+    fn tuning_comes_from_the_query() {
+        let u: ServerUrl = "redis://a,b,c/0?ttl=3s&queue-timeout=1m".parse().unwrap();
+        assert_eq!(u.tuning.ttl, Some(Duration::from_secs(3)));
+        assert_eq!(u.tuning.queue_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(u.spec.to_string(), "redis://a:6379,b:6379,c:6379/0");
+        let u: ServerUrl = "zk://h1,h2/locks?session-timeout=10s".parse().unwrap();
+        assert_eq!(u.tuning.session_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(u.spec.to_string(), "zk://h1:2181,h2:2181/locks");
+        let u: ServerUrl = "lc://h:5?manager=h:7".parse().unwrap();
+        assert_eq!(
+            u.spec,
+            ServerSpec::Lc {
+                addr: "h:5".into(),
+                manager: Some("h:7".into())
+            }
+        );
+        assert_eq!(u.spec.to_string(), "lc://h:5?manager=h:7");
+        assert_eq!(u.spec.to_string().parse::<ServerUrl>().unwrap(), u);
+        let config = BackendConfig::new("redis://r".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.ttl, DEFAULT_TTL);
+    }
+
+    #[test]
+    fn unknown_or_bad_parameters_are_refused_naming_the_known_ones() {
+        let e = "redis://r?tll=3s".parse::<ServerUrl>().unwrap_err();
+        assert!(
+            e.contains("'tll'") && e.contains("ttl, queue-timeout"),
+            "{e}"
+        );
+        let e = "zk://z?ttl=3s".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("session-timeout"), "{e}");
+        let e = "h:1?session-timeout=3s".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("manager"), "{e}");
+        assert!("redis://r?ttl".parse::<ServerUrl>().is_err());
+        assert!("redis://r?ttl=-1".parse::<ServerUrl>().is_err());
+        assert!("lc://h:1?manager=a:1,b:2".parse::<ServerUrl>().is_err());
     }
 }

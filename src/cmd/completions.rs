@@ -1,14 +1,12 @@
 //! `lc-cli completions SHELL`: print a completion script, for
 //! `source <(lc-cli completions bash)`.
 
-use std::io::Write;
-
 use anyhow::Result;
 use clap_complete::Shell;
 
 use crate::exit::ExitCode;
 
 pub fn run(shell: Shell) -> Result<ExitCode> {
-    std::io::stdout().write_all(&crate::docs::completion(shell))?;
+    super::print_out(crate::docs::completion(shell))?;
     Ok(ExitCode::Success)
 }

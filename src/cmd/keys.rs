@@ -1,37 +1,53 @@
 //! `lc-cli keys [PATTERN] [--json]`: who holds what, since when, and how many
 //! wait behind them.
 
-use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
+use super::OrFail;
 use crate::backend::{BackendConfig, KeyInfo};
+use crate::cli::KeysOrder;
 use crate::exit::ExitCode;
 
-pub fn run(config: &BackendConfig, pattern: Option<&str>, json: bool) -> Result<ExitCode> {
+pub fn run(
+    config: &BackendConfig,
+    pattern: Option<&str>,
+    json: bool,
+    order: KeysOrder,
+) -> Result<ExitCode> {
     let mut keys = super::block_on(async {
-        let backend = crate::backend::connect(config).await?;
+        let backend = crate::backend::connect(config).await.or_fail()?;
         let keys = backend.keys().await;
         backend.close().await;
-        keys.with_context(|| format!("list keys on {}", config.server))
+        keys.or_fail()
+            .with_context(|| format!("list keys on {}", config.server))
     })?;
     if let Some(p) = pattern {
         let glob = WildMatch::new(p);
         keys.retain(|k| glob.matches(&k.key));
     }
-    keys.sort_by(|a, b| a.key.cmp(&b.key));
+    sort(&mut keys, order);
     let now = SystemTime::now();
     let out = if json {
         as_json(&keys, now)
     } else {
         as_table(&keys, now)
     };
-    let mut stdout = std::io::stdout().lock();
-    // A closed pipe (`lc-cli keys | head`) is not an error worth a message.
-    let _ = stdout.write_all(out.as_bytes());
+    super::print_out(out)?;
     Ok(ExitCode::Success)
+}
+
+/// By key; or by age, oldest first (a hold of unknown age last), then key.
+fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
+    match order {
+        KeysOrder::Key => keys.sort_by(|a, b| a.key.cmp(&b.key)),
+        KeysOrder::Age => keys.sort_by(|a, b| {
+            let age = |k: &KeyInfo| k.since.map_or((1, None), |s| (0, Some(s)));
+            age(a).cmp(&age(b)).then_with(|| a.key.cmp(&b.key))
+        }),
+    }
 }
 
 fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
@@ -61,7 +77,10 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
     out
 }
 
-/// A plain aligned table with a header.
+/// A plain aligned table with a header. Keys, sources and peers have their
+/// control characters escaped: a key with a newline cannot forge a row, nor
+/// an escape sequence recolour the terminal (`--json` has them as JSON
+/// escapes).
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let header = ["KEY", "SOURCE", "PEER", "HELD", "WAITING"].map(String::from);
     let mut rows = vec![header];
@@ -70,9 +89,11 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
             .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
             .unwrap_or_else(|| "-".into());
         rows.push([
-            k.key.clone(),
-            k.source.clone(),
-            k.peer.clone().unwrap_or_else(|| "-".into()),
+            super::printable(&k.key).into_owned(),
+            super::printable(&k.source).into_owned(),
+            k.peer
+                .as_deref()
+                .map_or_else(|| "-".into(), |p| super::printable(p).into_owned()),
             held,
             k.waiting.to_string(),
         ]);
@@ -127,6 +148,31 @@ mod tests {
         assert_eq!(lines[2].find("host-a"), Some(col));
         assert!(lines[2].contains("1h 1m 40s"), "{t}");
         assert!(lines[2].ends_with("12"));
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_rows_or_recolour() {
+        let now = SystemTime::now();
+        let mut forged = info("a\nb    evil  -  1h  0", 0, 5, now);
+        forged.source = "\x1b[31mred".into();
+        let t = as_table(&[forged], now);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert!(!t.contains('\x1b'), "{t:?}");
+        assert!(t.contains("a\\nb") && t.contains("\\x1b[31mred"), "{t}");
+    }
+
+    #[test]
+    fn by_age_is_oldest_first_unknown_last() {
+        let now = SystemTime::now();
+        let mut unknown = info("u", 0, 0, now);
+        unknown.since = None;
+        let mut keys = vec![info("new", 0, 5, now), unknown, info("old", 0, 500, now)];
+        sort(&mut keys, KeysOrder::Age);
+        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(order, ["old", "new", "u"]);
+        sort(&mut keys, KeysOrder::Key);
+        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(order, ["new", "old", "u"]);
     }
 
     #[test]

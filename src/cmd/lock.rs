@@ -4,27 +4,25 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
 use anyhow::{Context, Result};
-use tokio_util::sync::CancellationToken;
 
-use crate::backend::{
-    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, WaitProgress,
-};
+use super::holder;
+use super::waiting::{self, Withdrawn};
+use super::OrFail;
+use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockRequest};
 use crate::child;
-use crate::cli::LockArgs;
+use crate::cli::RunArgs;
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
-use crate::status_line::StatusLine;
-use crate::terminal::{self, Terminal};
+use crate::terminal::Terminal;
 
 /// What to do once the key is ours.
 #[derive(Debug, Clone)]
 pub enum CommandSpec {
     /// Run this program with these arguments.
     Exec(Vec<OsString>),
-    /// Keep the key held after exiting (`lock` without a command).
+    /// Keep the key held after exiting (`lock` without a command); say so
+    /// on stderr unless quiet.
     Detach,
     /// Release at once (`wait`).
     ReleaseAtOnce,
@@ -38,23 +36,35 @@ pub struct LockOptions {
     pub timeout: Option<Duration>,
     pub conflict_exit_code: i32,
     pub kill_after: Duration,
+    /// No line on stderr for a conflict, a timeout or a detached hold.
+    pub quiet: bool,
     pub command: CommandSpec,
 }
 
 impl LockOptions {
-    pub fn from_args(args: LockArgs, nonblock: bool) -> Result<Self> {
+    pub fn from_args(args: RunArgs, nonblock: bool, timeout: Option<Duration>) -> Result<Self> {
         let command = match (args.shell_command, args.command.is_empty()) {
             (Some(script), _) => CommandSpec::Exec(vec!["sh".into(), "-c".into(), script.into()]),
             (None, false) => CommandSpec::Exec(args.command),
+            (None, true) if args.empty_after_dashdash => {
+                return Err(fail(
+                    ExitCode::Usage,
+                    format!(
+                        "no command after '--' for '{}' (leave out '--' to keep the key held until `lc-cli unlock`)",
+                        args.key
+                    ),
+                ))
+            }
             (None, true) => CommandSpec::Detach,
         };
         Ok(LockOptions {
             key: args.key,
             source: args.source.source.unwrap_or_else(super::default_source),
-            nonblock: nonblock || args.nonblock,
-            timeout: args.timeout,
+            nonblock,
+            timeout,
             conflict_exit_code: args.conflict_exit_code,
             kill_after: args.kill_after,
+            quiet: args.quiet,
             command,
         })
     }
@@ -62,9 +72,6 @@ impl LockOptions {
 
 /// How long a failed release is retried before giving up.
 const RELEASE_RETRY: Duration = Duration::from_secs(10);
-
-/// When the status line first appears (a quick grant shows nothing).
-const STATUS_DELAY: Duration = Duration::from_millis(250);
 
 pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Result<ExitCode> {
     super::block_on(async {
@@ -99,82 +106,30 @@ async fn hold_and_run(
         nonblock,
         detached: matches!(options.command, CommandSpec::Detach),
     };
-    let cancel = CancellationToken::new();
-    let started = Instant::now();
-    // Waiters ahead of us, as the backend last reported; MAX: unknown.
-    let ahead = AtomicUsize::new(usize::MAX);
-    let on_progress = |p: WaitProgress| ahead.store(p.ahead.unwrap_or(usize::MAX), Relaxed);
-    let acquire = backend.acquire(&request, cancel.clone(), &on_progress);
-    tokio::pin!(acquire);
-    let deadline = async {
-        match options.timeout {
-            Some(t) if !nonblock => tokio::time::sleep(t).await,
-            _ => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let mut status = StatusLine::new();
-    let show_status = status.enabled() && !nonblock;
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + STATUS_DELAY,
-        Duration::from_secs(1),
-    );
-    // Why we cancelled: a signal's number, or None for the timeout.
-    let mut cancelled_by: Option<Option<i32>> = None;
-    let acquired = loop {
-        tokio::select! {
-            r = &mut acquire => break r,
-            _ = &mut deadline, if cancelled_by.is_none() => {
-                cancelled_by = Some(None);
-                cancel.cancel();
-            }
-            sig = signals.recv(), if cancelled_by.is_none() => {
-                if Signals::stops_waiting(sig) {
-                    cancelled_by = Some(Some(sig));
-                    cancel.cancel();
-                } else if sig == libc::SIGTSTP {
-                    // Ctrl-Z while waiting: stop as if it were not caught,
-                    // still in line.
-                    status.clear();
-                    terminal::stop_self(false);
-                }
-            }
-            _ = tick.tick(), if show_status && cancelled_by.is_none() => {
-                let ahead = Some(ahead.load(Relaxed)).filter(|&n| n != usize::MAX);
-                status.waiting(key, &server, started.elapsed(), ahead);
-            }
-        }
-    };
-    status.clear();
-    let waited = started.elapsed().as_secs_f64();
-    let held = match acquired.with_context(|| format!("lock '{key}' on {server}"))? {
+    let outcome =
+        waiting::wait_for_grant(backend, config, &request, options.timeout, signals).await;
+    let waited = outcome.waited.as_secs_f64();
+    let held = match outcome
+        .acquired
+        .or_fail()
+        .with_context(|| format!("lock '{key}' on {server}"))?
+    {
         Acquired::Held(held) => held,
-        Acquired::Busy => {
-            if verbose {
-                eprintln!("lc-cli: failed to get lock '{key}' on {server}: it is held");
+        Acquired::Busy => return not_taken(config, options, "failed to get lock".into()).await,
+        Acquired::Cancelled => match outcome.withdrawn {
+            Some(Withdrawn::Signal(sig)) => {
+                if verbose {
+                    eprintln!(
+                        "lc-cli: stopped waiting for '{key}' on {server} after {waited:.6} seconds: signal {sig}"
+                    );
+                }
+                return Ok(ExitCode::Signal(sig));
             }
-            return Ok(ExitCode::Raw(options.conflict_exit_code));
-        }
-        Acquired::Cancelled => {
-            return Ok(match cancelled_by.flatten() {
-                Some(sig) => {
-                    if verbose {
-                        eprintln!(
-                            "lc-cli: stopped waiting for '{key}' on {server} after {waited:.6} seconds: signal {sig}"
-                        );
-                    }
-                    ExitCode::Signal(sig)
-                }
-                None => {
-                    if verbose {
-                        eprintln!(
-                            "lc-cli: timeout while waiting to get lock '{key}' on {server} ({waited:.6} seconds)"
-                        );
-                    }
-                    ExitCode::Raw(options.conflict_exit_code)
-                }
-            });
-        }
+            Some(Withdrawn::Timeout) | None => {
+                let what = format!("timeout after {waited:.3} seconds while waiting to get lock");
+                return not_taken(config, options, what).await;
+            }
+        },
     };
     if verbose {
         eprintln!("lc-cli: getting lock '{key}' on {server} took {waited:.6} seconds");
@@ -188,7 +143,14 @@ async fn hold_and_run(
         CommandSpec::Detach => {
             held.detach()
                 .await
+                .or_fail()
                 .with_context(|| format!("lock '{key}' on {server}"))?;
+            if !options.quiet {
+                eprintln!(
+                    "'{key}' is held until '{}'",
+                    super::command_line(config, "unlock", key)
+                );
+            }
             Ok(ExitCode::Success)
         }
         CommandSpec::ReleaseAtOnce => {
@@ -208,6 +170,30 @@ async fn hold_and_run(
             run_child(held, argv, key, config, options, signals).await
         }
     }
+}
+
+/// The lock was not taken (held with `-n`, or the `-w` deadline passed):
+/// one line naming the holder where the service knows it, unless quiet,
+/// and the conflict status.
+async fn not_taken(
+    config: &BackendConfig,
+    options: &LockOptions,
+    what: String,
+) -> Result<ExitCode> {
+    if !options.quiet {
+        let key = &options.key;
+        let info = holder::lookup_anew(config, key).await;
+        let detail = match &info {
+            Some(_) => holder::clause(info.as_ref(), config, key),
+            None => ": it is held".to_string(),
+        };
+        eprintln!(
+            "lc-cli: {what} '{}' on {}{detail}",
+            super::printable(key),
+            config.server
+        );
+    }
+    Ok(ExitCode::Raw(options.conflict_exit_code))
 }
 
 async fn run_child(
@@ -268,15 +254,11 @@ async fn run_child(
     Ok(end.exit_code())
 }
 
-/// One release attempt, bounded in time.
-async fn release_attempt(held: &mut Box<dyn HeldLock>) -> crate::backend::Result<()> {
-    match tokio::time::timeout(RELEASE_RETRY, held.release()).await {
-        Ok(r) => r,
-        Err(_) => Err(BackendError::Unavailable {
-            server: String::new(),
-            reason: format!("no answer within {RELEASE_RETRY:?}"),
-        }),
-    }
+/// One release attempt, bounded in time, after a loss: whatever is left is
+/// given back, and its outcome is not reported (the loss is), so no error
+/// is made up for it.
+async fn release_attempt(held: &mut Box<dyn HeldLock>) {
+    let _ = tokio::time::timeout(RELEASE_RETRY, held.release()).await;
 }
 
 /// Releases, retrying for a bounded time while the service is unreachable;
@@ -295,10 +277,9 @@ async fn release(mut held: Box<dyn HeldLock>, key: &str, config: &BackendConfig)
             return Err(fail(
                 ExitCode::ReleaseFailed,
                 format!(
-                    "could not release '{key}' on {}: {err}; it may still be held: clear it with `lc-cli --server {} reset {}`",
+                    "could not release '{key}' on {}: {err}; it may still be held: clear it with `{}`",
                     config.server,
-                    super::shell_quote(&config.server.to_string()),
-                    super::shell_quote(key)
+                    super::command_line(config, "reset", key)
                 ),
             ));
         }

@@ -2,41 +2,157 @@
 //! config and dispatches.
 
 pub mod completions;
+mod holder;
 pub mod keys;
 pub mod lock;
 pub mod reset;
 pub mod serve;
 pub mod unlock;
 pub mod wait;
+mod waiting;
+
+use std::ffi::OsString;
+use std::time::Duration;
 
 use anyhow::Result;
+use clap::Parser;
 
-use crate::backend::{Backend, BackendConfig};
-use crate::cli::{Cli, Command};
+use crate::backend::{Backend, BackendConfig, BackendError, ServerUrl, DEFAULT_CONNECT_TIMEOUT};
+use crate::cli::{Cli, Command, DeprecatedTuning, ServiceArgs};
 use crate::exit::{fail, ExitCode};
 
-pub fn run(cli: Cli) -> Result<ExitCode> {
-    let config = BackendConfig {
-        server: cli.server,
-        session_timeout: cli.session_timeout,
-        ttl: cli.ttl,
-        queue_timeout: cli.queue_timeout,
-        connect_timeout: cli.connect_timeout,
+/// Parses the command line, and notes what clap cannot tell apart: `lock
+/// KEY --` with nothing after `--` (a usage error) from `lock KEY` (a hold).
+pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
+    let mut cli = Cli::try_parse_from(&argv)?;
+    let run = match &mut cli.command {
+        Command::Lock(args) => &mut args.run,
+        Command::Trylock(run) => run,
+        _ => return Ok(cli),
     };
-    let verbose = cli.verbose;
-    match cli.command {
+    run.empty_after_dashdash = run.command.is_empty() && argv.iter().any(|a| a == "--");
+    Ok(cli)
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let Cli {
+        server,
+        connect_timeout,
+        deprecated,
+        verbose,
+        command,
+    } = cli;
+    let top = TopLevel {
+        server,
+        connect_timeout,
+        deprecated,
+    };
+    match command {
         Command::Lock(args) => {
-            lock::run(&config, lock::LockOptions::from_args(args, false)?, verbose)
+            let config = top.config(&args.run.service)?;
+            let options = lock::LockOptions::from_args(args.run, args.nonblock, args.timeout)?;
+            lock::run(&config, options, verbose)
         }
         Command::Trylock(args) => {
-            lock::run(&config, lock::LockOptions::from_args(args, true)?, verbose)
+            let config = top.config(&args.service)?;
+            lock::run(
+                &config,
+                lock::LockOptions::from_args(args, true, None)?,
+                verbose,
+            )
         }
-        Command::Unlock(args) => unlock::run(&config, &args.key),
-        Command::Wait(args) => wait::run(&config, args, verbose),
-        Command::Reset(args) => reset::run(&config, args),
-        Command::Keys(args) => keys::run(&config, args.pattern.as_deref(), args.json),
-        Command::Serve(args) => serve::run(args, verbose),
-        Command::Completions { shell } => completions::run(shell),
+        Command::Unlock(args) => unlock::run(&top.config(&args.service)?, &args.key),
+        Command::Wait(args) => wait::run(&top.config(&args.service)?, args, verbose),
+        Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
+        Command::Keys(args) => keys::run(
+            &top.config(&args.service)?,
+            args.pattern.as_deref(),
+            args.json,
+            args.sort,
+        ),
+        Command::Serve(args) => {
+            top.refuse("serve")?;
+            serve::run(args, verbose)
+        }
+        Command::Completions { shell } => {
+            top.refuse("completions")?;
+            completions::run(shell)
+        }
+    }
+}
+
+/// The service options given before the subcommand, as earlier releases
+/// took them.
+struct TopLevel {
+    server: Option<ServerUrl>,
+    connect_timeout: Option<Duration>,
+    deprecated: DeprecatedTuning,
+}
+
+impl TopLevel {
+    /// The backend config of a subcommand that talks to a service: its own
+    /// options, else those before it, else LC_SERVER (read only here, so a
+    /// bad one cannot break `serve` or `completions`), else the defaults.
+    fn config(&self, own: &ServiceArgs) -> Result<BackendConfig> {
+        let url = match own.server.clone().or_else(|| self.server.clone()) {
+            Some(url) => url,
+            None => server_from_env()?,
+        };
+        let connect_timeout = own
+            .connect_timeout
+            .or(self.connect_timeout)
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let mut config = BackendConfig::new(url, connect_timeout);
+        let d = &self.deprecated;
+        if let Some(t) = d.session_timeout {
+            deprecated("--session-timeout", "zk://HOST/PATH?session-timeout=10s");
+            config.session_timeout = t;
+        }
+        if let Some(t) = d.ttl {
+            deprecated("--ttl", "redis://HOST/DB?ttl=30s");
+            config.ttl = t;
+        }
+        if let Some(t) = d.queue_timeout {
+            deprecated("--queue-timeout", "redis://HOST/DB?queue-timeout=60s");
+            config.queue_timeout = t;
+        }
+        Ok(config)
+    }
+
+    /// `serve` and `completions` talk to no service.
+    fn refuse(&self, subcommand: &str) -> Result<()> {
+        let d = &self.deprecated;
+        let given = [
+            (self.server.is_some(), "--server"),
+            (self.connect_timeout.is_some(), "--connect-timeout"),
+            (d.session_timeout.is_some(), "--session-timeout"),
+            (d.ttl.is_some(), "--ttl"),
+            (d.queue_timeout.is_some(), "--queue-timeout"),
+        ];
+        match given.iter().find(|(g, _)| *g) {
+            Some((_, flag)) => Err(fail(
+                ExitCode::Usage,
+                format!(
+                    "{flag} is not an option of '{subcommand}', which talks to no lock service"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+fn deprecated(flag: &str, instead: &str) {
+    eprintln!("lc-cli: {flag} is deprecated: put it in the server address, as {instead}");
+}
+
+fn server_from_env() -> Result<ServerUrl> {
+    match std::env::var("LC_SERVER") {
+        Ok(value) if !value.trim().is_empty() => value
+            .parse()
+            .map_err(|e| fail(ExitCode::Usage, format!("invalid LC_SERVER '{value}': {e}"))),
+        _ => Ok(crate::backend::DEFAULT_SERVER
+            .parse()
+            .expect("the default server parses")),
     }
 }
 
@@ -53,14 +169,37 @@ pub(crate) fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) 
     result
 }
 
+/// The status a backend error ends lc-cli with: decided here, at the
+/// boundary between the commands and the backends.
+fn status_of(e: &BackendError) -> ExitCode {
+    match e {
+        BackendError::Unavailable { .. } => ExitCode::Unavailable,
+        BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+        BackendError::BadKey { .. } | BackendError::BadSource { .. } => ExitCode::Usage,
+        BackendError::Other(_) => ExitCode::Software,
+    }
+}
+
+/// A backend result as a command's: the error becomes a failure with its
+/// exit status.
+pub(crate) trait OrFail<T> {
+    fn or_fail(self) -> Result<T>;
+}
+
+impl<T> OrFail<T> for crate::backend::Result<T> {
+    fn or_fail(self) -> Result<T> {
+        self.map_err(|e| fail(status_of(&e), e.to_string()))
+    }
+}
+
 /// Connects to the backend, refusing a bad key before any connection.
 pub(crate) async fn connect_for(config: &BackendConfig, keys: &[&str]) -> Result<Box<dyn Backend>> {
     for key in keys {
         check_key_shape(key)?;
     }
-    let backend = crate::backend::connect(config).await?;
+    let backend = crate::backend::connect(config).await.or_fail()?;
     for key in keys {
-        backend.check_key(key)?;
+        backend.check_key(key).or_fail()?;
     }
     Ok(backend)
 }
@@ -83,6 +222,67 @@ pub(crate) fn check_source_shape(source: &str) -> Result<()> {
             format!("invalid source '{source}', nothing was sent: {e}"),
         )
     })
+}
+
+/// `lc-cli [--server ADDR] SUBCOMMAND KEY`, quoted for a shell: the exact
+/// command that acts on `key` where this one did. `--server` is left out
+/// when it is the default and LC_SERVER does not say otherwise.
+pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) -> String {
+    let server = config.server.to_string();
+    let implied = match std::env::var("LC_SERVER") {
+        Ok(v) if !v.trim().is_empty() => {
+            v.parse::<ServerUrl>().map(|u| u.spec) == Ok(config.server.clone())
+        }
+        _ => server == crate::backend::DEFAULT_SERVER,
+    };
+    if implied {
+        format!("lc-cli {subcommand} {}", shell_quote(key))
+    } else {
+        format!(
+            "lc-cli --server {} {subcommand} {}",
+            shell_quote(&server),
+            shell_quote(key)
+        )
+    }
+}
+
+/// Writes to stdout, one policy for every subcommand: a closed stdout
+/// (`lc-cli keys | head -1`) is not an error, the output is dropped and the
+/// command ends with its own status (as zoxide's `pipe_exit`); any other
+/// write error is one.
+pub(crate) fn print_out(text: impl AsRef<[u8]>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(fail(
+            ExitCode::Software,
+            format!("cannot write to stdout: {e}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Text from the service (keys, sources, peers) as a terminal may show it:
+/// control characters escaped, so a key cannot forge a line or recolour
+/// the terminal.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A word as a POSIX shell reads it back: as is when safe, else quoted.

@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
+use super::OrFail;
 use crate::backend::{Backend, BackendConfig, KeyInfo};
 use crate::cli::ResetArgs;
 use crate::exit::ExitCode;
@@ -39,32 +40,39 @@ async fn reset_all(
         backend
             .reset_key(key)
             .await
+            .or_fail()
             .with_context(|| format!("reset of '{key}' on {}", config.server))?;
         match held.as_ref().map(|h| h.iter().find(|k| k.key == *key)) {
-            Some(Some(info)) => println!("released '{key}' {}", describe(info, now)),
-            Some(None) => println!("'{key}' was not held"),
-            None => println!("reset '{key}'"),
+            Some(Some(info)) => say(format!("released '{key}' {}", describe(info, now)))?,
+            Some(None) => say(format!("'{key}' was not held"))?,
+            None => say(format!("reset '{key}'"))?,
         }
     }
     for source in sources {
         backend
             .reset_source(source)
             .await
+            .or_fail()
             .with_context(|| format!("reset of source '{source}' on {}", config.server))?;
         match &held {
             Some(held) => {
                 let mine: Vec<&KeyInfo> = held.iter().filter(|k| k.source == *source).collect();
                 if mine.is_empty() {
-                    println!("source '{source}' held no key");
+                    say(format!("source '{source}' held no key"))?;
                 }
                 for info in mine {
-                    println!("released '{}' {}", info.key, describe(info, now));
+                    say(format!("released '{}' {}", info.key, describe(info, now)))?;
                 }
             }
-            None => println!("reset source '{source}'"),
+            None => say(format!("reset source '{source}'"))?,
         }
     }
     Ok(ExitCode::Success)
+}
+
+/// One line on stdout; a closed stdout does not stop the resets.
+fn say(line: String) -> Result<()> {
+    super::print_out(line + "\n")
 }
 
 /// "(held by SOURCE for 5m 3s, 2 waiting)"

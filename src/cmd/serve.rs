@@ -64,8 +64,14 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         let _ = stdout.write_all(banner.as_bytes());
         let _ = stdout.flush();
         drop(stdout);
+        // Clients find the manager at the lock port + 1 unless told.
+        let reach = if next_port(addr) == Some(manager_addr) {
+            String::new()
+        } else {
+            format!(" (clients: --server 'lc://{addr}?manager={manager_addr}')")
+        };
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr}",
+            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr}{reach}",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 
+use super::OrFail;
 use crate::backend::BackendConfig;
 use crate::exit::{fail, ExitCode};
 
@@ -13,7 +14,7 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
             .with_context(context)?;
         let released = backend.unlock(key).await;
         backend.close().await;
-        if released.with_context(context)? {
+        if released.or_fail().with_context(context)? {
             Ok(ExitCode::Success)
         } else {
             // Not an lc-cli failure: the same status as "the lock was not taken".

@@ -17,6 +17,7 @@ pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<Exit
         timeout: args.timeout,
         conflict_exit_code: args.conflict_exit_code,
         kill_after: std::time::Duration::ZERO,
+        quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
     };
     lock::run(config, options, verbose)

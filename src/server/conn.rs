@@ -117,6 +117,10 @@ async fn other_request(
             let answer = ops::reset_source(shared, peer, &or_peer(source)).await;
             let _ = stream.write_all(&[answer.byte()]).await;
         }
+        // A client checking it talks to a lock server (lc-cli's extension).
+        Request::Ping => {
+            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
+        }
     }
 }
 

@@ -96,7 +96,14 @@ pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
 pub fn expect_status(cmd: &mut Command, expected: i32) -> Output {
     let line = format!("{cmd:?}");
     let out = cmd.output().expect("run lc-cli");
-    let code = out.status.code().unwrap_or(-1);
+    // Killed by signal N (lc-cli re-raises its command's) reads as 128+N, as
+    // a shell's `$?`.
+    use std::os::unix::process::ExitStatusExt;
+    let code = out
+        .status
+        .code()
+        .or(out.status.signal().map(|s| 128 + s))
+        .unwrap_or(-1);
     assert_eq!(
         code,
         expected,

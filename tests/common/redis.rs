@@ -220,7 +220,9 @@ impl Running {
                 if let Some(mut e) = self.0.stderr.take() {
                     let _ = e.read_to_string(&mut err);
                 }
-                return (status.code().unwrap_or(-1), err);
+                use std::os::unix::process::ExitStatusExt;
+                let code = status.code().or(status.signal().map(|s| 128 + s));
+                return (code.unwrap_or(-1), err);
             }
             if start.elapsed() > limit {
                 let _ = self.0.kill();

@@ -144,7 +144,9 @@ async fn wait_turn(
         let Some(ahead) = queue.iter().position(|n| n == name) else {
             return Err(gone(s, node));
         };
-        progress(WaitProgress { ahead: Some(ahead) });
+        progress(WaitProgress {
+            ahead: Some(ahead.saturating_sub(1)),
+        }); // not the holder
         if ahead == 0 {
             return Ok(Some((stat.czxid, own_watch)));
         }

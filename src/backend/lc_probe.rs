@@ -1,0 +1,198 @@
+//! Telling a Locking-Center server from a peer that speaks something else
+//! (Redis's port, an HTTP server, etcd), so that a wrong `--server` is one
+//! clear error instead of a wait that looks like a held key.
+//!
+//! A Locking-Center server answers each request with one byte (`+`, `-` or
+//! `#`) and closes. A Lock may rightly get no answer for hours (the key is
+//! held), so silence alone proves nothing: when a Lock has had no answer for
+//! a moment, [`watch`] pings on a second connection. A reply of one protocol
+//! byte means the server is alive and the key just held; silence or any other
+//! reply ends the wait with an error.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::BackendError;
+use crate::proto::{Answer, PING_FRAME};
+
+/// How long a Lock waits for its answer before pinging: a free key is
+/// answered well within this, so the common path costs nothing.
+pub const PROBE_AFTER: Duration = Duration::from_millis(250);
+
+/// The most of a foreign reply that is read and shown.
+const SHOWN: usize = 48;
+
+/// What a peer sent back to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Answer(Answer),
+    /// Not one protocol byte: text, a banner, several bytes.
+    Foreign(Vec<u8>),
+}
+
+/// One protocol byte alone is an answer; anything else is foreign.
+pub fn classify(bytes: &[u8]) -> Reply {
+    match bytes {
+        [b] => match Answer::from_byte(*b) {
+            Some(a) => Reply::Answer(a),
+            None => Reply::Foreign(bytes.to_vec()),
+        },
+        _ => Reply::Foreign(bytes.to_vec()),
+    }
+}
+
+/// What a ping found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// One protocol byte: a Locking-Center server (ours `+`, a reference one `-`).
+    Speaks,
+    /// No answer within the time given.
+    Silent,
+    Foreign(Vec<u8>),
+    /// No connection, or closed without a byte.
+    Unreachable(String),
+}
+
+/// Pings `addr` on a new connection, all of it within `budget`.
+pub async fn ping(addr: &str, budget: Duration) -> Probe {
+    let started = Instant::now();
+    let exchange = async {
+        let mut stream = match TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => return Probe::Unreachable(e.to_string()),
+        };
+        stream.set_nodelay(true).ok();
+        if let Err(e) = stream.write_all(&PING_FRAME).await {
+            return Probe::Unreachable(e.to_string());
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; SHOWN];
+        // Until the server closes, or enough to tell; a server that keeps
+        // the connection open after its byte is judged on what it sent.
+        loop {
+            let left = budget.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, stream.read(&mut buf)).await {
+                Ok(Ok(0)) => break,
+                Ok(Ok(n)) => {
+                    got.extend_from_slice(&buf[..n]);
+                    if got.len() >= SHOWN || Answer::from_byte(got[0]).is_none() {
+                        break;
+                    }
+                }
+                Ok(Err(e)) if got.is_empty() => return Probe::Unreachable(e.to_string()),
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        match (got.is_empty(), classify(&got)) {
+            (true, _) if started.elapsed() >= budget => Probe::Silent,
+            (true, _) => Probe::Unreachable("closed the connection without an answer".into()),
+            (false, Reply::Answer(_)) => Probe::Speaks,
+            (false, Reply::Foreign(bytes)) => Probe::Foreign(bytes),
+        }
+    };
+    tokio::time::timeout(budget, exchange)
+        .await
+        .unwrap_or(Probe::Silent)
+}
+
+/// Resolves only when the peer is found not to be a Locking-Center server
+/// (or gone): waits `after`, pings with the rest of `budget`. While it
+/// answers like one, this never resolves, and the Lock keeps waiting.
+pub async fn watch(addr: &str, after: Duration, budget: Duration) -> BackendError {
+    tokio::time::sleep(after).await;
+    match ping(addr, budget.saturating_sub(after)).await {
+        Probe::Speaks => std::future::pending().await,
+        Probe::Silent => silent(addr, budget),
+        Probe::Foreign(bytes) => foreign(addr, &bytes),
+        Probe::Unreachable(reason) => BackendError::Unavailable {
+            server: addr.to_string(),
+            reason: format!("a check of the connection failed: {reason}"),
+        },
+    }
+}
+
+/// The error for a peer that did not answer within `waited`.
+pub fn silent(addr: &str, waited: Duration) -> BackendError {
+    BackendError::Unavailable {
+        server: addr.to_string(),
+        reason: format!(
+            "no answer within {:.1}s: it does not answer like a Locking-Center server{}",
+            waited.as_secs_f64(),
+            port_hint(addr)
+        ),
+    }
+}
+
+/// The error for a reply that is not one protocol byte.
+pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
+    BackendError::Protocol {
+        server: addr.to_string(),
+        reason: format!(
+            "\"{}\": not the Locking-Center protocol{}",
+            show(bytes),
+            port_hint(addr)
+        ),
+    }
+}
+
+/// What the well-known ports of other services suggest.
+pub fn port_hint(addr: &str) -> String {
+    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+    let port = addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok());
+    match port {
+        Some(6379) => format!(" (6379 is Redis's port: use --server redis://{host}:6379)"),
+        Some(2181) => format!(" (2181 is ZooKeeper's port: use --server zk://{host}:2181)"),
+        Some(2379) => " (2379 is etcd's port; lc-cli has no etcd backend)".to_string(),
+        Some(80 | 443 | 8080) => " (an HTTP port?)".to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Bytes as text a terminal can show: printable ASCII as is, the rest escaped.
+pub fn show(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in bytes.iter().take(SHOWN) {
+        match b {
+            b'\r' => out.push_str("\\r"),
+            b'\n' => out.push_str("\\n"),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_protocol_byte_alone_is_an_answer() {
+        assert_eq!(classify(b"+"), Reply::Answer(Answer::Ok));
+        assert_eq!(classify(b"#"), Reply::Answer(Answer::Busy));
+        assert_eq!(
+            classify(b"-ERR unknown command\r\n"),
+            Reply::Foreign(b"-ERR unknown command\r\n".to_vec())
+        );
+        assert_eq!(classify(b"H"), Reply::Foreign(b"H".to_vec()));
+        assert_eq!(classify(b"+OK\r\n"), Reply::Foreign(b"+OK\r\n".to_vec()));
+    }
+
+    #[test]
+    fn hints_for_well_known_ports() {
+        assert!(port_hint("127.0.0.1:6379").contains("redis://127.0.0.1:6379"));
+        assert!(port_hint("zk1:2181").contains("zk://zk1:2181"));
+        assert!(port_hint("e:2379").contains("etcd"));
+        assert_eq!(port_hint("h:22119"), "");
+    }
+
+    #[test]
+    fn replies_are_shown_escaped() {
+        assert_eq!(show(b"-ERR x\r\n\x1b[31m"), "-ERR x\\r\\n\\x1b[31m");
+    }
+}

@@ -1,0 +1,92 @@
+//! Naming the holder of a key: in the status line while waiting, and in the
+//! one line of a conflict (`-n`) or a timeout (`-w`), with the exact `reset`
+//! command that clears it. flock and etcdctl cannot say this.
+
+use std::time::{Duration, SystemTime};
+
+use crate::backend::{Backend, BackendConfig, KeyInfo};
+
+/// The holder, or None when the service does not say (or not within `limit`:
+/// a listing must not hold up an exit).
+pub async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) -> Option<KeyInfo> {
+    tokio::time::timeout(limit, backend.holder(key))
+        .await
+        .ok()?
+        .ok()?
+}
+
+/// The holder, asked on a connection of its own: a backend may end its
+/// session with a withdrawn request (ZooKeeper does), and the answer must
+/// come within `config.connect_timeout` in all.
+pub async fn lookup_anew(config: &BackendConfig, key: &str) -> Option<KeyInfo> {
+    let limit = config.connect_timeout;
+    let ask = async {
+        let backend = crate::backend::connect(config).await.ok()?;
+        let info = backend.holder(key).await.ok().flatten();
+        backend.close().await;
+        info
+    };
+    tokio::time::timeout(limit, ask).await.ok().flatten()
+}
+
+/// `held by 'SOURCE' (peer P) for 3m05s, since 2026-12-01T09:41:46Z`
+pub fn describe(info: &KeyInfo, now: SystemTime) -> String {
+    let mut text = format!("held by '{}'", super::printable(&info.source));
+    if let Some(peer) = &info.peer {
+        text.push_str(&format!(" (peer {})", super::printable(peer)));
+    }
+    if let Some(since) = info.since {
+        let held = now.duration_since(since).unwrap_or_default();
+        text.push_str(&format!(
+            " for {}, since {}",
+            crate::status_line::format_waited(held),
+            humantime::format_rfc3339_seconds(since)
+        ));
+    }
+    text
+}
+
+/// `held by 'SOURCE' for 3m05s`, for the status line.
+pub fn short(info: &KeyInfo, now: SystemTime) -> String {
+    let mut text = format!("held by '{}'", super::printable(&info.source));
+    if let Some(since) = info.since {
+        let held = now.duration_since(since).unwrap_or_default();
+        text.push_str(&format!(" for {}", crate::status_line::format_waited(held)));
+    }
+    text
+}
+
+/// `: held by ...; `lc-cli --server S reset KEY` clears it`, or nothing
+/// when the holder is not known.
+pub fn clause(info: Option<&KeyInfo>, config: &BackendConfig, key: &str) -> String {
+    match info {
+        Some(info) => format!(
+            ": {}; `{}` clears it",
+            describe(info, SystemTime::now()),
+            super::command_line(config, "reset", key)
+        ),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_source_peer_age_and_start() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let info = KeyInfo {
+            key: "k".into(),
+            source: "ci-7\x1b[31m".into(),
+            peer: Some("10.0.0.5:41000".into()),
+            since: Some(now - Duration::from_secs(185)),
+            waiting: 2,
+        };
+        assert_eq!(
+            describe(&info, now),
+            "held by 'ci-7\\x1b[31m' (peer 10.0.0.5:41000) for 3m05s, since 2027-01-15T07:56:55Z"
+        );
+        assert_eq!(short(&info, now), "held by 'ci-7\\x1b[31m' for 3m05s");
+    }
+}

@@ -1,0 +1,124 @@
+//! The wait for a grant, for `lock`, `trylock` and `wait`: the request, the
+//! `-w` deadline, the signals that withdraw it, Ctrl-Z, and the status line
+//! (the place in line, and the holder, looked up now and then).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use super::holder;
+use crate::backend::{self, Acquired, Backend, BackendConfig, KeyInfo, LockRequest, WaitProgress};
+use crate::signals::Signals;
+use crate::status_line::StatusLine;
+use crate::terminal;
+
+/// When the status line first appears (a quick grant shows nothing).
+const STATUS_DELAY: Duration = Duration::from_millis(250);
+
+/// How often the status line asks who holds the key: rarely, a listing can
+/// cost the service more than a wait.
+const HOLDER_REFRESH: Duration = Duration::from_secs(5);
+
+/// Why lc-cli withdrew its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// The `-w` deadline passed.
+    Timeout,
+    /// A signal that stops the wait (HUP, INT, QUIT, TERM).
+    Signal(i32),
+}
+
+pub struct Waited {
+    pub acquired: backend::Result<Acquired>,
+    /// Set when lc-cli withdrew the request (then `acquired` is usually
+    /// `Cancelled`, or a grant that raced with the withdrawal).
+    pub withdrawn: Option<Withdrawn>,
+    pub waited: Duration,
+}
+
+pub async fn wait_for_grant(
+    backend: &dyn Backend,
+    config: &BackendConfig,
+    request: &LockRequest,
+    timeout: Option<Duration>,
+    signals: &mut Signals,
+) -> Waited {
+    let key = &request.key;
+    let server = config.server.to_string();
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    // The place in line as the backend last reported it.
+    let ahead: Mutex<Option<usize>> = Mutex::new(None);
+    let on_progress = |p: WaitProgress| *ahead.lock().unwrap() = p.ahead;
+    let acquire = backend.acquire(request, cancel.clone(), &on_progress);
+    tokio::pin!(acquire);
+    let deadline = async {
+        match timeout {
+            Some(t) if !request.nonblock => tokio::time::sleep(t).await,
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut status = StatusLine::new();
+    let show_status = status.enabled() && !request.nonblock;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + STATUS_DELAY,
+        Duration::from_secs(1),
+    );
+    let mut holder: Option<KeyInfo> = None;
+    let lookup = holder_after(backend, key, STATUS_DELAY, config.connect_timeout);
+    tokio::pin!(lookup);
+    let mut withdrawn = None;
+    let acquired = loop {
+        tokio::select! {
+            r = &mut acquire => break r,
+            _ = &mut deadline, if withdrawn.is_none() => {
+                withdrawn = Some(Withdrawn::Timeout);
+                cancel.cancel();
+            }
+            sig = signals.recv(), if withdrawn.is_none() => {
+                if Signals::stops_waiting(sig) {
+                    withdrawn = Some(Withdrawn::Signal(sig));
+                    cancel.cancel();
+                } else if sig == libc::SIGTSTP {
+                    // Ctrl-Z while waiting: stop as if it were not caught,
+                    // still in line.
+                    status.clear();
+                    terminal::stop_self(false);
+                }
+            }
+            info = &mut lookup, if show_status && withdrawn.is_none() => {
+                holder = info;
+                lookup.set(holder_after(backend, key, HOLDER_REFRESH, config.connect_timeout));
+            }
+            _ = tick.tick(), if show_status && withdrawn.is_none() => {
+                let ahead = *ahead.lock().unwrap();
+                let held_by = holder.as_ref().map(|h| holder::short(h, SystemTime::now()));
+                status.waiting(
+                    &super::printable(key),
+                    &server,
+                    started.elapsed(),
+                    ahead,
+                    held_by.as_deref(),
+                );
+            }
+        }
+    };
+    status.clear();
+    Waited {
+        acquired,
+        withdrawn,
+        waited: started.elapsed(),
+    }
+}
+
+async fn holder_after(
+    backend: &dyn Backend,
+    key: &str,
+    delay: Duration,
+    limit: Duration,
+) -> Option<KeyInfo> {
+    tokio::time::sleep(delay).await;
+    holder::lookup(backend, key, limit).await
+}
