@@ -446,7 +446,7 @@ fn a_release_is_retried_until_the_server_is_back() {
     )));
     std::thread::sleep(Duration::from_millis(500));
     // The same address again (the new server has forgotten the key: its
-    // `-` to the Unlock means free, which is what the release wants).
+    // `#` to the Release means free, which is what the release wants).
     let mut child = std::process::Command::new(BIN)
         .args(["serve", "--listen", &addr.to_string()])
         .stdout(Stdio::piped())

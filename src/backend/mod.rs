@@ -189,6 +189,14 @@ pub enum BackendError {
     Refused { server: String, reason: String },
     #[error("{server} answered something unexpected: {reason}")]
     Protocol { server: String, reason: String },
+    /// The service answered that it could not release the key: it is still
+    /// held (the built-in server could not record the release in its log).
+    #[error("{server} did not release '{key}': {reason}")]
+    NotReleased {
+        server: String,
+        key: String,
+        reason: String,
+    },
     #[error("invalid key '{key}': {reason}")]
     BadKey { key: String, reason: String },
     #[error("{0}")]
@@ -200,6 +208,7 @@ impl BackendError {
         match self {
             BackendError::Unavailable { .. } => ExitCode::Unavailable,
             BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+            BackendError::NotReleased { .. } => ExitCode::ReleaseFailed,
             BackendError::BadKey { .. } => ExitCode::Usage,
             BackendError::Other(_) => ExitCode::Software,
         }

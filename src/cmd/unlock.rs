@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::backend::BackendConfig;
+use crate::backend::{BackendConfig, BackendError};
 use crate::exit::{fail, ExitCode};
 
 pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
@@ -13,7 +13,21 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
             .with_context(context)?;
         let released = backend.unlock(key).await;
         backend.close().await;
-        if released.with_context(context)? {
+        let released = match released {
+            Err(e @ BackendError::NotReleased { .. }) => {
+                return Err(fail(
+                    ExitCode::ReleaseFailed,
+                    format!(
+                        "{}: {e}; clear it with `lc-cli --server {} reset {}`",
+                        context(),
+                        super::shell_quote(&config.server.to_string()),
+                        super::shell_quote(key)
+                    ),
+                ))
+            }
+            other => other.with_context(context)?,
+        };
+        if released {
             Ok(ExitCode::Success)
         } else {
             // Not an lc-cli failure: the same status as "the lock was not taken".

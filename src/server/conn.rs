@@ -10,9 +10,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
-use super::ops;
 use super::table::{Durable, GrantId, LockOutcome, Notice, Withdrawal};
 use super::Shared;
+use super::{ops, unlock};
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
@@ -96,17 +96,11 @@ async fn other_request(
             }
         }
         Request::Unlock { key } => {
-            let answer = match shared.table.unlock(&key) {
-                Some((holder, next, durable)) => {
-                    Counters::bump(&shared.counters.releases);
-                    shared.log.release(&key, &holder.source, peer);
-                    if let Some(next) = next {
-                        shared.log.grant(&key, &next.source, next.peer);
-                    }
-                    ops::confirmed(shared, durable, "unlock", &key).await
-                }
-                None => Answer::Fail,
-            };
+            let answer = unlock::release(shared, peer, &key, unlock::Frame::Unlock).await;
+            let _ = stream.write_all(&[answer.byte()]).await;
+        }
+        Request::Release { key } => {
+            let answer = unlock::release(shared, peer, &key, unlock::Frame::Release).await;
             let _ = stream.write_all(&[answer.byte()]).await;
         }
         Request::ResetByKey { key } => {

@@ -9,6 +9,7 @@ pub mod manager_port;
 pub mod metrics;
 pub mod ops;
 pub mod table;
+pub mod unlock;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -191,13 +191,37 @@ impl Table {
 
     /// Releases the key, whoever holds it, and grants it to the next waiter.
     /// Returns the released holder and the next one, or None if it was free.
+    #[cfg(test)]
     pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Option<Holder>, Durable)> {
-        self.lock_inner().release(key, None)
+        self.lock_inner().release(key, None, true)
+    }
+
+    /// First half of a client's Unlock: records the release of the current
+    /// holder but leaves the key held, so that a release the log cannot
+    /// record leaves the table as the log (and a restart) has it. Returns
+    /// the holder's grant, or None if the key is free.
+    ///
+    /// Nothing else can be recorded for the key meanwhile except another
+    /// release of the same holder (a reset, a second Unlock), after which
+    /// [`Table::finish_release`] finds the holder gone and does nothing.
+    pub fn begin_release(&self, key: &[u8]) -> Option<(GrantId, Durable)> {
+        let inner = self.lock_inner();
+        let id = inner.keys.get(key)?.holder.as_ref()?.id;
+        Some((id, inner.record_release(key)))
+    }
+
+    /// Second half, once the release is durable: frees the key in memory if
+    /// grant `id` still holds it (its release is in the log already) and
+    /// hands it to the next waiter.
+    pub fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Option<Holder>)> {
+        self.lock_inner()
+            .release(key, Some(id), false)
+            .map(|(h, next, _)| (h, next))
     }
 
     /// Releases the key only if grant `id` still holds it.
     pub fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
-        self.lock_inner().release(key, Some(id)).is_some()
+        self.lock_inner().release(key, Some(id), true).is_some()
     }
 
     /// The client of request `id` hung up.
@@ -211,7 +235,7 @@ impl Table {
             return Withdrawal::Dequeued;
         }
         if state.holder.as_ref().is_some_and(|h| h.id == id) {
-            inner.release(key, Some(id));
+            inner.release(key, Some(id), true);
             return Withdrawal::Released;
         }
         Withdrawal::Gone
@@ -221,7 +245,7 @@ impl Table {
     /// places.
     pub fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
         let mut inner = self.lock_inner();
-        let (holder, next, durable) = inner.release(key, None)?;
+        let (holder, next, durable) = inner.release(key, None, true)?;
         Some((
             Released {
                 key: key.to_vec(),
@@ -263,7 +287,7 @@ impl Table {
         let mut released = Vec::with_capacity(keys.len());
         let mut durable = Durable::default();
         for key in keys {
-            if let Some((holder, next, d)) = inner.release(&key, None) {
+            if let Some((holder, next, d)) = inner.release(&key, None, true) {
                 durable.add(d);
                 released.push(Released { key, holder, next });
             }
@@ -371,18 +395,24 @@ impl Inner {
 
     /// Releases `key` (only grant `only` if given) and hands it to the next
     /// live waiter. Drops the key's entry once nobody holds or wants it.
-    /// The release is logged before the grant that follows it.
+    /// The release is logged (unless `record` is false: it already is)
+    /// before the grant that follows it.
     fn release(
         &mut self,
         key: &[u8],
         only: Option<GrantId>,
+        record: bool,
     ) -> Option<(Holder, Option<Holder>, Durable)> {
         let state = self.keys.get_mut(key)?;
         if only.is_some_and(|id| state.holder.as_ref().map(|h| h.id) != Some(id)) {
             return None;
         }
         let released = state.holder.take()?;
-        let durable = self.record_release(key);
+        let durable = if record {
+            self.record_release(key)
+        } else {
+            Durable::default()
+        };
         let mut next = None;
         while let Some(w) = self.keys.get_mut(key).and_then(|s| s.waiters.pop_front()) {
             // A waiter whose task is gone cannot take the key: skip it.
