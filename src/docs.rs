@@ -157,9 +157,10 @@ fn extra_sections() -> Roff {
     let rows = [
         (ExitCode::Conflict, "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held"),
         (ExitCode::Usage, "usage: a bad option, an empty key or one over 127 bytes"),
-        (ExitCode::DataErr, "serve --data: the log holds a corrupt record (the message names the file and byte offset); the server did not start"),
+        (ExitCode::DataErr, "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start"),
         (ExitCode::Unavailable, "the lock service could not be reached, or went away while waiting"),
         (ExitCode::Software, "internal error"),
+        (ExitCode::LogInUse, "serve --data: another lc-cli serve has the log (the message names the file and its PID); the server did not start"),
         (ExitCode::ReleaseFailed, "the release was not confirmed: the key may still be held; the message names the reset command that clears it"),
         (ExitCode::LockLost, "the lock was lost while the command ran; the command was stopped"),
         (ExitCode::Protocol, "the service refused the request or answered something unexpected"),

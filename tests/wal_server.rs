@@ -94,7 +94,7 @@ fn held_keys_survive_a_restart_with_their_source() {
 fn record_starts(bytes: &[u8]) -> Vec<usize> {
     use lc_cli::wal::record::{decode, Next};
     let mut starts = Vec::new();
-    let mut at = 0;
+    let mut at = lc_cli::wal::file::HEADER_LEN;
     while at < bytes.len() {
         starts.push(at);
         match decode(&bytes[at..]) {
@@ -570,4 +570,69 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
         server.raw(&frame(TRY, run_key.as_bytes(), Some(b"x"))),
         Some(b'#')
     );
+}
+
+/// Two servers on one log: the second exits at once (73), with one line
+/// naming the file and the first one's PID, and writes nothing. Before the
+/// lock both started and granted the same key.
+#[test]
+fn a_second_server_on_one_log_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let first = serve_on(&path);
+    assert_eq!(server_raw_lock(&first, b"k", b"one"), Some(b'+'));
+    let before = std::fs::read(&path).unwrap();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(73), "{stderr}");
+    assert!(out.stdout.is_empty(), "it must not listen");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.pid())), "{stderr}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The first keeps serving; once it is gone the log opens again.
+    assert_eq!(first.raw(&frame(TRY, b"k", Some(b"two"))), Some(b'#'));
+    drop(first);
+    let again = serve_on(&path);
+    again.wait_for("restored 'k' held by 'one'", 1, LIMIT);
+}
+
+fn server_raw_lock(server: &LoggedServer, key: &[u8], source: &[u8]) -> Option<u8> {
+    server.raw(&frame(LOCK, key, Some(source)))
+}
+
+/// A file that is not an lc-cli log, or one of a newer format, is refused
+/// (65) and left as it was.
+#[test]
+fn a_foreign_or_newer_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, "shopping: milk, eggs\n").unwrap();
+    let mut newer = b"LCCLIWAL".to_vec();
+    newer.extend_from_slice(&2u32.to_le_bytes());
+    let newer_path = dir.path().join("newer.wal");
+    std::fs::write(&newer_path, &newer).unwrap();
+    for (p, needle) in [
+        (&foreign, "not an lc-cli log"),
+        (&newer_path, "format version 2"),
+    ] {
+        let before = std::fs::read(p).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(p)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{stderr}");
+        assert!(stderr.contains(needle), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert_eq!(std::fs::read(p).unwrap(), before);
+    }
 }

@@ -27,6 +27,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             ExitCode::DataErr,
             format!("refusing to start: {e} (move the file aside to start empty)"),
         ),
+        OpenError::InUse(e) => fail(ExitCode::LogInUse, format!("refusing to start: {e}")),
         OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
     })?;
     let manager_addr = match args.manager {

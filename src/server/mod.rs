@@ -94,9 +94,13 @@ pub struct Listeners {
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The log holds a damaged record: refusing to guess the table.
+    /// The log holds a damaged record, is not an lc-cli log, or is of a
+    /// newer format: refusing to guess the table.
     #[error("{0}")]
     Corrupt(WalError),
+    /// Another server has the log.
+    #[error("{0}")]
+    InUse(WalError),
     #[error("{0}")]
     Io(WalError),
 }
@@ -126,7 +130,10 @@ impl Server {
             ..wal::Options::default()
         };
         let (wal, held, recovery) = Wal::open(&path, wal_options).map_err(|e| match e {
-            WalError::Corrupt { .. } => OpenError::Corrupt(e),
+            WalError::Corrupt { .. } | WalError::Version { .. } | WalError::Foreign { .. } => {
+                OpenError::Corrupt(e)
+            }
+            WalError::Locked { .. } => OpenError::InUse(e),
             WalError::Io { .. } => OpenError::Io(e),
         })?;
         let wal = Arc::new(wal);
@@ -135,6 +142,13 @@ impl Server {
             log.info(format_args!(
                 "{}: removed the temp file of an unfinished compaction",
                 path.display()
+            ));
+        }
+        if recovery.migrated {
+            log.info(format_args!(
+                "{}: log of the previous release (no header) rewritten in format version {}",
+                path.display(),
+                wal::file::VERSION
             ));
         }
         if let Some((offset, len)) = recovery.torn {
