@@ -4,7 +4,7 @@
 //!
 //! | command | request after the command | answer before the final `+` |
 //! |---------|---------------------------|------------------------------|
-//! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` peer, `i64` unix seconds) |
+//! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer `ip:port`, `i64` unix seconds) |
 //! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
 //! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
 //! | `KEYX`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters) |
@@ -38,6 +38,7 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
     let mut out = (reports.len() as u32).to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
+        push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
         out.extend_from_slice(&(r.since_ms.div_euclid(1000)).to_le_bytes());
     }
@@ -127,6 +128,8 @@ mod tests {
         let bytes = encode_keys(&[report()]);
         let mut expected = vec![1, 0, 0, 0, 11];
         expected.extend_from_slice(b"deploy/prod");
+        expected.push(4);
+        expected.extend_from_slice(b"ci-7");
         expected.push(14);
         expected.extend_from_slice(b"127.0.0.1:5000");
         expected.extend_from_slice(&1_700_000_000i64.to_le_bytes());
