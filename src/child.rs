@@ -53,6 +53,12 @@ pub struct Running<'t> {
     passed_on_stop: bool,
 }
 
+/// The errno the `pre_exec` closure reports when lc-cli died before the
+/// command could start (`exec` itself never fails with it), so the parent
+/// side can name the cause; the closure cannot build a message (no
+/// allocation between fork and exec).
+const PARENT_GONE: i32 = libc::ESRCH;
+
 /// Starts `argv` in its own process group with `env` added. At a terminal
 /// where lc-cli is in the foreground, the child's group becomes the
 /// foreground group (the child does it itself before exec, so it never reads
@@ -75,7 +81,11 @@ pub fn spawn<'t>(
     let tty = terminal
         .filter(|t| t.we_are_foreground())
         .map(|t| t.raw_fd());
-    // SAFETY: the closure only makes async-signal-safe system calls.
+    // SAFETY: between fork and exec in a multi-threaded process only
+    // async-signal-safe calls are allowed: the closure calls prctl, getppid,
+    // tcsetpgrp, getpid and sigaction, and allocates nothing (its errors are
+    // raw errno values, which `io::Error` stores without allocating; a
+    // zeroed `sigaction` is a valid value of that plain C struct).
     unsafe {
         cmd.pre_exec(move || {
             // If lc-cli dies (even by SIGKILL), the child is told; and if it
@@ -84,7 +94,7 @@ pub fn spawn<'t>(
                 return Err(io::Error::last_os_error());
             }
             if libc::getppid() != parent {
-                return Err(io::Error::other("lc-cli exited before the command started"));
+                return Err(io::Error::from_raw_os_error(PARENT_GONE));
             }
             if let Some(fd) = tty {
                 // SIGTTOU is ignored (inherited from lc-cli), so this works
@@ -101,6 +111,12 @@ pub fn spawn<'t>(
         if let (Some(t), Some(_)) = (terminal, tty) {
             // The child may have taken the terminal before exec failed.
             let _ = t.give_to(nix::unistd::getpgrp());
+        }
+        if e.raw_os_error() == Some(PARENT_GONE) {
+            return SpawnError {
+                code: ExitCode::CannotExecute,
+                reason: "lc-cli exited before the command started".into(),
+            };
         }
         match e.kind() {
             io::ErrorKind::NotFound => SpawnError {
