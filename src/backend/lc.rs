@@ -58,11 +58,8 @@ impl LcBackend {
     /// Opens a connection and sends one request frame.
     async fn send(&self, request: &Request) -> Result<TcpStream> {
         let frame = proto::encode(request).map_err(|e| BackendError::Other(e.to_string()))?;
-        let mut stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+        let mut stream = super::tcp::connect(&self.addr, self.connect_timeout)
             .await
-            .map_err(|_| {
-                self.unavailable(format!("no connection within {:?}", self.connect_timeout))
-            })?
             .map_err(|e| self.unavailable(e))?;
         stream.set_nodelay(true).ok();
         stream

@@ -4,7 +4,6 @@
 use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{BackendError, KeyInfo, Result};
 use crate::manager;
@@ -24,10 +23,10 @@ pub async fn list(lock_addr: &str, timeout: Duration) -> Result<Vec<KeyInfo>> {
         server: format!("{addr} (the manager port of {lock_addr})"),
         reason,
     };
+    let mut stream = super::tcp::connect(&addr, timeout)
+        .await
+        .map_err(unavailable)?;
     let exchange = async {
-        let mut stream = TcpStream::connect(&addr)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
         stream
             .write_all(manager::KEYS_EXTENDED)
             .await

@@ -6,6 +6,7 @@
 pub mod lc;
 mod lc_keys;
 pub mod redis;
+mod tcp;
 pub mod zk;
 
 use std::time::Duration;
