@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-use super::conn::show;
+use super::show::show;
 
 pub struct Log {
     pub verbose: bool,

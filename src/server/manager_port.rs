@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::metrics::Counters;
-use super::{ops, Shared};
+use super::{reset, Shared};
 use crate::manager::{self, KeyReport};
 use crate::proto::Answer;
 
@@ -118,9 +118,9 @@ async fn reset(
     name: &[u8],
 ) -> Result<(), Stop> {
     let answer = if by_key {
-        ops::reset_key(shared, peer, name).await
+        reset::key(shared, peer, name).await
     } else {
-        ops::reset_source(shared, peer, name).await
+        reset::source(shared, peer, name).await
     };
     match answer {
         Answer::Ok => write(stream, b"+", shared).await,

@@ -4,12 +4,16 @@
 //! `127.0.0.1:0` and drive it in-process or as a process.
 
 pub mod conn;
+mod grant;
+mod lock;
 pub mod log;
 pub mod manager_port;
 pub mod metrics;
-pub mod ops;
+mod reset;
+mod show;
 pub mod table;
-pub mod unlock;
+mod trylock;
+mod unlock;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,9 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
 
-use self::conn::show;
 use self::log::Log;
 use self::metrics::{Counters, FsyncHistogram, Snapshot};
+use self::show::show;
 use self::table::Table;
 use crate::wal::{self, Wal, WalError};
 

@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
-use super::conn::show;
 use super::metrics::Counters;
+use super::show::show;
 use super::Shared;
 use crate::proto::Answer;
 
