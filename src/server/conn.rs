@@ -47,23 +47,23 @@ async fn read_phase(
     shared: &Shared,
 ) -> Option<(TcpStream, Request)> {
     stream.set_nodelay(true).ok();
-    let read = tokio::time::timeout(shared.options.read_timeout, read_request(&mut stream));
+    let read = tokio::time::timeout(shared.read_timeout, read_request(&mut stream));
     let request = match read.await {
         Ok(Ok(Some(request))) => request,
         Ok(Ok(None)) => return None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
             Counters::bump(&shared.counters.refused);
             shared
-                .log
+                .events
                 .error(format_args!("{peer}: bad request: {reason}"));
             let _ = stream.write_all(&[Answer::Fail.byte()]).await;
             return None;
         }
         Err(_) => {
             Counters::bump(&shared.counters.refused);
-            shared.log.error(format_args!(
+            shared.events.error(format_args!(
                 "{peer}: no whole request within {:?}, closing",
-                shared.options.read_timeout
+                shared.read_timeout
             ));
             return None;
         }
@@ -131,8 +131,8 @@ mod tests {
         let c = tokio::net::TcpStream::connect(addr).await.unwrap();
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
-            super::super::log::Log { verbose: false },
-            Default::default(),
+            super::super::events::Events { verbose: false },
+            std::time::Duration::from_secs(30),
         ));
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);

@@ -23,7 +23,7 @@ pub async fn answer(
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
         shared.table.release_grant(key, id);
-        shared.log.error(format_args!(
+        shared.events.error(format_args!(
             "grant of '{}' not recorded in the log, refused: {e}",
             show(key)
         ));
@@ -43,7 +43,7 @@ pub async fn answer(
 async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId) {
     let delivered = !peer_gone(stream) && stream.write_all(&[Answer::Ok.byte()]).await.is_ok();
     if !delivered && shared.table.release_grant(key, id) {
-        shared.log.error(format_args!(
+        shared.events.error(format_args!(
             "could not deliver the grant of '{}': the client hung up, released it again",
             show(key)
         ));

@@ -27,12 +27,12 @@ pub async fn serve(
 ) {
     let (id, notice) = match shared.table.lock(&key, &source, peer) {
         LockOutcome::Granted(id, durable) => {
-            shared.log.grant(&key, &source, peer);
+            shared.events.grant(&key, &source, peer);
             return Box::pin(grant::answer(&mut stream, shared, &key, id, durable)).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
     };
-    shared.log.queued(&key, &source, peer);
+    shared.events.queued(&key, &source, peer);
     // Wait for the turn or the hang-up, whichever comes first. Written as a
     // poll function so a parked waiter keeps no buffer and no extra future.
     let mut notice = notice;
@@ -62,7 +62,7 @@ pub async fn serve(
         match shared.table.withdraw(&key, id) {
             Withdrawal::Dequeued | Withdrawal::Released => {
                 Counters::bump(&shared.counters.withdrawals);
-                shared.log.withdrawal(&key, &source, peer)
+                shared.events.withdrawal(&key, &source, peer)
             }
             Withdrawal::Gone => {}
         }

@@ -30,7 +30,7 @@ enum Stop {
 /// Serves one manager connection.
 pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     stream.set_nodelay(true).ok();
-    let deadline = Instant::now() + shared.options.read_timeout;
+    let deadline = Instant::now() + shared.read_timeout;
     let mut command = [0u8; 4];
     match read_exact(&mut stream, &mut command, deadline, &shared).await {
         Ok(()) => {}
@@ -40,7 +40,7 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         Err(Stop::Fail(reason)) => {
             Counters::bump(&shared.counters.refused);
             shared
-                .log
+                .events
                 .error(format_args!("{peer}: manager: bad command: {reason}"));
             return;
         }
@@ -57,7 +57,7 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
 
 fn fail(shared: &Shared, peer: SocketAddr, command: &[u8], reason: &str) -> Answer {
     Counters::bump(&shared.counters.refused);
-    shared.log.error(format_args!(
+    shared.events.error(format_args!(
         "{peer}: manager: {} refused: {reason}",
         String::from_utf8_lossy(command).escape_debug()
     ));
@@ -167,7 +167,7 @@ async fn read_exact(
             Err(_) => {
                 return Err(Stop::Fail(format!(
                     "no whole request within {:?}",
-                    shared.options.read_timeout
+                    shared.read_timeout
                 )))
             }
         };
@@ -188,7 +188,7 @@ async fn read_exact(
 /// Writes within the read timeout: a client that does not read its answer
 /// cannot keep the task forever.
 async fn write(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) -> Result<(), Stop> {
-    let limit = shared.options.read_timeout.max(Duration::from_secs(1));
+    let limit = shared.read_timeout.max(Duration::from_secs(1));
     match tokio::time::timeout(limit, stream.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) | Err(_) => Err(Stop::Quiet),

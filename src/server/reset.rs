@@ -16,7 +16,7 @@ pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
-            shared.log.reset(format_args!(
+            shared.events.reset(format_args!(
                 "{peer}: reset key '{}' held by '{}'{}",
                 show(key),
                 show(&r.holder.source),
@@ -28,7 +28,7 @@ pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
         }
         None => {
             shared
-                .log
+                .events
                 .reset(format_args!("{peer}: reset key '{}' (not held)", show(key)));
             Answer::Ok
         }
@@ -45,7 +45,7 @@ pub async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer 
         .withdrawals
         .fetch_add(withdrawn as u64, std::sync::atomic::Ordering::Relaxed);
     let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
-    shared.log.reset(format_args!(
+    shared.events.reset(format_args!(
         "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
         show(source),
         keys.len(),
@@ -62,7 +62,7 @@ async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) ->
         Ok(()) => Answer::Ok,
         Err(e) => {
             Counters::bump(&shared.counters.refused);
-            shared.log.error(format_args!(
+            shared.events.error(format_args!(
                 "{what} '{}' not recorded in the log: {e}",
                 show(key)
             ));

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::Counters;
 
-use crate::wal::{Record, Ticket, Wal};
+use crate::wal::{Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -79,7 +79,9 @@ struct KeyState {
 struct Inner {
     keys: HashMap<Vec<u8>, KeyState>,
     next_id: GrantId,
-    wal: Option<Arc<Wal>>,
+    /// The write-ahead log, owned here: every append happens under this
+    /// mutex, so the log's order is the table's.
+    wal: Option<Wal>,
     /// Grants are counted here, where every one of them (hand-offs included)
     /// happens.
     counters: Arc<Counters>,
@@ -138,10 +140,24 @@ impl Table {
     }
 
     /// A table whose grants and releases are recorded in `wal` first.
-    pub fn with_wal(wal: Arc<Wal>) -> Self {
+    pub fn with_wal(wal: Wal) -> Self {
         let table = Self::default();
         table.lock_inner().wal = Some(wal);
         table
+    }
+
+    /// The log's counters, with a log.
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.lock_inner().wal.as_ref().map(Wal::stats)
+    }
+
+    /// Writes what is pending to the log and stops its writer (shutdown);
+    /// returns its final counters. Blocks: run it off the async threads.
+    pub fn close_wal(&self) -> Option<WalStats> {
+        let inner = self.lock_inner();
+        let wal = inner.wal.as_ref()?;
+        wal.close();
+        Some(wal.stats())
     }
 
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {

@@ -18,7 +18,7 @@ pub async fn serve(
 ) {
     match shared.table.try_lock(key, source, peer) {
         Some((id, durable)) => {
-            shared.log.grant(key, source, peer);
+            shared.events.grant(key, source, peer);
             grant::answer(stream, shared, key, id, durable).await;
         }
         None => {

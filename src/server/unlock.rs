@@ -32,7 +32,7 @@ pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame
     };
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
-        shared.log.error(format_args!(
+        shared.events.error(format_args!(
             "{peer}: release of '{}' not recorded in the log, the key stays held: {e}",
             show(key)
         ));
@@ -42,9 +42,9 @@ pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame
     // that release is as durable as ours.
     if let Some((holder, next)) = shared.table.finish_release(key, id) {
         Counters::bump(&shared.counters.releases);
-        shared.log.release(key, &holder.source, peer);
+        shared.events.release(key, &holder.source, peer);
         if let Some(next) = next {
-            shared.log.grant(key, &next.source, next.peer);
+            shared.events.grant(key, &next.source, next.peer);
         }
     }
     Answer::Ok
