@@ -1,4 +1,5 @@
 //! The Locking-Center one-byte protocol: frames in, values out, no I/O.
+//! The manager port's codec is [`manager`].
 //!
 //! One request per TCP connection, one answer byte back:
 //!
@@ -28,6 +29,8 @@
 //! "released".
 
 use std::fmt;
+
+pub mod manager;
 
 pub const MAX_FIELD: usize = 127;
 

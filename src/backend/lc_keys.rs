@@ -6,14 +6,14 @@ use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{BackendError, KeyInfo, Result};
-use crate::manager;
+use crate::proto::manager;
 
-/// The manager listens on the lock port + 1, as the reference server's does.
+/// The manager port's address for the lock server at `lock_addr`.
 pub fn manager_addr(lock_addr: &str) -> Result<String> {
     let bad = || BackendError::Other(format!("cannot derive the manager port from '{lock_addr}'"));
     let (host, port) = lock_addr.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
-    let port = port.checked_add(1).ok_or_else(bad)?;
+    let port = manager::port_for(port).ok_or_else(bad)?;
     Ok(format!("{host}:{port}"))
 }
 

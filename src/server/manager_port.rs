@@ -1,6 +1,6 @@
 //! The manager port (`--manager`, default the lock port + 1): the reference
 //! server's `KEYS`, `RSET` and `RSBS`, byte for byte, plus lc-cli's `KEYX`.
-//! The layouts are in [`crate::manager`]. One command per connection; the
+//! The layouts are in [`crate::proto::manager`]. One command per connection; the
 //! whole request must arrive within the read deadline; anything wrong is
 //! answered `-` and touches only that connection.
 
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::metrics::Counters;
 use super::{reset, Shared};
-use crate::manager::{self, KeyReport};
+use crate::proto::manager::{self, KeyReport};
 use crate::proto::Answer;
 
 /// Why a request ended without its final `+`.

@@ -11,6 +11,12 @@
 //!
 //! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference `KEYS`.
 
+/// The manager listens on the lock port + 1, as the reference server's
+/// does; None when there is no next port.
+pub fn port_for(lock_port: u16) -> Option<u16> {
+    lock_port.checked_add(1)
+}
+
 pub const KEYS: &[u8; 4] = b"KEYS";
 pub const RESET_KEYS: &[u8; 4] = b"RSET";
 pub const RESET_SOURCES: &[u8; 4] = b"RSBS";
@@ -82,8 +88,10 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
     (cur.take(1)? == b"+").then_some(out)
 }
 
-/// A `RSET`/`RSBS` request body: `u32 n` then n short fields.
-pub fn encode_names(names: &[&[u8]]) -> Vec<u8> {
+/// A `RSET`/`RSBS` request body: `u32 n` then n short fields (lc-cli's
+/// client sends none; the tests' manager client does).
+#[cfg(test)]
+fn encode_names(names: &[&[u8]]) -> Vec<u8> {
     let mut out = (names.len() as u32).to_le_bytes().to_vec();
     for n in names {
         push_short(&mut out, n);
