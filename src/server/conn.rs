@@ -94,28 +94,37 @@ async fn other_request(
     let _ = stream.write_all(&[answer.byte()]).await;
 }
 
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("connection closed after {0} byte(s) of a frame")]
+    Truncated(usize),
+    #[error("frame too long")]
+    TooLong,
+    #[error("{0}")]
+    Frame(#[from] proto::FrameError),
+}
+
 /// Reads until one whole frame is in; `Ok(None)` if the client closed first.
-async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, String> {
+async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, BadRequest> {
     let mut buf = [0u8; MAX_FRAME];
     let mut len = 0;
     loop {
-        let n = stream
-            .read(&mut buf[len..])
-            .await
-            .map_err(|e| e.to_string())?;
+        let n = stream.read(&mut buf[len..]).await?;
         if n == 0 {
             return if len == 0 {
                 Ok(None)
             } else {
-                Err(format!("connection closed after {len} byte(s) of a frame"))
+                Err(BadRequest::Truncated(len))
             };
         }
         len += n;
-        match proto::decode(&buf[..len]) {
-            Ok(Decoded::Frame(request, _)) => return Ok(Some(request)),
-            Ok(Decoded::Incomplete) if len < MAX_FRAME => continue,
-            Ok(Decoded::Incomplete) => return Err("frame too long".into()),
-            Err(e) => return Err(e.to_string()),
+        match proto::decode(&buf[..len])? {
+            Decoded::Frame(request, _) => return Ok(Some(request)),
+            Decoded::Incomplete if len < MAX_FRAME => continue,
+            Decoded::Incomplete => return Err(BadRequest::TooLong),
         }
     }
 }

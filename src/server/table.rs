@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::Counters;
 
-use crate::wal::{Record, Stats as WalStats, Ticket, Wal};
+use crate::wal::{NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -48,7 +48,7 @@ struct Waiter {
 pub struct Durable(Vec<Ticket>);
 
 impl Durable {
-    pub async fn wait(self) -> Result<(), String> {
+    pub async fn wait(self) -> Result<(), NotDurable> {
         for ticket in self.0 {
             ticket.wait().await?;
         }

@@ -138,6 +138,18 @@ pub struct Stats {
     pub file_len: u64,
 }
 
+/// Why a record is not durable.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotDurable {
+    /// Its batch could not be written or synced (the file was cut back to
+    /// before it).
+    #[error("{0}")]
+    Write(Arc<str>),
+    /// The writer stopped before the record's batch was written.
+    #[error("the log writer has stopped")]
+    Stopped,
+}
+
 type Outcome = Option<Result<(), Arc<str>>>;
 
 /// Resolves once the record it was given for is durable, or failed to be.
@@ -145,10 +157,10 @@ type Outcome = Option<Result<(), Arc<str>>>;
 pub struct Ticket(watch::Receiver<Outcome>);
 
 impl Ticket {
-    pub async fn wait(mut self) -> Result<(), String> {
+    pub async fn wait(mut self) -> Result<(), NotDurable> {
         match self.0.wait_for(|o| o.is_some()).await {
-            Ok(o) => o.clone().unwrap().map_err(|e| e.to_string()),
-            Err(_) => Err("the log writer has stopped".into()),
+            Ok(o) => o.clone().unwrap().map_err(NotDurable::Write),
+            Err(_) => Err(NotDurable::Stopped),
         }
     }
 }
@@ -477,22 +489,22 @@ impl Wal {
     }
 
     /// Blocks until everything appended so far is durable (or failed).
-    pub fn sync(&self) -> Result<(), String> {
+    pub fn sync(&self) -> Result<(), NotDurable> {
         let mut st = self.state();
         let target = st.taken + u64::from(!st.pending.is_empty());
         let failed_before = st.stats.failed_batches;
         while st.finished < target {
             if st.stopped {
-                return Err("the log writer has stopped".into());
+                return Err(NotDurable::Stopped);
             }
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         if st.stats.failed_batches > failed_before {
-            return Err(st
-                .last_error
-                .as_deref()
-                .unwrap_or("write failed")
-                .to_string());
+            return Err(NotDurable::Write(
+                st.last_error
+                    .clone()
+                    .unwrap_or_else(|| "write failed".into()),
+            ));
         }
         Ok(())
     }
