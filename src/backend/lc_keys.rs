@@ -1,7 +1,7 @@
 //! `keys` for the Locking-Center backend: the manager port (lock port + 1)
 //! answers lc-cli's `KEYX` command.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -51,9 +51,7 @@ pub async fn list(lock_addr: &str, timeout: Duration) -> Result<Vec<KeyInfo>> {
             key: String::from_utf8_lossy(&r.key).into_owned(),
             source: String::from_utf8_lossy(&r.source).into_owned(),
             peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
-            since: u64::try_from(r.since_ms)
-                .ok()
-                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+            since: Some(r.since),
             waiting: r.waiting as usize,
         })
         .collect())

@@ -11,6 +11,8 @@
 //!
 //! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference `KEYS`.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 /// The manager listens on the lock port + 1, as the reference server's
 /// does; None when there is no next port.
 pub fn port_for(lock_port: u16) -> Option<u16> {
@@ -22,15 +24,32 @@ pub const RESET_KEYS: &[u8; 4] = b"RSET";
 pub const RESET_SOURCES: &[u8; 4] = b"RSBS";
 pub const KEYS_EXTENDED: &[u8; 4] = b"KEYX";
 
-/// One held key as the manager reports it.
+/// One held key as the manager reports it (and the server's table lists it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyReport {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
+    /// The holder's address as text (`ip:port`).
     pub peer: Vec<u8>,
-    /// Unix time in milliseconds.
-    pub since_ms: i64,
+    /// When the hold began (sent as unix seconds or milliseconds).
+    pub since: SystemTime,
     pub waiting: u32,
+}
+
+/// Unix milliseconds of `t`, negative before the epoch.
+fn unix_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+fn from_unix_ms(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
 }
 
 fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -46,7 +65,7 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
         push_short(&mut out, &r.key);
         push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
-        out.extend_from_slice(&(r.since_ms.div_euclid(1000)).to_le_bytes());
+        out.extend_from_slice(&(unix_ms(r.since).div_euclid(1000)).to_le_bytes());
     }
     out.push(b'+');
     out
@@ -59,7 +78,7 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
         push_short(&mut out, &r.key);
         push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
-        out.extend_from_slice(&r.since_ms.to_le_bytes());
+        out.extend_from_slice(&unix_ms(r.since).to_le_bytes());
         out.extend_from_slice(&r.waiting.to_le_bytes());
     }
     out.push(b'+');
@@ -81,7 +100,7 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             key,
             source,
             peer,
-            since_ms,
+            since: from_unix_ms(since_ms),
             waiting,
         });
     }
@@ -126,7 +145,7 @@ mod tests {
             key: b"deploy/prod".to_vec(),
             source: b"ci-7".to_vec(),
             peer: b"127.0.0.1:5000".to_vec(),
-            since_ms: 1_700_000_000_123,
+            since: from_unix_ms(1_700_000_000_123),
             waiting: 3,
         }
     }

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::metrics::Counters;
 use super::{reset, Shared};
-use crate::proto::manager::{self, KeyReport};
+use crate::proto::manager;
 use crate::proto::Answer;
 
 /// Why a request ended without its final `+`.
@@ -73,7 +73,7 @@ async fn serve(
 ) -> Result<(), Stop> {
     match command {
         manager::KEYS | manager::KEYS_EXTENDED => {
-            let reports = reports(shared);
+            let reports = shared.table.held();
             let mut answer = if command == manager::KEYS {
                 manager::encode_keys(&reports)
             } else {
@@ -130,27 +130,6 @@ async fn reset(
             Err(Stop::Quiet)
         }
     }
-}
-
-/// Every held key, sorted by key.
-fn reports(shared: &Shared) -> Vec<KeyReport> {
-    shared
-        .table
-        .held()
-        .into_iter()
-        .map(|h| KeyReport {
-            key: h.key,
-            source: h.holder.source,
-            peer: h.holder.peer.to_string().into_bytes(),
-            since_ms: h
-                .holder
-                .since
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
-            waiting: h.waiting.min(u32::MAX as usize) as u32,
-        })
-        .collect()
 }
 
 async fn read_exact(

@@ -20,7 +20,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
 
@@ -163,7 +163,7 @@ impl Server {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let since = UNIX_EPOCH + Duration::from_millis(h.since_ms);
+            let since = h.since;
             table.restore(&h.key, &h.source, peer, since);
             events.info(format_args!(
                 "restored '{}' held by '{}' (peer {peer}) since {}",

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::Counters;
 
+use crate::proto::manager::KeyReport;
 use crate::wal::{NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
@@ -112,14 +113,6 @@ pub struct Released {
     pub next: Option<Holder>,
 }
 
-/// A held key as the operator sees it.
-#[derive(Debug, Clone)]
-pub struct HeldKey {
-    pub key: Vec<u8>,
-    pub holder: Holder,
-    pub waiting: usize,
-}
-
 /// What a metrics scrape reads from the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
@@ -172,9 +165,9 @@ impl Table {
         let state = inner.keys.entry(key.to_vec()).or_default();
         if state.holder.is_none() {
             let h = holder(id, source, peer);
-            state.holder = Some(h);
+            state.holder = Some(h.clone());
             Counters::bump(&inner.counters.grants);
-            let durable = inner.record_grant(key, source, peer);
+            let durable = inner.record_grant(key, &h);
             return LockOutcome::Granted(id, durable);
         }
         let (tx, rx) = oneshot::channel();
@@ -200,9 +193,10 @@ impl Table {
         }
         let id = inner.fresh_id();
         let state = inner.keys.entry(key.to_vec()).or_default();
-        state.holder = Some(holder(id, source, peer));
+        let h = holder(id, source, peer);
+        state.holder = Some(h.clone());
         Counters::bump(&inner.counters.grants);
-        Some((id, inner.record_grant(key, source, peer)))
+        Some((id, inner.record_grant(key, &h)))
     }
 
     /// Releases the key, whoever holds it, and grants it to the next waiter.
@@ -314,17 +308,19 @@ impl Table {
         (released, withdrawn, durable)
     }
 
-    /// Every held key, sorted by key.
-    pub fn held(&self) -> Vec<HeldKey> {
+    /// Every held key as the operator sees it, sorted by key.
+    pub fn held(&self) -> Vec<KeyReport> {
         let inner = self.lock_inner();
-        let mut out: Vec<HeldKey> = inner
+        let mut out: Vec<KeyReport> = inner
             .keys
             .iter()
             .filter_map(|(k, s)| {
-                s.holder.as_ref().map(|h| HeldKey {
+                s.holder.as_ref().map(|h| KeyReport {
                     key: k.clone(),
-                    holder: h.clone(),
-                    waiting: s.waiters.len(),
+                    source: h.source.clone(),
+                    peer: h.peer.to_string().into_bytes(),
+                    since: h.since,
+                    waiting: s.waiters.len().min(u32::MAX as usize) as u32,
                 })
             })
             .collect();
@@ -386,18 +382,21 @@ impl Inner {
         self.next_id
     }
 
-    fn record_grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> Durable {
+    /// Records `holder`'s grant of `key`, with the same start time the
+    /// table keeps (so a restart restores the time `keys` showed).
+    fn record_grant(&self, key: &[u8], holder: &Holder) -> Durable {
         let Some(wal) = &self.wal else {
             return Durable::default();
         };
-        let since_ms = SystemTime::now()
+        let since_ms = holder
+            .since
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         Durable(vec![wal.append(&Record::Grant {
             key: key.to_vec(),
-            source: source.to_vec(),
-            peer: peer.to_string().into_bytes(),
+            source: holder.source.clone(),
+            peer: holder.peer.to_string().into_bytes(),
             since_ms,
         })])
     }
@@ -435,9 +434,9 @@ impl Inner {
             if w.notify.is_closed() {
                 continue;
             }
-            let grant = self.record_grant(key, &w.source, w.peer);
+            let h = holder(w.id, &w.source, w.peer);
+            let grant = self.record_grant(key, &h);
             if w.notify.send(Notice::Granted(grant)).is_ok() {
-                let h = holder(w.id, &w.source, w.peer);
                 if let Some(state) = self.keys.get_mut(key) {
                     state.holder = Some(h.clone());
                 }

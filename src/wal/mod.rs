@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
@@ -37,7 +37,7 @@ pub struct Held {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
     pub peer: Vec<u8>,
-    pub since_ms: u64,
+    pub since: SystemTime,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -260,7 +260,7 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<(Live, usize, u64),
                             key: key.clone(),
                             source,
                             peer,
-                            since_ms,
+                            since: UNIX_EPOCH + Duration::from_millis(since_ms),
                         };
                         live.insert(key, (held, framed));
                     }
