@@ -183,7 +183,8 @@ struct State {
     stats: Stats,
 }
 
-struct Shared {
+/// The batches between the appenders and the writer thread.
+struct Batches {
     state: Mutex<State>,
     /// The writer waits here for work.
     work: Condvar,
@@ -192,7 +193,7 @@ struct Shared {
 }
 
 pub struct Wal {
-    shared: Arc<Shared>,
+    shared: Arc<Batches>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Held until the Wal is dropped (after the writer has stopped).
     _lock: file::LogLock,
@@ -416,7 +417,7 @@ impl Wal {
     ) -> Result<Wal, WalError> {
         let live_bytes = live.values().map(|f| f.len() as u64).sum();
         let (batch, _) = watch::channel(None);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Batches {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 pending_grants: 0,
@@ -530,7 +531,7 @@ impl Drop for Wal {
 }
 
 struct Writer {
-    shared: Arc<Shared>,
+    shared: Arc<Batches>,
     path: PathBuf,
     file: File,
     len: u64,
