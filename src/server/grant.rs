@@ -53,24 +53,18 @@ async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: G
 /// True if the client has closed its side (or the connection broke). Bytes it
 /// sent after its request are read and ignored. Never blocks.
 fn peer_gone(stream: &TcpStream) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::socket::{recv, MsgFlags};
     use std::os::fd::AsRawFd;
     let fd = stream.as_raw_fd();
     let mut sink = [0u8; 64];
     // Bounded: a client cannot keep us here by streaming bytes.
     for _ in 0..16 {
-        // SAFETY: `sink` is a valid buffer of the given length; `fd` is open
-        // for as long as `stream` is borrowed.
-        let n = unsafe { libc::recv(fd, sink.as_mut_ptr().cast(), sink.len(), libc::MSG_DONTWAIT) };
-        match n {
-            0 => return true,
-            n if n > 0 => continue,
-            _ => {
-                let err = std::io::Error::last_os_error();
-                return !matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                );
-            }
+        match recv(fd, &mut sink, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(Errno::EAGAIN | Errno::EINTR) => return false,
+            Err(_) => return true,
         }
     }
     false
