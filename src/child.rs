@@ -6,6 +6,15 @@
 //! are seen too (tokio's `Child::wait` cannot see them): when Ctrl-Z stops it,
 //! lc-cli takes the terminal back and stops itself, and when `fg` continues
 //! lc-cli it gives the terminal back to the child's group and continues it.
+//!
+//! The command is over when its whole process group is, as with flock(1),
+//! whose lock a background job inherits: lc-cli is a child subreaper, so the
+//! group's orphans (`sleep 3 &` of a shell that exited) are reparented to it
+//! and reaped (`waitpid(-pgid)`), and the supervision ends only when the
+//! group is empty (`killpg(pgid, 0)` fails with ESRCH). Until then signals
+//! still go to the group and a stop (a lost lock) applies to all of it. The
+//! status is the main command's. A process that leaves the group
+//! (`setsid`, a daemon) escapes: it does not keep the key.
 
 use std::ffi::OsString;
 use std::io;
@@ -48,10 +57,23 @@ pub struct Running<'t> {
     /// The child's pid, which is also its process group id.
     pid: Pid,
     terminal: Option<&'t Terminal>,
+    /// How the main command ended.
     ended: Option<ChildEnd>,
+    /// No process is left in the group: its id may be reused from now on.
+    group_gone: bool,
     /// lc-cli got SIGTSTP and passed it on to the command.
     passed_on_stop: bool,
 }
+
+/// The errno the `pre_exec` closure reports when lc-cli died before the
+/// command could start (`exec` itself never fails with it), so the parent
+/// side can name the cause; the closure cannot build a message (no
+/// allocation between fork and exec).
+const PARENT_GONE: i32 = libc::ESRCH;
+
+/// How often, once the main command ended, lc-cli looks whether its group
+/// is empty: a member that is not our child ends without a SIGCHLD to us.
+const GROUP_POLL: Duration = Duration::from_millis(50);
 
 /// Starts `argv` in its own process group with `env` added. At a terminal
 /// where lc-cli is in the foreground, the child's group becomes the
@@ -71,11 +93,19 @@ pub fn spawn<'t>(
         .envs(env.iter().map(|(k, v)| (k, v)));
     // Its own process group, so a forwarded signal reaches the grandchildren.
     cmd.process_group(0);
+    // The group's orphans become our children, so we can reap them and know
+    // when the group is empty. Process-wide, and harmless to repeat.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let parent = nix::unistd::getpid().as_raw();
     let tty = terminal
         .filter(|t| t.we_are_foreground())
         .map(|t| t.raw_fd());
-    // SAFETY: the closure only makes async-signal-safe system calls.
+    // SAFETY: between fork and exec in a multi-threaded process only
+    // async-signal-safe calls are allowed: the closure calls prctl, getppid,
+    // tcsetpgrp, getpid and sigaction, and allocates nothing (its errors are
+    // raw errno values, which `io::Error` stores without allocating; a
+    // zeroed `sigaction` is a valid value of that plain C struct).
     unsafe {
         cmd.pre_exec(move || {
             // If lc-cli dies (even by SIGKILL), the child is told; and if it
@@ -84,7 +114,7 @@ pub fn spawn<'t>(
                 return Err(io::Error::last_os_error());
             }
             if libc::getppid() != parent {
-                return Err(io::Error::other("lc-cli exited before the command started"));
+                return Err(io::Error::from_raw_os_error(PARENT_GONE));
             }
             if let Some(fd) = tty {
                 // SIGTTOU is ignored (inherited from lc-cli), so this works
@@ -101,6 +131,12 @@ pub fn spawn<'t>(
         if let (Some(t), Some(_)) = (terminal, tty) {
             // The child may have taken the terminal before exec failed.
             let _ = t.give_to(nix::unistd::getpgrp());
+        }
+        if e.raw_os_error() == Some(PARENT_GONE) {
+            return SpawnError {
+                code: ExitCode::CannotExecute,
+                reason: "lc-cli exited before the command started".into(),
+            };
         }
         match e.kind() {
             io::ErrorKind::NotFound => SpawnError {
@@ -122,24 +158,29 @@ pub fn spawn<'t>(
         pid,
         terminal,
         ended: None,
+        group_gone: false,
         passed_on_stop: false,
     })
 }
 
 impl Running<'_> {
-    /// Forwards signals and follows the child's stops until it ends.
+    /// Forwards signals and follows the child's stops until it has ended and
+    /// its process group is empty; returns how the child ended.
     /// Cancel-safe: nothing is lost when dropped between signals.
     pub async fn supervise(&mut self, signals: &mut Signals) -> Result<ChildEnd> {
         loop {
-            if let Some(end) = self.ended {
+            if let (Some(end), true) = (self.ended, self.group_gone) {
                 return Ok(end);
             }
-            let sig = signals.recv().await;
-            self.handle(sig)?;
+            tokio::select! {
+                sig = signals.recv() => self.handle(sig)?,
+                _ = tokio::time::sleep(GROUP_POLL), if self.ended.is_some() => self.reap()?,
+            }
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL after `grace`; waits for the end.
+    /// SIGTERM to the group, then SIGKILL after `grace`; waits for the end
+    /// of the child and of every process left in its group.
     pub async fn stop(&mut self, signals: &mut Signals, grace: Duration) -> Result<ChildEnd> {
         self.signal_group(Signal::SIGTERM);
         self.signal_group(Signal::SIGCONT);
@@ -173,8 +214,14 @@ impl Running<'_> {
         }
     }
 
-    /// Collects every state change of the child since the last SIGCHLD.
+    /// Collects every state change in the child's group since the last
+    /// SIGCHLD: the child's own (its end, its stops) and the ends of the
+    /// group's orphans; then, once the child has ended, whether anyone is
+    /// left in the group.
     fn reap(&mut self) -> Result<()> {
+        if self.group_gone {
+            return Ok(());
+        }
         while self.ended.is_none() {
             match waitpid(
                 self.pid,
@@ -183,11 +230,32 @@ impl Running<'_> {
                 Ok(WaitStatus::Exited(_, code)) => self.end(ChildEnd::Exited(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.end(ChildEnd::Signalled(sig as i32)),
                 Ok(WaitStatus::Stopped(_, sig)) => self.stopped(sig),
-                Ok(WaitStatus::StillAlive) => return Ok(()),
+                Ok(WaitStatus::StillAlive) => break,
                 Ok(_) => {}
                 Err(Errno::EINTR) => {}
                 Err(e) => return Err(e).context("waiting for the command"),
             }
+        }
+        // The group's orphans, reparented to us: reaped, nothing more (the
+        // child itself, should it have ended just now, is not lost).
+        let group = Pid::from_raw(-self.pid.as_raw());
+        loop {
+            match waitpid(group, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(WaitStatus::Exited(pid, code)) if pid == self.pid => {
+                    self.end(ChildEnd::Exited(code))
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == self.pid => {
+                    self.end(ChildEnd::Signalled(sig as i32))
+                }
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("waiting for the command's group"),
+            }
+        }
+        // Zombies of the group that are ours are reaped by now; one that is
+        // not ours has a live parent in the group.
+        if self.ended.is_some() && killpg(self.pid, None) == Err(Errno::ESRCH) {
+            self.group_gone = true;
         }
         Ok(())
     }
@@ -243,10 +311,12 @@ impl Running<'_> {
     }
 
     fn signal_group(&self, sig: Signal) {
-        if self.ended.is_some() {
+        if self.group_gone {
             return; // its group id may belong to someone else by now
         }
-        if killpg(self.pid, sig).is_err() {
+        // The child alone, if its group could not be signalled: only while
+        // it is not reaped, so its pid cannot belong to anyone else.
+        if killpg(self.pid, sig).is_err() && self.ended.is_none() {
             let _ = kill(self.pid, sig);
         }
     }

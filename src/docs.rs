@@ -167,7 +167,7 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
         ),
         "serve" => (
             "0 after a clean shutdown (SIGTERM or SIGINT); otherwise:",
-            &[Usage, DataErr, Unavailable, Software],
+            &[Usage, DataErr, Unavailable, Software, LogInUse],
         ),
         _ => return,
     };
@@ -213,7 +213,8 @@ fn exit_text(code: ExitCode) -> &'static str {
     match code {
         ExitCode::Conflict => "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held",
         ExitCode::Usage => "usage: a bad option, an empty key or one over 127 bytes, an unknown server address parameter",
-        ExitCode::DataErr => "serve --data: the log holds a corrupt record (the message names the file and byte offset); the server did not start",
+        ExitCode::DataErr => "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start",
+        ExitCode::LogInUse => "serve --data: another lc-cli serve has the log (the message names the file and its PID); the server did not start",
         ExitCode::Unavailable => "the lock service could not be reached, or went away while waiting, or does not answer like a lock server",
         ExitCode::Software => "internal error",
         ExitCode::ReleaseFailed => "the release was not confirmed: the key may still be held; the message names the reset command that clears it",
@@ -304,6 +305,7 @@ fn extra_sections() -> Roff {
         ExitCode::DataErr,
         ExitCode::Unavailable,
         ExitCode::Software,
+        ExitCode::LogInUse,
         ExitCode::ReleaseFailed,
         ExitCode::LockLost,
         ExitCode::Protocol,

@@ -19,6 +19,8 @@ pub enum ExitCode {
     DataErr,
     /// The lock service could not be reached, or went away while we waited.
     Unavailable,
+    /// `serve --data`: another server has the log (its PID in the message).
+    LogInUse,
     /// An internal error: a bug, or something the OS refused us.
     Software,
     /// The lock was released on our side but the service did not confirm it:
@@ -47,6 +49,7 @@ impl ExitCode {
             ExitCode::DataErr => 65,
             ExitCode::Unavailable => 69,
             ExitCode::Software => 70,
+            ExitCode::LogInUse => 73,
             ExitCode::ReleaseFailed => 74,
             ExitCode::LockLost => 75,
             ExitCode::Protocol => 76,
@@ -204,6 +207,7 @@ mod tests {
             ExitCode::DataErr,
             ExitCode::Unavailable,
             ExitCode::Software,
+            ExitCode::LogInUse,
             ExitCode::ReleaseFailed,
             ExitCode::LockLost,
             ExitCode::Protocol,
@@ -211,7 +215,7 @@ mod tests {
             ExitCode::NotFound,
         ];
         let codes: Vec<i32> = all.iter().map(|c| c.code()).collect();
-        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 74, 75, 76, 126, 127]);
+        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 126, 127]);
         let mut sorted = codes.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), codes.len());
@@ -223,6 +227,7 @@ mod tests {
         for c in [
             ExitCode::Usage,
             ExitCode::Unavailable,
+            ExitCode::LogInUse,
             ExitCode::Software,
             ExitCode::ReleaseFailed,
             ExitCode::LockLost,

@@ -9,7 +9,7 @@
 //!   lock is held (job control at a terminal); [`status_line`]: the wait.
 //! - [`server`]: the built-in lock server (`serve`), its lock table and,
 //!   with [`wal`], its write-ahead log.
-//! - [`manager`]: the reference manager protocol (`keys`, resets) on the lock port + 1.
+//! - [`proto::manager`]: the reference manager protocol (`keys`, resets) on the lock port + 1.
 //! - [`exit`]: every exit status, in one place.
 //! - [`duration`]: how durations are written, on the command line and in
 //!   server addresses.
@@ -22,7 +22,6 @@ pub mod cmd;
 pub mod docs;
 pub mod duration;
 pub mod exit;
-pub mod manager;
 pub mod proto;
 pub mod server;
 pub mod signals;

@@ -1,4 +1,5 @@
 //! The Locking-Center one-byte protocol: frames in, values out, no I/O.
+//! The manager port's codec is [`manager`].
 //!
 //! One request per TCP connection, one answer byte back:
 //!
@@ -9,15 +10,31 @@
 //! | ResetByKey    | `[3][keySize][key]`                     |
 //! | ResetBySource | `[4][sourceSize][source]`               |
 //! | TryLock       | `[5][keySize][key][sourceSize][source]` |
-//! | Ping (lc-cli) | `[7][keySize][key][sourceSize][source]` |
+//! | Release       | `[6][keySize][key]` (lc-cli extension)  |
+//! | Ping          | `[7][keySize][key][sourceSize][source]` (lc-cli extension) |
 //!
 //! Ping is an lc-cli extension: `lc-cli serve` answers `+` (and ignores the
 //! key and source), a reference server `-` (an unknown action): one protocol
 //! byte either way, so a client learns the peer speaks the protocol.
 //! Sizes are one signed byte: a key is 1..=127 bytes, a source 0..=127.
 //! Answers: `+` success, `-` failure, `#` a TryLock found the key held.
+//!
+//! Actions 1 to 5 are the 2021 reference server's, answered byte for byte as
+//! it does; in particular Unlock answers `+` whether or not the key was held,
+//! because the public clients retry Unlock until they read `+`.
+//!
+//! Release is lc-cli's own: the same frame as Unlock, with answers that tell
+//! the cases apart: `+` released, `#` it was not held, `-` it could not be
+//! released (the log could not record it; the key is still held). A
+//! reference server answers `-` to an action it does not know, so a client
+//! that reads `-` to a Release asks again with the classic Unlock, whose `-`
+//! (from lc-cli's server: the release could not be recorded) also means "not
+//! released". Against a reference server "not held" cannot be told from
+//! "released".
 
 use std::fmt;
+
+pub mod manager;
 
 pub const MAX_FIELD: usize = 127;
 
@@ -26,6 +43,8 @@ pub const ACTION_UNLOCK: u8 = 2;
 pub const ACTION_RESET_BY_KEY: u8 = 3;
 pub const ACTION_RESET_BY_SOURCE: u8 = 4;
 pub const ACTION_TRY_LOCK: u8 = 5;
+/// lc-cli's extension: Unlock that says whether the key was held.
+pub const ACTION_RELEASE: u8 = 6;
 pub const ACTION_PING: u8 = 7;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
@@ -52,6 +71,9 @@ pub enum Request {
         key: Vec<u8>,
         source: Vec<u8>,
     },
+    Release {
+        key: Vec<u8>,
+    },
     /// Are you a Locking-Center server? (lc-cli extension)
     Ping,
 }
@@ -62,7 +84,8 @@ pub enum Answer {
     Ok,
     /// `-`: refused or failed.
     Fail,
-    /// `#`: a TryLock found the key held by someone else.
+    /// `#`: a TryLock found the key held by someone else; a Release found
+    /// it not held.
     Busy,
 }
 
@@ -135,14 +158,14 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 Request::TryLock { key, source }
             }
         }
-        ACTION_UNLOCK | ACTION_RESET_BY_KEY => {
+        ACTION_UNLOCK | ACTION_RESET_BY_KEY | ACTION_RELEASE => {
             let Some(key) = cur.key()? else {
                 return Ok(Decoded::Incomplete);
             };
-            if action == ACTION_UNLOCK {
-                Request::Unlock { key }
-            } else {
-                Request::ResetByKey { key }
+            match action {
+                ACTION_UNLOCK => Request::Unlock { key },
+                ACTION_RELEASE => Request::Release { key },
+                _ => Request::ResetByKey { key },
             }
         }
         ACTION_RESET_BY_SOURCE => {
@@ -255,12 +278,12 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, key);
             push_field(&mut out, source);
         }
-        Request::Unlock { key } | Request::ResetByKey { key } => {
+        Request::Unlock { key } | Request::ResetByKey { key } | Request::Release { key } => {
             check_key(key)?;
-            out.push(if matches!(request, Request::Unlock { .. }) {
-                ACTION_UNLOCK
-            } else {
-                ACTION_RESET_BY_KEY
+            out.push(match request {
+                Request::Unlock { .. } => ACTION_UNLOCK,
+                Request::Release { .. } => ACTION_RELEASE,
+                _ => ACTION_RESET_BY_KEY,
             });
             push_field(&mut out, key);
         }
@@ -312,6 +335,7 @@ mod tests {
         roundtrip(Request::ResetByKey { key: b"k".to_vec() });
         roundtrip(Request::ResetBySource { source: vec![] });
         roundtrip(Request::Ping);
+        roundtrip(Request::Release { key: b"k".to_vec() });
     }
 
     #[test]
@@ -332,6 +356,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(rbs, [4, 1, b'h']);
+        let release = encode(&Request::Release {
+            key: b"ab".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(release, [6, 2, b'a', b'b']);
     }
 
     #[test]

@@ -54,15 +54,18 @@ impl Cursor<'_> {
 }
 
 /// `KEYS` as the reference writes it: u32 count, then per key (sorted)
-/// u8 len + key, u8 len + peer "ip:port", i64 unix seconds; then '+'.
-fn check_keys(answer: &[u8], expected: &[(&str, &str)], from_ms: i64, to_ms: i64) {
+/// u8 len + key, u8 len + source, u8 len + peer "ip:port", i64 unix
+/// seconds; then '+'. (Before the fix the source was missing, and the
+/// reference's manager CLI failed after the first key.)
+fn check_keys(answer: &[u8], expected: &[(&str, &str, &str)], from_ms: i64, to_ms: i64) {
     let mut c = Cursor {
         buf: answer,
         pos: 0,
     };
     assert_eq!(c.u32() as usize, expected.len(), "{answer:?}");
-    for (key, peer) in expected {
+    for (key, source, peer) in expected {
         assert_eq!(c.short(), key.as_bytes());
+        assert_eq!(c.short(), source.as_bytes(), "source of {key}");
         assert_eq!(c.short(), peer.as_bytes(), "peer of {key}");
         let secs = c.i64();
         assert!(
@@ -148,7 +151,7 @@ fn reference_commands_byte_for_byte() {
     // KEYS and KEYX, sorted by key.
     check_keys(
         &server.manage(b"KEYS"),
-        &[("k0", &local(&h0)), ("k1", &local(&h1))],
+        &[("k0", "s2", &local(&h0)), ("k1", "s1", &local(&h1))],
         from,
         to,
     );
@@ -212,7 +215,7 @@ fn reference_commands_byte_for_byte() {
     assert_eq!(read_byte(&mut ip_waiter), Some(b'-'));
     check_keys(
         &server.manage(b"KEYS"),
-        &[("k0", &local(&w3)), ("k1", &local(&w1))],
+        &[("k0", "s1", &local(&w3)), ("k1", "w1", &local(&w1))],
         from,
         now_ms(),
     );
@@ -246,7 +249,7 @@ fn reference_commands_byte_for_byte() {
     // The holders are untouched by all that.
     check_keys(
         &server.manage(b"KEYS"),
-        &[("k0", &local(&w3)), ("k1", &local(&w1))],
+        &[("k0", "s1", &local(&w3)), ("k1", "w1", &local(&w1))],
         from,
         now_ms(),
     );

@@ -15,6 +15,7 @@ const UNLOCK: u8 = 2;
 const RESET_KEY: u8 = 3;
 const RESET_SOURCE: u8 = 4;
 const TRY: u8 = 5;
+const RELEASE: u8 = 6;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn answer(s: &mut TcpStream) -> Option<u8> {
@@ -68,7 +69,7 @@ fn waiters_are_granted_in_arrival_order() {
         assert_eq!(server.count(&needle), 1, "{}", server.log());
     }
     assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'+'));
-    assert_eq!(server.raw(&frame(UNLOCK, b"k", None)), Some(b'-'));
+    assert_eq!(server.raw(&frame(TRY, b"k", Some(b"t"))), Some(b'+'));
 }
 
 #[test]
@@ -175,18 +176,60 @@ fn trylock_free_and_held() {
     assert_eq!(server.raw(&frame(LOCK, b"other", Some(b"b"))), Some(b'+'));
     // A TryLock never queues: after the unlock nobody holds it.
     assert_eq!(server.raw(&frame(UNLOCK, b"t", None)), Some(b'+'));
-    assert_eq!(server.raw(&frame(UNLOCK, b"t", None)), Some(b'-'));
+    assert_eq!(server.raw(&frame(RELEASE, b"t", None)), Some(b'#'));
     assert_eq!(server.raw(&frame(TRY, b"t", Some(b"b"))), Some(b'+'));
 }
 
+/// The reference server's answers, which its clients (they retry Unlock
+/// until `+`) depend on: Unlock of a key nobody holds is `+`.
 #[test]
-fn unlock_of_a_key_not_held_answers_minus() {
+fn unlock_answers_plus_whether_or_not_the_key_was_held() {
     let server = LoggedServer::start(&[]);
-    assert_eq!(server.raw(&frame(UNLOCK, b"never", None)), Some(b'-'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"never", None)), Some(b'+'));
     // A source appended to an Unlock, as some clients send it, is ignored.
     assert_eq!(server.raw(&frame(LOCK, b"u", Some(b"s"))), Some(b'+'));
     assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'+'));
-    assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'-'));
+    assert_eq!(server.raw(&frame(TRY, b"u", Some(b"t"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"u", Some(b"s"))), Some(b'+'));
+    // After an operator reset, the holder's own Unlock is `+` too.
+    assert_eq!(server.raw(&frame(LOCK, b"r", Some(b"s"))), Some(b'+'));
+    assert_eq!(server.raw(&frame(RESET_KEY, b"r", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"r", None)), Some(b'+'));
+}
+
+/// lc-cli's Release (action 6) tells "released" from "was not held", and
+/// hands the key to the next waiter as Unlock does.
+#[test]
+fn release_says_whether_the_key_was_held() {
+    let server = LoggedServer::start(&[]);
+    assert_eq!(server.raw(&frame(RELEASE, b"never", None)), Some(b'#'));
+    assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"a"))), Some(b'+'));
+    let mut w = queue(&server, "k", "b");
+    assert_eq!(server.raw(&frame(RELEASE, b"k", None)), Some(b'+'));
+    assert_eq!(answer(&mut w), Some(b'+'));
+    assert_eq!(server.raw(&frame(TRY, b"k", Some(b"c"))), Some(b'#'));
+    assert_eq!(server.raw(&frame(RELEASE, b"k", None)), Some(b'+'));
+    assert_eq!(server.raw(&frame(RELEASE, b"k", None)), Some(b'#'));
+    assert_eq!(server.raw(&frame(TRY, b"k", Some(b"c"))), Some(b'+'));
+    // An empty key is refused as with every action.
+    assert_eq!(server.raw(&[RELEASE, 0]), Some(b'-'));
+    // lc-cli unlock: exit 0 for a held key, 1 for one that was not held.
+    expect_status(&mut lc_on(&server, &["unlock", "k"]), 0);
+    let out = expect_status(&mut lc_on(&server, &["unlock", "k"]), 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("it was not held"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `lc-cli --server ADDR ARGS...` against a logged server.
+fn lc_on(server: &LoggedServer, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--server").arg(server.addr.to_string()).args(args);
+    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
+    cmd
 }
 
 #[test]
@@ -261,7 +304,7 @@ fn bad_input_affects_only_its_connection() {
             vec![RESET_SOURCE, 0xfe],
         ),
         ("unknown action 0", vec![0, 1, b'k']),
-        ("unknown action 6", vec![6, 1, b'k', 0]),
+        ("unknown action 8", vec![8, 1, b'k', 0]),
         ("unknown action 0xff", vec![0xff]),
         ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
     ];
@@ -377,4 +420,55 @@ fn sigterm_and_sigint_stop_it_cleanly() {
         .stop_with(libc::SIGTERM, LIMIT)
         .expect("still running");
     assert_eq!(status.code(), Some(0));
+}
+
+/// A server that speaks only the reference's actions, answering Unlock with
+/// `unlock_answer`: serves `connections` connections, returns the actions.
+fn reference_like(
+    unlock_answer: u8,
+    connections: usize,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<Vec<u8>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        let mut actions = Vec::new();
+        for _ in 0..connections {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(LIMIT)).unwrap();
+            let mut head = [0u8; 2];
+            s.read_exact(&mut head).unwrap();
+            let mut key = vec![0u8; head[1] as usize];
+            s.read_exact(&mut key).unwrap();
+            actions.push(head[0]);
+            // The reference answers `-` to an action it does not know.
+            let answer = if head[0] == UNLOCK {
+                unlock_answer
+            } else {
+                b'-'
+            };
+            s.write_all(&[answer]).unwrap();
+        }
+        actions
+    });
+    (addr, handle)
+}
+
+/// Against a server without the Release action, `unlock` falls back to the
+/// classic frame: its `+` is "released" (not held cannot be told apart), its
+/// `-` is "not released" (exit 74 with the reset line).
+#[test]
+fn unlock_falls_back_to_the_classic_frame() {
+    let (addr, server) = reference_like(b'+', 2);
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["--server", &addr.to_string(), "unlock", "k"]);
+    expect_status(&mut cmd, 0);
+    assert_eq!(server.join().unwrap(), [RELEASE, UNLOCK]);
+
+    let (addr, server) = reference_like(b'-', 2);
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["--server", &addr.to_string(), "unlock", "k"]);
+    let out = expect_status(&mut cmd, 74);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reset k"), "{err}");
+    assert_eq!(server.join().unwrap(), [RELEASE, UNLOCK]);
 }

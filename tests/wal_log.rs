@@ -49,7 +49,7 @@ fn build(path: &Path, records: &[Record]) -> (Vec<u8>, Vec<usize>) {
     drop(wal);
     let bytes = std::fs::read(path).unwrap();
     let mut starts = Vec::new();
-    let mut at = 0;
+    let mut at = lc_cli::wal::file::HEADER_LEN;
     while at < bytes.len() {
         starts.push(at);
         match decode(&bytes[at..]) {
@@ -284,4 +284,146 @@ fn concurrent_appends_share_syncs() {
         stats.syncs < stats.grants + stats.releases,
         "no sync was shared: {stats:?}"
     );
+}
+
+/// The bytes of a log as the release before the header wrote it: records
+/// from byte 0.
+fn headerless(records: &[Record]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for r in records {
+        r.encode_into(&mut bytes);
+    }
+    bytes
+}
+
+#[test]
+fn a_new_log_starts_with_its_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.wal");
+    let (wal, held) = open(&path).unwrap();
+    assert!(held.is_empty());
+    drop(wal);
+    assert_eq!(std::fs::read(&path).unwrap(), lc_cli::wal::file::header());
+    // A header cut short by a crash at creation is a new log too.
+    std::fs::write(&path, &lc_cli::wal::file::header()[..5]).unwrap();
+    let (wal, held) = open(&path).unwrap();
+    let _ = wal.append(&grant("k", "s"));
+    wal.sync().unwrap();
+    drop(wal);
+    assert!(held.is_empty());
+    let (_, held) = open(&path).unwrap();
+    assert_eq!(keys(&held), [("k".to_string(), "s".to_string())]);
+}
+
+#[test]
+fn a_second_open_of_one_log_is_refused_with_the_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one.wal");
+    let (first, _) = open(&path).unwrap();
+    let _ = first.append(&grant("k", "s"));
+    first.sync().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    match open(&path) {
+        Err(WalError::Locked { pid, lock, .. }) => {
+            assert_eq!(pid, Some(std::process::id()));
+            assert_eq!(lock, dir.path().join("one.wal.lock"));
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second writer was let in"),
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the refused open wrote"
+    );
+    drop(first);
+    let (_, held) = open(&path).unwrap();
+    assert_eq!(held.len(), 1);
+    // Compaction renames a new file over the log: the lock still holds.
+    let options = Options {
+        compact_min: 1024,
+        ..Options::default()
+    };
+    let (wal, _, _) = Wal::open(&path, options).unwrap();
+    for _ in 0..200 {
+        let _ = wal.append(&grant("hot", "w"));
+        let _ = wal.append(&release("hot"));
+    }
+    wal.sync().unwrap();
+    assert!(wal.stats().compactions > 0);
+    assert!(matches!(open(&path), Err(WalError::Locked { .. })));
+}
+
+#[test]
+fn a_file_that_is_not_a_log_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("text", b"# my notes\nnot a lock log at all\n".to_vec()),
+        ("zeros", vec![0u8; 64]),
+        ("almost", b"LCCLIWAX\x01\0\0\0".to_vec()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        match open(&path) {
+            Err(e @ WalError::Foreign { .. }) => {
+                assert!(e.to_string().contains("not an lc-cli log"), "{e}")
+            }
+            Err(e) => panic!("{name}: {e}"),
+            Ok(_) => panic!("{name}: parsed as a log"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{name} changed");
+    }
+}
+
+#[test]
+fn a_log_of_a_newer_format_is_refused_with_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.wal");
+    let mut bytes = b"LCCLIWAL".to_vec();
+    bytes.extend_from_slice(&9u32.to_le_bytes());
+    bytes.extend_from_slice(&headerless(&[grant("k", "s")]));
+    std::fs::write(&path, &bytes).unwrap();
+    match open(&path) {
+        Err(e @ WalError::Version { version: 9, .. }) => {
+            assert!(e.to_string().contains("version 9"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a newer format was parsed"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+/// A log of the previous release (records from byte 0, no header) keeps its
+/// held keys: it is rewritten with a header and its live holders.
+#[test]
+fn a_headerless_log_is_migrated_with_its_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wal");
+    let mut bytes = headerless(&sample());
+    // With a torn tail, as a crash leaves it.
+    bytes.extend_from_slice(&headerless(&[grant("torn", "t")])[..9]);
+    std::fs::write(&path, &bytes).unwrap();
+    let (wal, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert!(recovery.migrated);
+    let expected = [("a", "s4"), ("c", "s3"), ("d", "s5")].map(|(k, s)| (k.into(), s.into()));
+    assert_eq!(keys(&held), expected);
+    let _ = wal.append(&release("c"));
+    wal.sync().unwrap();
+    drop(wal);
+    let now = std::fs::read(&path).unwrap();
+    assert!(now.starts_with(&lc_cli::wal::file::header()));
+    let (_, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert!(!recovery.migrated);
+    assert_eq!(keys(&held), [expected[0].clone(), expected[2].clone()]);
+    // A headerless log with a damaged record is still refused, offset named.
+    let mut damaged = headerless(&sample());
+    let second = headerless(&sample()[..1]).len();
+    damaged[second + 9] ^= 0x40;
+    std::fs::write(&path, &damaged).unwrap();
+    match Wal::open(&path, Options::default()) {
+        Err(WalError::Corrupt { offset, .. }) => assert_eq!(offset as usize, second),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("damage not caught"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), damaged);
 }

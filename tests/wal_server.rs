@@ -94,7 +94,7 @@ fn held_keys_survive_a_restart_with_their_source() {
 fn record_starts(bytes: &[u8]) -> Vec<usize> {
     use lc_cli::wal::record::{decode, Next};
     let mut starts = Vec::new();
-    let mut at = 0;
+    let mut at = lc_cli::wal::file::HEADER_LEN;
     while at < bytes.len() {
         starts.push(at);
         match decode(&bytes[at..]) {
@@ -265,7 +265,7 @@ fn a_full_disk_refuses_grants_and_keeps_serving() {
     );
     assert_eq!(server.raw(&frame(LOCK, b"other", Some(b"t"))), Some(b'-'));
     // Still serving everything that needs no disk.
-    assert_eq!(server.raw(&frame(UNLOCK, b"never-held", None)), Some(b'-'));
+    assert_eq!(server.raw(&frame(UNLOCK, b"never-held", None)), Some(b'+'));
     // Space again: grants work, and the refused key is free.
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(
@@ -465,4 +465,174 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
     let holds = b.intervals.len();
     eprintln!("{kills} kills, {holds} holds, {orphans} orphaned keys cleared");
     assert!(holds > 100, "too little load: {holds} holds");
+}
+
+/// `lc-cli --server ADDR ARGS...`.
+fn lc_at(addr: std::net::SocketAddr, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server").arg(addr.to_string()).args(args);
+    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
+    cmd
+}
+
+/// Fills the disk, then grows the log with short grants until one is
+/// refused: the log's last page is then too full for a long key's release.
+fn fill_to_the_page(server: &LoggedServer, mnt: &Path) -> PathBuf {
+    let filler = fill(mnt);
+    for i in 0..4000 {
+        match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {
+            Some(b'+') => continue,
+            Some(b'-') => return filler,
+            other => panic!("pad p{i}: {other:?}"),
+        }
+    }
+    panic!("the full disk never refused a grant");
+}
+
+/// A release the log cannot record is not reported as done: `lock -- CMD`
+/// and `unlock` exit 74 with the reset line, the server keeps the key held,
+/// and after a restart it is still held, as lc-cli said. Before the fix the
+/// server freed the key in memory, `lock` exited 0 and `unlock` 76, and the
+/// restart brought the key back.
+#[test]
+fn a_release_on_a_full_disk_is_not_reported_as_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let _tmpfs = Tmpfs::mount(&mnt, "64k");
+    let path = mnt.join("locks.wal");
+    let server = serve_on(&path);
+    // Long keys: their release records (~110 bytes) cannot fit in what a
+    // refused short grant (~40 bytes) left of the page.
+    let run_key = "r".repeat(100);
+    let detached_key = "d".repeat(100);
+    expect_status(&mut lc_at(server.addr, &["lock", &detached_key]), 0);
+    let gate = dir.path().join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let script = format!(
+        "while [ -e '{}' ]; do sleep 0.02; done; exit 3",
+        gate.display()
+    );
+    let mut holder = lc_at(server.addr, &["lock", &run_key, "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    server.wait_for(&format!("grant '{run_key}'"), 1, LIMIT);
+    let filler = fill_to_the_page(&server, &mnt);
+    std::fs::remove_file(&gate).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = holder.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "lock did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(74), "{err}");
+    assert!(err.contains("reset"), "{err}");
+    let out = expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 74);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("still held") && err.contains("reset"), "{err}");
+    // The running server agrees: both keys are held.
+    for key in [&run_key, &detached_key] {
+        assert_eq!(
+            server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+            Some(b'#')
+        );
+    }
+    drop(server);
+    let server = serve_on(&path);
+    for key in [&run_key, &detached_key] {
+        assert_eq!(
+            server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+            Some(b'#'),
+            "after the restart"
+        );
+    }
+    // Space again: the release goes through, and stays done.
+    std::fs::remove_file(&filler).unwrap();
+    expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 0);
+    expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 1);
+    drop(server);
+    let server = serve_on(&path);
+    assert_eq!(
+        server.raw(&frame(TRY, detached_key.as_bytes(), Some(b"x"))),
+        Some(b'+')
+    );
+    assert_eq!(
+        server.raw(&frame(TRY, run_key.as_bytes(), Some(b"x"))),
+        Some(b'#')
+    );
+}
+
+/// Two servers on one log: the second exits at once (73), with one line
+/// naming the file and the first one's PID, and writes nothing. Before the
+/// lock both started and granted the same key.
+#[test]
+fn a_second_server_on_one_log_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let first = serve_on(&path);
+    assert_eq!(server_raw_lock(&first, b"k", b"one"), Some(b'+'));
+    let before = std::fs::read(&path).unwrap();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(73), "{stderr}");
+    assert!(out.stdout.is_empty(), "it must not listen");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.pid())), "{stderr}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The first keeps serving; once it is gone the log opens again.
+    assert_eq!(first.raw(&frame(TRY, b"k", Some(b"two"))), Some(b'#'));
+    drop(first);
+    let again = serve_on(&path);
+    again.wait_for("restored 'k' held by 'one'", 1, LIMIT);
+}
+
+fn server_raw_lock(server: &LoggedServer, key: &[u8], source: &[u8]) -> Option<u8> {
+    server.raw(&frame(LOCK, key, Some(source)))
+}
+
+/// A file that is not an lc-cli log, or one of a newer format, is refused
+/// (65) and left as it was.
+#[test]
+fn a_foreign_or_newer_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, "shopping: milk, eggs\n").unwrap();
+    let mut newer = b"LCCLIWAL".to_vec();
+    newer.extend_from_slice(&2u32.to_le_bytes());
+    let newer_path = dir.path().join("newer.wal");
+    std::fs::write(&newer_path, &newer).unwrap();
+    for (p, needle) in [
+        (&foreign, "not an lc-cli log"),
+        (&newer_path, "format version 2"),
+    ] {
+        let before = std::fs::read(p).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(p)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{stderr}");
+        assert!(stderr.contains(needle), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert_eq!(std::fs::read(p).unwrap(), before);
+    }
 }

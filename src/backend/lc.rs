@@ -57,11 +57,8 @@ impl LcBackend {
     /// Opens a connection and sends one request frame.
     async fn send(&self, request: &Request) -> Result<TcpStream> {
         let frame = proto::encode(request).map_err(|e| BackendError::Other(e.to_string()))?;
-        let mut stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+        let mut stream = super::tcp::connect(&self.addr, self.connect_timeout)
             .await
-            .map_err(|_| {
-                self.unavailable(format!("no connection within {:?}", self.connect_timeout))
-            })?
             .map_err(|e| self.unavailable(e))?;
         stream.set_nodelay(true).ok();
         stream
@@ -97,15 +94,32 @@ impl LcBackend {
             .map_err(|_| lc_probe::silent(&self.addr, limit))?
     }
 
+    /// Releases `key`: true if it was held, false if not. Asks with the
+    /// Release extension first; a `-` to it is either a reference server
+    /// that does not know the action, or lc-cli's server unable to record the
+    /// release, so the classic Unlock is asked next. Its `+` means released
+    /// or not held (a reference server cannot tell us which: reported as
+    /// released); its `-` means not released.
     async fn unlock_key(&self, key: &str) -> Result<bool> {
+        let key_bytes = key.as_bytes().to_vec();
         match self
-            .call(Request::Unlock {
-                key: key.as_bytes().to_vec(),
+            .call(Request::Release {
+                key: key_bytes.clone(),
             })
             .await?
         {
+            Answer::Ok => return Ok(true),
+            Answer::Busy => return Ok(false),
+            Answer::Fail => {}
+        }
+        match self.call(Request::Unlock { key: key_bytes }).await? {
             Answer::Ok => Ok(true),
-            Answer::Fail => Ok(false),
+            Answer::Fail => Err(BackendError::NotReleased {
+                server: self.addr.clone(),
+                key: key.to_string(),
+                reason: "it answered '-' (it could not record the release; the key is still held)"
+                    .to_string(),
+            }),
             Answer::Busy => Err(self.protocol("'#' to an Unlock")),
         }
     }
@@ -253,7 +267,7 @@ impl HeldLock for LcHeld {
     }
 
     async fn release(&mut self) -> Result<()> {
-        // `-` means nobody held it any more (an operator reset it): free either way.
+        // Not held any more (an operator reset it): free either way.
         self.backend.unlock_key(&self.key).await.map(|_| ())
     }
 

@@ -1,20 +1,19 @@
 //! `keys` for the Locking-Center backend: the manager port (lock port + 1)
 //! answers lc-cli's `KEYX` command.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{BackendError, KeyInfo, Result};
-use crate::manager;
+use crate::proto::manager;
 
-/// The manager listens on the lock port + 1, as the reference server's does.
+/// The manager port's address for the lock server at `lock_addr`.
 pub fn manager_addr(lock_addr: &str) -> Result<String> {
     let bad = || BackendError::Other(format!("cannot derive the manager port from '{lock_addr}'"));
     let (host, port) = lock_addr.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
-    let port = port.checked_add(1).ok_or_else(bad)?;
+    let port = manager::port_for(port).ok_or_else(bad)?;
     Ok(format!("{host}:{port}"))
 }
 
@@ -38,10 +37,10 @@ pub async fn list(
             reason
         },
     };
+    let mut stream = super::tcp::connect(&addr, timeout)
+        .await
+        .map_err(unavailable)?;
     let exchange = async {
-        let mut stream = TcpStream::connect(&addr)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
         stream
             .write_all(manager::KEYS_EXTENDED)
             .await
@@ -66,9 +65,7 @@ pub async fn list(
             key: String::from_utf8_lossy(&r.key).into_owned(),
             source: String::from_utf8_lossy(&r.source).into_owned(),
             peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
-            since: u64::try_from(r.since_ms)
-                .ok()
-                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+            since: Some(r.since),
             waiting: r.waiting as usize,
         })
         .collect())

@@ -7,6 +7,7 @@ pub mod lc;
 mod lc_keys;
 mod lc_probe;
 pub mod redis;
+mod tcp;
 pub mod zk;
 
 use std::time::Duration;
@@ -328,6 +329,14 @@ pub enum BackendError {
     Refused { server: String, reason: String },
     #[error("{server} answered something unexpected: {reason}")]
     Protocol { server: String, reason: String },
+    /// The service answered that it could not release the key: it is still
+    /// held (the built-in server could not record the release in its log).
+    #[error("{server} did not release '{key}': {reason}")]
+    NotReleased {
+        server: String,
+        key: String,
+        reason: String,
+    },
     #[error("invalid key '{key}': {reason}")]
     BadKey { key: String, reason: String },
     #[error("invalid source '{source_name}': {reason}")]

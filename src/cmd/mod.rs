@@ -175,6 +175,7 @@ fn status_of(e: &BackendError) -> ExitCode {
     match e {
         BackendError::Unavailable { .. } => ExitCode::Unavailable,
         BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+        BackendError::NotReleased { .. } => ExitCode::ReleaseFailed,
         BackendError::BadKey { .. } | BackendError::BadSource { .. } => ExitCode::Usage,
         BackendError::Other(_) => ExitCode::Software,
     }

@@ -27,6 +27,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             ExitCode::DataErr,
             format!("refusing to start: {e} (move the file aside to start empty)"),
         ),
+        OpenError::InUse(e) => fail(ExitCode::LogInUse, format!("refusing to start: {e}")),
         OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
     })?;
     let manager_addr = match args.manager {
@@ -85,12 +86,12 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
     })
 }
 
-/// The manager's default address: the lock port + 1 on the same host, as
-/// the reference server; port 0 stays 0 (a free port of its own).
+/// The manager's default address: on the same host, the port the protocol
+/// says; port 0 stays 0 (a free port of its own).
 fn next_port(listen: SocketAddr) -> Option<SocketAddr> {
     let port = match listen.port() {
         0 => 0,
-        p => p.checked_add(1)?,
+        p => crate::proto::manager::port_for(p)?,
     };
     Some(SocketAddr::new(listen.ip(), port))
 }

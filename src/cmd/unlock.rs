@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 
 use super::OrFail;
-use crate::backend::BackendConfig;
+use crate::backend::{BackendConfig, BackendError};
 use crate::exit::{fail, ExitCode};
 
 pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
@@ -14,7 +14,21 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
             .with_context(context)?;
         let released = backend.unlock(key).await;
         backend.close().await;
-        if released.or_fail().with_context(context)? {
+        let released = match released {
+            Err(e @ BackendError::NotReleased { .. }) => {
+                return Err(fail(
+                    ExitCode::ReleaseFailed,
+                    format!(
+                        "{}: {e}; clear it with `lc-cli --server {} reset {}`",
+                        context(),
+                        super::shell_quote(&config.server.to_string()),
+                        super::shell_quote(key)
+                    ),
+                ))
+            }
+            other => other.or_fail().with_context(context)?,
+        };
+        if released {
             Ok(ExitCode::Success)
         } else {
             // Not an lc-cli failure: the same status as "the lock was not taken".

@@ -1,18 +1,14 @@
-//! One client connection: read one request, act on the table, answer one byte.
+//! One client connection: read one request and hand it to the file that
+//! serves that kind of request (`lock`, `trylock`, `unlock`, `reset`).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
-use super::ops;
-use super::table::{Durable, GrantId, LockOutcome, Notice, Withdrawal};
-use super::Shared;
+use super::{lock, reset, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
@@ -20,7 +16,7 @@ const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
 
 /// Serves one connection.
 ///
-/// A queued waiter is this task parked in [`lock`], so the size of this
+/// A queued waiter is this task parked in [`lock::serve`], so the size of this
 /// future is what each waiter costs: the phases that are not waiting (reading
 /// the request, answering a grant, the other requests) run in boxed futures,
 /// allocated only while they run.
@@ -36,7 +32,9 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     };
     match request {
-        Request::Lock { key, source } => lock(stream, peer, &shared, key, or_peer(source)).await,
+        Request::Lock { key, source } => {
+            lock::serve(stream, peer, &shared, key, or_peer(source)).await
+        }
         other => Box::pin(other_request(stream, peer, &shared, other, or_peer)).await,
     }
 }
@@ -49,23 +47,23 @@ async fn read_phase(
     shared: &Shared,
 ) -> Option<(TcpStream, Request)> {
     stream.set_nodelay(true).ok();
-    let read = tokio::time::timeout(shared.options.read_timeout, read_request(&mut stream));
+    let read = tokio::time::timeout(shared.read_timeout, read_request(&mut stream));
     let request = match read.await {
         Ok(Ok(Some(request))) => request,
         Ok(Ok(None)) => return None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
             Counters::bump(&shared.counters.refused);
             shared
-                .log
+                .events
                 .error(format_args!("{peer}: bad request: {reason}"));
             let _ = stream.write_all(&[Answer::Fail.byte()]).await;
             return None;
         }
         Err(_) => {
             Counters::bump(&shared.counters.refused);
-            shared.log.error(format_args!(
+            shared.events.error(format_args!(
                 "{peer}: no whole request within {:?}, closing",
-                shared.options.read_timeout
+                shared.read_timeout
             ));
             return None;
         }
@@ -73,7 +71,7 @@ async fn read_phase(
     Some((stream, request))
 }
 
-/// Every request but Lock: answered at once (after the log, if any).
+/// Every request but Lock: answered at once (once durable, with a log).
 async fn other_request(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -81,197 +79,56 @@ async fn other_request(
     request: Request,
     or_peer: impl Fn(Vec<u8>) -> Vec<u8>,
 ) {
-    match request {
-        Request::Lock { .. } => unreachable!("Lock is served by lock()"),
+    let answer = match request {
+        Request::Lock { .. } => unreachable!("Lock is served by lock::serve"),
         Request::TryLock { key, source } => {
-            let source = or_peer(source);
-            match shared.table.try_lock(&key, &source, peer) {
-                Some((id, durable)) => {
-                    shared.log.grant(&key, &source, peer);
-                    grant(&mut stream, shared, &key, id, durable).await;
-                }
-                None => {
-                    let _ = stream.write_all(&[Answer::Busy.byte()]).await;
-                }
-            }
+            return trylock::serve(&mut stream, peer, shared, &key, &or_peer(source)).await
         }
-        Request::Unlock { key } => {
-            let answer = match shared.table.unlock(&key) {
-                Some((holder, next, durable)) => {
-                    Counters::bump(&shared.counters.releases);
-                    shared.log.release(&key, &holder.source, peer);
-                    if let Some(next) = next {
-                        shared.log.grant(&key, &next.source, next.peer);
-                    }
-                    ops::confirmed(shared, durable, "unlock", &key).await
-                }
-                None => Answer::Fail,
-            };
-            let _ = stream.write_all(&[answer.byte()]).await;
+        Request::Unlock { key } => unlock::release(shared, peer, &key, unlock::Frame::Unlock).await,
+        Request::Release { key } => {
+            unlock::release(shared, peer, &key, unlock::Frame::Release).await
         }
-        Request::ResetByKey { key } => {
-            let answer = ops::reset_key(shared, peer, &key).await;
-            let _ = stream.write_all(&[answer.byte()]).await;
-        }
-        Request::ResetBySource { source } => {
-            let answer = ops::reset_source(shared, peer, &or_peer(source)).await;
-            let _ = stream.write_all(&[answer.byte()]).await;
-        }
+        Request::ResetByKey { key } => reset::key(shared, peer, &key).await,
+        Request::ResetBySource { source } => reset::source(shared, peer, &or_peer(source)).await,
         // A client checking it talks to a lock server (lc-cli's extension).
-        Request::Ping => {
-            let _ = stream.write_all(&[Answer::Ok.byte()]).await;
-        }
-    }
-}
-
-async fn lock(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    shared: &Shared,
-    key: Vec<u8>,
-    source: Vec<u8>,
-) {
-    let (id, notice) = match shared.table.lock(&key, &source, peer) {
-        LockOutcome::Granted(id, durable) => {
-            shared.log.grant(&key, &source, peer);
-            return Box::pin(grant(&mut stream, shared, &key, id, durable)).await;
-        }
-        LockOutcome::Queued(id, notice) => (id, notice),
+        Request::Ping => Answer::Ok,
     };
-    shared.log.queued(&key, &source, peer);
-    // Wait for the turn or the hang-up, whichever comes first. Written as a
-    // poll function so a parked waiter keeps no buffer and no extra future.
-    let mut notice = notice;
-    let notice = std::future::poll_fn(|cx| {
-        if let Poll::Ready(n) = Pin::new(&mut notice).poll(cx) {
-            return Poll::Ready(Some(n));
-        }
-        loop {
-            match stream.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => return Poll::Ready(None),
-                Poll::Ready(Ok(())) => {
-                    // Bytes after the request are ignored; EOF is a hang-up.
-                    let mut sink = [0u8; 32];
-                    match stream.try_read(&mut sink) {
-                        Ok(0) => return Poll::Ready(None),
-                        Ok(_) => continue,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                        Err(_) => return Poll::Ready(None),
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    let Some(notice) = notice else {
-        match shared.table.withdraw(&key, id) {
-            Withdrawal::Dequeued | Withdrawal::Released => {
-                Counters::bump(&shared.counters.withdrawals);
-                shared.log.withdrawal(&key, &source, peer)
-            }
-            Withdrawal::Gone => {}
-        }
-        return;
-    };
-    match notice {
-        Ok(Notice::Granted(durable)) => {
-            Box::pin(grant(&mut stream, shared, &key, id, durable)).await
-        }
-        Ok(Notice::Withdrawn) | Err(_) => {
-            let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-        }
-    }
+    let _ = stream.write_all(&[answer.byte()]).await;
 }
 
-/// Waits until the grant is durable, then answers it; if the log failed, the
-/// key is released again and the client told `-`.
-async fn grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId, durable: Durable) {
-    if let Err(e) = durable.wait().await {
-        Counters::bump(&shared.counters.refused);
-        shared.table.release_grant(key, id);
-        shared.log.error(format_args!(
-            "grant of '{}' not recorded in the log, refused: {e}",
-            show(key)
-        ));
-        let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-        return;
-    }
-    answer_grant(stream, shared, key, id).await;
-}
-
-/// Sends `+` for a grant; a grant that cannot be delivered is released again,
-/// so a closed connection never keeps a key.
-///
-/// A write to a socket whose peer has already closed usually succeeds (the
-/// peer answers with a reset later), so the connection is checked for a
-/// hang-up first: a client that went away before its `+` could be written is
-/// never left holding the key.
-async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId) {
-    let delivered = !peer_gone(stream) && stream.write_all(&[Answer::Ok.byte()]).await.is_ok();
-    if !delivered && shared.table.release_grant(key, id) {
-        shared.log.error(format_args!(
-            "could not deliver the grant of '{}': the client hung up, released it again",
-            show(key)
-        ));
-    }
-}
-
-/// True if the client has closed its side (or the connection broke). Bytes it
-/// sent after its request are read and ignored. Never blocks.
-fn peer_gone(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let fd = stream.as_raw_fd();
-    let mut sink = [0u8; 64];
-    // Bounded: a client cannot keep us here by streaming bytes.
-    for _ in 0..16 {
-        // SAFETY: `sink` is a valid buffer of the given length; `fd` is open
-        // for as long as `stream` is borrowed.
-        let n = unsafe { libc::recv(fd, sink.as_mut_ptr().cast(), sink.len(), libc::MSG_DONTWAIT) };
-        match n {
-            0 => return true,
-            n if n > 0 => continue,
-            _ => {
-                let err = std::io::Error::last_os_error();
-                return !matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                );
-            }
-        }
-    }
-    false
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("connection closed after {0} byte(s) of a frame")]
+    Truncated(usize),
+    #[error("frame too long")]
+    TooLong,
+    #[error("{0}")]
+    Frame(#[from] proto::FrameError),
 }
 
 /// Reads until one whole frame is in; `Ok(None)` if the client closed first.
-async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, String> {
+async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, BadRequest> {
     let mut buf = [0u8; MAX_FRAME];
     let mut len = 0;
     loop {
-        let n = stream
-            .read(&mut buf[len..])
-            .await
-            .map_err(|e| e.to_string())?;
+        let n = stream.read(&mut buf[len..]).await?;
         if n == 0 {
             return if len == 0 {
                 Ok(None)
             } else {
-                Err(format!("connection closed after {len} byte(s) of a frame"))
+                Err(BadRequest::Truncated(len))
             };
         }
         len += n;
-        match proto::decode(&buf[..len]) {
-            Ok(Decoded::Frame(request, _)) => return Ok(Some(request)),
-            Ok(Decoded::Incomplete) if len < MAX_FRAME => continue,
-            Ok(Decoded::Incomplete) => return Err("frame too long".into()),
-            Err(e) => return Err(e.to_string()),
+        match proto::decode(&buf[..len])? {
+            Decoded::Frame(request, _) => return Ok(Some(request)),
+            Decoded::Incomplete if len < MAX_FRAME => continue,
+            Decoded::Incomplete => return Err(BadRequest::TooLong),
         }
     }
-}
-
-/// A key or source for a log line: bytes shown as text where they are text.
-pub fn show(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -285,8 +142,8 @@ mod tests {
         let c = tokio::net::TcpStream::connect(addr).await.unwrap();
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
-            super::super::log::Log { verbose: false },
-            Default::default(),
+            super::super::events::Events { verbose: false },
+            std::time::Duration::from_secs(30),
         ));
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);

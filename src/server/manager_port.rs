@@ -1,20 +1,20 @@
 //! The manager port (`--manager`, default the lock port + 1): the reference
 //! server's `KEYS`, `RSET` and `RSBS`, byte for byte, plus lc-cli's `KEYX`.
-//! The layouts are in [`crate::manager`]. One command per connection; the
+//! The layouts are in [`crate::proto::manager`]. One command per connection; the
 //! whole request must arrive within the read deadline; anything wrong is
 //! answered `-` and touches only that connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::metrics::Counters;
-use super::{ops, Shared};
-use crate::manager::{self, KeyReport};
+use super::{reset, Shared};
+use crate::proto::manager;
 use crate::proto::Answer;
 
 /// Why a request ended without its final `+`.
@@ -30,7 +30,7 @@ enum Stop {
 /// Serves one manager connection.
 pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     stream.set_nodelay(true).ok();
-    let deadline = Instant::now() + shared.options.read_timeout;
+    let deadline = Instant::now() + shared.read_timeout;
     let mut command = [0u8; 4];
     match read_exact(&mut stream, &mut command, deadline, &shared).await {
         Ok(()) => {}
@@ -40,7 +40,7 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         Err(Stop::Fail(reason)) => {
             Counters::bump(&shared.counters.refused);
             shared
-                .log
+                .events
                 .error(format_args!("{peer}: manager: bad command: {reason}"));
             return;
         }
@@ -57,7 +57,7 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
 
 fn fail(shared: &Shared, peer: SocketAddr, command: &[u8], reason: &str) -> Answer {
     Counters::bump(&shared.counters.refused);
-    shared.log.error(format_args!(
+    shared.events.error(format_args!(
         "{peer}: manager: {} refused: {reason}",
         String::from_utf8_lossy(command).escape_debug()
     ));
@@ -73,7 +73,7 @@ async fn serve(
 ) -> Result<(), Stop> {
     match command {
         manager::KEYS | manager::KEYS_EXTENDED => {
-            let reports = reports(shared);
+            let reports = shared.table.held();
             let mut answer = if command == manager::KEYS {
                 manager::encode_keys(&reports)
             } else {
@@ -118,9 +118,9 @@ async fn reset(
     name: &[u8],
 ) -> Result<(), Stop> {
     let answer = if by_key {
-        ops::reset_key(shared, peer, name).await
+        reset::key(shared, peer, name).await
     } else {
-        ops::reset_source(shared, peer, name).await
+        reset::source(shared, peer, name).await
     };
     match answer {
         Answer::Ok => write(stream, b"+", shared).await,
@@ -130,27 +130,6 @@ async fn reset(
             Err(Stop::Quiet)
         }
     }
-}
-
-/// Every held key, sorted by key.
-fn reports(shared: &Shared) -> Vec<KeyReport> {
-    shared
-        .table
-        .held()
-        .into_iter()
-        .map(|h| KeyReport {
-            key: h.key,
-            source: h.holder.source,
-            peer: h.holder.peer.to_string().into_bytes(),
-            since_ms: h
-                .holder
-                .since
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
-            waiting: h.waiting.min(u32::MAX as usize) as u32,
-        })
-        .collect()
 }
 
 async fn read_exact(
@@ -167,7 +146,7 @@ async fn read_exact(
             Err(_) => {
                 return Err(Stop::Fail(format!(
                     "no whole request within {:?}",
-                    shared.options.read_timeout
+                    shared.read_timeout
                 )))
             }
         };
@@ -188,7 +167,7 @@ async fn read_exact(
 /// Writes within the read timeout: a client that does not read its answer
 /// cannot keep the task forever.
 async fn write(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) -> Result<(), Stop> {
-    let limit = shared.options.read_timeout.max(Duration::from_secs(1));
+    let limit = shared.read_timeout.max(Duration::from_secs(1));
     match tokio::time::timeout(limit, stream.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) | Err(_) => Err(Stop::Quiet),

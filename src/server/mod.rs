@@ -1,26 +1,32 @@
 //! The built-in Locking-Center-compatible lock server (`lc-cli serve`).
 //!
-//! `run` takes an already-bound listener and a shutdown future, so tests bind
-//! `127.0.0.1:0` and drive it in-process or as a process.
+//! [`Server::serve`] takes already-bound listeners and a shutdown future, so
+//! `lc-cli serve --listen 127.0.0.1:0` binds first and prints the address;
+//! the integration tests run it as a process (`tests/common/serve.rs`).
 
 pub mod conn;
-pub mod log;
+pub mod events;
+mod grant;
+mod lock;
 pub mod manager_port;
 pub mod metrics;
-pub mod ops;
+mod reset;
+mod show;
 pub mod table;
+mod trylock;
+mod unlock;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
 
-use self::conn::show;
-use self::log::Log;
+use self::events::Events;
 use self::metrics::{Counters, FsyncHistogram, Snapshot};
+use self::show::show;
 use self::table::Table;
 use crate::wal::{self, Wal, WalError};
 
@@ -45,25 +51,25 @@ impl Default for ServerOptions {
 
 /// What every connection task shares.
 pub struct Shared {
+    /// The lock table, and with `--data` the write-ahead log it owns.
     pub table: Table,
-    pub log: Log,
-    pub options: ServerOptions,
+    pub events: Events,
+    /// How long a client may take to send its whole request.
+    pub read_timeout: Duration,
     /// The table's counters (it bumps grants; the request paths the rest).
     pub counters: Arc<Counters>,
     /// fsync latency of the log, with `--data`.
     pub fsync: Option<Arc<FsyncHistogram>>,
-    pub wal: Option<Arc<Wal>>,
 }
 
 impl Shared {
-    pub fn new(table: Table, log: Log, options: ServerOptions) -> Shared {
+    pub fn new(table: Table, events: Events, read_timeout: Duration) -> Shared {
         Shared {
             counters: table.counters(),
             table,
-            log,
-            options,
+            events,
+            read_timeout,
             fsync: None,
-            wal: None,
         }
     }
 
@@ -76,7 +82,7 @@ impl Shared {
             oldest_hold: g
                 .oldest_since
                 .map(|s| SystemTime::now().duration_since(s).unwrap_or_default()),
-            wal_bytes: self.wal.as_ref().map(|w| w.stats().file_len),
+            wal_bytes: self.table.wal_stats().map(|st| st.file_len),
         };
         metrics::render(&self.counters, self.fsync.as_deref(), &snap)
     }
@@ -93,9 +99,13 @@ pub struct Listeners {
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The log holds a damaged record: refusing to guess the table.
+    /// The log holds a damaged record, is not an lc-cli log, or is of a
+    /// newer format: refusing to guess the table.
     #[error("{0}")]
     Corrupt(WalError),
+    /// Another server has the log.
+    #[error("{0}")]
+    InUse(WalError),
     #[error("{0}")]
     Io(WalError),
 }
@@ -103,19 +113,17 @@ pub enum OpenError {
 /// A server with its table restored, ready to accept.
 pub struct Server {
     shared: Arc<Shared>,
-    wal: Option<Arc<Wal>>,
 }
 
 impl Server {
     /// Opens and recovers the log, if any, and restores the held keys.
     pub fn open(options: ServerOptions) -> Result<Server, OpenError> {
-        let log = Log {
+        let events = Events {
             verbose: options.verbose,
         };
         let Some(path) = options.data.clone() else {
             return Ok(Server {
-                shared: Arc::new(Shared::new(Table::new(), log, options)),
-                wal: None,
+                shared: Arc::new(Shared::new(Table::new(), events, options.read_timeout)),
             });
         };
         let fsync = Arc::new(FsyncHistogram::default());
@@ -125,19 +133,28 @@ impl Server {
             ..wal::Options::default()
         };
         let (wal, held, recovery) = Wal::open(&path, wal_options).map_err(|e| match e {
-            WalError::Corrupt { .. } => OpenError::Corrupt(e),
+            WalError::Corrupt { .. } | WalError::Version { .. } | WalError::Foreign { .. } => {
+                OpenError::Corrupt(e)
+            }
+            WalError::Locked { .. } => OpenError::InUse(e),
             WalError::Io { .. } => OpenError::Io(e),
         })?;
-        let wal = Arc::new(wal);
-        let table = Table::with_wal(wal.clone());
+        let table = Table::with_wal(wal);
         if recovery.stale_temp {
-            log.info(format_args!(
+            events.info(format_args!(
                 "{}: removed the temp file of an unfinished compaction",
                 path.display()
             ));
         }
+        if recovery.migrated {
+            events.info(format_args!(
+                "{}: log of the previous release (no header) rewritten in format version {}",
+                path.display(),
+                wal::file::VERSION
+            ));
+        }
         if let Some((offset, len)) = recovery.torn {
-            log.info(format_args!(
+            events.info(format_args!(
                 "{}: cut a torn last record ({len} byte(s) at offset {offset})",
                 path.display()
             ));
@@ -146,42 +163,26 @@ impl Server {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let since = UNIX_EPOCH + Duration::from_millis(h.since_ms);
+            let since = h.since;
             table.restore(&h.key, &h.source, peer, since);
-            log.info(format_args!(
+            events.info(format_args!(
                 "restored '{}' held by '{}' (peer {peer}) since {}",
                 show(&h.key),
                 show(&h.source),
                 humantime::format_rfc3339_millis(since)
             ));
         }
-        log.info(format_args!(
+        events.info(format_args!(
             "{}: {} record(s) read, {} key(s) held",
             path.display(),
             recovery.records,
             held.len()
         ));
-        let mut shared = Shared::new(table, log, options);
+        let mut shared = Shared::new(table, events, options.read_timeout);
         shared.fsync = Some(fsync);
-        shared.wal = Some(wal.clone());
         Ok(Server {
             shared: Arc::new(shared),
-            wal: Some(wal),
         })
-    }
-
-    /// Serves the lock port only until `shutdown` resolves.
-    pub async fn run(
-        self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<()> {
-        let listeners = Listeners {
-            lock: listener,
-            manager: None,
-            metrics: None,
-        };
-        self.serve(listeners, shutdown).await
     }
 
     /// Serves every listener given until `shutdown` resolves.
@@ -216,25 +217,31 @@ impl Server {
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
-                        shared.log.error(format_args!("accept: {e}"));
+                        shared.events.error(format_args!("accept: {e}"));
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
                 _ = &mut shutdown => break,
             }
         }
+        // Connection tasks are not drained, on purpose: most of them are
+        // waiters, which may wait for hours, and a shutdown must not wait for
+        // them (mini-redis drains because its requests are short). Nothing is
+        // lost by not waiting: a client is told `+` only after its change is
+        // durable, so a change whose answer was not sent yet is, at worst, a
+        // key held by a client that never heard `+` (the crash windows of
+        // src/wal/README.md; `reset` clears it). Closing the connections
+        // (the process exits) withdraws every waiter.
         for task in side_tasks {
             task.abort();
         }
         let (held, waiting) = shared.table.counts();
-        shared.log.info(format_args!(
+        shared.events.info(format_args!(
             "shutting down: {held} key(s) held, {waiting} waiter(s) queued"
         ));
-        if let Some(wal) = self.wal {
-            let w = wal.clone();
-            let _ = tokio::task::spawn_blocking(move || w.close()).await;
-            let st = wal.stats();
-            shared.log.info(format_args!(
+        let closing = shared.clone();
+        if let Ok(Some(st)) = tokio::task::spawn_blocking(move || closing.table.close_wal()).await {
+            shared.events.info(format_args!(
                 "wal: {} grants, {} releases in {} syncs ({:.2} grants per sync), {} failed batch(es), {} compaction(s), log {} bytes",
                 st.grants,
                 st.releases,
@@ -261,18 +268,9 @@ where
                 tokio::spawn(handle(stream, peer, shared.clone()));
             }
             Err(e) => {
-                shared.log.error(format_args!("manager accept: {e}"));
+                shared.events.error(format_args!("manager accept: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
-}
-
-/// Serves until `shutdown` resolves (in memory, or with `options.data`).
-pub async fn run(
-    listener: TcpListener,
-    options: ServerOptions,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    Server::open(options)?.run(listener, shutdown).await
 }

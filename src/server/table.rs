@@ -21,7 +21,8 @@ use tokio::sync::oneshot;
 
 use super::metrics::Counters;
 
-use crate::wal::{Record, Ticket, Wal};
+use crate::proto::manager::KeyReport;
+use crate::wal::{NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -48,7 +49,7 @@ struct Waiter {
 pub struct Durable(Vec<Ticket>);
 
 impl Durable {
-    pub async fn wait(self) -> Result<(), String> {
+    pub async fn wait(self) -> Result<(), NotDurable> {
         for ticket in self.0 {
             ticket.wait().await?;
         }
@@ -79,7 +80,9 @@ struct KeyState {
 struct Inner {
     keys: HashMap<Vec<u8>, KeyState>,
     next_id: GrantId,
-    wal: Option<Arc<Wal>>,
+    /// The write-ahead log, owned here: every append happens under this
+    /// mutex, so the log's order is the table's.
+    wal: Option<Wal>,
     /// Grants are counted here, where every one of them (hand-offs included)
     /// happens.
     counters: Arc<Counters>,
@@ -110,14 +113,6 @@ pub struct Released {
     pub next: Option<Holder>,
 }
 
-/// A held key as the operator sees it.
-#[derive(Debug, Clone)]
-pub struct HeldKey {
-    pub key: Vec<u8>,
-    pub holder: Holder,
-    pub waiting: usize,
-}
-
 /// What a metrics scrape reads from the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
@@ -138,10 +133,24 @@ impl Table {
     }
 
     /// A table whose grants and releases are recorded in `wal` first.
-    pub fn with_wal(wal: Arc<Wal>) -> Self {
+    pub fn with_wal(wal: Wal) -> Self {
         let table = Self::default();
         table.lock_inner().wal = Some(wal);
         table
+    }
+
+    /// The log's counters, with a log.
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.lock_inner().wal.as_ref().map(Wal::stats)
+    }
+
+    /// Writes what is pending to the log and stops its writer (shutdown);
+    /// returns its final counters. Blocks: run it off the async threads.
+    pub fn close_wal(&self) -> Option<WalStats> {
+        let inner = self.lock_inner();
+        let wal = inner.wal.as_ref()?;
+        wal.close();
+        Some(wal.stats())
     }
 
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -156,9 +165,9 @@ impl Table {
         let state = inner.keys.entry(key.to_vec()).or_default();
         if state.holder.is_none() {
             let h = holder(id, source, peer);
-            state.holder = Some(h);
+            state.holder = Some(h.clone());
             Counters::bump(&inner.counters.grants);
-            let durable = inner.record_grant(key, source, peer);
+            let durable = inner.record_grant(key, &h);
             return LockOutcome::Granted(id, durable);
         }
         let (tx, rx) = oneshot::channel();
@@ -184,20 +193,45 @@ impl Table {
         }
         let id = inner.fresh_id();
         let state = inner.keys.entry(key.to_vec()).or_default();
-        state.holder = Some(holder(id, source, peer));
+        let h = holder(id, source, peer);
+        state.holder = Some(h.clone());
         Counters::bump(&inner.counters.grants);
-        Some((id, inner.record_grant(key, source, peer)))
+        Some((id, inner.record_grant(key, &h)))
     }
 
     /// Releases the key, whoever holds it, and grants it to the next waiter.
     /// Returns the released holder and the next one, or None if it was free.
+    #[cfg(test)]
     pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Option<Holder>, Durable)> {
-        self.lock_inner().release(key, None)
+        self.lock_inner().release(key, None, true)
+    }
+
+    /// First half of a client's Unlock: records the release of the current
+    /// holder but leaves the key held, so that a release the log cannot
+    /// record leaves the table as the log (and a restart) has it. Returns
+    /// the holder's grant, or None if the key is free.
+    ///
+    /// Nothing else can be recorded for the key meanwhile except another
+    /// release of the same holder (a reset, a second Unlock), after which
+    /// [`Table::finish_release`] finds the holder gone and does nothing.
+    pub fn begin_release(&self, key: &[u8]) -> Option<(GrantId, Durable)> {
+        let inner = self.lock_inner();
+        let id = inner.keys.get(key)?.holder.as_ref()?.id;
+        Some((id, inner.record_release(key)))
+    }
+
+    /// Second half, once the release is durable: frees the key in memory if
+    /// grant `id` still holds it (its release is in the log already) and
+    /// hands it to the next waiter.
+    pub fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Option<Holder>)> {
+        self.lock_inner()
+            .release(key, Some(id), false)
+            .map(|(h, next, _)| (h, next))
     }
 
     /// Releases the key only if grant `id` still holds it.
     pub fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
-        self.lock_inner().release(key, Some(id)).is_some()
+        self.lock_inner().release(key, Some(id), true).is_some()
     }
 
     /// The client of request `id` hung up.
@@ -211,7 +245,7 @@ impl Table {
             return Withdrawal::Dequeued;
         }
         if state.holder.as_ref().is_some_and(|h| h.id == id) {
-            inner.release(key, Some(id));
+            inner.release(key, Some(id), true);
             return Withdrawal::Released;
         }
         Withdrawal::Gone
@@ -221,7 +255,7 @@ impl Table {
     /// places.
     pub fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
         let mut inner = self.lock_inner();
-        let (holder, next, durable) = inner.release(key, None)?;
+        let (holder, next, durable) = inner.release(key, None, true)?;
         Some((
             Released {
                 key: key.to_vec(),
@@ -263,7 +297,7 @@ impl Table {
         let mut released = Vec::with_capacity(keys.len());
         let mut durable = Durable::default();
         for key in keys {
-            if let Some((holder, next, d)) = inner.release(&key, None) {
+            if let Some((holder, next, d)) = inner.release(&key, None, true) {
                 durable.add(d);
                 released.push(Released { key, holder, next });
             }
@@ -274,17 +308,19 @@ impl Table {
         (released, withdrawn, durable)
     }
 
-    /// Every held key, sorted by key.
-    pub fn held(&self) -> Vec<HeldKey> {
+    /// Every held key as the operator sees it, sorted by key.
+    pub fn held(&self) -> Vec<KeyReport> {
         let inner = self.lock_inner();
-        let mut out: Vec<HeldKey> = inner
+        let mut out: Vec<KeyReport> = inner
             .keys
             .iter()
             .filter_map(|(k, s)| {
-                s.holder.as_ref().map(|h| HeldKey {
+                s.holder.as_ref().map(|h| KeyReport {
                     key: k.clone(),
-                    holder: h.clone(),
-                    waiting: s.waiters.len(),
+                    source: h.source.clone(),
+                    peer: h.peer.to_string().into_bytes(),
+                    since: h.since,
+                    waiting: s.waiters.len().min(u32::MAX as usize) as u32,
                 })
             })
             .collect();
@@ -346,18 +382,21 @@ impl Inner {
         self.next_id
     }
 
-    fn record_grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> Durable {
+    /// Records `holder`'s grant of `key`, with the same start time the
+    /// table keeps (so a restart restores the time `keys` showed).
+    fn record_grant(&self, key: &[u8], holder: &Holder) -> Durable {
         let Some(wal) = &self.wal else {
             return Durable::default();
         };
-        let since_ms = SystemTime::now()
+        let since_ms = holder
+            .since
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         Durable(vec![wal.append(&Record::Grant {
             key: key.to_vec(),
-            source: source.to_vec(),
-            peer: peer.to_string().into_bytes(),
+            source: holder.source.clone(),
+            peer: holder.peer.to_string().into_bytes(),
             since_ms,
         })])
     }
@@ -371,27 +410,33 @@ impl Inner {
 
     /// Releases `key` (only grant `only` if given) and hands it to the next
     /// live waiter. Drops the key's entry once nobody holds or wants it.
-    /// The release is logged before the grant that follows it.
+    /// The release is logged (unless `record` is false: it already is)
+    /// before the grant that follows it.
     fn release(
         &mut self,
         key: &[u8],
         only: Option<GrantId>,
+        record: bool,
     ) -> Option<(Holder, Option<Holder>, Durable)> {
         let state = self.keys.get_mut(key)?;
         if only.is_some_and(|id| state.holder.as_ref().map(|h| h.id) != Some(id)) {
             return None;
         }
         let released = state.holder.take()?;
-        let durable = self.record_release(key);
+        let durable = if record {
+            self.record_release(key)
+        } else {
+            Durable::default()
+        };
         let mut next = None;
         while let Some(w) = self.keys.get_mut(key).and_then(|s| s.waiters.pop_front()) {
             // A waiter whose task is gone cannot take the key: skip it.
             if w.notify.is_closed() {
                 continue;
             }
-            let grant = self.record_grant(key, &w.source, w.peer);
+            let h = holder(w.id, &w.source, w.peer);
+            let grant = self.record_grant(key, &h);
             if w.notify.send(Notice::Granted(grant)).is_ok() {
-                let h = holder(w.id, &w.source, w.peer);
                 if let Some(state) = self.keys.get_mut(key) {
                     state.holder = Some(h.clone());
                 }

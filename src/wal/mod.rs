@@ -13,6 +13,7 @@
 //! need: temp file, fsync, rename, fsync of the directory.
 //! See `src/wal/README.md` for the format and the crash windows.
 
+pub mod file;
 pub mod record;
 
 use std::collections::HashMap;
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
@@ -36,7 +37,7 @@ pub struct Held {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
     pub peer: Vec<u8>,
-    pub since_ms: u64,
+    pub since: SystemTime,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,12 +50,32 @@ pub enum WalError {
         offset: u64,
         reason: &'static str,
     },
+    /// Another server has the log open.
+    #[error("{path} is in use by another lc-cli serve ({}, lock file {lock})", holder(*pid))]
+    Locked {
+        path: PathBuf,
+        lock: PathBuf,
+        pid: Option<u32>,
+    },
+    /// A header of a format this build does not know (a newer lc-cli).
+    #[error(
+        "{path}: log format version {version}, this lc-cli reads version {}: use a newer lc-cli",
+        file::VERSION
+    )]
+    Version { path: PathBuf, version: u32 },
+    /// Neither an lc-cli header nor a record at its start.
+    #[error("{path} is not an lc-cli log (no lc-cli header, and no record at its start)")]
+    Foreign { path: PathBuf },
     #[error("{path}: cannot {op}: {source}")]
     Io {
         path: PathBuf,
         op: &'static str,
         source: std::io::Error,
     },
+}
+
+fn holder(pid: Option<u32>) -> String {
+    pid.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}"))
 }
 
 /// Called by the writer thread with the time each fsync took.
@@ -101,6 +122,8 @@ pub struct Recovery {
     pub torn: Option<(u64, u64)>,
     /// A temp file of an unfinished compaction was removed.
     pub stale_temp: bool,
+    /// A log of the previous release (no header) was rewritten with one.
+    pub migrated: bool,
 }
 
 /// Counters since start-up.
@@ -115,6 +138,18 @@ pub struct Stats {
     pub file_len: u64,
 }
 
+/// Why a record is not durable.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotDurable {
+    /// Its batch could not be written or synced (the file was cut back to
+    /// before it).
+    #[error("{0}")]
+    Write(Arc<str>),
+    /// The writer stopped before the record's batch was written.
+    #[error("the log writer has stopped")]
+    Stopped,
+}
+
 type Outcome = Option<Result<(), Arc<str>>>;
 
 /// Resolves once the record it was given for is durable, or failed to be.
@@ -122,10 +157,10 @@ type Outcome = Option<Result<(), Arc<str>>>;
 pub struct Ticket(watch::Receiver<Outcome>);
 
 impl Ticket {
-    pub async fn wait(mut self) -> Result<(), String> {
+    pub async fn wait(mut self) -> Result<(), NotDurable> {
         match self.0.wait_for(|o| o.is_some()).await {
-            Ok(o) => o.clone().unwrap().map_err(|e| e.to_string()),
-            Err(_) => Err("the log writer has stopped".into()),
+            Ok(o) => o.clone().unwrap().map_err(NotDurable::Write),
+            Err(_) => Err(NotDurable::Stopped),
         }
     }
 }
@@ -148,7 +183,8 @@ struct State {
     stats: Stats,
 }
 
-struct Shared {
+/// The batches between the appenders and the writer thread.
+struct Batches {
     state: Mutex<State>,
     /// The writer waits here for work.
     work: Condvar,
@@ -157,9 +193,24 @@ struct Shared {
 }
 
 pub struct Wal {
-    shared: Arc<Shared>,
+    shared: Arc<Batches>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    path: PathBuf,
+    /// Held until the Wal is dropped (after the writer has stopped).
+    _lock: file::LogLock,
+}
+
+/// Opens (or creates) the log file and reads it whole.
+fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), WalError> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io(path, "open"))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io(path, "read"))?;
+    Ok((file, bytes))
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> WalError + 'a {
@@ -184,10 +235,111 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The held keys a replay found, each with its framed Grant record.
+type Live = HashMap<Vec<u8>, (Held, Vec<u8>)>;
+
+/// Replays the records of `bytes` from `start`: the live holders and the
+/// offset just past the last whole record.
+fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<(Live, usize, u64), WalError> {
+    let mut live = Live::new();
+    let mut records = 0;
+    let mut offset = start;
+    while offset < bytes.len() {
+        let rest = &bytes[offset..];
+        match decode(rest) {
+            Next::Record(record, used) => {
+                records += 1;
+                match record {
+                    Record::Grant {
+                        key,
+                        source,
+                        peer,
+                        since_ms,
+                    } => {
+                        let framed = rest[..used].to_vec();
+                        let held = Held {
+                            key: key.clone(),
+                            source,
+                            peer,
+                            since: UNIX_EPOCH + Duration::from_millis(since_ms),
+                        };
+                        live.insert(key, (held, framed));
+                    }
+                    Record::Release { key } => {
+                        live.remove(&key);
+                    }
+                }
+                offset += used;
+            }
+            // A crash after the size grew but before the data landed
+            // leaves zeros: that is a torn tail too.
+            Next::Incomplete => break,
+            Next::Corrupt(_) if rest.iter().all(|&b| b == 0) => break,
+            Next::Corrupt(reason) => {
+                return Err(WalError::Corrupt {
+                    path: path.to_path_buf(),
+                    offset: offset as u64,
+                    reason,
+                })
+            }
+        }
+    }
+    Ok((live, offset, records))
+}
+
+/// Writes `header + records` to the temp file, syncs it, renames it over
+/// `path` and syncs the directory: the log is replaced whole or not at all.
+/// Returns the new log, open for appends.
+fn replace_log(path: &Path, records: &[u8]) -> std::io::Result<File> {
+    let file = write_temp(path, records, |f| f.sync_all())?;
+    std::fs::rename(temp_path(path), path).inspect_err(|_| {
+        let _ = std::fs::remove_file(temp_path(path));
+    })?;
+    // A failed directory sync only means the rename might not survive a
+    // power cut, in which case the old log (still valid) comes back.
+    let _ = sync_dir(path);
+    Ok(file)
+}
+
+/// The temp file of a rewrite, written and synced with `sync`; removed again
+/// if that fails.
+fn write_temp(
+    path: &Path,
+    records: &[u8],
+    sync: impl FnOnce(&File) -> std::io::Result<()>,
+) -> std::io::Result<File> {
+    let temp = temp_path(path);
+    let attempt = || -> std::io::Result<File> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
+        file.write_all_at(&file::header(), 0)?;
+        file.write_all_at(records, file::HEADER_LEN as u64)?;
+        sync(&file)?;
+        Ok(file)
+    };
+    attempt().inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })
+}
+
 impl Wal {
     /// Opens (or creates) the log at `path`, recovers it and starts the
     /// writer. Returns the held keys, sorted by key.
     pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
+        // First of all: nothing of the log is touched (not even a stale
+        // temp file) while another server may be using it.
+        let lock = file::LogLock::acquire(path).map_err(|e| match e {
+            file::LockError::Held { pid } => WalError::Locked {
+                path: path.to_path_buf(),
+                lock: file::lock_path(path),
+                pid,
+            },
+            file::LockError::Io(e) => io(path, "lock")(e),
+        })?;
         let mut recovery = Recovery::default();
         let temp = temp_path(path);
         if temp.exists() {
@@ -195,75 +347,77 @@ impl Wal {
             std::fs::remove_file(&temp).map_err(io(&temp, "remove"))?;
             recovery.stale_temp = true;
         }
-        let existed = path.exists();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io(path, "open"))?;
-        if !existed {
-            sync_dir(path).map_err(io(path, "sync the directory of"))?;
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io(path, "read"))?;
-
-        let mut live: HashMap<Vec<u8>, (Held, Vec<u8>)> = HashMap::new();
-        let mut offset = 0usize;
-        while offset < bytes.len() {
-            let rest = &bytes[offset..];
-            match decode(rest) {
-                Next::Record(record, used) => {
-                    recovery.records += 1;
-                    match record {
-                        Record::Grant {
-                            key,
-                            source,
-                            peer,
-                            since_ms,
-                        } => {
-                            let framed = rest[..used].to_vec();
-                            let held = Held {
-                                key: key.clone(),
-                                source,
-                                peer,
-                                since_ms,
-                            };
-                            live.insert(key, (held, framed));
-                        }
-                        Record::Release { key } => {
-                            live.remove(&key);
-                        }
-                    }
-                    offset += used;
-                }
-                // A crash after the size grew but before the data landed
-                // leaves zeros: that is a torn tail too.
-                Next::Incomplete => break,
-                Next::Corrupt(_) if rest.iter().all(|&b| b == 0) => break,
-                Next::Corrupt(reason) => {
-                    return Err(WalError::Corrupt {
-                        path: path.to_path_buf(),
-                        offset: offset as u64,
-                        reason,
-                    })
-                }
+        let (mut file, bytes) = open_and_read(path)?;
+        let first_record = matches!(decode(&bytes), Next::Record(..));
+        let start = match file::classify(&bytes, first_record) {
+            file::Kind::New => {
+                // New, or a crash cut its header short: (re)write the header.
+                file.set_len(0).map_err(io(path, "truncate"))?;
+                file.write_all_at(&file::header(), 0)
+                    .map_err(io(path, "write the header of"))?;
+                file.sync_all().map_err(io(path, "sync"))?;
+                sync_dir(path).map_err(io(path, "sync the directory of"))?;
+                file::HEADER_LEN
             }
-        }
+            file::Kind::Current => file::HEADER_LEN,
+            file::Kind::Headerless => 0,
+            file::Kind::Version(version) => {
+                return Err(WalError::Version {
+                    path: path.to_path_buf(),
+                    version,
+                })
+            }
+            file::Kind::Foreign => {
+                return Err(WalError::Foreign {
+                    path: path.to_path_buf(),
+                })
+            }
+        };
+        let bytes = if start == file::HEADER_LEN && bytes.len() < start {
+            file::header().to_vec()
+        } else {
+            bytes
+        };
+        let (live, mut offset, records) = replay(path, &bytes, start)?;
+        recovery.records = records;
         if offset < bytes.len() {
             recovery.torn = Some((offset as u64, (bytes.len() - offset) as u64));
             file.set_len(offset as u64)
                 .map_err(io(path, "truncate the torn tail of"))?;
             file.sync_all().map_err(io(path, "sync"))?;
         }
+        if start == 0 {
+            // The previous release's format: rewritten with a header and
+            // the live holders only, as a compaction would, so no held key
+            // is lost.
+            let mut frames = Vec::new();
+            for (_, framed) in live.values() {
+                frames.extend_from_slice(framed);
+            }
+            file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
+            offset = file::HEADER_LEN + frames.len();
+            recovery.migrated = true;
+        }
 
         let mut held: Vec<Held> = live.values().map(|(h, _)| h.clone()).collect();
         held.sort_by(|a, b| a.key.cmp(&b.key));
         let live: HashMap<Vec<u8>, Vec<u8>> = live.into_iter().map(|(k, (_, f))| (k, f)).collect();
+        let wal = Wal::start(path, file, offset as u64, live, options, lock)?;
+        Ok((wal, held, recovery))
+    }
+
+    /// Starts the writer thread on a recovered log of `len` bytes.
+    fn start(
+        path: &Path,
+        file: File,
+        len: u64,
+        live: HashMap<Vec<u8>, Vec<u8>>,
+        options: Options,
+        lock: file::LogLock,
+    ) -> Result<Wal, WalError> {
         let live_bytes = live.values().map(|f| f.len() as u64).sum();
         let (batch, _) = watch::channel(None);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Batches {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 pending_grants: 0,
@@ -277,7 +431,7 @@ impl Wal {
                 finished: 0,
                 last_error: None,
                 stats: Stats {
-                    file_len: offset as u64,
+                    file_len: len,
                     ..Stats::default()
                 },
             }),
@@ -288,26 +442,18 @@ impl Wal {
             shared: shared.clone(),
             path: path.to_path_buf(),
             file,
-            len: offset as u64,
+            len,
             options,
         };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())
             .spawn(move || writer.run())
             .map_err(io(path, "start the writer for"))?;
-        Ok((
-            Wal {
-                shared,
-                writer: Mutex::new(Some(handle)),
-                path: path.to_path_buf(),
-            },
-            held,
-            recovery,
-        ))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Wal {
+            shared,
+            writer: Mutex::new(Some(handle)),
+            _lock: lock,
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -344,22 +490,22 @@ impl Wal {
     }
 
     /// Blocks until everything appended so far is durable (or failed).
-    pub fn sync(&self) -> Result<(), String> {
+    pub fn sync(&self) -> Result<(), NotDurable> {
         let mut st = self.state();
         let target = st.taken + u64::from(!st.pending.is_empty());
         let failed_before = st.stats.failed_batches;
         while st.finished < target {
             if st.stopped {
-                return Err("the log writer has stopped".into());
+                return Err(NotDurable::Stopped);
             }
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         if st.stats.failed_batches > failed_before {
-            return Err(st
-                .last_error
-                .as_deref()
-                .unwrap_or("write failed")
-                .to_string());
+            return Err(NotDurable::Write(
+                st.last_error
+                    .clone()
+                    .unwrap_or_else(|| "write failed".into()),
+            ));
         }
         Ok(())
     }
@@ -385,7 +531,7 @@ impl Drop for Wal {
 }
 
 struct Writer {
-    shared: Arc<Shared>,
+    shared: Arc<Batches>,
     path: PathBuf,
     file: File,
     len: u64,
@@ -512,24 +658,8 @@ impl Writer {
     /// untouched and the batch is appended to it instead.
     fn compact(&mut self, snapshot: &[u8]) -> Result<(), CompactFail> {
         let temp = temp_path(&self.path);
-        let attempt = || -> std::io::Result<File> {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temp)?;
-            file.write_all_at(snapshot, 0)?;
-            self.timed_on(&file, |f| f.sync_all())?;
-            Ok(file)
-        };
-        let file = match attempt() {
-            Ok(f) => f,
-            Err(_) => {
-                let _ = std::fs::remove_file(&temp);
-                return Err(CompactFail::Io);
-            }
-        };
+        let file = write_temp(&self.path, snapshot, |f| self.timed_on(f, |f| f.sync_all()))
+            .map_err(|_| CompactFail::Io)?;
         if self.options.crash_before_rename.load(Ordering::SeqCst) {
             return Err(CompactFail::Crashed);
         }
@@ -542,7 +672,7 @@ impl Writer {
         // which case the old log (still valid) comes back.
         let _ = sync_dir(&self.path);
         self.file = file;
-        self.len = snapshot.len() as u64;
+        self.len = (file::HEADER_LEN + snapshot.len()) as u64;
         Ok(())
     }
 }

@@ -1,22 +1,22 @@
-//! Requests served the same way whichever port they come in on: the resets
-//! of the lock protocol and of the manager port share this one path (table,
-//! log records, log lines, counters, hand-off to the next waiter).
+//! ResetByKey and ResetBySource, served the same way whichever port they
+//! come in on: the lock protocol and the manager port share this one path
+//! (table, log records, log lines, counters, hand-off to the next waiter).
 
 use std::net::SocketAddr;
 
-use super::conn::show;
 use super::metrics::Counters;
+use super::show::show;
 use super::table::Durable;
 use super::Shared;
 use crate::proto::Answer;
 
 /// Force-releases `key`, whoever holds it; the first waiter gets it. A key
 /// that is not held is answered `+` too.
-pub async fn reset_key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
+pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
-            shared.log.reset(format_args!(
+            shared.events.reset(format_args!(
                 "{peer}: reset key '{}' held by '{}'{}",
                 show(key),
                 show(&r.holder.source),
@@ -28,7 +28,7 @@ pub async fn reset_key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer 
         }
         None => {
             shared
-                .log
+                .events
                 .reset(format_args!("{peer}: reset key '{}' (not held)", show(key)));
             Answer::Ok
         }
@@ -37,7 +37,7 @@ pub async fn reset_key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer 
 
 /// Releases every key `source` holds (each passes to its next waiter) and
 /// withdraws that source's waiters (they are answered `-`).
-pub async fn reset_source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
+pub async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     let (released, withdrawn, durable) = shared.table.reset_source(source);
     shared
@@ -45,7 +45,7 @@ pub async fn reset_source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> A
         .withdrawals
         .fetch_add(withdrawn as u64, std::sync::atomic::Ordering::Relaxed);
     let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
-    shared.log.reset(format_args!(
+    shared.events.reset(format_args!(
         "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
         show(source),
         keys.len(),
@@ -57,12 +57,12 @@ pub async fn reset_source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> A
 /// `+` once the release is durable; `-` if the log could not record it (the
 /// release has taken effect in memory, but a restart would bring the key back
 /// held: the client must not believe it is gone for good).
-pub async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) -> Answer {
+async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) -> Answer {
     match durable.wait().await {
         Ok(()) => Answer::Ok,
         Err(e) => {
             Counters::bump(&shared.counters.refused);
-            shared.log.error(format_args!(
+            shared.events.error(format_args!(
                 "{what} '{}' not recorded in the log: {e}",
                 show(key)
             ));

@@ -1,4 +1,5 @@
-//! The server's log: one timestamped line per event on stderr.
+//! The server's event log: one timestamped line per event on stderr (not
+//! to be confused with the write-ahead log of `--data`).
 //! Start-up, resets and errors always; grants, releases and withdrawals with `-v`.
 
 use std::fmt::Arguments;
@@ -6,13 +7,13 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-use super::conn::show;
+use super::show::show;
 
-pub struct Log {
+pub struct Events {
     pub verbose: bool,
 }
 
-impl Log {
+impl Events {
     fn line(&self, args: Arguments<'_>) {
         let now = humantime::format_rfc3339_millis(SystemTime::now());
         // One write per line so concurrent tasks never interleave within a line.

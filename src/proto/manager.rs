@@ -4,27 +4,52 @@
 //!
 //! | command | request after the command | answer before the final `+` |
 //! |---------|---------------------------|------------------------------|
-//! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` peer, `i64` unix seconds) |
+//! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer `ip:port`, `i64` unix seconds) |
 //! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
 //! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
 //! | `KEYX`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters) |
 //!
 //! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference `KEYS`.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The manager listens on the lock port + 1, as the reference server's
+/// does; None when there is no next port.
+pub fn port_for(lock_port: u16) -> Option<u16> {
+    lock_port.checked_add(1)
+}
+
 pub const KEYS: &[u8; 4] = b"KEYS";
 pub const RESET_KEYS: &[u8; 4] = b"RSET";
 pub const RESET_SOURCES: &[u8; 4] = b"RSBS";
 pub const KEYS_EXTENDED: &[u8; 4] = b"KEYX";
 
-/// One held key as the manager reports it.
+/// One held key as the manager reports it (and the server's table lists it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyReport {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
+    /// The holder's address as text (`ip:port`).
     pub peer: Vec<u8>,
-    /// Unix time in milliseconds.
-    pub since_ms: i64,
+    /// When the hold began (sent as unix seconds or milliseconds).
+    pub since: SystemTime,
     pub waiting: u32,
+}
+
+/// Unix milliseconds of `t`, negative before the epoch.
+fn unix_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+fn from_unix_ms(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
 }
 
 fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -38,8 +63,9 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
     let mut out = (reports.len() as u32).to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
+        push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
-        out.extend_from_slice(&(r.since_ms.div_euclid(1000)).to_le_bytes());
+        out.extend_from_slice(&(unix_ms(r.since).div_euclid(1000)).to_le_bytes());
     }
     out.push(b'+');
     out
@@ -52,7 +78,7 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
         push_short(&mut out, &r.key);
         push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
-        out.extend_from_slice(&r.since_ms.to_le_bytes());
+        out.extend_from_slice(&unix_ms(r.since).to_le_bytes());
         out.extend_from_slice(&r.waiting.to_le_bytes());
     }
     out.push(b'+');
@@ -74,15 +100,17 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             key,
             source,
             peer,
-            since_ms,
+            since: from_unix_ms(since_ms),
             waiting,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
 }
 
-/// A `RSET`/`RSBS` request body: `u32 n` then n short fields.
-pub fn encode_names(names: &[&[u8]]) -> Vec<u8> {
+/// A `RSET`/`RSBS` request body: `u32 n` then n short fields (lc-cli's
+/// client sends none; the tests' manager client does).
+#[cfg(test)]
+fn encode_names(names: &[&[u8]]) -> Vec<u8> {
     let mut out = (names.len() as u32).to_le_bytes().to_vec();
     for n in names {
         push_short(&mut out, n);
@@ -117,7 +145,7 @@ mod tests {
             key: b"deploy/prod".to_vec(),
             source: b"ci-7".to_vec(),
             peer: b"127.0.0.1:5000".to_vec(),
-            since_ms: 1_700_000_000_123,
+            since: from_unix_ms(1_700_000_000_123),
             waiting: 3,
         }
     }
@@ -127,6 +155,8 @@ mod tests {
         let bytes = encode_keys(&[report()]);
         let mut expected = vec![1, 0, 0, 0, 11];
         expected.extend_from_slice(b"deploy/prod");
+        expected.push(4);
+        expected.extend_from_slice(b"ci-7");
         expected.push(14);
         expected.extend_from_slice(b"127.0.0.1:5000");
         expected.extend_from_slice(&1_700_000_000i64.to_le_bytes());

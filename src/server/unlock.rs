@@ -1,0 +1,51 @@
+//! Unlock (the reference's action 2) and Release (lc-cli's action 6): the
+//! same release, answered two ways.
+
+use std::net::SocketAddr;
+
+use super::metrics::Counters;
+use super::show::show;
+use super::Shared;
+use crate::proto::Answer;
+
+/// Which frame asked for the release; they differ only in the answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// `+` released or not held (the reference's answer: its clients retry
+    /// Unlock until `+`), `-` not released.
+    Unlock,
+    /// `+` released, `#` not held, `-` not released.
+    Release,
+}
+
+/// Releases `key` whoever holds it and hands it to the next waiter.
+///
+/// The key stays held until its release is durable: if the log cannot record
+/// it, nothing changes (a restart would bring the holder back anyway) and the
+/// client is told `-`, "not released".
+pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame) -> Answer {
+    let Some((id, durable)) = shared.table.begin_release(key) else {
+        return match frame {
+            Frame::Unlock => Answer::Ok,
+            Frame::Release => Answer::Busy,
+        };
+    };
+    if let Err(e) = durable.wait().await {
+        Counters::bump(&shared.counters.refused);
+        shared.events.error(format_args!(
+            "{peer}: release of '{}' not recorded in the log, the key stays held: {e}",
+            show(key)
+        ));
+        return Answer::Fail;
+    }
+    // None: a reset (or another Unlock) released this holder meanwhile;
+    // that release is as durable as ours.
+    if let Some((holder, next)) = shared.table.finish_release(key, id) {
+        Counters::bump(&shared.counters.releases);
+        shared.events.release(key, &holder.source, peer);
+        if let Some(next) = next {
+            shared.events.grant(key, &next.source, next.peer);
+        }
+    }
+    Answer::Ok
+}

@@ -1,0 +1,160 @@
+//! What makes a file an lc-cli log: its header, and the lock that keeps a
+//! second server off it.
+//!
+//! Header: `magic "LCCLIWAL" | version:u32le`, 12 bytes, then records.
+//!
+//! The lock is an open-file-description lock (`F_OFD_SETLK`) on a sidecar
+//! `PATH.lock`, not on the log itself: compaction renames a new file over
+//! the log, and a lock on the old inode would not stop a server that opens
+//! the new one. The sidecar holds the holder's PID as text, for the error
+//! line of the next server and for operators. It is never deleted: removing
+//! it could let two servers lock two different inodes of the same name.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
+/// The format this build writes and reads.
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 12;
+
+/// The header of a log in this build's format.
+pub fn header() -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..].copy_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
+/// What the first bytes of a file say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Empty, or a header cut short by a crash at creation: a new log.
+    New,
+    /// This build's format; records start after the header.
+    Current,
+    /// A log of an lc-cli release before the header: records from byte 0.
+    Headerless,
+    /// The header of a format this build does not know.
+    Version(u32),
+    /// Neither a header nor a first record: not an lc-cli log.
+    Foreign,
+}
+
+/// Classifies `bytes`, the start of a file; `first_record` says whether a
+/// whole, valid record starts at byte 0 (the mark of a headerless log).
+pub fn classify(bytes: &[u8], first_record: bool) -> Kind {
+    let h = header();
+    if bytes.len() < HEADER_LEN && h.starts_with(bytes) {
+        return Kind::New;
+    }
+    if bytes.starts_with(&MAGIC) && bytes.len() >= HEADER_LEN {
+        let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        return if version == VERSION {
+            Kind::Current
+        } else {
+            Kind::Version(version)
+        };
+    }
+    if first_record {
+        Kind::Headerless
+    } else {
+        Kind::Foreign
+    }
+}
+
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+/// Why the lock could not be taken.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it; its PID as it wrote it, if readable.
+    Held {
+        pid: Option<u32>,
+    },
+    Io(std::io::Error),
+}
+
+/// The exclusive lock on a log, held for as long as this value lives.
+#[derive(Debug)]
+pub struct LogLock {
+    _file: File,
+}
+
+impl LogLock {
+    /// Takes the lock without waiting and records our PID in it.
+    pub fn acquire(path: &Path) -> Result<LogLock, LockError> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(lock_path(path))
+            .map_err(LockError::Io)?;
+        let lock = libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: 0,
+            l_len: 0,
+            // Must be 0 for open-file-description locks.
+            l_pid: 0,
+        };
+        let taken = nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::F_OFD_SETLK(&lock));
+        match taken {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(LockError::Held {
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            Err(e) => return Err(LockError::Io(e.into())),
+        }
+        let pid = format!("{}\n", std::process::id());
+        file.set_len(0).map_err(LockError::Io)?;
+        file.write_all_at(pid.as_bytes(), 0)
+            .map_err(LockError::Io)?;
+        Ok(LogLock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds() {
+        let h = header();
+        assert_eq!(classify(&[], false), Kind::New);
+        assert_eq!(classify(&h[..5], false), Kind::New);
+        assert_eq!(classify(&h, false), Kind::Current);
+        let mut newer = h;
+        newer[8] = 2;
+        assert_eq!(classify(&newer, false), Kind::Version(2));
+        assert_eq!(classify(b"hello world, not a log", false), Kind::Foreign);
+        assert_eq!(classify(&[9, 0, 0, 0], true), Kind::Headerless);
+        // A prefix of the header that goes wrong is not a new log.
+        assert_eq!(classify(b"LCCX", false), Kind::Foreign);
+    }
+
+    #[test]
+    fn a_second_lock_is_refused_with_the_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.wal");
+        let first = LogLock::acquire(&path).unwrap();
+        match LogLock::acquire(&path) {
+            Err(LockError::Held { pid }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("{other:?}"),
+        }
+        drop(first);
+        LogLock::acquire(&path).unwrap();
+    }
+}
