@@ -4,8 +4,6 @@
 //! them is decided once, from the server address, by [`connect`].
 
 pub mod lc;
-mod lc_keys;
-mod lc_probe;
 pub mod redis;
 mod tcp;
 pub mod zk;

@@ -3,6 +3,13 @@
 //! Lock waits by keeping its connection open; closing it withdraws the request
 //! from the server's queue. A hold is not tied to a connection: the key stays
 //! held until an Unlock or a reset, so there is no lease to lose.
+//!
+//! - `keys`: `keys` over the manager port (lc-cli's `KEYX`).
+//! - `probe`: telling a server that does not speak the protocol from one
+//!   whose key is just held.
+
+mod keys;
+mod probe;
 
 use std::time::Duration;
 
@@ -11,7 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::lc_probe;
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, LostReason, Result,
     ServerSpec, WaitProgress,
@@ -69,14 +75,14 @@ impl LcBackend {
     }
 
     /// The answer byte; more than one byte, or another byte, is a peer that
-    /// does not speak the protocol (see `lc_probe`).
+    /// does not speak the protocol (see `probe.rs`).
     async fn read_answer(&self, stream: &mut TcpStream) -> Result<Answer> {
         let mut buf = [0u8; 48];
         match stream.read(&mut buf).await {
             Ok(0) => Err(self.unavailable("the server closed the connection without an answer")),
-            Ok(n) => match lc_probe::classify(&buf[..n]) {
-                lc_probe::Reply::Answer(a) => Ok(a),
-                lc_probe::Reply::Foreign(bytes) => Err(lc_probe::foreign(&self.addr, &bytes)),
+            Ok(n) => match probe::classify(&buf[..n]) {
+                probe::Reply::Answer(a) => Ok(a),
+                probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
             },
             Err(e) => Err(self.unavailable(e)),
         }
@@ -91,7 +97,7 @@ impl LcBackend {
         let limit = self.connect_timeout + started.elapsed();
         tokio::time::timeout(limit, self.read_answer(&mut stream))
             .await
-            .map_err(|_| lc_probe::silent(&self.addr, limit))?
+            .map_err(|_| probe::silent(&self.addr, limit))?
     }
 
     /// Releases `key`: true if it was held, false if not. Asks with the
@@ -169,7 +175,7 @@ impl Backend for LcBackend {
         // server at all, within the connect timeout plus a round trip.
         let budget = self.connect_timeout + started.elapsed();
         let answer = tokio::select! {
-            e = lc_probe::watch(&self.addr, lc_probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+            e = probe::watch(&self.addr, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             a = self.read_answer(&mut stream) => a.map_err(|e| match e {
                 BackendError::Unavailable { server, reason } => BackendError::Unavailable {
                     server,
@@ -206,7 +212,7 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        super::lc_keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
+        keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {

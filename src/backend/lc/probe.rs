@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::BackendError;
+use crate::backend::BackendError;
 use crate::proto::{Answer, PING_FRAME};
 
 /// How long a Lock waits for its answer before pinging: a free key is

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{BackendError, KeyInfo, Result};
+use crate::backend::{tcp, BackendError, KeyInfo, Result};
 use crate::proto::manager;
 
 /// The manager port's address for the lock server at `lock_addr`.
@@ -37,9 +37,7 @@ pub async fn list(
             reason
         },
     };
-    let mut stream = super::tcp::connect(&addr, timeout)
-        .await
-        .map_err(unavailable)?;
+    let mut stream = tcp::connect(&addr, timeout).await.map_err(unavailable)?;
     let exchange = async {
         stream
             .write_all(manager::KEYS_EXTENDED)
