@@ -402,8 +402,11 @@ fn node_created_before_a_connection_loss_is_found_not_duplicated() {
     let tmp = tempfile::tempdir().unwrap();
     let ran = tmp.path().join("ran");
     let mut kids = Kids(vec![std::process::Command::new(BIN)
-        .args(["--server", &format!("zk://127.0.0.1:{}/x", proxy.port)])
-        .args(["--session-timeout", "4s", "lock", "k", "--", "touch"])
+        .args([
+            "--server",
+            &format!("zk://127.0.0.1:{}/x?session-timeout=4s", proxy.port),
+        ])
+        .args(["lock", "k", "--", "touch"])
         .arg(&ran)
         .spawn()
         .unwrap()]);

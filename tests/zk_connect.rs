@@ -15,16 +15,14 @@ const LIMIT: Duration = Duration::from_secs(40);
 
 fn lc(port: u16, connect_timeout: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.args(["--server", &format!("zk://127.0.0.1:{port}/c")])
-        .args([
-            "--session-timeout",
-            "2s",
-            "--connect-timeout",
-            connect_timeout,
-        ])
-        .args(args)
-        .env_remove("LC_SERVER")
-        .stdin(Stdio::null());
+    cmd.args([
+        "--server",
+        &format!("zk://127.0.0.1:{port}/c?session-timeout=2s"),
+    ])
+    .args(["--connect-timeout", connect_timeout])
+    .args(args)
+    .env_remove("LC_SERVER")
+    .stdin(Stdio::null());
     cmd
 }
 

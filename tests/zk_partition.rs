@@ -34,8 +34,11 @@ fn trial(zk: &Zk, session: &str, n: usize, on_term: OnTerm) -> Trial {
     let tl = Timeline::new(tmp.path());
     let holder = Running::spawn(
         Command::new(BIN)
-            .args(["--server", &format!("zk://{}{root}", proxy.addr())])
-            .args(["--session-timeout", session, "--connect-timeout", "10s"])
+            .args([
+                "--server",
+                &format!("zk://{}{root}?session-timeout={session}", proxy.addr()),
+            ])
+            .args(["--connect-timeout", "10s"])
             .args(["lock", "k", "-c", &tl.holder("holder", on_term)])
             .env_remove("LC_SERVER")
             .stdin(Stdio::null()),

@@ -131,7 +131,7 @@ impl Zk {
         format!("zk://{}{root}", self.hosts())
     }
 
-    /// `lc-cli --server zk://.../ROOT --session-timeout 2s ARGS...`
+    /// `lc-cli --server zk://.../ROOT?session-timeout=2s ARGS...`
     pub fn lc(&self, root: &str, args: &[&str]) -> Command {
         self.lc_session(root, "2s", args)
     }
@@ -140,13 +140,11 @@ impl Zk {
     pub fn lc_session(&self, root: &str, session_timeout: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(super::BIN);
         cmd.arg("--server")
-            .arg(self.url(root))
-            .args([
-                "--session-timeout",
-                session_timeout,
-                "--connect-timeout",
-                "10s",
-            ])
+            .arg(format!(
+                "{}?session-timeout={session_timeout}",
+                self.url(root)
+            ))
+            .args(["--connect-timeout", "10s"])
             .args(args);
         cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
         cmd
