@@ -505,15 +505,18 @@ fn keys_lists_holders_sources_and_waiters() {
 
     let table = keys_table(&url, &[], &[]);
     assert_eq!(table.len(), 3, "{table:?}");
-    assert_eq!(table[0], row(&["KEY", "SOURCE", "PEER", "HELD", "WAITING"]));
-    for (line, (key, source, waiting)) in table[1..]
-        .iter()
-        .zip([("build/x", "beta", "1"), ("deploy/prod", "alpha", "2")])
-    {
-        assert_eq!(line.len(), 5, "{table:?}");
+    assert_eq!(
+        table[0],
+        row(&["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"])
+    );
+    for (line, (key, source, hold, waiting)) in table[1..].iter().zip([
+        ("build/x", "beta", "command", "1"),
+        ("deploy/prod", "alpha", "kept", "2"),
+    ]) {
+        assert_eq!(line.len(), 6, "{table:?}");
         assert_eq!(
-            [&line[0], &line[1], &line[2], &line[4]],
-            [key, source, "-", waiting],
+            [&line[0], &line[1], &line[2], &line[4], &line[5]],
+            [key, source, "-", hold, waiting],
             "{table:?}"
         );
         assert!(line[3].ends_with('s') && line[3] != "0s", "{table:?}");
@@ -521,11 +524,12 @@ fn keys_lists_holders_sources_and_waiters() {
 
     let listed = keys_json(&url, &[], &[]);
     assert_eq!(listed.len(), 2, "{listed:?}");
-    for (v, (key, source, waiting)) in listed
-        .iter()
-        .zip([("build/x", "beta", 1), ("deploy/prod", "alpha", 2)])
-    {
+    for (v, (key, source, waiting, kept)) in listed.iter().zip([
+        ("build/x", "beta", 1, false),
+        ("deploy/prod", "alpha", 2, true),
+    ]) {
         assert_eq!(v["key"], key, "{v}");
+        assert_eq!(v["kept"], kept, "{v}");
         assert_eq!(v["source"], source, "{v}");
         assert_eq!(v["waiting"], waiting, "{v}");
         assert!(v["peer"].is_null(), "{v}");

@@ -54,7 +54,7 @@ fn keys_table(zk: &Zk, args: &[&str]) -> BTreeMap<String, (String, String, usize
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
     assert_eq!(
         header,
-        ["KEY", "SOURCE", "PEER", "HELD", "WAITING"],
+        ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"],
         "{text}"
     );
     let mut map = BTreeMap::new();
@@ -216,6 +216,8 @@ fn keys_lists_holders_sources_and_waiters() {
         let held = v["held_ms"].as_u64().expect("held_ms is a number");
         assert!(Duration::from_millis(held) <= longest, "{key}: {v}");
     }
+    assert_eq!(json["deploy/prod"]["kept"], true);
+    assert_eq!(json["build/x"]["kept"], false);
     // The detached hold: since when it was taken.
     let prod = since(&json["deploy/prod"]);
     assert!(

@@ -287,6 +287,10 @@ pub struct KeyInfo {
     pub since: Option<std::time::SystemTime>,
     /// How many wait behind the holder.
     pub waiting: usize,
+    /// Some(true): a kept hold (`lock KEY` without a command, until `unlock`
+    /// or `reset`); Some(false): the hold of a running command; None: the
+    /// service cannot tell.
+    pub kept: Option<bool>,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.

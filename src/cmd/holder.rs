@@ -82,6 +82,7 @@ mod tests {
             peer: Some("10.0.0.5:41000".into()),
             since: Some(now - Duration::from_secs(185)),
             waiting: 2,
+            kept: Some(false),
         };
         assert_eq!(
             describe(&info, now),

@@ -50,6 +50,16 @@ fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
     }
 }
 
+/// The HOLD column: a running command's hold, or one kept by `lock KEY`
+/// without a command (`-` where the service cannot tell).
+fn hold_kind(kept: Option<bool>) -> &'static str {
+    match kept {
+        Some(true) => "kept",
+        Some(false) => "command",
+        None => "-",
+    }
+}
+
 fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
     info.since
         .map(|s| now.duration_since(s).unwrap_or_default())
@@ -70,6 +80,7 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
             "since": since,
             "held_ms": held_ms,
             "waiting": k.waiting,
+            "kept": k.kept,
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -82,7 +93,7 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
 /// an escape sequence recolour the terminal (`--json` has them as JSON
 /// escapes).
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
-    let header = ["KEY", "SOURCE", "PEER", "HELD", "WAITING"].map(String::from);
+    let header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"].map(String::from);
     let mut rows = vec![header];
     for k in keys {
         let held = held_for(k, now)
@@ -95,10 +106,11 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
                 .as_deref()
                 .map_or_else(|| "-".into(), |p| super::printable(p).into_owned()),
             held,
+            hold_kind(k.kept).into(),
             k.waiting.to_string(),
         ]);
     }
-    let mut widths = [0usize; 5];
+    let mut widths = [0usize; 6];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -131,6 +143,7 @@ mod tests {
             peer: Some("127.0.0.1:4000".into()),
             since: Some(now - Duration::from_secs(secs_ago)),
             waiting,
+            kept: None,
         }
     }
 

@@ -65,6 +65,8 @@ pub async fn list(
             peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
             since: Some(r.since),
             waiting: r.waiting as usize,
+            // Classic holds are not tied to a process: the server cannot tell.
+            kept: None,
         })
         .collect())
 }

@@ -12,8 +12,8 @@ use super::Quorum;
 use crate::backend::{KeyInfo, Result};
 
 /// One held key as one node sees it: (name, owner token, source, since in
-/// server ms or -1, live waiters).
-type NodeKey = (String, String, String, i64, i64);
+/// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
+type NodeKey = (String, String, String, i64, i64, i64);
 
 /// One node's answer: its clock (ms) and its held keys.
 type NodeListing = (i64, Vec<NodeKey>);
@@ -49,7 +49,7 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .into_values()
         .filter(|(n, _, _)| *n >= majority)
         .map(
-            |(_, now_ms, (name, _, source, since_ms, waiting))| KeyInfo {
+            |(_, now_ms, (name, _, source, since_ms, waiting, detached))| KeyInfo {
                 key: name.clone(),
                 source: if source.is_empty() {
                     "-".into()
@@ -62,6 +62,7 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
                     received.checked_sub(age).unwrap_or(received)
                 }),
                 waiting: (*waiting).max(0) as usize,
+                kept: (*detached >= 0).then_some(*detached == 1),
             },
         )
         .collect()
@@ -78,6 +79,7 @@ mod tests {
             "host-a".into(),
             since_ms,
             waiting,
+            0,
         )
     }
 
@@ -96,6 +98,7 @@ mod tests {
         assert_eq!(keys[0].peer, None);
         assert_eq!(keys[0].since, Some(now - Duration::from_millis(2_500)));
         assert_eq!(keys[1].since, None);
+        assert_eq!(keys[0].kept, Some(false));
     }
 
     #[test]
@@ -115,8 +118,9 @@ mod tests {
 
     #[test]
     fn an_unknown_owner_shows_as_a_dash() {
-        let node: NodeListing = (0, vec![("k".into(), "t".into(), String::new(), -1, 0)]);
+        let node: NodeListing = (0, vec![("k".into(), "t".into(), String::new(), -1, 0, -1)]);
         let keys = agreed(&[&node], 1, SystemTime::now());
         assert_eq!(keys[0].source, "-");
+        assert_eq!(keys[0].kept, None);
     }
 }

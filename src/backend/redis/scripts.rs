@@ -295,9 +295,10 @@ return n
 /// listed; when nobody waits for it either, its record is settled and it
 /// leaves the index (what a release would have done). Stands alone: no
 /// `KEYS`, no `ARGV`, not prefixed with [`COMMON`].
-/// Returns {now_ms, {{name, token, source, since_ms, waiting}, ...}}, where
-/// source is '' and since_ms -1 when the owner record does not match the
-/// lock (a lock key written by someone else), and waiting counts the queue
+/// Returns {now_ms, {{name, token, source, since_ms, waiting, detached}, ...}},
+/// where source is '' and since_ms and detached -1 when the owner record does
+/// not match the lock (a lock key written by someone else), detached is 1 for
+/// a kept hold and 0 for a running command's, and waiting counts the queue
 /// entries not yet expired.
 const LIST: &str = r#"
 local t = redis.call('TIME')
@@ -307,13 +308,13 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
   local P = 'lc-cli:{'..name..'}:'
   local token = redis.call('GET', P..'lock')
   if token then
-    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since')
-    local source, since = '', -1
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached')
+    local source, since, detached = '', -1, -1
     if o[1] == token then
-      source, since = o[2] or '', tonumber(o[3]) or -1
+      source, since, detached = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1
     end
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
-    held[#held + 1] = {name, token, source, since, waiting}
+    held[#held + 1] = {name, token, source, since, waiting, detached}
   elseif redis.call('EXISTS', P..'queue') == 0 then
     local s = redis.call('HGET', P..'owner', 'source')
     if s then

@@ -161,10 +161,19 @@ async fn holder_of(s: &Session, dir: &str) -> Result<Option<(Vec<u8>, zk::Stat, 
 /// client's, shown as text, by default its IP address), its creation time
 /// on the server (ms since the epoch), and how many wait behind it.
 fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo {
-    let (source, since_ms) = match NodeData::decode(data) {
-        Some(d) if d.mode == Mode::Detached && d.since_ms > 0 => (d.source, d.since_ms),
-        Some(d) => (d.source, ctime(ctime_ms)),
-        None => (String::from_utf8_lossy(data).into_owned(), ctime(ctime_ms)),
+    // A Curator client's node carries no mode: held by a live session, but
+    // whether it runs a command is not known.
+    let (source, since_ms, kept) = match NodeData::decode(data) {
+        Some(d) if d.mode == Mode::Detached && d.since_ms > 0 => (d.source, d.since_ms, Some(true)),
+        Some(d) => {
+            let kept = Some(d.mode == Mode::Detached);
+            (d.source, ctime(ctime_ms), kept)
+        }
+        None => (
+            String::from_utf8_lossy(data).into_owned(),
+            ctime(ctime_ms),
+            None,
+        ),
     };
     KeyInfo {
         key: key.to_string(),
@@ -172,6 +181,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         peer: None,
         since: (since_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(since_ms)),
         waiting,
+        kept,
     }
 }
 
