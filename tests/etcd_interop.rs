@@ -33,7 +33,8 @@ fn etcdctl_lock(e: &Etcd, key: &str, script: &str) -> Command {
 /// Waits until `n` keys are queued under `key/`.
 fn wait_queued(e: &Etcd, key: &str, n: usize) {
     assert!(
-        wait_until(Duration::from_secs(10), || e.keys(&format!("{key}/")).len() >= n),
+        wait_until(Duration::from_secs(10), || e.keys(&format!("{key}/")).len()
+            >= n),
         "{n} keys never queued under {key}/: {:?}",
         e.keys(&format!("{key}/"))
     );
@@ -66,20 +67,28 @@ fn lc_cli_and_etcdctl_lock_exclude_each_other_both_ways() {
     let t = Timeline::new(dir.path());
     // etcdctl holds, lc-cli waits.
     let mut first = spawn(etcdctl_lock(&e, "job", &work(&t, "ctl1", 1.0)));
-    assert!(wait_until(Duration::from_secs(10), || t.start_of("ctl1").is_some()));
+    assert!(wait_until(Duration::from_secs(10), || t
+        .start_of("ctl1")
+        .is_some()));
     let mut lc = e.lc("", &["lock", "job", "-c", &work(&t, "lc1", 0.5)]);
     expect_status(&mut lc, 0);
     assert!(first.wait().unwrap().success());
     // lc-cli holds, etcdctl waits.
     let mut second = spawn(e.lc("", &["lock", "job", "-c", &work(&t, "lc2", 1.0)]));
-    assert!(wait_until(Duration::from_secs(10), || t.start_of("lc2").is_some()));
+    assert!(wait_until(Duration::from_secs(10), || t
+        .start_of("lc2")
+        .is_some()));
     let status = etcdctl_lock(&e, "job", &work(&t, "ctl2", 0.1))
         .status()
         .unwrap();
     assert!(status.success());
     assert!(second.wait().unwrap().success());
     assert_in_order(&t, &["ctl1", "lc1", "lc2", "ctl2"]);
-    assert!(e.keys("job/").is_empty(), "left behind: {:?}", e.keys("job/"));
+    assert!(
+        e.keys("job/").is_empty(),
+        "left behind: {:?}",
+        e.keys("job/")
+    );
 }
 
 #[test]
@@ -109,8 +118,7 @@ fn a_mixed_queue_is_served_in_arrival_order() {
 #[test]
 fn the_command_sees_the_lock_key_revision_and_token() {
     let e = Etcd::start();
-    let out = expect_status(
-        &mut e.lc(
+    let mut cmd = e.lc(
             "",
             &[
                 "lock",
@@ -118,11 +126,9 @@ fn the_command_sees_the_lock_key_revision_and_token() {
                 "-c",
                 "echo $ETCD_LOCK_KEY $ETCD_LOCK_REV $LC_LOCK_TOKEN; etcdctl --endpoints $EP get --print-value-only $ETCD_LOCK_KEY >/dev/null && echo present",
             ],
-        )
-        .env("EP", e.endpoint())
-        .env("ETCDCTL_API", "3"),
-        0,
-    );
+        );
+    cmd.env("EP", e.endpoint()).env("ETCDCTL_API", "3");
+    let out = expect_status(&mut cmd, 0);
     let text = String::from_utf8_lossy(&out.stdout);
     let f: Vec<&str> = text.split_whitespace().collect();
     assert_eq!(f.len(), 4, "{text}");
@@ -138,7 +144,9 @@ fn trylock_and_wait_limit_on_a_key_held_by_etcdctl() {
     let dir = tempfile::tempdir().unwrap();
     let t = Timeline::new(dir.path());
     let mut holder = spawn(etcdctl_lock(&e, "busy", &work(&t, "ctl", 3.0)));
-    assert!(wait_until(Duration::from_secs(10), || t.start_of("ctl").is_some()));
+    assert!(wait_until(Duration::from_secs(10), || t
+        .start_of("ctl")
+        .is_some()));
     let out = expect_status(&mut e.lc("", &["trylock", "busy", "--", "true"]), 1);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("lease "),
@@ -146,7 +154,10 @@ fn trylock_and_wait_limit_on_a_key_held_by_etcdctl() {
         String::from_utf8_lossy(&out.stderr)
     );
     let started = Instant::now();
-    expect_status(&mut e.lc("", &["lock", "-w", "0.5", "busy", "--", "true"]), 1);
+    expect_status(
+        &mut e.lc("", &["lock", "-w", "0.5", "busy", "--", "true"]),
+        1,
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
     // Both withdrew: only the holder's key is left.
     assert_eq!(e.keys("busy/").len(), 1, "{:?}", e.keys("busy/"));
@@ -177,9 +188,6 @@ fn a_name_with_a_slash_is_refused_and_an_unreachable_server_is_69() {
     ]);
     let out = expect_status(&mut cmd, 69);
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
-    let out = expect_status(
-        &mut e.lc("?tll=3s", &["lock", "k", "--", "true"]),
-        64,
-    );
+    let out = expect_status(&mut e.lc("?tll=3s", &["lock", "k", "--", "true"]), 64);
     assert!(String::from_utf8_lossy(&out.stderr).contains("ttl"));
 }

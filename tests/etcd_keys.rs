@@ -30,12 +30,18 @@ fn a_detached_hold_outlives_its_process_until_unlock() {
         .find(|l| l.split_whitespace().next() == Some("d"))
         .unwrap_or_else(|| panic!("no row for d:\n{text}"));
     assert!(row.contains("ops"), "{text}");
-    assert!(row.split_whitespace().any(|f| f == "1"), "one waiter: {text}");
+    assert!(
+        row.split_whitespace().any(|f| f == "1"),
+        "one waiter: {text}"
+    );
     expect_status(&mut e.lc("", &["unlock", "d"]), 0);
     let mut waited = waited;
     let start = Instant::now();
     while waited.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10), "etcdctl never got d");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "etcdctl never got d"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     expect_status(&mut e.lc("", &["trylock", "d", "--", "true"]), 0);
@@ -54,7 +60,10 @@ fn reset_by_source_deletes_that_sources_keys_only() {
 #[test]
 fn a_signal_withdraws_a_waiter_and_its_lease() {
     let e = Etcd::start();
-    let mut holder = e.lc("", &["lock", "w", "--", "sleep", "30"]).spawn().unwrap();
+    let mut holder = e
+        .lc("", &["lock", "w", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
     assert!(wait_until(Duration::from_secs(10), || e.keys("w/").len() == 1));
     let mut waiter = e
         .lc("", &["lock", "w", "--", "true"])
@@ -84,14 +93,20 @@ fn a_prefix_in_the_address_is_etcdctls_prefix_slash_name() {
         .lc("/locks", &["lock", "job", "--", "sleep", "30"])
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || e.keys("locks/job/").len() == 1));
+    assert!(wait_until(Duration::from_secs(10), || e
+        .keys("locks/job/")
+        .len()
+        == 1));
     let out = e
         .ctl(&["lock", "locks/job", "--", "true"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     // etcdctl waits behind lc-cli.
-    assert!(wait_until(Duration::from_secs(10), || e.keys("locks/job/").len() == 2));
+    assert!(wait_until(Duration::from_secs(10), || e
+        .keys("locks/job/")
+        .len()
+        == 2));
     let mut out = out;
     assert!(out.try_wait().unwrap().is_none());
     // The same name without the prefix is another lock.

@@ -46,7 +46,9 @@ fn a_frozen_network_stops_the_command_before_etcdctl_gets_the_lock() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        assert!(wait_until(Duration::from_secs(10), || t.start_of("lc").is_some()));
+        assert!(wait_until(Duration::from_secs(10), || t
+            .start_of("lc")
+            .is_some()));
         proxy.freeze();
         let frozen = Instant::now();
         let next = e
@@ -69,8 +71,7 @@ fn a_frozen_network_stops_the_command_before_etcdctl_gets_the_lock() {
         );
         eprintln!(
             "trial {trial}: stopped {:.0} ms after the freeze, {:.0} ms before the next holder",
-            (end - (common::timeline::now_ns() - frozen.elapsed().as_nanos() as i128)) as f64
-                / 1e6,
+            (end - (common::timeline::now_ns() - frozen.elapsed().as_nanos() as i128)) as f64 / 1e6,
             (next_start - end) as f64 / 1e6
         );
     }
@@ -82,11 +83,16 @@ fn a_lease_revoked_with_etcdctl_stops_the_command_with_75() {
     let dir = tempfile::tempdir().unwrap();
     let t = Timeline::new(dir.path());
     let mut holder = e
-        .lc("", &["lock", "rv", "-c", &t.holder("lc", OnTerm::LogAndExit)])
+        .lc(
+            "",
+            &["lock", "rv", "-c", &t.holder("lc", OnTerm::LogAndExit)],
+        )
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || t.start_of("lc").is_some()));
+    assert!(wait_until(Duration::from_secs(10), || t
+        .start_of("lc")
+        .is_some()));
     let keys = e.keys("rv/");
     let lease = keys[0].strip_prefix("rv/").unwrap();
     let revoked = Instant::now();
@@ -113,11 +119,16 @@ fn reset_deletes_the_holder_key_and_its_command_is_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let t = Timeline::new(dir.path());
     let mut holder = e
-        .lc("", &["lock", "rs", "-c", &t.holder("lc", OnTerm::LogAndExit)])
+        .lc(
+            "",
+            &["lock", "rs", "-c", &t.holder("lc", OnTerm::LogAndExit)],
+        )
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || t.start_of("lc").is_some()));
+    assert!(wait_until(Duration::from_secs(10), || t
+        .start_of("lc")
+        .is_some()));
     common::expect_status(&mut e.lc("", &["reset", "rs"]), 0);
     let code = status_of(&mut holder, Duration::from_secs(10));
     let err = stderr_of(&mut holder);

@@ -556,7 +556,9 @@ mod tests {
         assert_eq!(u.tuning.ttl, Some(Duration::from_secs(3)));
         assert_eq!(u.spec.to_string(), "etcd://127.0.0.1:5/locks");
         assert_eq!(u.spec.to_string().parse::<ServerSpec>().unwrap(), u.spec);
-        let e = "etcd://e?session-timeout=3s".parse::<ServerUrl>().unwrap_err();
+        let e = "etcd://e?session-timeout=3s"
+            .parse::<ServerUrl>()
+            .unwrap_err();
         assert!(e.contains("etcd:// knows ttl"), "{e}");
         let config = BackendConfig::new("etcd://e".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(config.ttl, DEFAULT_ETCD_TTL);

@@ -116,7 +116,10 @@ impl EtcdHeld {
         let key = self.place.key.clone();
         let resp = self
             .rpc
-            .call("reading our key", |mut c| async move { c.get(key, None).await })
+            .call(
+                "reading our key",
+                |mut c| async move { c.get(key, None).await },
+            )
             .await?;
         Ok(resp
             .kvs()
@@ -225,9 +228,10 @@ impl HeldLock for EtcdHeld {
             .and_then([TxnOp::put(key.as_str(), data, None)]);
         let resp = self
             .rpc
-            .call(&format!("detaching {key} from its lease"), |mut c| async move {
-                c.txn(txn).await
-            })
+            .call(
+                &format!("detaching {key} from its lease"),
+                |mut c| async move { c.txn(txn).await },
+            )
             .await?;
         if !resp.succeeded() {
             return Err(BackendError::Refused {

@@ -101,7 +101,10 @@ impl EtcdBackend {
             .and_then([TxnOp::delete(k, None)]);
         let resp = self
             .rpc
-            .call("deleting the holder", |mut c| async move { c.txn(txn).await })
+            .call(
+                "deleting the holder",
+                |mut c| async move { c.txn(txn).await },
+            )
             .await?;
         Ok(resp.succeeded())
     }

@@ -54,7 +54,9 @@ pub fn lock_name_of<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a str> {
     let (name, lease) = rest.rsplit_once('/')?;
     let hex = !lease.is_empty()
         && lease.len() <= 16
-        && lease.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        && lease
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     (hex && !name.is_empty()).then_some(name)
 }
 

@@ -109,7 +109,9 @@ async fn enqueue(
             TxnOp::get(queue, Some(first_create())),
         ]);
     let resp = rpc
-        .call(&format!("putting {key}"), |mut c| async move { c.txn(txn).await })
+        .call(&format!("putting {key}"), |mut c| async move {
+            c.txn(txn).await
+        })
         .await?;
     let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
     let ops = resp.op_responses();
@@ -203,7 +205,10 @@ async fn wait_turn(
 async fn verify_own(rpc: &Rpc, lease: &Lease, place: &Place) -> Result<i64> {
     let key = place.key.clone();
     let resp = rpc
-        .call("reading our key", |mut c| async move { c.get(key, None).await })
+        .call(
+            "reading our key",
+            |mut c| async move { c.get(key, None).await },
+        )
         .await?;
     match resp.kvs().first() {
         Some(kv) if kv.create_revision() == place.rev => {
@@ -239,7 +244,9 @@ fn lease_gone(rpc: &Rpc, gone: Gone, lease: &Lease) -> BackendError {
 pub async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str) {
     let k = key.to_string();
     let _ = rpc
-        .call("deleting our key", |mut c| async move { c.delete(k, None).await })
+        .call("deleting our key", |mut c| async move {
+            c.delete(k, None).await
+        })
         .await;
     let _ = lease.revoke().await;
 }

@@ -48,9 +48,8 @@ impl Rpc {
         let mut delay = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let probe = tokio::time::timeout(left, async {
-                rpc.client.clone().get("\0", None).await
-            });
+            let probe =
+                tokio::time::timeout(left, async { rpc.client.clone().get("\0", None).await });
             let failure = match probe.await {
                 Ok(Ok(_)) => return Ok(rpc),
                 Ok(Err(e)) => match rpc.error("connecting", e) {
