@@ -153,7 +153,8 @@ async fn keep_alive(
     state: watch::Sender<State>,
 ) {
     let every = every.max(Duration::from_millis(100));
-    let mut tick = tokio::time::interval(every);
+    // The grant just renewed it: the first keepalive is due a period later.
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stream = None;
     loop {
