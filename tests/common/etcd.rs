@@ -106,3 +106,102 @@ impl Drop for Etcd {
         let _ = self.child.wait();
     }
 }
+
+/// Three members on 127.0.0.1, each with its own data dir and ports.
+pub struct EtcdCluster {
+    pub ports: Vec<u16>,
+    dir: tempfile::TempDir,
+    children: Vec<Option<Child>>,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let dir = tempfile::tempdir().expect("temp dir for etcd");
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let cluster = cluster.join(",");
+        let mut children = Vec::new();
+        for (i, (port, peer)) in ports.iter().enumerate() {
+            let client_url = format!("http://127.0.0.1:{port}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.path().join(format!("etcd{i}.log"))).unwrap();
+            let child = Command::new("etcd")
+                .args(["--name", &format!("m{i}"), "--data-dir"])
+                .arg(dir.path().join(format!("data{i}")))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &cluster])
+                .args(["--initial-cluster-state", "new"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start etcd");
+            children.push(Some(child));
+        }
+        let c = EtcdCluster {
+            ports: ports.iter().map(|(p, _)| *p).collect(),
+            dir,
+            children,
+        };
+        let start = Instant::now();
+        while c.leader().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no etcd leader elected"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that says it leads.
+    pub fn leader(&self) -> Option<usize> {
+        for (i, p) in self.ports.iter().enumerate() {
+            if self.children[i].is_none() {
+                continue;
+            }
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &format!("127.0.0.1:{p}")])
+                .args(["--command-timeout", "1s", "endpoint", "status"])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            // `ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ...`
+            let leads = text.split(", ").nth(4).is_some_and(|f| f.trim() == "true");
+            if leads {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
