@@ -32,8 +32,17 @@ fn a_hold_survives_the_leader_and_is_lost_with_quorum() {
     assert!(holder.try_wait().unwrap().is_none(), "the holder ended");
     let (_, pid) = t.start_of("lc").unwrap();
     assert!(alive(pid));
-    // (Not checked: a new lc-cli whose first request is routed to the dead
-    // member fails with 69; requests are not yet retried on another one.)
+    // A new lc-cli finds it held, though a member in its list is dead.
+    let busy = Command::new(common::BIN)
+        .args(["--server", &server, "trylock", "c", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        busy.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
     // A second member gone: no quorum, no renewal.
     let other = (0..3).find(|&i| i != leader).unwrap();
     c.kill(other);

@@ -116,10 +116,10 @@ impl EtcdHeld {
         let key = self.place.key.clone();
         let resp = self
             .rpc
-            .call(
-                "reading our key",
-                |mut c| async move { c.get(key, None).await },
-            )
+            .call("reading our key", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
             .await?;
         Ok(resp
             .kvs()
@@ -153,7 +153,7 @@ impl HeldLock for EtcdHeld {
                 let key = self.place.key.clone();
                 let options = WatchOptions::new().with_start_revision(self.seen_rev + 1);
                 let armed = tokio::select! {
-                    w = self.rpc.call("watching our key", |mut c| async move { c.watch(key, Some(options)).await }) => w,
+                    w = self.rpc.call("watching our key", |mut c| { let key = key.clone(); let options = options.clone(); async move { c.watch(key, Some(options)).await } }) => w,
                     gone = self.lease.until_gone() => return self.gone(gone),
                     _ = tokio::time::sleep_until(look_again) => continue,
                 };
@@ -204,8 +204,9 @@ impl HeldLock for EtcdHeld {
                 )])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
             self.rpc
-                .call(&format!("deleting {key}"), |mut c| async move {
-                    c.txn(txn).await
+                .call(&format!("deleting {key}"), |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
                 })
                 .await?;
             self.released = true;
@@ -228,10 +229,10 @@ impl HeldLock for EtcdHeld {
             .and_then([TxnOp::put(key.as_str(), data, None)]);
         let resp = self
             .rpc
-            .call(
-                &format!("detaching {key} from its lease"),
-                |mut c| async move { c.txn(txn).await },
-            )
+            .call(&format!("detaching {key} from its lease"), |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await?;
         if !resp.succeeded() {
             return Err(BackendError::Refused {

@@ -61,8 +61,9 @@ impl EtcdBackend {
         let q = queue.clone();
         let first = self
             .rpc
-            .call(&format!("reading {queue}"), |mut c| async move {
-                c.get(q, Some(queue::first_create())).await
+            .call(&format!("reading {queue}"), |mut c| {
+                let q = q.clone();
+                async move { c.get(q, Some(queue::first_create())).await }
             })
             .await?;
         Ok(first
@@ -101,10 +102,10 @@ impl EtcdBackend {
             .and_then([TxnOp::delete(k, None)]);
         let resp = self
             .rpc
-            .call(
-                "deleting the holder",
-                |mut c| async move { c.txn(txn).await },
-            )
+            .call("deleting the holder", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await?;
         Ok(resp.succeeded())
     }
@@ -120,8 +121,10 @@ impl EtcdBackend {
         };
         let resp = self
             .rpc
-            .call("listing the lock keys", |mut c| async move {
-                c.get(from, Some(GetOptions::new().with_range(end))).await
+            .call("listing the lock keys", |mut c| {
+                let from = from.clone();
+                let end = end.clone();
+                async move { c.get(from, Some(GetOptions::new().with_range(end))).await }
             })
             .await?;
         Ok(resp

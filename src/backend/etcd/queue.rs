@@ -109,8 +109,9 @@ async fn enqueue(
             TxnOp::get(queue, Some(first_create())),
         ]);
     let resp = rpc
-        .call(&format!("putting {key}"), |mut c| async move {
-            c.txn(txn).await
+        .call(&format!("putting {key}"), |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
         })
         .await?;
     let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
@@ -165,7 +166,7 @@ async fn wait_turn(
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_keys_only();
         let resp = tokio::select! {
-            r = rpc.call("reading the queue", |mut c| async move { c.get(queue, Some(before)).await }) => r?,
+            r = rpc.call("reading the queue", |mut c| { let queue = queue.clone(); let before = before.clone(); async move { c.get(queue, Some(before)).await } }) => r?,
             _ = cancel.cancelled() => return Ok(None),
         };
         let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
@@ -180,7 +181,7 @@ async fn wait_turn(
         let options = WatchOptions::new().with_start_revision(header_rev + 1);
         let k = pred_key.clone();
         let mut stream = tokio::select! {
-            w = rpc.call("watching the key ahead", |mut c| async move { c.watch(k, Some(options)).await }) => w?,
+            w = rpc.call("watching the key ahead", |mut c| { let k = k.clone(); let options = options.clone(); async move { c.watch(k, Some(options)).await } }) => w?,
             _ = cancel.cancelled() => return Ok(None),
         };
         loop {
@@ -205,10 +206,10 @@ async fn wait_turn(
 async fn verify_own(rpc: &Rpc, lease: &Lease, place: &Place) -> Result<i64> {
     let key = place.key.clone();
     let resp = rpc
-        .call(
-            "reading our key",
-            |mut c| async move { c.get(key, None).await },
-        )
+        .call("reading our key", |mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        })
         .await?;
     match resp.kvs().first() {
         Some(kv) if kv.create_revision() == place.rev => {
@@ -244,8 +245,9 @@ fn lease_gone(rpc: &Rpc, gone: Gone, lease: &Lease) -> BackendError {
 pub async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str) {
     let k = key.to_string();
     let _ = rpc
-        .call("deleting our key", |mut c| async move {
-            c.delete(k, None).await
+        .call("deleting our key", |mut c| {
+            let k = k.clone();
+            async move { c.delete(k, None).await }
         })
         .await;
     let _ = lease.revoke().await;

@@ -72,19 +72,33 @@ impl Rpc {
         self.client.clone()
     }
 
-    /// Runs one request with a fresh handle, for at most `timeout`.
-    pub async fn call<T, F, Fut>(&self, doing: &str, op: F) -> Result<T>
+    /// Runs one request with a fresh handle, for at most `timeout`; one that
+    /// could not reach a member is sent again (another member may answer)
+    /// until then. Every request lc-cli sends is safe to repeat.
+    pub async fn call<T, F, Fut>(&self, doing: &str, mut op: F) -> Result<T>
     where
-        F: FnOnce(Client) -> Fut,
+        F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, Error>>,
     {
-        match tokio::time::timeout(self.timeout, op(self.client.clone())).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.error(doing, e)),
-            Err(_) => Err(BackendError::Unavailable {
-                server: self.server.clone(),
-                reason: format!("{doing}: no answer within {:?}", self.timeout),
-            }),
+        let deadline = Instant::now() + self.timeout;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let failure = match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => match self.error(doing, e) {
+                    e @ BackendError::Unavailable { .. } => e,
+                    e => return Err(e),
+                },
+                Err(_) => BackendError::Unavailable {
+                    server: self.server.clone(),
+                    reason: format!("{doing}: no answer within {:?}", self.timeout),
+                },
+            };
+            if Instant::now() + delay >= deadline {
+                return Err(failure);
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
 
