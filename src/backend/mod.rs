@@ -3,6 +3,7 @@
 //! Commands see only [`Backend`] and [`HeldLock`]; which service is behind
 //! them is decided once, from the server address, by [`connect`].
 
+pub mod etcd;
 pub mod lc;
 pub mod redis;
 mod tcp;
@@ -20,7 +21,8 @@ pub struct BackendConfig {
     pub server: ServerSpec,
     /// ZooKeeper session timeout.
     pub session_timeout: Duration,
-    /// Redis lease on the lock key, renewed at a third of it.
+    /// Redis lease on the lock key, renewed at a third of it; the etcd
+    /// lease of our queue key.
     pub ttl: Duration,
     /// Redis: how long a dead waiter can keep its place in the queue.
     pub queue_timeout: Duration,
@@ -31,16 +33,22 @@ pub struct BackendConfig {
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// etcdctl lock's default session TTL.
+pub const DEFAULT_ETCD_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl BackendConfig {
     /// The address's tuning, or each default.
     pub fn new(url: ServerUrl, connect_timeout: Duration) -> Self {
         let t = url.tuning;
+        let default_ttl = match url.spec {
+            ServerSpec::Etcd { .. } => DEFAULT_ETCD_TTL,
+            _ => DEFAULT_TTL,
+        };
         BackendConfig {
             server: url.spec,
             session_timeout: t.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
-            ttl: t.ttl.unwrap_or(DEFAULT_TTL),
+            ttl: t.ttl.unwrap_or(default_ttl),
             queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
             connect_timeout,
         }
@@ -61,6 +69,13 @@ pub enum ServerSpec {
     Zk { hosts: Vec<String>, root: String },
     /// `redis://host:port[,host:port...][/db]`: several hosts form a quorum.
     Redis { nodes: Vec<String>, db: i64 },
+    /// `etcd://host:port[,host:port...][/prefix]`: the lock NAME is the
+    /// etcd key prefix `PREFIX/NAME/` (`NAME/` without a prefix, as
+    /// `etcdctl lock NAME` names it).
+    Etcd {
+        endpoints: Vec<String>,
+        prefix: String,
+    },
 }
 
 /// Backend tuning carried in the address's query (`redis://h/0?ttl=30s`), so
@@ -86,6 +101,7 @@ pub const DEFAULT_ZK_ROOT: &str = "/lc-cli";
 pub const LC_PARAMS: &[&str] = &["manager"];
 pub const ZK_PARAMS: &[&str] = &["session-timeout"];
 pub const REDIS_PARAMS: &[&str] = &["ttl", "queue-timeout"];
+pub const ETCD_PARAMS: &[&str] = &["ttl"];
 
 impl std::fmt::Display for ServerSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +116,12 @@ impl std::fmt::Display for ServerSpec {
             } => write!(f, "lc://{addr}?manager={m}"),
             ServerSpec::Zk { hosts, root } => write!(f, "zk://{}{}", hosts.join(","), root),
             ServerSpec::Redis { nodes, db } => write!(f, "redis://{}/{db}", nodes.join(",")),
+            ServerSpec::Etcd { endpoints, prefix } if prefix.is_empty() => {
+                write!(f, "etcd://{}", endpoints.join(","))
+            }
+            ServerSpec::Etcd { endpoints, prefix } => {
+                write!(f, "etcd://{}/{prefix}", endpoints.join(","))
+            }
         }
     }
 }
@@ -155,11 +177,19 @@ impl std::str::FromStr for ServerUrl {
                 }
             }
             parse_redis(rest)?
+        } else if let Some(rest) = base.strip_prefix("etcd://") {
+            for (name, value) in params {
+                match name {
+                    "ttl" => tuning.ttl = Some(duration(name, value)?),
+                    _ => return Err(unknown(name, "etcd://", ETCD_PARAMS)),
+                }
+            }
+            parse_etcd(rest)?
         } else {
             let addr = base.strip_prefix("lc://").unwrap_or(base);
             if addr.contains("://") {
                 return Err(format!(
-                    "unknown server scheme in '{s}' (use host:port, lc://, zk:// or redis://)"
+                    "unknown server scheme in '{s}' (use host:port, lc://, zk://, redis:// or etcd://)"
                 ));
             }
             let mut manager = None;
@@ -209,6 +239,17 @@ fn parse_redis(rest: &str) -> std::result::Result<ServerSpec, String> {
     Ok(ServerSpec::Redis {
         nodes: host_list(hosts, 6379)?,
         db,
+    })
+}
+
+fn parse_etcd(rest: &str) -> std::result::Result<ServerSpec, String> {
+    let (hosts, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    Ok(ServerSpec::Etcd {
+        endpoints: host_list(hosts, 2379)?,
+        prefix: prefix.trim_matches('/').to_string(),
     })
 }
 
@@ -404,6 +445,12 @@ pub trait HeldLock: Send {
         None
     }
 
+    /// Variables the service's own tools set for a holder's command
+    /// (etcdctl lock's `ETCD_LOCK_KEY`, `ETCD_LOCK_REV`).
+    fn env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Resolves when the lock is lost; never, for services without leases.
     async fn lost(&mut self) -> LostReason;
 
@@ -430,6 +477,7 @@ pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
         ServerSpec::Lc { .. } => Ok(Box::new(lc::LcBackend::new(config))),
         ServerSpec::Zk { .. } => Ok(Box::new(zk::ZkBackend::connect(config).await?)),
         ServerSpec::Redis { .. } => Ok(Box::new(redis::RedisBackend::connect(config).await?)),
+        ServerSpec::Etcd { .. } => Ok(Box::new(etcd::EtcdBackend::connect(config).await?)),
     }
 }
 
@@ -504,6 +552,27 @@ mod tests {
             }
         );
         assert!("redis://a/x".parse::<ServerSpec>().is_err());
+    }
+
+    #[test]
+    fn etcd_forms() {
+        assert_eq!(
+            parse("etcd://e1,e2:3000"),
+            ServerSpec::Etcd {
+                endpoints: vec!["e1:2379".into(), "e2:3000".into()],
+                prefix: String::new()
+            }
+        );
+        let u: ServerUrl = "etcd://127.0.0.1:5/locks/?ttl=3s".parse().unwrap();
+        assert_eq!(u.tuning.ttl, Some(Duration::from_secs(3)));
+        assert_eq!(u.spec.to_string(), "etcd://127.0.0.1:5/locks");
+        assert_eq!(u.spec.to_string().parse::<ServerSpec>().unwrap(), u.spec);
+        let e = "etcd://e?session-timeout=3s"
+            .parse::<ServerUrl>()
+            .unwrap_err();
+        assert!(e.contains("etcd:// knows ttl"), "{e}");
+        let config = BackendConfig::new("etcd://e".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.ttl, DEFAULT_ETCD_TTL);
     }
 
     #[test]

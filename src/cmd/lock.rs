@@ -208,6 +208,7 @@ async fn run_child(
     if let Some(token) = held.token() {
         env.push(("LC_LOCK_TOKEN".to_string(), token.to_string()));
     }
+    env.extend(held.env());
     let terminal = Terminal::open();
     let mut running = match child::spawn(argv, &env, terminal.as_ref()) {
         Ok(c) => c,

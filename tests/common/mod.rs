@@ -127,6 +127,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 pub mod cli;
+pub mod etcd;
 pub mod manager;
 pub mod proxy;
 pub mod redis;

@@ -146,7 +146,7 @@ pub fn port_hint(addr: &str) -> String {
     match port {
         Some(6379) => format!(" (6379 is Redis's port: use --server redis://{host}:6379)"),
         Some(2181) => format!(" (2181 is ZooKeeper's port: use --server zk://{host}:2181)"),
-        Some(2379) => " (2379 is etcd's port; lc-cli has no etcd backend)".to_string(),
+        Some(2379) => " (2379 is etcd's port: use etcd://)".to_string(),
         Some(80 | 443 | 8080) => " (an HTTP port?)".to_string(),
         _ => String::new(),
     }

@@ -1,0 +1,246 @@
+//! A key we hold: ours has the smallest create revision under the queue.
+//! Lost when the lease is gone (revoked, expired, or not renewed for too
+//! long) or our key is deleted from outside.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
+
+use super::lease::{Gone, Lease};
+use super::names::KeyData;
+use super::queue::Place;
+use super::rpc::Rpc;
+use crate::backend::{BackendError, HeldLock, LostReason, Result};
+
+pub struct EtcdHeld {
+    rpc: Rpc,
+    lease: Lease,
+    place: Place,
+    /// The revision of the answer that showed us first (etcdctl's
+    /// ETCD_LOCK_REV).
+    header_rev: i64,
+    source: String,
+    /// Kept across calls of `lost` (it may be cancelled and called again).
+    watch: Option<WatchStream>,
+    /// Changes up to this revision have been seen.
+    seen_rev: i64,
+    released: bool,
+}
+
+/// How long without renewal the command may run on: two thirds of the TTL.
+pub fn term_after_contact(ttl: Duration) -> Duration {
+    ttl * 2 / 3
+}
+
+/// How long after the last renewal the command must be gone: the server
+/// expires the lease no sooner than the TTL after it renewed it; a
+/// twentieth is left for the kill to land.
+pub fn kill_after_contact(ttl: Duration) -> Duration {
+    ttl - ttl / 20
+}
+
+impl EtcdHeld {
+    pub fn new(rpc: Rpc, lease: Lease, place: Place, header_rev: i64, source: String) -> Self {
+        EtcdHeld {
+            rpc,
+            lease,
+            seen_rev: header_rev,
+            place,
+            header_rev,
+            source,
+            watch: None,
+            released: false,
+        }
+    }
+
+    fn kill_by(&self) -> std::time::Instant {
+        (self.lease.last_contact() + kill_after_contact(self.lease.ttl)).into_std()
+    }
+
+    fn gone(&self, gone: Gone) -> LostReason {
+        match gone {
+            // Our key went with the lease: someone else may hold already.
+            Gone::Expired => LostReason::kill_by(
+                format!(
+                    "the etcd lease {:x} was revoked or expired, so {} is gone",
+                    self.lease.id, self.place.key
+                ),
+                std::time::Instant::now(),
+            ),
+            Gone::Silent => LostReason::kill_by(
+                format!(
+                    "no answer from etcd for longer than the lease TTL ({:?}): the lease and {} must be taken as expired",
+                    self.lease.ttl, self.place.key
+                ),
+                self.kill_by(),
+            ),
+        }
+    }
+
+    fn silent(&self) -> LostReason {
+        let ttl = self.lease.ttl;
+        LostReason::kill_by(
+            format!(
+                "no answer from etcd for {:?}, two thirds of the lease TTL ({ttl:?}): {} may expire within {:?}",
+                term_after_contact(ttl),
+                self.place.key,
+                ttl - term_after_contact(ttl),
+            ),
+            self.kill_by(),
+        )
+    }
+
+    /// Our key was deleted: from outside (a reset), or with the lease.
+    async fn deleted(&self) -> LostReason {
+        let id = self.lease.id;
+        let probe = tokio::time::timeout(Duration::from_secs(2), async {
+            self.rpc
+                .call("asking for the lease", |mut c| async move {
+                    c.lease_time_to_live(id, None).await
+                })
+                .await
+        });
+        match probe.await {
+            Ok(Ok(r)) if r.ttl() <= 0 => self.gone(Gone::Expired),
+            _ if self.lease.is_expired() => self.gone(Gone::Expired),
+            _ => LostReason::new(format!(
+                "the lock key {} was deleted from outside (a reset?)",
+                self.place.key
+            )),
+        }
+    }
+
+    /// Whether our key is still there with our create revision.
+    async fn still_ours(&self) -> Result<bool> {
+        let key = self.place.key.clone();
+        let resp = self
+            .rpc
+            .call("reading our key", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == self.place.rev))
+    }
+}
+
+#[async_trait]
+impl HeldLock for EtcdHeld {
+    fn token(&self) -> Option<u64> {
+        u64::try_from(self.place.rev).ok()
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("ETCD_LOCK_KEY".into(), self.place.key.clone()),
+            ("ETCD_LOCK_REV".into(), self.header_rev.to_string()),
+        ]
+    }
+
+    async fn lost(&mut self) -> LostReason {
+        let term = term_after_contact(self.lease.ttl);
+        loop {
+            if self.lease.last_contact().elapsed() >= term {
+                return self.silent();
+            }
+            // Woken then to look again: a keepalive may have been answered.
+            let look_again = self.lease.last_contact() + term;
+            if self.watch.is_none() {
+                let key = self.place.key.clone();
+                let options = WatchOptions::new().with_start_revision(self.seen_rev + 1);
+                let armed = tokio::select! {
+                    w = self.rpc.call("watching our key", |mut c| { let key = key.clone(); let options = options.clone(); async move { c.watch(key, Some(options)).await } }) => w,
+                    gone = self.lease.until_gone() => return self.gone(gone),
+                    _ = tokio::time::sleep_until(look_again) => continue,
+                };
+                match armed {
+                    Ok(w) => self.watch = Some(w),
+                    Err(_) => {
+                        tokio::select! {
+                            gone = self.lease.until_gone() => return self.gone(gone),
+                            _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                        }
+                    }
+                }
+            }
+            let watch = self.watch.as_mut().expect("armed above");
+            tokio::select! {
+                msg = watch.message() => match msg {
+                    Ok(Some(m)) => {
+                        if let Some(h) = m.header() {
+                            self.seen_rev = self.seen_rev.max(h.revision());
+                        }
+                        if m.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            return self.deleted().await;
+                        }
+                        if m.canceled() || m.compact_revision() > 0 {
+                            // History we asked for is gone: look at the key itself.
+                            self.watch = None;
+                            if let Ok(false) = self.still_ours().await {
+                                return self.deleted().await;
+                            }
+                        }
+                    }
+                    _ => self.watch = None,
+                },
+                gone = self.lease.until_gone() => return self.gone(gone),
+                _ = tokio::time::sleep_until(look_again) => {}
+            }
+        }
+    }
+
+    async fn release(&mut self) -> Result<()> {
+        if !self.released {
+            let key = self.place.key.clone();
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    self.place.rev,
+                )])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            self.rpc
+                .call(&format!("deleting {key}"), |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            self.released = true;
+        }
+        self.lease.revoke().await
+    }
+
+    /// Takes our key off the lease, in one transaction that checks it is
+    /// still ours: its create revision, and so its place at the head of the
+    /// queue, stay; then the lease is revoked.
+    async fn detach(mut self: Box<Self>) -> Result<()> {
+        let key = self.place.key.clone();
+        let data = KeyData::new(&self.source, true).encode();
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                self.place.rev,
+            )])
+            .and_then([TxnOp::put(key.as_str(), data, None)]);
+        let resp = self
+            .rpc
+            .call(&format!("detaching {key} from its lease"), |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        if !resp.succeeded() {
+            return Err(BackendError::Refused {
+                server: self.rpc.server.clone(),
+                reason: format!("{key} was gone before it could be kept held"),
+            });
+        }
+        self.released = true;
+        self.lease.revoke().await
+    }
+}

@@ -1,0 +1,141 @@
+//! One etcd client: requests bounded in time, and etcd errors as backend
+//! errors naming what we were doing.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, Error};
+use tokio::time::Instant;
+
+use crate::backend::{BackendError, Result};
+
+#[derive(Clone)]
+pub struct Rpc {
+    client: Client,
+    /// For messages: `etcd://hosts[/prefix]`.
+    pub server: String,
+    /// How long one request may take: a silent network path otherwise
+    /// leaves it pending for ever.
+    pub timeout: Duration,
+}
+
+impl Rpc {
+    /// Connects and checks that the cluster answers, trying again with a
+    /// short backoff for up to `connect_timeout`.
+    pub async fn connect(
+        endpoints: &[String],
+        server: String,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Rpc> {
+        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let options = ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        let unavailable = |reason: String| BackendError::Unavailable {
+            server: server.clone(),
+            reason,
+        };
+        let client = Client::connect(&urls, Some(options))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let rpc = Rpc {
+            client,
+            server: server.clone(),
+            timeout,
+        };
+        let deadline = Instant::now() + connect_timeout;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let probe =
+                tokio::time::timeout(left, async { rpc.client.clone().get("\0", None).await });
+            let failure = match probe.await {
+                Ok(Ok(_)) => return Ok(rpc),
+                Ok(Err(e)) => match rpc.error("connecting", e) {
+                    BackendError::Unavailable { reason, .. } => reason,
+                    e => return Err(e),
+                },
+                Err(_) => "no answer".to_string(),
+            };
+            if Instant::now() + delay >= deadline {
+                return Err(unavailable(format!(
+                    "no answer from etcd within {connect_timeout:?} ({failure})"
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Runs one request with a fresh handle, for at most `timeout`; one that
+    /// could not reach a member is sent again (another member may answer)
+    /// until then. Every request lc-cli sends is safe to repeat.
+    pub async fn call<T, F, Fut>(&self, doing: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Error>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let failure = match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => match self.error(doing, e) {
+                    e @ BackendError::Unavailable { .. } => e,
+                    e => return Err(e),
+                },
+                Err(_) => BackendError::Unavailable {
+                    server: self.server.clone(),
+                    reason: format!("{doing}: no answer within {:?}", self.timeout),
+                },
+            };
+            if Instant::now() + delay >= deadline {
+                return Err(failure);
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// An etcd error as a backend error: unreachable (retry-worthy) or
+    /// refused.
+    pub fn error(&self, doing: &str, e: Error) -> BackendError {
+        use tonic::Code;
+        let server = self.server.clone();
+        let reason = format!("{doing}: {e}");
+        match &e {
+            Error::GRpcStatus(s) => match s.code() {
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::Aborted => BackendError::Unavailable { server, reason },
+                Code::PermissionDenied
+                | Code::Unauthenticated
+                | Code::ResourceExhausted
+                | Code::FailedPrecondition
+                | Code::OutOfRange => BackendError::Refused { server, reason },
+                _ => BackendError::Protocol { server, reason },
+            },
+            Error::TransportError(_)
+            | Error::IoError(_)
+            | Error::LeaseKeepAliveError(_)
+            | Error::WatchError(_) => BackendError::Unavailable { server, reason },
+            _ => BackendError::Protocol { server, reason },
+        }
+    }
+}
+
+/// "lease not found", as mapped by [`Rpc::error`].
+pub fn is_not_found(e: &BackendError) -> bool {
+    matches!(e, BackendError::Protocol { reason, .. } if reason.contains("not found"))
+}
+
+pub fn is_not_found_raw(e: &Error) -> bool {
+    matches!(e, Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
+}

@@ -1,0 +1,207 @@
+//! A private single-member etcd on 127.0.0.1 for one test: its own temp
+//! data dir, free client and peer ports, readiness by `etcdctl endpoint
+//! health`, killed when dropped. `etcdctl` runs against it with API v3.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let dir = tempfile::tempdir().expect("temp dir for etcd");
+        let (port, peer) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd (apt-get install etcd-server)");
+        let etcd = Etcd { port, dir, child };
+        let start = Instant::now();
+        loop {
+            let ok = etcd
+                .ctl(&["endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "etcd did not become healthy: {}",
+                std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        etcd
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `etcdctl --endpoints 127.0.0.1:PORT ARGS...` (API v3).
+    pub fn ctl(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint()])
+            .args(args);
+        cmd
+    }
+
+    /// The keys under `prefix` (`get --prefix --keys-only`).
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self
+            .ctl(&["get", "--prefix", "--keys-only", prefix])
+            .output()
+            .expect("etcdctl get");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `lc-cli --server etcd://127.0.0.1:PORT[QUERY] ARGS...`
+    pub fn lc(&self, query: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(super::BIN);
+        cmd.arg("--server")
+            .arg(format!("etcd://{}{query}", self.endpoint()))
+            .args(args)
+            .env_remove("LC_SERVER")
+            .env_remove("LC_SOURCE");
+        cmd
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three members on 127.0.0.1, each with its own data dir and ports.
+pub struct EtcdCluster {
+    pub ports: Vec<u16>,
+    dir: tempfile::TempDir,
+    children: Vec<Option<Child>>,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let dir = tempfile::tempdir().expect("temp dir for etcd");
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let cluster = cluster.join(",");
+        let mut children = Vec::new();
+        for (i, (port, peer)) in ports.iter().enumerate() {
+            let client_url = format!("http://127.0.0.1:{port}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.path().join(format!("etcd{i}.log"))).unwrap();
+            let child = Command::new("etcd")
+                .args(["--name", &format!("m{i}"), "--data-dir"])
+                .arg(dir.path().join(format!("data{i}")))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &cluster])
+                .args(["--initial-cluster-state", "new"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start etcd");
+            children.push(Some(child));
+        }
+        let c = EtcdCluster {
+            ports: ports.iter().map(|(p, _)| *p).collect(),
+            dir,
+            children,
+        };
+        let start = Instant::now();
+        while c.leader().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no etcd leader elected"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that says it leads.
+    pub fn leader(&self) -> Option<usize> {
+        for (i, p) in self.ports.iter().enumerate() {
+            if self.children[i].is_none() {
+                continue;
+            }
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &format!("127.0.0.1:{p}")])
+                .args(["--command-timeout", "1s", "endpoint", "status"])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            // `ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ...`
+            let leads = text.split(", ").nth(4).is_some_and(|f| f.trim() == "true");
+            if leads {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
