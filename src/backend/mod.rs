@@ -6,6 +6,7 @@
 pub mod lc;
 mod lc_keys;
 mod lc_probe;
+pub mod postgres;
 pub mod redis;
 pub mod zk;
 
@@ -62,6 +63,17 @@ pub enum ServerSpec {
     Zk { hosts: Vec<String>, root: String },
     /// `redis://host:port[,host:port...][/db]`: several hosts form a quorum.
     Redis { nodes: Vec<String>, db: i64 },
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgresql://`):
+    /// session advisory locks.
+    Postgres(postgres::PgAddress),
+}
+
+impl ServerSpec {
+    /// Whether a hold can outlive lc-cli (`lock KEY` without a command):
+    /// not where a hold is a session's, as on PostgreSQL.
+    pub fn keeps_detached_holds(&self) -> bool {
+        !matches!(self, ServerSpec::Postgres(_))
+    }
 }
 
 /// Backend tuning carried in the address's query (`redis://h/0?ttl=30s`), so
@@ -101,6 +113,7 @@ impl std::fmt::Display for ServerSpec {
             } => write!(f, "lc://{addr}?manager={m}"),
             ServerSpec::Zk { hosts, root } => write!(f, "zk://{}{}", hosts.join(","), root),
             ServerSpec::Redis { nodes, db } => write!(f, "redis://{}/{db}", nodes.join(",")),
+            ServerSpec::Postgres(a) => write!(f, "{a}"),
         }
     }
 }
@@ -126,7 +139,12 @@ impl std::str::FromStr for ServerUrl {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some((name, value)) if !value.is_empty() => params.push((name, value)),
-                _ => return Err(format!("'{pair}' in '{s}' is not NAME=VALUE")),
+                _ => {
+                    return Err(format!(
+                        "'{pair}' in '{}' is not NAME=VALUE",
+                        postgres::address::mask(s)
+                    ))
+                }
             }
         }
         let unknown = |name: &str, scheme: &str, known: &[&str]| {
@@ -139,7 +157,12 @@ impl std::str::FromStr for ServerUrl {
             crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{s}': {e}"))
         };
         let mut tuning = Tuning::default();
-        let spec = if let Some(rest) = base.strip_prefix("zk://") {
+        let pg = base
+            .strip_prefix("postgres://")
+            .or_else(|| base.strip_prefix("postgresql://"));
+        let spec = if let Some(rest) = pg {
+            ServerSpec::Postgres(postgres::address::parse(rest, &params, s)?)
+        } else if let Some(rest) = base.strip_prefix("zk://") {
             for (name, value) in params {
                 match name {
                     "session-timeout" => tuning.session_timeout = Some(duration(name, value)?),
@@ -160,7 +183,7 @@ impl std::str::FromStr for ServerUrl {
             let addr = base.strip_prefix("lc://").unwrap_or(base);
             if addr.contains("://") {
                 return Err(format!(
-                    "unknown server scheme in '{s}' (use host:port, lc://, zk:// or redis://)"
+                    "unknown server scheme in '{s}' (use host:port, lc://, zk://, redis:// or postgres://)"
                 ));
             }
             let mut manager = None;
@@ -419,6 +442,7 @@ pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
         ServerSpec::Lc { .. } => Ok(Box::new(lc::LcBackend::new(config))),
         ServerSpec::Zk { .. } => Ok(Box::new(zk::ZkBackend::connect(config).await?)),
         ServerSpec::Redis { .. } => Ok(Box::new(redis::RedisBackend::connect(config).await?)),
+        ServerSpec::Postgres(a) => Ok(Box::new(postgres::PgBackend::connect(a, config).await?)),
     }
 }
 
