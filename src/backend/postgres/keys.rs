@@ -32,12 +32,12 @@ const HELD: &str = "
         FROM pg_locks l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-    SELECT h.id, NAMES, a.application_name, host(a.client_addr), a.client_port,
+    SELECT h.id, {name}, a.application_name, host(a.client_addr), a.client_port,
            extract(epoch FROM a.backend_start)::float8, h.pid,
            (SELECT count(*) FROM pg_locks w
              WHERE w.locktype = 'advisory' AND NOT w.granted AND w.database = h.database
                AND w.classid = h.classid AND w.objid = h.objid AND w.objsubid = 1)
-    FROM held h LEFT JOIN pg_stat_activity a ON a.pid = h.pid JOIN_NAMES";
+    FROM held h LEFT JOIN pg_stat_activity a ON a.pid = h.pid {join}";
 
 /// Every held advisory lock of this database. A key lc-cli never took
 /// shows as `id:<lock id>`.
@@ -49,8 +49,8 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
         .map_err(|e| s.error("looking for lc_cli.keys", e))?
         .get::<_, bool>(0);
     let sql = if named {
-        HELD.replace("NAMES", "k.key")
-            .replace("JOIN_NAMES", "LEFT JOIN lc_cli.keys k ON k.id = h.id")
+        HELD.replace("{name}", "k.key")
+            .replace("{join}", "LEFT JOIN lc_cli.keys k ON k.id = h.id")
     } else {
         HELD.replace("NAMES", "NULL::text")
             .replace("JOIN_NAMES", "")

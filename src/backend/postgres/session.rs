@@ -123,8 +123,10 @@ impl Session {
 pub fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.message().to_string(),
-        // The client's text names its cause ("error connecting to server: ...").
-        None => e.to_string(),
+        None => match std::error::Error::source(e) {
+            Some(cause) if !e.to_string().contains(&cause.to_string()) => format!("{e}: {cause}"),
+            _ => e.to_string(),
+        },
     }
 }
 
@@ -155,7 +157,7 @@ fn connect_error(server: &str, a: &PgAddress, e: tokio_postgres::Error) -> Backe
             }
         }
         Some(_) => refused(describe(&e)),
-        None if e.to_string().contains("password missing") => refused(format!(
+        None if describe(&e).contains("password missing") => refused(format!(
             "the server asks a password for '{}': give it in the URL, PGPASSWORD or ~/.pgpass",
             a.user
         )),
