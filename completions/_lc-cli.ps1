@@ -53,7 +53,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run STRING through `sh -c`')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: if KEY is held, exit with the conflict status at once')
             [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Do not wait: if KEY is held, exit with the conflict status at once')
@@ -73,7 +73,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run STRING through `sh -c`')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'No line on stderr for a conflict, a timeout, or a hold kept without a command')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No line on stderr for a conflict, a timeout, or a hold kept without a command')
@@ -84,7 +84,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             break
         }
         'lc-cli;unlock' {
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
@@ -99,7 +99,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status on timeout')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status on timeout')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'No line on stderr for a timeout')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No line on stderr for a timeout')
@@ -111,7 +111,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
         }
         'lc-cli;reset' {
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
@@ -121,7 +121,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
         }
         'lc-cli;keys' {
             [CompletionResult]::new('--sort', '--sort', [CompletionResultType]::ParameterName, 'Order: by key, or by age (the oldest hold first: the stuck one)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per key, one per line')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')

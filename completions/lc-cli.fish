@@ -42,7 +42,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exi
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s n -l nonblock -l no-wait -d 'Do not wait: if KEY is held, exit with the conflict status at once'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
@@ -52,31 +52,31 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s w -l timeout -l wait -d 'Stop waiting after DURATION' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit status on timeout' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s q -l quiet -d 'No line on stderr for a timeout'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l source -d 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l sort -d 'Order: by key, or by age (the oldest hold first: the stuck one)' -r -f -a "key\t''
 age\t''"
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l json -d 'One JSON object per key, one per line'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

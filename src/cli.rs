@@ -91,7 +91,8 @@ pub struct ServiceArgs {
     /// The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]:
     /// HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol),
     /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s],
-    /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]
+    /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s],
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]
     #[arg(long, value_name = "URL")]
     pub server: Option<ServerUrl>,
 
