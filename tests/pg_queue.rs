@@ -145,3 +145,62 @@ fn a_server_restart_while_holding_stops_the_command_with_75() {
         expect_status(&mut pg.lc(&["trylock", "k", "--", "true"]), 0);
     }
 }
+
+#[test]
+fn a_silent_server_stops_the_command_before_it_could_drop_the_session() {
+    let pg = PgServer::start();
+    let proxy = common::proxy::Proxy::start(pg.port);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "postgres://postgres:{}@{}/postgres?keepalive=2s",
+        common::pg::PASSWORD,
+        proxy.addr()
+    );
+    for trial in 0..2 {
+        let pidf = dir.path().join(format!("pid{trial}"));
+        // The command ignores SIGTERM: only the kill at the deadline ends it.
+        let hold = format!("echo $$ > {}; trap '' TERM; sleep 60", pidf.display());
+        let mut holder = Kids(vec![std::process::Command::new(BIN)
+            .args([
+                "--server",
+                &url,
+                "lock",
+                "--kill-after",
+                "30s",
+                "k",
+                "-c",
+                &hold,
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()]);
+        let command = read_pid(&pidf);
+        // Let a ping or two be answered, then silence.
+        std::thread::sleep(Duration::from_millis(900));
+        let frozen = Instant::now();
+        proxy.freeze();
+        gone_at(command, Duration::from_secs(10)).expect("the command kept running");
+        let gone_after = frozen.elapsed();
+        // The server could drop the session no sooner than 2 s after it last
+        // heard from lc-cli, i.e. no sooner than 2 s before the freeze ended that.
+        assert!(
+            gone_after < Duration::from_secs(2),
+            "the command outlived the keepalive: {gone_after:?}"
+        );
+        assert!(
+            gone_after >= Duration::from_millis(500),
+            "stopped too early: {gone_after:?}"
+        );
+        let c = &mut holder.0[0];
+        let status = wait_exit(c, Duration::from_secs(20));
+        assert_eq!(status.code(), Some(75));
+        let mut err = String::new();
+        std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(err.contains("did not answer"), "{err}");
+        eprintln!("trial {trial}: command gone {gone_after:?} after the freeze");
+        proxy.thaw();
+        // The frozen session is still the server's: end it for the next trial.
+        pg.sql("select pg_terminate_backend(pid) from pg_stat_activity where application_name like 'lc-cli %'");
+        assert!(wait_until(Duration::from_secs(10), || !pg.held("k")));
+    }
+}

@@ -33,9 +33,10 @@ pub fn silent_after(keepalive: Duration) -> Duration {
 }
 
 /// The server drops a silent session no sooner than `keepalive` after it
-/// last heard from us; a twentieth is left for the kill to land.
+/// last heard from us; a twentieth (300 ms at least) is left for the kill
+/// to land.
 pub fn kill_after(keepalive: Duration) -> Duration {
-    keepalive - keepalive / 20
+    keepalive - (keepalive / 20).max(Duration::from_millis(300))
 }
 
 impl PgHeld {
@@ -149,5 +150,8 @@ mod tests {
         assert!(ping_every(k) < silent_after(k));
         assert!(silent_after(k) + Duration::from_secs(4) <= kill_after(k));
         assert!(kill_after(k) < k);
+        let k = Duration::from_secs(2);
+        assert_eq!(kill_after(k), Duration::from_millis(1700));
+        assert!(silent_after(k) < kill_after(k));
     }
 }
