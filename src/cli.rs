@@ -92,7 +92,8 @@ pub struct ServiceArgs {
     /// HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol),
     /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s],
     /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s],
-    /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s]
+    /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]
     #[arg(long, value_name = "URL")]
     pub server: Option<ServerUrl>,
 

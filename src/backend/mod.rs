@@ -5,6 +5,7 @@
 
 pub mod etcd;
 pub mod lc;
+pub mod postgres;
 pub mod redis;
 mod tcp;
 pub mod zk;
@@ -76,6 +77,17 @@ pub enum ServerSpec {
         endpoints: Vec<String>,
         prefix: String,
     },
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgresql://`):
+    /// session advisory locks.
+    Postgres(postgres::PgAddress),
+}
+
+impl ServerSpec {
+    /// Whether a hold can outlive lc-cli (`lock KEY` without a command):
+    /// not where a hold is a session's, as on PostgreSQL.
+    pub fn keeps_detached_holds(&self) -> bool {
+        !matches!(self, ServerSpec::Postgres(_))
+    }
 }
 
 /// Backend tuning carried in the address's query (`redis://h/0?ttl=30s`), so
@@ -122,6 +134,7 @@ impl std::fmt::Display for ServerSpec {
             ServerSpec::Etcd { endpoints, prefix } => {
                 write!(f, "etcd://{}/{prefix}", endpoints.join(","))
             }
+            ServerSpec::Postgres(a) => write!(f, "{a}"),
         }
     }
 }
@@ -147,7 +160,12 @@ impl std::str::FromStr for ServerUrl {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some((name, value)) if !value.is_empty() => params.push((name, value)),
-                _ => return Err(format!("'{pair}' in '{s}' is not NAME=VALUE")),
+                _ => {
+                    return Err(format!(
+                        "'{pair}' in '{}' is not NAME=VALUE",
+                        postgres::address::mask(s)
+                    ))
+                }
             }
         }
         let unknown = |name: &str, scheme: &str, known: &[&str]| {
@@ -160,7 +178,12 @@ impl std::str::FromStr for ServerUrl {
             crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{s}': {e}"))
         };
         let mut tuning = Tuning::default();
-        let spec = if let Some(rest) = base.strip_prefix("zk://") {
+        let pg = base
+            .strip_prefix("postgres://")
+            .or_else(|| base.strip_prefix("postgresql://"));
+        let spec = if let Some(rest) = pg {
+            ServerSpec::Postgres(postgres::address::parse(rest, &params, s)?)
+        } else if let Some(rest) = base.strip_prefix("zk://") {
             for (name, value) in params {
                 match name {
                     "session-timeout" => tuning.session_timeout = Some(duration(name, value)?),
@@ -189,7 +212,7 @@ impl std::str::FromStr for ServerUrl {
             let addr = base.strip_prefix("lc://").unwrap_or(base);
             if addr.contains("://") {
                 return Err(format!(
-                    "unknown server scheme in '{s}' (use host:port, lc://, zk://, redis:// or etcd://)"
+                    "unknown server scheme in '{s}' (use host:port, lc://, zk://, redis://, etcd:// or postgres://)"
                 ));
             }
             let mut manager = None;
@@ -478,6 +501,7 @@ pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
         ServerSpec::Zk { .. } => Ok(Box::new(zk::ZkBackend::connect(config).await?)),
         ServerSpec::Redis { .. } => Ok(Box::new(redis::RedisBackend::connect(config).await?)),
         ServerSpec::Etcd { .. } => Ok(Box::new(etcd::EtcdBackend::connect(config).await?)),
+        ServerSpec::Postgres(a) => Ok(Box::new(postgres::PgBackend::connect(a, config).await?)),
     }
 }
 

@@ -80,6 +80,15 @@ pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Resul
         let mut signals = Signals::install()?;
         let context = || format!("lock '{}' on {}", options.key, config.server);
         super::check_source_shape(&options.source).with_context(context)?;
+        if matches!(options.command, CommandSpec::Detach) && !config.server.keeps_detached_holds() {
+            return Err(fail(
+                ExitCode::Usage,
+                format!(
+                    "lock '{}' on {}: a hold here lasts only as long as lc-cli's session; give a command (`lc-cli lock KEY -- CMD`)",
+                    options.key, config.server
+                ),
+            ));
+        }
         let backend = super::connect_for(config, &[&options.key])
             .await
             .with_context(context)?;

@@ -24,7 +24,7 @@ use crate::exit::{fail, ExitCode};
 /// Parses the command line, and notes what clap cannot tell apart: `lock
 /// KEY --` with nothing after `--` (a usage error) from `lock KEY` (a hold).
 pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
-    let mut cli = Cli::try_parse_from(&argv)?;
+    let mut cli = Cli::try_parse_from(&argv).map_err(mask_passwords)?;
     let run = match &mut cli.command {
         Command::Lock(args) => &mut args.run,
         Command::Trylock(run) => run,
@@ -32,6 +32,29 @@ pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
     };
     run.empty_after_dashdash = run.command.is_empty() && argv.iter().any(|a| a == "--");
     Ok(cli)
+}
+
+/// clap quotes a refused value whole: a `--server` URL's password is
+/// masked in the message.
+fn mask_passwords(e: clap::Error) -> clap::Error {
+    let rendered = e.render().to_string();
+    let masked: Vec<String> = rendered
+        .split(' ')
+        .map(|word| {
+            let quoted = word.trim_matches('\'');
+            if quoted.contains("://") {
+                word.replace(quoted, &crate::backend::postgres::address::mask(quoted))
+            } else {
+                word.to_string()
+            }
+        })
+        .collect();
+    let masked = masked.join(" ");
+    if masked == rendered {
+        e
+    } else {
+        clap::Error::raw(e.kind(), masked.trim_start_matches("error: "))
+    }
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -147,9 +170,10 @@ fn deprecated(flag: &str, instead: &str) {
 
 fn server_from_env() -> Result<ServerUrl> {
     match std::env::var("LC_SERVER") {
-        Ok(value) if !value.trim().is_empty() => value
-            .parse()
-            .map_err(|e| fail(ExitCode::Usage, format!("invalid LC_SERVER '{value}': {e}"))),
+        Ok(value) if !value.trim().is_empty() => value.parse().map_err(|e| {
+            let shown = crate::backend::postgres::address::mask(&value);
+            fail(ExitCode::Usage, format!("invalid LC_SERVER '{shown}': {e}"))
+        }),
         _ => Ok(crate::backend::DEFAULT_SERVER
             .parse()
             .expect("the default server parses")),

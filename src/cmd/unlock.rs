@@ -7,6 +7,17 @@ use crate::backend::{BackendConfig, BackendError};
 use crate::exit::{fail, ExitCode};
 
 pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
+    if !config.server.keeps_detached_holds() {
+        // No hold outlives its lc-cli here, so there is none to unlock.
+        return Err(fail(
+            ExitCode::Usage,
+            format!(
+                "unlock '{key}' on {}: keys here are held only while their command runs; end a holder with `{}`",
+                config.server,
+                super::command_line(config, "reset", key)
+            ),
+        ));
+    }
     super::block_on(async {
         let context = || format!("unlock '{key}' on {}", config.server);
         let backend = super::connect_for(config, &[key])

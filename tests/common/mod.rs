@@ -129,6 +129,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub mod cli;
 pub mod etcd;
 pub mod manager;
+pub mod pg;
 pub mod proxy;
 pub mod redis;
 pub mod timeline;

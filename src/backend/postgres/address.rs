@@ -1,0 +1,301 @@
+//! `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]`: parsing, and
+//! the displayed form, which never shows the password.
+
+use std::fmt;
+use std::time::Duration;
+
+pub const DEFAULT_PORT: u16 = 5432;
+/// See [`PgAddress::keepalive`].
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
+pub const PARAMS: &[&str] = &["keepalive"];
+
+/// A password that no `Display` or `Debug` shows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgAddress {
+    pub user: String,
+    /// From the URL; else PGPASSWORD or ~/.pgpass are read at connect time.
+    pub password: Option<Secret>,
+    pub host: String,
+    pub port: u16,
+    pub db: String,
+    /// The liveness bound: the server drops our session (and frees the key)
+    /// no sooner than this after it last heard from us, and lc-cli stops a
+    /// command it cannot confirm the session for before then.
+    pub keepalive: Duration,
+}
+
+impl fmt::Display for PgAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let password = if self.password.is_some() { ":***" } else { "" };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        write!(
+            f,
+            "postgres://{}{password}@{host}:{}/{}",
+            self.user, self.port, self.db
+        )?;
+        if self.keepalive != DEFAULT_KEEPALIVE {
+            write!(
+                f,
+                "?keepalive={}",
+                humantime::format_duration(self.keepalive)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `%XX` escapes as the libpq URL form allows them.
+fn decode(s: &str, whole: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("a bad %-escape in '{}'", mask(whole)))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("'{}' is not UTF-8 once decoded", mask(whole)))
+}
+
+/// The address as an error may show it: the password replaced.
+pub fn mask(whole: &str) -> String {
+    let Some((scheme, rest)) = whole.split_once("://") else {
+        return whole.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => whole.to_string(),
+        },
+        None => whole.to_string(),
+    }
+}
+
+/// `rest` is what follows `postgres://` and precedes `?`; `params` the query.
+pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddress, String> {
+    let shown = mask(whole);
+    let mut keepalive = DEFAULT_KEEPALIVE;
+    for (name, value) in params {
+        match *name {
+            "keepalive" => {
+                keepalive = crate::duration::parse_duration(value)
+                    .map_err(|e| format!("keepalive in '{shown}': {e}"))?;
+                if keepalive < Duration::from_secs(2) {
+                    return Err(format!("keepalive in '{shown}': at least 2s"));
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter '{name}' in '{shown}' (postgres:// knows {})",
+                    PARAMS.join(", ")
+                ))
+            }
+        }
+    }
+    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (user, password) = match userinfo {
+        Some(u) => match u.split_once(':') {
+            Some((user, pw)) => (decode(user, whole)?, Some(Secret(decode(pw, whole)?))),
+            None => (decode(u, whole)?, None),
+        },
+        None => (String::new(), None),
+    };
+    let user = if user.is_empty() {
+        std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into())
+    } else {
+        user
+    };
+    let (host, port) = split_host_port(hostport, &shown)?;
+    let db = decode(db.trim_end_matches('/'), whole)?;
+    if db.contains('/') {
+        return Err(format!("'{shown}': the database name cannot contain '/'"));
+    }
+    let db = if db.is_empty() { user.clone() } else { db };
+    Ok(PgAddress {
+        user,
+        password,
+        host,
+        port,
+        db,
+        keepalive,
+    })
+}
+
+fn split_host_port(hostport: &str, shown: &str) -> Result<(String, u16), String> {
+    if hostport.contains(',') {
+        return Err(format!("'{shown}': lc-cli takes a single PostgreSQL host"));
+    }
+    let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
+        match inner.split_once(']') {
+            Some((h, rest)) => (h, rest.strip_prefix(':')),
+            None => return Err(format!("'{shown}': an unclosed '[' in the host")),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!(
+            "'{shown}': no host (a socket directory is not supported)"
+        ));
+    }
+    let port = match port {
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("'{p}' is not a port number in '{shown}'"))?,
+        None => DEFAULT_PORT,
+    };
+    Ok((host.to_string(), port))
+}
+
+/// The password for `a`: the URL's, else PGPASSWORD, else the first
+/// matching line of PGPASSFILE or ~/.pgpass (`host:port:db:user:password`,
+/// `*` matches anything, `\:` and `\\` escape), as libpq reads them.
+pub fn password_for(a: &PgAddress) -> Option<String> {
+    if let Some(p) = &a.password {
+        return Some(p.0.clone());
+    }
+    if let Ok(p) = std::env::var("PGPASSWORD") {
+        return Some(p);
+    }
+    let file = std::env::var_os("PGPASSFILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pgpass")))?;
+    let text = std::fs::read_to_string(file).ok()?;
+    pgpass_lookup(&text, a)
+}
+
+fn pgpass_lookup(text: &str, a: &PgAddress) -> Option<String> {
+    let port = a.port.to_string();
+    let wanted = [
+        a.host.as_str(),
+        port.as_str(),
+        a.db.as_str(),
+        a.user.as_str(),
+    ];
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let fields = pgpass_fields(line);
+        if fields.len() != 5 {
+            continue;
+        }
+        let matches = fields[..4]
+            .iter()
+            .zip(wanted)
+            .all(|(f, w)| f == "*" || f == w);
+        if matches {
+            return Some(fields[4].clone());
+        }
+    }
+    None
+}
+
+fn pgpass_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    fields.last_mut().unwrap().push(n);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PgAddress {
+        let rest = s.split_once("://").unwrap().1;
+        parse(rest, &[], s).unwrap()
+    }
+
+    #[test]
+    fn forms_and_defaults() {
+        let a = p("postgres://u:s%40cret@db1:6543/locks");
+        assert_eq!(a.user, "u");
+        assert_eq!(a.password, Some(Secret("s@cret".into())));
+        assert_eq!(
+            (a.host.as_str(), a.port, a.db.as_str()),
+            ("db1", 6543, "locks")
+        );
+        assert_eq!(a.to_string(), "postgres://u:***@db1:6543/locks");
+        assert!(!format!("{a:?}").contains("cret"));
+        let a = p("postgresql://ops@h/");
+        assert_eq!(
+            (a.port, a.db.as_str(), a.password.is_none()),
+            (5432, "ops", true)
+        );
+        let a = p("postgres://ops@[::1]:5433/d");
+        assert_eq!(a.host, "::1");
+        assert_eq!(a.to_string(), "postgres://ops@[::1]:5433/d");
+    }
+
+    #[test]
+    fn errors_never_show_the_password() {
+        for bad in [
+            "postgres://u:hunter2@h:notaport/d",
+            "postgres://u:hunter2@a,b/d",
+            "postgres://u:hunter2@/d",
+            "postgres://u:hunter2@h/d%zz",
+        ] {
+            let rest = bad.split_once("://").unwrap().1;
+            let e = parse(rest, &[], bad).unwrap_err();
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        let e = parse(
+            "u:hunter2@h/d",
+            &[("ttl", "3s")],
+            "postgres://u:hunter2@h/d?ttl=3s",
+        )
+        .unwrap_err();
+        assert!(e.contains("keepalive") && !e.contains("hunter2"), "{e}");
+        assert!(parse("u@h/d", &[("keepalive", "1s")], "x").is_err());
+        let a = parse("u@h/d", &[("keepalive", "30s")], "x").unwrap();
+        assert_eq!(a.keepalive, Duration::from_secs(30));
+        assert_eq!(a.to_string(), "postgres://u@h:5432/d?keepalive=30s");
+    }
+
+    #[test]
+    fn pgpass_lines_match_with_wildcards_and_escapes() {
+        let a = p("postgres://ops@db1:5432/locks");
+        let text = "# comment\nother:*:*:*:no\ndb1:5432:*:ops:pa\\:ss\n*:*:*:*:late\n";
+        assert_eq!(pgpass_lookup(text, &a).as_deref(), Some("pa:ss"));
+        assert_eq!(pgpass_lookup("x:1:2:3\n", &a), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! A key we hold: a session advisory lock on our own connection, watched
+//! while the command runs.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::session::Session;
+use crate::backend::{BackendError, HeldLock, LostReason, Result};
+
+pub struct PgHeld {
+    s: Session,
+    id: i64,
+    key: String,
+    token: Option<u64>,
+    keepalive: Duration,
+    /// When the last answered ping was sent: the server heard from us then.
+    last_ok: Instant,
+    /// The connection is given up: nothing more is sent on it.
+    gone: bool,
+}
+
+/// How often the held session is pinged: a fifth of the keepalive.
+pub fn ping_every(keepalive: Duration) -> Duration {
+    keepalive / 5
+}
+
+/// Unanswered this long after the last answered ping was sent, the session
+/// is taken as lost: half the keepalive.
+pub fn silent_after(keepalive: Duration) -> Duration {
+    keepalive / 2
+}
+
+/// The server drops a silent session no sooner than `keepalive` after it
+/// last heard from us; a twentieth (300 ms at least) is left for the kill
+/// to land.
+pub fn kill_after(keepalive: Duration) -> Duration {
+    keepalive - (keepalive / 20).max(Duration::from_millis(300))
+}
+
+impl PgHeld {
+    pub fn new(s: Session, id: i64, key: String, token: Option<u64>, keepalive: Duration) -> Self {
+        PgHeld {
+            s,
+            id,
+            key,
+            token,
+            keepalive,
+            last_ok: Instant::now(),
+            gone: false,
+        }
+    }
+
+    /// The connection ended: the server ended the session (a restart, a
+    /// reset) or will see it end, and frees the key with it, maybe now.
+    fn ended(&mut self, why: String) -> LostReason {
+        self.gone = true;
+        LostReason::kill_by(
+            format!(
+                "the connection to PostgreSQL ended ({why}): the session and its lock on '{}' are gone",
+                self.key
+            ),
+            std::time::Instant::now(),
+        )
+    }
+
+    fn silent(&mut self) -> LostReason {
+        self.gone = true;
+        LostReason::kill_by(
+            format!(
+                "PostgreSQL did not answer for {:?}: the server may drop the session and free '{}' from {:?} after it last heard from us",
+                silent_after(self.keepalive),
+                self.key,
+                self.keepalive
+            ),
+            (self.last_ok + kill_after(self.keepalive)).into_std(),
+        )
+    }
+}
+
+#[async_trait]
+impl HeldLock for PgHeld {
+    fn token(&self) -> Option<u64> {
+        self.token
+    }
+
+    /// Pings the session (`SELECT 1`) every fifth of the keepalive; lost
+    /// when the connection ends or no ping is answered for half of it.
+    async fn lost(&mut self) -> LostReason {
+        loop {
+            let deadline = self.last_ok + silent_after(self.keepalive);
+            let sent = Instant::now();
+            tokio::select! {
+                r = self.s.client.simple_query("SELECT 1") => match r {
+                    Ok(_) => self.last_ok = sent,
+                    Err(e) => return self.ended(super::session::describe(&e)),
+                },
+                why = self.s.ended() => return self.ended(why),
+                _ = tokio::time::sleep_until(deadline) => return self.silent(),
+            }
+            tokio::select! {
+                why = self.s.ended() => return self.ended(why),
+                _ = tokio::time::sleep(ping_every(self.keepalive)) => {}
+            }
+        }
+    }
+
+    /// `pg_advisory_unlock`, then the connection is closed. A session whose
+    /// connection has ended holds nothing: the server ends it, and with it
+    /// the lock.
+    async fn release(&mut self) -> Result<()> {
+        if self.gone || self.s.is_ended() {
+            return Ok(());
+        }
+        let id = self.id;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
+        let unlock = self
+            .s
+            .client
+            .query_one("SELECT pg_advisory_unlock($1)", &params);
+        match tokio::time::timeout(silent_after(self.keepalive), unlock).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if self.s.is_ended() => {
+                let _ = e;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(self.s.error(&format!("releasing '{}'", self.key), e)),
+            Err(_) => Err(BackendError::Unavailable {
+                server: self.s.server.clone(),
+                reason: format!("no answer to the release of '{}'", self.key),
+            }),
+        }
+    }
+
+    async fn detach(self: Box<Self>) -> Result<()> {
+        Err(BackendError::Other(
+            "a PostgreSQL advisory lock cannot outlive its session".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_is_stopped_before_the_server_can_drop_the_session() {
+        let k = Duration::from_secs(10);
+        assert!(ping_every(k) < silent_after(k));
+        assert!(silent_after(k) + Duration::from_secs(4) <= kill_after(k));
+        assert!(kill_after(k) < k);
+        let k = Duration::from_secs(2);
+        assert_eq!(kill_after(k), Duration::from_millis(1700));
+        assert!(silent_after(k) < kill_after(k));
+    }
+}

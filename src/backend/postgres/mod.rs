@@ -1,0 +1,218 @@
+//! The PostgreSQL backend: session-level advisory locks on a connection of
+//! lc-cli's own.
+//!
+//! The key maps to the lock id `hashtextextended(key, 0)`, computed by the
+//! server, so `SELECT pg_advisory_lock(hashtextextended('deploy/prod', 0))`
+//! in psql and `lc-cli lock deploy/prod` exclude each other. `lock` waits in
+//! the server's lock queue (`pg_advisory_lock`, granted in arrival order);
+//! `trylock` is `pg_try_advisory_lock`; a withdrawn wait (`-w`, a signal) is
+//! a cancel request, and the wait's own answer confirms it left the queue.
+//! At each grant lc-cli records the key's name in `lc_cli.keys` (for `keys`)
+//! and draws `LC_LOCK_TOKEN` from the sequence `lc_cli.grants`, both
+//! created on first use; a role that may not create them gets neither, and
+//! its locks work the same.
+//!
+//! One `PgBackend` serves one acquire on the session opened by `connect`
+//! (so a wrong password or database fails before anything else); `keys`,
+//! `reset` and the status line's holder use a second session, opened when
+//! first needed, as the first may be waiting in the queue.
+
+pub mod address;
+mod held;
+mod keys;
+mod session;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
+
+pub use address::PgAddress;
+
+use super::{
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
+};
+use held::PgHeld;
+use session::Session;
+
+pub struct PgBackend {
+    address: PgAddress,
+    connect_timeout: Duration,
+    /// The lock session, until an acquire takes it (or `admin` does).
+    session: std::sync::Mutex<Option<Session>>,
+    admin: tokio::sync::OnceCell<Session>,
+}
+
+/// Creates what lc-cli keeps in the database, once, under a transaction
+/// lock of its own (the two-int form, a space apart from bigint keys).
+const SCHEMA: &str = "
+    BEGIN;
+    SELECT pg_advisory_xact_lock(1819435008, 1);
+    CREATE SCHEMA IF NOT EXISTS lc_cli;
+    CREATE SEQUENCE IF NOT EXISTS lc_cli.grants;
+    CREATE TABLE IF NOT EXISTS lc_cli.keys (id bigint PRIMARY KEY, key text NOT NULL);
+    COMMIT;";
+
+/// Records the key's name and draws the grant's token, in one round trip.
+const AT_GRANT: &str = "
+    WITH named AS (INSERT INTO lc_cli.keys (id, key) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING)
+    SELECT nextval('lc_cli.grants')";
+
+impl PgBackend {
+    pub async fn connect(address: &PgAddress, config: &BackendConfig) -> Result<Self> {
+        let session = Session::open(address, "lc-cli", config.connect_timeout).await?;
+        Ok(PgBackend {
+            address: address.clone(),
+            connect_timeout: config.connect_timeout,
+            session: std::sync::Mutex::new(Some(session)),
+            admin: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    fn take_session(&self) -> Option<Session> {
+        self.session.lock().unwrap().take()
+    }
+
+    async fn admin(&self) -> Result<&Session> {
+        self.admin
+            .get_or_try_init(|| async {
+                match self.take_session() {
+                    Some(s) => Ok(s),
+                    None => Session::open(&self.address, "lc-cli", self.connect_timeout).await,
+                }
+            })
+            .await
+    }
+
+    /// The grant's token, or None where lc-cli may not keep its sequence.
+    async fn token(s: &Session, id: i64, key: &str) -> Result<Option<u64>> {
+        for attempt in 0..2 {
+            match s.client.query_one(AT_GRANT, &[&id, &key]).await {
+                Ok(row) => return Ok(u64::try_from(row.get::<_, i64>(0)).ok()),
+                Err(e) if e.as_db_error().is_none() => {
+                    return Err(s.error(&format!("after the grant of '{key}'"), e))
+                }
+                Err(e)
+                    if attempt == 0
+                        && (e.code() == Some(&SqlState::UNDEFINED_TABLE)
+                            || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME)) =>
+                {
+                    if let Err(e) = s.client.batch_execute(SCHEMA).await {
+                        if e.as_db_error().is_none() {
+                            return Err(s.error("creating the schema lc_cli", e));
+                        }
+                        // Refused (no CREATE privilege): no token.
+                        let _ = s.client.batch_execute("ROLLBACK").await;
+                        return Ok(None);
+                    }
+                }
+                // Not allowed, a read-only standby: the lock works without.
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    fn check_key(&self, _key: &str) -> Result<()> {
+        // Any text hashes; the shared limits were checked before.
+        Ok(())
+    }
+
+    async fn acquire(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        _progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
+        let s = match self.take_session() {
+            Some(s) => s,
+            None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
+        };
+        let key = request.key.as_str();
+        let app = keys::app_name(&request.source);
+        let row = s
+            .client
+            .query_one(
+                "SELECT hashtextextended($2, 0), set_config('application_name', $1, false)",
+                &[&app, &key],
+            )
+            .await
+            .map_err(|e| s.error("naming the session", e))?;
+        let id: i64 = row.get(0);
+        if request.nonblock {
+            let got: bool = s
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&id])
+                .await
+                .map_err(|e| s.error(&format!("trying '{key}'"), e))?
+                .get(0);
+            if !got {
+                return Ok(Acquired::Busy);
+            }
+        } else {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
+            let wait = s.client.query_one("SELECT pg_advisory_lock($1)", &params);
+            tokio::pin!(wait);
+            let granted = tokio::select! {
+                r = &mut wait => Some(r),
+                _ = cancel.cancelled() => None,
+            };
+            match granted {
+                Some(r) => {
+                    r.map_err(|e| s.error(&format!("waiting for '{key}'"), e))?;
+                }
+                None => {
+                    // Ask the server to cancel the wait; its answer tells
+                    // whether we left the queue or were granted meanwhile.
+                    let token = s.client.cancel_token();
+                    let _ =
+                        tokio::time::timeout(self.connect_timeout, token.cancel_query(NoTls)).await;
+                    if let Ok(Ok(_)) = tokio::time::timeout(self.connect_timeout, wait).await {
+                        let give_back =
+                            s.client.query_one("SELECT pg_advisory_unlock($1)", &params);
+                        let _ = tokio::time::timeout(self.connect_timeout, give_back).await;
+                    }
+                    // Whatever is left ends with the connection, dropped here.
+                    return Ok(Acquired::Cancelled);
+                }
+            }
+        }
+        let token = Self::token(&s, id, key).await?;
+        Ok(Acquired::Held(Box::new(PgHeld::new(
+            s,
+            id,
+            key.to_string(),
+            token,
+            self.address.keepalive,
+        ))))
+    }
+
+    /// A session lock has no holder but its session: nothing to unlock
+    /// from outside (`lc-cli unlock` refuses before connecting; this says
+    /// the same to any other caller).
+    async fn unlock(&self, key: &str) -> Result<bool> {
+        Err(BackendError::Refused {
+            server: self.address.to_string(),
+            reason: format!(
+                "'{key}' can be held only by a running session; end its holder with `lc-cli reset`"
+            ),
+        })
+    }
+
+    async fn reset_key(&self, key: &str) -> Result<()> {
+        keys::reset_key(self.admin().await?, key).await
+    }
+
+    async fn reset_source(&self, source: &str) -> Result<()> {
+        keys::reset_source(self.admin().await?, source).await
+    }
+
+    async fn keys(&self) -> Result<Vec<KeyInfo>> {
+        keys::list(self.admin().await?).await
+    }
+}
