@@ -302,7 +302,7 @@ fn keys_on_a_quorum_with_one_node_down() {
     let table = keys_table(&url, &fast, &["b"]);
     assert_eq!(table.len(), 2, "{table:?}");
     assert_eq!(table[1][..3], ["b", "beta", "-"]);
-    assert_eq!(table[1][4], "0");
+    assert_eq!(table[1][4..], ["command", "0"]);
 
     expect_status(
         &mut lc(&url, &["--connect-timeout", "1s", "unlock", "a"]),
