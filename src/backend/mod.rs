@@ -494,6 +494,17 @@ pub(crate) fn check_key_limits(key: &str) -> Result<()> {
     })
 }
 
+/// A key a backend's naming rules refuse (`problem`), as the error that says so.
+pub(crate) fn refuse_key(key: &str, problem: Option<String>) -> Result<()> {
+    match problem {
+        None => Ok(()),
+        Some(reason) => Err(BackendError::BadKey {
+            key: key.to_string(),
+            reason,
+        }),
+    }
+}
+
 /// Picks the implementation for the server address.
 pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
     match &config.server {

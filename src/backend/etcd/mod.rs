@@ -160,13 +160,7 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
 #[async_trait]
 impl Backend for EtcdBackend {
     fn check_key(&self, key: &str) -> Result<()> {
-        match names::key_problem(key) {
-            None => Ok(()),
-            Some(reason) => Err(BackendError::BadKey {
-                key: key.to_string(),
-                reason,
-            }),
-        }
+        crate::backend::refuse_key(key, names::key_problem(key))
     }
 
     async fn acquire(

@@ -111,13 +111,7 @@ impl ZkBackend {
 #[async_trait]
 impl Backend for ZkBackend {
     fn check_key(&self, key: &str) -> Result<()> {
-        match names::key_problem(key) {
-            None => Ok(()),
-            Some(reason) => Err(BackendError::BadKey {
-                key: key.to_string(),
-                reason,
-            }),
-        }
+        crate::backend::refuse_key(key, names::key_problem(key))
     }
 
     async fn acquire(
