@@ -300,19 +300,7 @@ fn extra_sections() -> Roff {
 
     section(&mut r, "EXIT STATUS");
     paragraph(&mut r, "The command's own status when it ran; otherwise:");
-    for code in [
-        ExitCode::Conflict,
-        ExitCode::Usage,
-        ExitCode::DataErr,
-        ExitCode::Unavailable,
-        ExitCode::Software,
-        ExitCode::LogInUse,
-        ExitCode::ReleaseFailed,
-        ExitCode::LockLost,
-        ExitCode::Protocol,
-        ExitCode::CannotExecute,
-        ExitCode::NotFound,
-    ] {
+    for code in ExitCode::OWN {
         item(&mut r, &code.code().to_string(), exit_text(code));
     }
     item(&mut r, "128+N", SIGNAL_STATUS);

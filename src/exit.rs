@@ -41,6 +41,22 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// Every status lc-cli itself can end with but success, in numeric
+    /// order: what the exit-status tables list.
+    pub const OWN: [ExitCode; 11] = [
+        ExitCode::Conflict,
+        ExitCode::Usage,
+        ExitCode::DataErr,
+        ExitCode::Unavailable,
+        ExitCode::Software,
+        ExitCode::LogInUse,
+        ExitCode::ReleaseFailed,
+        ExitCode::LockLost,
+        ExitCode::Protocol,
+        ExitCode::CannotExecute,
+        ExitCode::NotFound,
+    ];
+
     pub fn code(self) -> i32 {
         match self {
             ExitCode::Success => 0,
@@ -200,21 +216,10 @@ mod tests {
 
     #[test]
     fn numbers_are_stable_and_distinct() {
-        let all = [
-            ExitCode::Success,
-            ExitCode::Conflict,
-            ExitCode::Usage,
-            ExitCode::DataErr,
-            ExitCode::Unavailable,
-            ExitCode::Software,
-            ExitCode::LogInUse,
-            ExitCode::ReleaseFailed,
-            ExitCode::LockLost,
-            ExitCode::Protocol,
-            ExitCode::CannotExecute,
-            ExitCode::NotFound,
-        ];
-        let codes: Vec<i32> = all.iter().map(|c| c.code()).collect();
+        let codes: Vec<i32> = std::iter::once(ExitCode::Success)
+            .chain(ExitCode::OWN)
+            .map(|c| c.code())
+            .collect();
         assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 126, 127]);
         let mut sorted = codes.clone();
         sorted.dedup();
