@@ -169,16 +169,16 @@ fn a_reference_server_answering_minus_to_the_ping_is_a_lock_server() {
 
 #[test]
 fn lc_cli_serve_answers_the_ping_silently() {
-    let server = common::cli::LoggedServer::start();
-    assert_eq!(server.server.raw(&[7, 2, b'\r', b'\n', 0]), Some(b'+'));
-    assert_eq!(server.server.raw(&[7, 1, b'?', 0]), Some(b'+'));
+    let server = Server::start();
+    assert_eq!(server.raw(&[7, 2, b'\r', b'\n', 0]), Some(b'+'));
+    assert_eq!(server.raw(&[7, 1, b'?', 0]), Some(b'+'));
     // An unknown action is still refused, and logged.
-    assert_eq!(server.server.raw(&[9, 1, b'?', 0]), Some(b'-'));
+    assert_eq!(server.raw(&[9, 1, b'?', 0]), Some(b'-'));
     assert!(wait_until(Duration::from_secs(10), || server
         .logged(&["unknown action 9"])));
     assert!(
         !server.logged(&["unknown action 7"]),
         "{}",
-        server.log_text()
+        server.log()
     );
 }

@@ -71,8 +71,10 @@ fn a_background_job_keeps_the_key_until_it_ends() {
     let mut lc = lock_with(&server, "k", &script);
     wait_file(&started);
     // The shell has exited; its job still runs and the key is still held.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(lc.try_wait().unwrap().is_none(), "lc-cli left early");
+    assert!(
+        holds_for(QUIET, || lc.try_wait().unwrap().is_none()),
+        "lc-cli left early"
+    );
     assert_eq!(trylock(&server, "k"), 1, "the key was freed under the job");
     // The main command's status once the job is done, and only then.
     assert_eq!(wait_exit(&mut lc, Duration::from_secs(10)), Some(3));
@@ -114,8 +116,10 @@ fn signals_reach_the_job_after_the_main_command_ended() {
     let mut lc = lock_with(&server, "s", &script);
     wait_file(&pidfile);
     let job = read_pid(&pidfile);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(lc.try_wait().unwrap().is_none(), "lc-cli left early");
+    assert!(
+        holds_for(QUIET, || lc.try_wait().unwrap().is_none()),
+        "lc-cli left early"
+    );
     assert_eq!(trylock(&server, "s"), 1);
     signal(lc.id() as i32, libc::SIGTERM);
     assert_eq!(wait_exit(&mut lc, Duration::from_secs(5)), Some(0));

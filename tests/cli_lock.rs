@@ -85,7 +85,7 @@ fn not_found_is_127_and_not_executable_is_126_and_the_key_is_free() {
 
 #[test]
 fn conflict_status_for_nonblock_and_timeout_and_e_changes_it() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     expect_status(&mut server.lc(&["lock", "--source", "holder", "busy"]), 0);
     expect_status(&mut server.lc(&["trylock", "busy", "--", "true"]), 1);
     expect_status(&mut server.lc(&["lock", "-n", "busy", "--", "true"]), 1);
@@ -119,7 +119,7 @@ fn conflict_status_for_nonblock_and_timeout_and_e_changes_it() {
         wait_until(Duration::from_secs(5), || server
             .logged(&["withdraw 'busy'", "source 'timed'"])),
         "{}",
-        server.log_text()
+        server.log()
     );
     expect_status(&mut server.lc(&["unlock", "busy"]), 0);
     expect_status(&mut server.lc(&["trylock", "busy", "--", "true"]), 0);
@@ -139,7 +139,7 @@ fn lock_without_a_command_holds_until_unlock_from_another_process() {
 
 #[test]
 fn wait_returns_when_the_key_is_free() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     expect_status(&mut server.lc(&["wait", "-w", "0.1", "free"]), 0);
     expect_status(&mut server.lc(&["lock", "wt"]), 0);
     expect_status(&mut server.lc(&["wait", "-w", "0.2", "wt"]), 1);
@@ -164,7 +164,7 @@ fn wait_returns_when_the_key_is_free() {
 
 #[test]
 fn reset_by_key_and_by_source() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     expect_status(&mut server.lc(&["lock", "r1"]), 0);
     expect_status(&mut server.lc(&["lock", "r2"]), 0);
     expect_status(&mut server.lc(&["reset", "r1", "r2"]), 0);
@@ -297,7 +297,7 @@ fn verbose_says_how_long_the_wait_took_and_what_runs() {
 
 #[test]
 fn waiters_are_served_in_arrival_order() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let order = dir.path().join("order");
     expect_status(&mut server.lc(&["lock", "--source", "holder", "fifo"]), 0);
@@ -351,7 +351,7 @@ fn ten_processes_increment_a_counter_without_losing_an_update() {
 
 #[test]
 fn a_server_that_goes_away_while_we_wait_is_an_error_naming_key_and_server() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     expect_status(&mut server.lc(&["lock", "--source", "holder", "away"]), 0);
     let mut waiter = Guard(
         server
@@ -361,9 +361,8 @@ fn a_server_that_goes_away_while_we_wait_is_an_error_naming_key_and_server() {
             .unwrap(),
     );
     server.wait_queued("away", "w");
-    let LoggedServer { mut server, .. } = server;
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    let mut server = server;
+    server.kill();
     assert_eq!(waiter.wait_for(Duration::from_secs(10)), Some(69));
     let mut err = String::new();
     std::io::Read::read_to_string(waiter.0.stderr.as_mut().unwrap(), &mut err).unwrap();
@@ -451,22 +450,11 @@ fn a_release_is_retried_until_the_server_is_back() {
         server.child.try_wait(),
         Ok(Some(_))
     )));
+    // Down long enough for the release to fail and be retried at least once.
     std::thread::sleep(Duration::from_millis(500));
     // The same address again (the new server has forgotten the key: its
     // `#` to the Release means free, which is what the release wants).
-    let mut child = std::process::Command::new(BIN)
-        .args(["serve", "--listen", &addr.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let _again = Server { addr, child };
-    assert!(line.starts_with("listening on"), "{line}");
+    let _again = Serve::new().listen(&addr.to_string()).start();
     // The command's own status: the release went through in the end.
     assert_eq!(lc.wait_for(Duration::from_secs(15)), Some(4));
 }

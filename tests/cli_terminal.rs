@@ -109,13 +109,7 @@ fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
         dir.path().join("go"),
         dir.path().join("done"),
     );
-    let mut bash = Command::new("bash");
-    bash.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("TERM", "dumb")
-        .env_remove("LC_SERVER")
-        .env_remove("LC_SOURCE");
-    let (mut pty, _bash) = Pty::spawn(bash);
+    let (mut pty, _bash) = bash_at_terminal();
     let script = format!(
         "echo $$ > \"{p}\"; while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
         p = pid_file.display(),
@@ -138,8 +132,7 @@ fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
     );
     // Stopped means stopped: it does not finish meanwhile.
     std::fs::write(&go, "").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!done.exists());
+    assert!(holds_for(QUIET, || !done.exists()));
     pty.type_bytes(b"fg\n");
     assert!(
         wait_until(Duration::from_secs(15), || done.exists() && is_dead(lc)),
@@ -201,13 +194,7 @@ fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
-    let mut bash = Command::new("bash");
-    bash.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("TERM", "dumb")
-        .env_remove("LC_SERVER")
-        .env_remove("LC_SOURCE");
-    let (mut pty, _bash) = Pty::spawn(bash);
+    let (mut pty, _bash) = bash_at_terminal();
     // Reading the terminal from the background stops the command (SIGTTIN),
     // and lc-cli with it.
     let script = format!(
@@ -258,13 +245,7 @@ fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
         dir.path().join("go"),
         dir.path().join("got"),
     );
-    let mut bash = Command::new("bash");
-    bash.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("TERM", "dumb")
-        .env_remove("LC_SERVER")
-        .env_remove("LC_SOURCE");
-    let (mut pty, _bash) = Pty::spawn(bash);
+    let (mut pty, _bash) = bash_at_terminal();
     let script = format!(
         "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
         p = pid_file.display(),
@@ -301,6 +282,8 @@ fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
     pty.type_bytes(b"exit\n");
 }
 
+/// An interactive bash (job control on) at a new pseudo-terminal, with a
+/// plain `$ ` prompt and no terminal escapes.
 fn bash_at_terminal() -> (Pty, Guard) {
     let mut bash = Command::new("bash");
     bash.args(["--norc", "--noprofile", "-i"])
@@ -369,14 +352,14 @@ fn ctrl_z_while_lc_cli_has_the_terminal_stops_the_command_too() {
 
 #[test]
 fn ctrl_z_while_waiting_stops_lc_cli_still_in_line() {
-    let server = LoggedServer::start();
+    let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     expect_status(&mut server.lc(&["lock", "--source", "holder", "tty-zw"]), 0);
     let (mut pty, _bash) = bash_at_terminal();
     let line = format!(
         "{BIN} --server {} lock --source zw tty-zw -c 'touch \"{}\"'\n",
-        server.addr(),
+        server.addr,
         ran.display()
     );
     pty.type_bytes(line.as_bytes());
@@ -388,11 +371,10 @@ fn ctrl_z_while_waiting_stops_lc_cli_still_in_line() {
         pty.output()
     );
     // Still in line: not withdrawn.
-    std::thread::sleep(Duration::from_millis(200));
     assert!(
-        !server.logged(&["withdraw 'tty-zw'"]),
+        holds_for(QUIET, || !server.logged(&["withdraw 'tty-zw'"])),
         "{}",
-        server.log_text()
+        server.log()
     );
     pty.type_bytes(b"fg\n");
     expect_status(&mut server.lc(&["unlock", "tty-zw"]), 0);

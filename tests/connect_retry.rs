@@ -23,11 +23,8 @@ fn free_pair() -> u16 {
 }
 
 fn lc(addr: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["--server", addr, "--connect-timeout", "8s"])
-        .args(args)
-        .env_remove("LC_SERVER")
-        .env_remove("LC_SOURCE")
+    let mut cmd = lc_at(addr, &["--connect-timeout", "8s"]);
+    cmd.args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
@@ -61,23 +58,16 @@ fn clients_started_before_the_server_get_through() {
         .iter()
         .map(|(args, _)| (args.join(" "), lc(&addr, args).spawn().unwrap()))
         .collect();
-    std::thread::sleep(Duration::from_millis(1000));
-    for (name, c) in clients.iter_mut() {
-        assert!(
-            c.try_wait().unwrap().is_none(),
-            "{name} gave up before the server started"
-        );
-    }
-    let server = Command::new(BIN)
-        .args(["serve", "--listen", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = Server {
-        addr: addr.parse().unwrap(),
-        child: server,
-    };
+    // Before the fix they all gave up within milliseconds; a second of
+    // nothing to connect to is well past that.
+    let before_the_server = Duration::from_secs(1);
+    assert!(
+        holds_for(before_the_server, || clients
+            .iter_mut()
+            .all(|(_, c)| c.try_wait().unwrap().is_none())),
+        "a client gave up before the server started"
+    );
+    let _server = Serve::new().listen(&addr).start();
     for ((name, mut c), (_, expected)) in clients.into_iter().zip(cases) {
         let code = wait_exit(&mut c, Duration::from_secs(10));
         let mut err = String::new();

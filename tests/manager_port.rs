@@ -8,7 +8,9 @@ use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::manager::{names, ManagedServer};
+use common::manager::names;
+use common::Serve;
+use common::Server;
 use common::{expect_status, read_byte};
 
 fn now_ms() -> i64 {
@@ -97,7 +99,7 @@ fn check_keyx(answer: &[u8], expected: &[Keyx], from_ms: i64, to_ms: i64) {
 }
 
 /// Waits (at most 10 s) until KEYX reports these (key, waiters) pairs.
-fn wait_for_waiters(server: &ManagedServer, expected: &[(&str, u32)]) {
+fn wait_for_waiters(server: &Server, expected: &[(&str, u32)]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let answer = server.manage(b"KEYX");
@@ -132,7 +134,7 @@ fn held(s: &mut TcpStream) {
 
 #[test]
 fn reference_commands_byte_for_byte() {
-    let server = ManagedServer::start(&["--read-timeout", "1s"]);
+    let server = Server::start_with(&["--read-timeout", "1s"]);
     assert_ne!(server.manager, server.addr);
     let from = now_ms();
     let mut h1 = server.send_lock(b"k1", b"s1");
@@ -222,7 +224,7 @@ fn reference_commands_byte_for_byte() {
 
     // Bad input: '-' (or a close), on that connection only.
     assert_eq!(server.manage(b"NOPE"), b"-");
-    let mut s = common::manager::connect(server.manager);
+    let mut s = common::serve::connect(server.manager);
     let mut request = b"RSET".to_vec();
     request.extend_from_slice(&2u32.to_le_bytes());
     request.extend_from_slice(b"\x02k9");
@@ -232,7 +234,7 @@ fn reference_commands_byte_for_byte() {
     std::io::Read::read_to_end(&mut s, &mut answer).unwrap();
     assert_eq!(answer, b"+-", "one key reset, then the list ended early");
     // A stalled command is closed without an answer after --read-timeout.
-    let mut s = common::manager::connect(server.manager);
+    let mut s = common::serve::connect(server.manager);
     s.write_all(b"RSE").unwrap();
     let started = Instant::now();
     let mut answer = Vec::new();
@@ -240,7 +242,7 @@ fn reference_commands_byte_for_byte() {
     assert_eq!(answer, b"");
     assert!(started.elapsed() < Duration::from_secs(15));
     // A stalled list after a whole command gets '-'.
-    let mut s = common::manager::connect(server.manager);
+    let mut s = common::serve::connect(server.manager);
     s.write_all(b"RSBS\x01\x00").unwrap();
     let mut answer = Vec::new();
     std::io::Read::read_to_end(&mut s, &mut answer).unwrap();
@@ -256,7 +258,7 @@ fn reference_commands_byte_for_byte() {
     drop((h0, h1));
 }
 
-fn keys_json(server: &ManagedServer, args: &[&str]) -> Vec<serde_json::Value> {
+fn keys_json(server: &Server, args: &[&str]) -> Vec<serde_json::Value> {
     let mut all = vec!["keys", "--json"];
     all.extend_from_slice(args);
     let out = expect_status(&mut server.lc(&all), 0);
@@ -269,7 +271,7 @@ fn keys_json(server: &ManagedServer, args: &[&str]) -> Vec<serde_json::Value> {
 
 #[test]
 fn keys_and_reset_against_the_built_in_server() {
-    let server = ManagedServer::start_on_port_pair(&[]);
+    let server = Serve::new().port_pair().start();
     let mut prod = server.send_lock(b"deploy/prod", b"ci-1");
     held(&mut prod);
     let mut stage = server.send_lock(b"deploy/stage", b"ci-2");
@@ -337,10 +339,10 @@ fn keys_and_reset_against_the_built_in_server() {
 
 #[test]
 fn the_manager_defaults_to_the_next_port_and_can_be_moved() {
-    let server = ManagedServer::start_on_port_pair(&[]);
+    let server = Serve::new().port_pair().start();
     assert_eq!(server.manager.port(), server.addr.port() + 1);
     assert_eq!(server.manage(b"KEYS"), b"\0\0\0\0+");
-    let moved = ManagedServer::start(&["--manager", "127.0.0.1:0"]);
+    let moved = Server::start_with(&["--manager", "127.0.0.1:0"]);
     let m: SocketAddr = moved.manager;
     assert!(m.ip().is_loopback());
     assert_eq!(moved.manage(b"KEYX"), b"\0\0\0\0+");

@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 
 use common::expect_status;
-use common::manager::ManagedServer;
+use common::Serve;
 use common::redis::{lc as redis_lc, RedisServer};
 use common::zk::Zk;
 
@@ -55,7 +55,7 @@ fn check_reset_report(lc: impl Fn(&[&str]) -> Command) {
 
 #[test]
 fn built_in_server() {
-    let server = ManagedServer::start_on_port_pair(&[]);
+    let server = Serve::new().port_pair().start();
     check_reset_report(|args| server.lc(args));
 }
 

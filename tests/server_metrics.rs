@@ -8,11 +8,12 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::manager::{http_get, names, sample, ManagedServer};
+use common::manager::{http_get, names, sample};
+use common::Server;
 use common::{frame, read_byte};
 
 /// Waits (at most 10 s) until the scraped `name` equals `value`.
-fn wait_for_sample(server: &ManagedServer, name: &str, value: f64) -> String {
+fn wait_for_sample(server: &Server, name: &str, value: f64) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = server.scrape();
@@ -53,7 +54,7 @@ fn promtool_check(text: &str) {
 }
 
 /// Traffic with known counts; returns the scrape after it.
-fn traffic(server: &ManagedServer) -> String {
+fn traffic(server: &Server) -> String {
     let held = |s: &mut std::net::TcpStream| assert_eq!(read_byte(s), Some(b'+'));
     // Grant 1: a.
     let mut a = server.send_lock(b"a", b"one");
@@ -112,7 +113,7 @@ fn check_counts(text: &str) {
 
 #[test]
 fn metrics_in_memory() {
-    let server = ManagedServer::start(&["--metrics", "127.0.0.1:0", "--read-timeout", "1s"]);
+    let server = Server::start_with(&["--metrics", "127.0.0.1:0", "--read-timeout", "1s"]);
     let idle = server.scrape();
     assert_eq!(sample(&idle, "lc_keys_held"), 0.0);
     assert_eq!(sample(&idle, "lc_oldest_hold_age_seconds"), 0.0);
@@ -135,7 +136,7 @@ fn metrics_with_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lc.wal");
     let server =
-        ManagedServer::start(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
+        Server::start_with(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
     let text = traffic(&server);
     check_counts(&text);
     promtool_check(&text);
@@ -152,13 +153,13 @@ fn metrics_with_the_log() {
 
 #[test]
 fn no_metrics_port_without_the_option() {
-    let server = ManagedServer::start(&[]);
+    let server = Server::start();
     assert!(server.metrics.is_none());
 }
 
 #[test]
 fn the_alert_rules_use_live_metric_names() {
-    let server = ManagedServer::start(&["--metrics", "127.0.0.1:0"]);
+    let server = Server::start_with(&["--metrics", "127.0.0.1:0"]);
     let text = server.scrape();
     let rules = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus-alerts.yml"),
@@ -225,7 +226,7 @@ fn a_failed_log_write_counts_as_refused() {
     let _tmpfs = Tmpfs(mnt.clone());
     let path = mnt.join("locks.wal");
     let server =
-        ManagedServer::start(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
+        Server::start_with(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
     let mut held = server.send_lock(b"held", b"s");
     assert_eq!(read_byte(&mut held), Some(b'+'));
     // Fill the file system.

@@ -24,16 +24,16 @@ fn answer(s: &mut TcpStream) -> Option<u8> {
 
 /// Queues a waiter and waits until the server has logged it as queued, so
 /// arrival order is the order of these calls.
-fn queue(server: &LoggedServer, key: &str, source: &str) -> TcpStream {
+fn queue(server: &Server, key: &str, source: &str) -> TcpStream {
     let needle = format!("queue '{key}' source '{source}'");
     let before = server.count(&needle);
-    let s = send_lock(server, key.as_bytes(), source.as_bytes());
+    let s = server.send_lock(key.as_bytes(), source.as_bytes());
     server.wait_for(&needle, before + 1, LIMIT);
     s
 }
 
 /// The server still answers a fresh client.
-fn still_serves(server: &LoggedServer, probe: &str) {
+fn still_serves(server: &Server, probe: &str) {
     let key = format!("probe-{probe}");
     assert_eq!(
         server.raw(&frame(TRY, key.as_bytes(), Some(b"p"))),
@@ -45,7 +45,7 @@ fn still_serves(server: &LoggedServer, probe: &str) {
 
 #[test]
 fn waiters_are_granted_in_arrival_order() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"first"))), Some(b'+'));
     let mut waiters: Vec<TcpStream> = (0..10)
         .map(|i| queue(&server, "k", &format!("w{i}")))
@@ -74,7 +74,7 @@ fn waiters_are_granted_in_arrival_order() {
 
 #[test]
 fn a_waiter_that_hangs_up_is_withdrawn() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"h"))), Some(b'+'));
     let mut w1 = queue(&server, "k", "w1");
     let w2 = queue(&server, "k", "w2");
@@ -96,7 +96,7 @@ fn a_waiter_that_hangs_up_is_withdrawn() {
 /// the unlock, and keeps reading to learn what it was told.
 #[test]
 fn a_grant_racing_with_a_hang_up_is_released() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     let mut told = [0usize; 2];
     for round in 0..60 {
         let key = format!("race{round}");
@@ -150,7 +150,7 @@ fn a_grant_racing_with_a_hang_up_is_released() {
 /// was seen: the key always ends up either free or held by nobody's socket.
 #[test]
 fn a_closed_waiter_is_never_granted() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     for round in 0..20 {
         let key = format!("closed{round}");
         assert_eq!(
@@ -170,7 +170,7 @@ fn a_closed_waiter_is_never_granted() {
 
 #[test]
 fn trylock_free_and_held() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(TRY, b"t", Some(b"a"))), Some(b'+'));
     assert_eq!(server.raw(&frame(TRY, b"t", Some(b"b"))), Some(b'#'));
     assert_eq!(server.raw(&frame(LOCK, b"other", Some(b"b"))), Some(b'+'));
@@ -184,7 +184,7 @@ fn trylock_free_and_held() {
 /// until `+`) depend on: Unlock of a key nobody holds is `+`.
 #[test]
 fn unlock_answers_plus_whether_or_not_the_key_was_held() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(UNLOCK, b"never", None)), Some(b'+'));
     // A source appended to an Unlock, as some clients send it, is ignored.
     assert_eq!(server.raw(&frame(LOCK, b"u", Some(b"s"))), Some(b'+'));
@@ -202,7 +202,7 @@ fn unlock_answers_plus_whether_or_not_the_key_was_held() {
 /// hands the key to the next waiter as Unlock does.
 #[test]
 fn release_says_whether_the_key_was_held() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(RELEASE, b"never", None)), Some(b'#'));
     assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"a"))), Some(b'+'));
     let mut w = queue(&server, "k", "b");
@@ -225,7 +225,7 @@ fn release_says_whether_the_key_was_held() {
 }
 
 /// `lc-cli --server ADDR ARGS...` against a logged server.
-fn lc_on(server: &LoggedServer, args: &[&str]) -> std::process::Command {
+fn lc_on(server: &Server, args: &[&str]) -> std::process::Command {
     let mut cmd = std::process::Command::new(BIN);
     cmd.arg("--server").arg(server.addr.to_string()).args(args);
     cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
@@ -234,7 +234,7 @@ fn lc_on(server: &LoggedServer, args: &[&str]) -> std::process::Command {
 
 #[test]
 fn reset_by_key_grants_one_waiter_at_a_time() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(LOCK, b"r", Some(b"h"))), Some(b'+'));
     let mut ws: Vec<TcpStream> = (0..4)
         .map(|i| queue(&server, "r", &format!("w{i}")))
@@ -258,7 +258,7 @@ fn reset_by_key_grants_one_waiter_at_a_time() {
 
 #[test]
 fn reset_by_source_releases_and_withdraws() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(LOCK, b"k1", Some(b"dead"))), Some(b'+'));
     assert_eq!(server.raw(&frame(LOCK, b"k3", Some(b"dead"))), Some(b'+'));
     assert_eq!(server.raw(&frame(LOCK, b"k2", Some(b"live"))), Some(b'+'));
@@ -278,7 +278,7 @@ fn reset_by_source_releases_and_withdraws() {
 
 #[test]
 fn an_empty_source_means_the_callers_address() {
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     assert_eq!(server.raw(&frame(LOCK, b"e", Some(b""))), Some(b'+'));
     server.wait_for("grant 'e' source '127.0.0.1'", 1, LIMIT);
     assert_eq!(server.raw(&frame(RESET_SOURCE, b"", None)), Some(b'+'));
@@ -287,7 +287,7 @@ fn an_empty_source_means_the_callers_address() {
 
 #[test]
 fn bad_input_affects_only_its_connection() {
-    let server = LoggedServer::start(&["--read-timeout", "1s"]);
+    let server = Server::start_with(&["--read-timeout", "1s"]);
     // A holder and a queued waiter that must come through all of it unharmed.
     assert_eq!(server.raw(&frame(LOCK, b"calm", Some(b"h"))), Some(b'+'));
     let mut waiter = queue(&server, "calm", "w");
@@ -367,7 +367,7 @@ fn bad_input_affects_only_its_connection() {
 fn five_hundred_concurrent_connections_on_distinct_keys() {
     let limit = raise_fd_limit(8192);
     assert!(limit >= 2200, "soft fd limit only {limit}");
-    let server = LoggedServer::start(&[]);
+    let server = Server::start();
     let n = 500;
     // Open all connections first, then send, so all 500 are open at once.
     let mut holders: Vec<TcpStream> = (0..n).map(|_| server.connect()).collect();
@@ -380,7 +380,7 @@ fn five_hundred_concurrent_connections_on_distinct_keys() {
     }
     // 500 waiters, one per key, all queued at the same time.
     let mut waiters: Vec<TcpStream> = (0..n)
-        .map(|i| send_lock(&server, format!("key{i}").as_bytes(), b"w"))
+        .map(|i| server.send_lock(format!("key{i}").as_bytes(), b"w"))
         .collect();
     server.wait_for("queue 'key", n, Duration::from_secs(30));
     for i in 0..n {
@@ -405,7 +405,7 @@ fn five_hundred_concurrent_connections_on_distinct_keys() {
 #[test]
 fn sigterm_and_sigint_stop_it_cleanly() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
-        let mut server = LoggedServer::start(&[]);
+        let mut server = Server::start();
         assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"s"))), Some(b'+'));
         let _waiter = queue(&server, "k", "w");
         let status = server
@@ -415,7 +415,7 @@ fn sigterm_and_sigint_stop_it_cleanly() {
         server.wait_for("shutting down: 1 key(s) held, 1 waiter(s) queued", 1, LIMIT);
     }
     // Right after start-up too.
-    let mut server = LoggedServer::start(&[]);
+    let mut server = Server::start();
     let status = server
         .stop_with(libc::SIGTERM, LIMIT)
         .expect("still running");

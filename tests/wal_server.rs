@@ -22,8 +22,8 @@ const RESET_SOURCE: u8 = 4;
 const TRY: u8 = 5;
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn serve_on(path: &Path) -> LoggedServer {
-    LoggedServer::start(&["--data", path.to_str().unwrap()])
+fn serve_on(path: &Path) -> Server {
+    Server::start_with(&["--data", path.to_str().unwrap()])
 }
 
 #[test]
@@ -43,7 +43,7 @@ fn held_keys_survive_a_restart_with_their_source() {
         server.raw(&frame(LOCK, b"handed", Some(b"dave"))),
         Some(b'+')
     );
-    let mut w = send_lock(&server, b"handed", b"erin");
+    let mut w = server.send_lock(b"handed", b"erin");
     server.wait_for("queue 'handed'", 1, LIMIT);
     assert_eq!(server.raw(&frame(UNLOCK, b"handed", None)), Some(b'+'));
     assert_eq!(read_byte(&mut w), Some(b'+'));
@@ -74,7 +74,7 @@ fn held_keys_survive_a_restart_with_their_source() {
     assert_eq!(server.count("restored '"), 3, "{}", server.log());
     // Restored keys queue new waiters and are clearable by reset, and that
     // is durable too.
-    let mut waiter = send_lock(&server, b"deploy/prod", b"grace");
+    let mut waiter = server.send_lock(b"deploy/prod", b"grace");
     server.wait_for("queue 'deploy/prod' source 'grace'", 1, LIMIT);
     assert_eq!(server.raw(&frame(RESET_SOURCE, b"alice", None)), Some(b'+'));
     assert_eq!(read_byte(&mut waiter), Some(b'+'));
@@ -467,17 +467,9 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
     assert!(holds > 100, "too little load: {holds} holds");
 }
 
-/// `lc-cli --server ADDR ARGS...`.
-fn lc_at(addr: std::net::SocketAddr, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--server").arg(addr.to_string()).args(args);
-    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
-    cmd
-}
-
 /// Fills the disk, then grows the log with short grants until one is
 /// refused: the log's last page is then too full for a long key's release.
-fn fill_to_the_page(server: &LoggedServer, mnt: &Path) -> PathBuf {
+fn fill_to_the_page(server: &Server, mnt: &Path) -> PathBuf {
     let filler = fill(mnt);
     for i in 0..4000 {
         match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {
@@ -506,14 +498,14 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
     // refused short grant (~40 bytes) left of the page.
     let run_key = "r".repeat(100);
     let detached_key = "d".repeat(100);
-    expect_status(&mut lc_at(server.addr, &["lock", &detached_key]), 0);
+    expect_status(&mut server.lc(&["lock", &detached_key]), 0);
     let gate = dir.path().join("gate");
     std::fs::write(&gate, "").unwrap();
     let script = format!(
         "while [ -e '{}' ]; do sleep 0.02; done; exit 3",
         gate.display()
     );
-    let mut holder = lc_at(server.addr, &["lock", &run_key, "--", "sh", "-c", &script])
+    let mut holder = server.lc(&["lock", &run_key, "--", "sh", "-c", &script])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -537,7 +529,7 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
         .unwrap();
     assert_eq!(status.code(), Some(74), "{err}");
     assert!(err.contains("reset"), "{err}");
-    let out = expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 74);
+    let out = expect_status(&mut server.lc(&["unlock", &detached_key]), 74);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("still held") && err.contains("reset"), "{err}");
     // The running server agrees: both keys are held.
@@ -558,8 +550,8 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
     }
     // Space again: the release goes through, and stays done.
     std::fs::remove_file(&filler).unwrap();
-    expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 0);
-    expect_status(&mut lc_at(server.addr, &["unlock", &detached_key]), 1);
+    expect_status(&mut server.lc(&["unlock", &detached_key]), 0);
+    expect_status(&mut server.lc(&["unlock", &detached_key]), 1);
     drop(server);
     let server = serve_on(&path);
     assert_eq!(
@@ -604,7 +596,7 @@ fn a_second_server_on_one_log_exits_at_once() {
     again.wait_for("restored 'k' held by 'one'", 1, LIMIT);
 }
 
-fn server_raw_lock(server: &LoggedServer, key: &[u8], source: &[u8]) -> Option<u8> {
+fn server_raw_lock(server: &Server, key: &[u8], source: &[u8]) -> Option<u8> {
     server.raw(&frame(LOCK, key, Some(source)))
 }
 

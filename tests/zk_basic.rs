@@ -153,8 +153,10 @@ fn detached_hold_keeps_its_place_and_reset_key_keeps_waiters() {
             .unwrap(),
     );
     assert!(wait_until(Duration::from_secs(20), || zk.queue(dir).len() == 2));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!done.exists(), "the waiter ran while the key was held");
+    assert!(
+        holds_for(QUIET, || !done.exists()),
+        "the waiter ran while the key was held"
+    );
     // reset KEY deletes the holder only: the waiter gets the key.
     expect_status(&mut zk.lc("/t", &["reset", "k"]), 0);
     let status = kids.0[0].wait().unwrap();
@@ -264,8 +266,7 @@ fn curator_recipe_and_lc_cli_exclude_each_other() {
         .queue("/c/k")
         .len()
         == 2));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!ran.exists());
+    assert!(holds_for(QUIET, || !ran.exists()));
     drop(guard);
     assert_eq!(kids.0[0].wait().unwrap().code(), Some(0));
     assert!(ran.exists());
@@ -300,10 +301,9 @@ fn curator_recipe_and_lc_cli_exclude_each_other() {
             client.delete(&path, None).await.unwrap();
         })
     };
-    // Cancelled lock() calls may leave their node for a moment; wait until
-    // the new waiter is queued behind the hold.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!waiter.is_finished());
+    // The new waiter queues behind the hold (beside nodes cancelled lock()
+    // calls may leave for a moment) and must stay there.
+    assert!(holds_for(QUIET, || !waiter.is_finished()));
     expect_status(&mut zk.lc("/c", &["unlock", "k"]), 0);
     rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), waiter).await })
         .expect("the Curator-style client got the key after unlock")
@@ -417,9 +417,14 @@ fn node_created_before_a_connection_loss_is_found_not_duplicated() {
     assert!(wait_until(Duration::from_secs(10), || !proxy
         .armed
         .load(std::sync::atomic::Ordering::SeqCst)));
-    // Long enough for the reconnect and a (wrong) second create.
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(zk.queue("/x/k").len(), 2, "{:?}", zk.queue("/x/k"));
+    // Long enough for the reconnect and a (wrong) second create, which the
+    // client does not report: only its absence can be checked.
+    let reconnect = Duration::from_millis(1500);
+    assert!(
+        holds_for(reconnect, || zk.queue("/x/k").len() == 2),
+        "{:?}",
+        zk.queue("/x/k")
+    );
     expect_status(&mut zk.lc("/x", &["unlock", "k"]), 0);
     let start = Instant::now();
     let status = loop {
@@ -479,9 +484,8 @@ fn detached_hold_taken_in_turn_keeps_the_waiters_behind() {
         Some(0),
         "the detached lock"
     );
-    std::thread::sleep(Duration::from_millis(500));
     assert!(
-        !ran.exists(),
+        holds_for(QUIET, || !ran.exists()),
         "the waiter ran while the key was held (detached)"
     );
     let q = zk.queue("/d/k");

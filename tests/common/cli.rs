@@ -1,93 +1,15 @@
-//! Helpers for the client tests: a server whose `-v` log the test can read
-//! (to know when a waiter is queued), process inspection, and a
-//! pseudo-terminal to run lc-cli at.
+//! Helpers for the client tests: process inspection, and a pseudo-terminal
+//! to run lc-cli at.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{wait_until, Server, BIN};
-
-/// A `lc-cli serve -v` whose log lines are collected.
-pub struct LoggedServer {
-    pub server: Server,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl LoggedServer {
-    pub fn start() -> LoggedServer {
-        let mut child = Command::new(BIN)
-            .args(["serve", "-v", "--listen", "127.0.0.1:0"])
-            .env_remove("LC_SERVER")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start lc-cli serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the bound address");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
-            .parse()
-            .unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        LoggedServer {
-            server: Server { addr, child },
-            log,
-        }
-    }
-
-    pub fn lc(&self, args: &[&str]) -> Command {
-        self.server.lc(args)
-    }
-
-    pub fn addr(&self) -> String {
-        self.server.addr.to_string()
-    }
-
-    /// Whether a log line contains every one of `parts`.
-    pub fn logged(&self, parts: &[&str]) -> bool {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| parts.iter().all(|p| l.contains(p)))
-    }
-
-    /// Waits (up to 10 s) until the server logs that `source` is queued on `key`.
-    pub fn wait_queued(&self, key: &str, source: &str) {
-        let what = [
-            "queue ".to_string(),
-            format!("'{key}'"),
-            format!("source '{source}'"),
-        ];
-        let parts: Vec<&str> = what.iter().map(String::as_str).collect();
-        assert!(
-            wait_until(Duration::from_secs(10), || self.logged(&parts)),
-            "'{source}' was never queued on '{key}'; server log:\n{}",
-            self.log_text()
-        );
-    }
-
-    pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
+use super::wait_until;
 
 /// A spawned process killed (by its pid) if the test ends while it runs.
 pub struct Guard(pub Child);

@@ -3,74 +3,23 @@
 
 pub mod serve;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::Read;
+use std::net::TcpStream;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lc-cli");
 
-/// A `lc-cli serve` process on 127.0.0.1:0, killed when dropped.
-pub struct Server {
-    pub addr: SocketAddr,
-    pub child: Child,
-}
+#[allow(unused_imports)]
+pub use serve::{Serve, Server};
 
-impl Server {
-    pub fn start() -> Server {
-        Server::start_with(&[])
-    }
-
-    pub fn start_with(extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start lc-cli serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the bound address");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
-            .parse()
-            .unwrap();
-        Server { addr, child }
-    }
-
-    /// `lc-cli --server ADDR ARGS...`, ready to run.
-    pub fn lc(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--server").arg(self.addr.to_string()).args(args);
-        cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
-        cmd
-    }
-
-    /// Sends raw bytes, returns the one-byte answer (None if closed without one).
-    pub fn raw(&self, frame: &[u8]) -> Option<u8> {
-        let mut s = self.connect();
-        s.write_all(frame).unwrap();
-        read_byte(&mut s)
-    }
-
-    pub fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `lc-cli --server SERVER ARGS...`, ready to run, free of the caller's
+/// `LC_SERVER` and `LC_SOURCE`.
+pub fn lc_at(server: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server").arg(server).args(args);
+    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
+    cmd
 }
 
 pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
@@ -134,3 +83,22 @@ pub mod proxy;
 pub mod redis;
 pub mod timeline;
 pub mod zk;
+
+/// How long a negative check watches for something that must not happen
+/// (a waiter running while the key is held, a stopped command going on).
+/// Such a check cannot end early on success; this bounds what it costs.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// Polls `ok` every 10 ms for `period`: false as soon as it fails, true if
+/// it held throughout. For "nothing happens for T", where a fixed sleep and
+/// one look would miss a violation that comes and goes.
+pub fn holds_for(period: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < period {
+        if !ok() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ok()
+}

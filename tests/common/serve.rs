@@ -1,44 +1,102 @@
-//! `lc-cli serve` with its log captured, for tests that must know what the
-//! server has done (a waiter queued, a withdrawal) before going on.
+//! The one way the tests start `lc-cli serve`: [`Serve`] collects the
+//! options, [`Server`] is the running process. It always runs with `-v`; its
+//! addresses are read from the banner on stdout and its log lines (stderr)
+//! are kept so a test can wait for what the server has done (a waiter
+//! queued, a withdrawal) instead of sleeping. Killed (SIGKILL) when dropped;
+//! if the test is failing, its log is printed then.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::BIN;
+use super::{lc_at, wait_until, BIN};
 
-/// A `lc-cli serve -v` process on 127.0.0.1:0 whose stderr lines are kept;
-/// killed (SIGKILL) when dropped.
-pub struct LoggedServer {
+/// The options of a server to start.
+#[derive(Default, Clone)]
+pub struct Serve {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    listen: Option<String>,
+    port_pair: bool,
+}
+
+/// A running `lc-cli serve`.
+pub struct Server {
     pub addr: SocketAddr,
+    pub manager: SocketAddr,
+    /// Set when started with `--metrics`.
+    pub metrics: Option<SocketAddr>,
     pub child: Child,
     lines: Arc<(Mutex<Vec<String>>, Condvar)>,
 }
 
-impl LoggedServer {
-    pub fn start(extra: &[&str]) -> LoggedServer {
-        LoggedServer::start_env(extra, &[]).unwrap_or_else(|(status, log)| {
-            panic!("lc-cli serve did not start ({status:?}):\n{log}")
-        })
+impl Serve {
+    pub fn new() -> Serve {
+        Serve::default()
     }
 
-    /// Starts the server; if it exits before printing its address, returns
+    /// More `serve` arguments (`--data`, `--read-timeout`, `--metrics`...).
+    pub fn args(mut self, extra: &[&str]) -> Serve {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Serve {
+        self.env.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Listens on `addr` instead of `127.0.0.1:0`.
+    pub fn listen(mut self, addr: &str) -> Serve {
+        self.listen = Some(addr.to_string());
+        self
+    }
+
+    /// Puts the manager on the lock port + 1, where `keys` and `reset` look
+    /// for it by default: tries free pairs of ports, at most 20.
+    pub fn port_pair(mut self) -> Serve {
+        self.port_pair = true;
+        self
+    }
+
+    pub fn start(self) -> Server {
+        if !self.port_pair {
+            return self.try_start().unwrap_or_else(|(status, log)| {
+                panic!("lc-cli serve did not start ({status:?}):\n{log}")
+            });
+        }
+        for _ in 0..20 {
+            let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = probe.local_addr().unwrap().port();
+            drop(probe);
+            if port == u16::MAX || TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
+                continue;
+            }
+            // Another process may take the pair meanwhile: try the next one.
+            if let Ok(server) = self.clone().listen(&format!("127.0.0.1:{port}")).try_start() {
+                assert_eq!(server.manager.port(), port + 1);
+                return server;
+            }
+        }
+        panic!("no free pair of ports for lc-cli serve in 20 tries");
+    }
+
+    /// Starts the server; if it exits before printing its addresses, returns
     /// its exit status and log instead.
-    pub fn start_env(
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<LoggedServer, (ExitStatus, String)> {
+    pub fn try_start(self) -> Result<Server, (ExitStatus, String)> {
+        let listen = self.listen.as_deref().unwrap_or("127.0.0.1:0");
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "-v", "--listen", "127.0.0.1:0"])
-            .args(extra)
+        cmd.args(["serve", "-v", "--listen", listen])
+            .args(&self.args)
             .env_remove("DATA_PATH")
             .env_remove("BIND_ADDRESS")
+            .env_remove("LC_SERVER")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        for (k, v) in env {
+        for (k, v) in &self.env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("start lc-cli serve");
@@ -53,41 +111,106 @@ impl LoggedServer {
                 cvar.notify_all();
             }
         });
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut read = |prefix: &str| {
+            let mut line = String::new();
+            out.read_line(&mut line).ok()?;
+            line.trim().strip_prefix(prefix)?.parse::<SocketAddr>().ok()
+        };
+        let addr = read("listening on ");
+        let manager = read("manager on ");
+        let metrics = if self.args.iter().any(|a| a == "--metrics") {
+            read("metrics on ")
+        } else {
+            None
+        };
+        let (Some(addr), Some(manager)) = (addr, manager) else {
+            let _ = child.kill();
             let status = child.wait().unwrap();
-            // Give the reader thread a moment to collect the last lines.
+            // The reader thread ends at EOF; give it that long, bounded.
             std::thread::sleep(Duration::from_millis(100));
             let log = lines.0.lock().unwrap().join("\n");
             return Err((status, log));
         };
-        Ok(LoggedServer {
-            addr: addr.parse().unwrap(),
+        Ok(Server {
+            addr,
+            manager,
+            metrics,
             child,
             lines,
         })
     }
+}
 
-    pub fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
+impl Server {
+    pub fn start() -> Server {
+        Serve::new().start()
     }
 
-    /// Sends a frame on a fresh connection and returns the one-byte answer.
+    pub fn start_with(extra: &[&str]) -> Server {
+        Serve::new().args(extra).start()
+    }
+
+    /// `lc-cli --server ADDR ARGS...`, ready to run.
+    pub fn lc(&self, args: &[&str]) -> Command {
+        lc_at(&self.addr.to_string(), args)
+    }
+
+    /// The address that reaches both ports: `lc://LOCK?manager=MANAGER`.
+    pub fn url(&self) -> String {
+        format!("lc://{}?manager={}", self.addr, self.manager)
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        connect(self.addr)
+    }
+
+    /// Sends raw bytes, returns the one-byte answer (None if closed without one).
     pub fn raw(&self, frame: &[u8]) -> Option<u8> {
         let mut s = self.connect();
         s.write_all(frame).unwrap();
         super::read_byte(&mut s)
     }
 
+    /// Sends a Lock request on a fresh connection, without reading the answer.
+    pub fn send_lock(&self, key: &[u8], source: &[u8]) -> TcpStream {
+        let mut s = self.connect();
+        s.write_all(&super::frame(1, key, Some(source))).unwrap();
+        s
+    }
+
+    /// Sends `request` to the manager port and reads everything it answers
+    /// until it closes.
+    pub fn manage(&self, request: &[u8]) -> Vec<u8> {
+        let mut s = connect(self.manager);
+        s.write_all(request).unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        answer
+    }
+
+    /// `GET /metrics`: the body of a 200 answer.
+    pub fn scrape(&self) -> String {
+        let metrics = self.metrics.expect("started with --metrics");
+        let (status, body) = super::manager::http_get(metrics, "/metrics");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}\n{body}");
+        body
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.0.lock().unwrap().join("\n")
+    }
+
     /// How many log lines so far contain `needle`.
     pub fn count(&self, needle: &str) -> usize {
         let lines = self.lines.0.lock().unwrap();
         lines.iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Whether a log line contains every one of `parts`.
+    pub fn logged(&self, parts: &[&str]) -> bool {
+        let lines = self.lines.0.lock().unwrap();
+        lines.iter().any(|l| parts.iter().all(|p| l.contains(p)))
     }
 
     /// Waits (at most `limit`) until at least `n` log lines contain `needle`.
@@ -110,33 +233,58 @@ impl LoggedServer {
         }
     }
 
-    pub fn log(&self) -> String {
-        self.lines.0.lock().unwrap().join("\n")
+    /// Waits (up to 10 s) until the server logs that `source` is queued on `key`.
+    pub fn wait_queued(&self, key: &str, source: &str) {
+        let what = [
+            "queue ".to_string(),
+            format!("'{key}'"),
+            format!("source '{source}'"),
+        ];
+        let parts: Vec<&str> = what.iter().map(String::as_str).collect();
+        assert!(
+            wait_until(Duration::from_secs(10), || self.logged(&parts)),
+            "'{source}' was never queued on '{key}'; server log:\n{}",
+            self.log()
+        );
     }
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    /// Sends `signal` and waits (at most `limit`) for the exit.
-    pub fn stop_with(&mut self, signal: i32, limit: Duration) -> Option<ExitStatus> {
-        unsafe { libc::kill(self.pid(), signal) };
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-}
-
-impl Drop for LoggedServer {
-    fn drop(&mut self) {
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Sends `signal` and waits (at most `limit`) for the exit.
+    pub fn stop_with(&mut self, signal: i32, limit: Duration) -> Option<ExitStatus> {
+        unsafe { libc::kill(self.pid(), signal) };
+        let mut status = None;
+        wait_until(limit, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- lc-cli serve log ({}) ---\n{}", self.addr, self.log());
+        }
+    }
+}
+
+/// A TCP connection with Nagle off and a 20 s read timeout.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
 }
 
 /// Raises this process's soft limit on open files to `want` (at most the
@@ -156,18 +304,11 @@ pub fn raise_fd_limit(want: u64) -> u64 {
     lim.rlim_cur
 }
 
-/// A Lock request on a fresh connection, without waiting for the answer.
-pub fn send_lock(server: &LoggedServer, key: &[u8], source: &[u8]) -> TcpStream {
-    let mut s = server.connect();
-    s.write_all(&super::frame(1, key, Some(source))).unwrap();
-    s
-}
-
 /// True if nothing is readable on `s` within `wait` (still waiting).
 pub fn silent(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).unwrap();
     let mut b = [0u8; 1];
-    let quiet = match std::io::Read::read(s, &mut b) {
+    let quiet = match s.read(&mut b) {
         Err(e) => matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
