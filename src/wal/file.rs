@@ -12,7 +12,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -106,7 +105,7 @@ impl LogLock {
             // Must be 0 for open-file-description locks.
             l_pid: 0,
         };
-        let taken = nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::F_OFD_SETLK(&lock));
+        let taken = nix::fcntl::fcntl(&file, nix::fcntl::F_OFD_SETLK(&lock));
         match taken {
             Ok(_) => {}
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
