@@ -176,9 +176,5 @@ fn lc_cli_serve_answers_the_ping_silently() {
     assert_eq!(server.raw(&[9, 1, b'?', 0]), Some(b'-'));
     assert!(wait_until(Duration::from_secs(10), || server
         .logged(&["unknown action 9"])));
-    assert!(
-        !server.logged(&["unknown action 7"]),
-        "{}",
-        server.log()
-    );
+    assert!(!server.logged(&["unknown action 7"]), "{}", server.log());
 }

@@ -27,7 +27,10 @@ fn quoted_command(line: &str) -> String {
 #[test]
 fn a_conflict_and_a_timeout_name_the_holder_and_the_reset_that_clears_it() {
     let s = Server::start();
-    expect_status(&mut lc_at(&s.url(), &["lock", "-q", "--source", "ci-7", "deploy"]), 0);
+    expect_status(
+        &mut lc_at(&s.url(), &["lock", "-q", "--source", "ci-7", "deploy"]),
+        0,
+    );
     for (args, what) in [
         (
             &["trylock", "deploy", "true"][..],
@@ -94,7 +97,10 @@ fn quiet_silences_the_line_and_an_unknown_holder_is_just_held() {
 #[test]
 fn the_status_line_names_the_holder() {
     let s = Server::start();
-    expect_status(&mut lc_at(&s.url(), &["lock", "-q", "--source", "ci-7", "tty"]), 0);
+    expect_status(
+        &mut lc_at(&s.url(), &["lock", "-q", "--source", "ci-7", "tty"]),
+        0,
+    );
     let (pty, mut waiter) = Pty::spawn(lc_at(&s.url(), &["lock", "tty", "echo", "RAN"]));
     assert!(
         pty.wait_for_output("(held by 'ci-7' for ", Duration::from_secs(10)),

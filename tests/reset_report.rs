@@ -5,9 +5,9 @@ mod common;
 use std::process::Command;
 
 use common::expect_status;
-use common::Serve;
 use common::redis::{lc as redis_lc, RedisServer};
 use common::zk::Zk;
+use common::Serve;
 
 /// Holds k1 and k2 for source alpha and k3 for beta, then resets by key and
 /// by source through `lc`, checking what each reset printed.

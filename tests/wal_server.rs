@@ -505,7 +505,8 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
         "while [ -e '{}' ]; do sleep 0.02; done; exit 3",
         gate.display()
     );
-    let mut holder = server.lc(&["lock", &run_key, "--", "sh", "-c", &script])
+    let mut holder = server
+        .lc(&["lock", &run_key, "--", "sh", "-c", &script])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

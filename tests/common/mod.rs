@@ -78,6 +78,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub mod cli;
 pub mod etcd;
 pub mod manager;
+pub mod partition;
 pub mod pg;
 pub mod proxy;
 pub mod redis;

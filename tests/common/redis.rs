@@ -8,8 +8,6 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::BIN;
-
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
@@ -183,13 +181,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// `lc-cli --server URL ARGS...`, ready to run.
-pub fn lc(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--server").arg(url).args(args);
-    cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
-    cmd
-}
+pub use super::lc_at as lc;
 
 /// The `--server` value for several nodes.
 pub fn quorum_url(nodes: &[RedisServer]) -> String {

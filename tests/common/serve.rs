@@ -76,7 +76,11 @@ impl Serve {
                 continue;
             }
             // Another process may take the pair meanwhile: try the next one.
-            if let Ok(server) = self.clone().listen(&format!("127.0.0.1:{port}")).try_start() {
+            if let Ok(server) = self
+                .clone()
+                .listen(&format!("127.0.0.1:{port}"))
+                .try_start()
+            {
                 assert_eq!(server.manager.port(), port + 1);
                 return server;
             }
