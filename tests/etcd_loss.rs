@@ -5,134 +5,85 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::partition::{trial, trials};
 use common::proxy::Proxy;
-use common::timeline::{OnTerm, Timeline};
-use common::wait_until;
+use common::redis::Running;
+use common::timeline::{alive, OnTerm, Timeline};
+use common::{lc_at, wait_until};
 
-fn status_of(child: &mut Child, limit: Duration) -> Option<i32> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s.code();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    None
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut s = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut s);
-    }
-    s
-}
+const LIMIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn a_frozen_network_stops_the_command_before_etcdctl_gets_the_lock() {
     let e = Etcd::start();
-    for trial in 0..3 {
+    let kinds = [OnTerm::LogAndExit, OnTerm::SlowExit, OnTerm::Ignore];
+    trials("etcd ttl 3s", &kinds, |n, kind| {
+        let key = format!("part{n}");
         let proxy = Proxy::start(e.port);
-        let dir = tempfile::tempdir().unwrap();
-        let t = Timeline::new(dir.path());
-        let mut holder = std::process::Command::new(common::BIN)
-            .args(["--server", &format!("etcd://{}?ttl=3s", proxy.addr())])
-            .args(["lock", "part", "-c", &t.holder("lc", OnTerm::LogAndExit)])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        assert!(wait_until(Duration::from_secs(10), || t
-            .start_of("lc")
-            .is_some()));
-        proxy.freeze();
-        let frozen = Instant::now();
-        let next = e
-            .ctl(&["lock", "part", "--", "sh", "-c", &t.one_shot("ctl")])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(next.success());
-        let code = status_of(&mut holder, Duration::from_secs(10));
-        let err = stderr_of(&mut holder);
-        assert_eq!(code, Some(75), "trial {trial}: {err}");
-        assert!(err.contains("lost the lock 'part'"), "{err}");
-        let end = t.end_of("lc").expect("the holder logged its end");
-        let (next_start, _) = t.start_of("ctl").unwrap();
-        assert!(
-            end < next_start,
-            "trial {trial}: the command ended {} ms after etcdctl's started:\n{}",
-            (end - next_start) / 1_000_000,
-            t.text()
-        );
-        eprintln!(
-            "trial {trial}: stopped {:.0} ms after the freeze, {:.0} ms before the next holder",
-            (end - (common::timeline::now_ns() - frozen.elapsed().as_nanos() as i128)) as f64 / 1e6,
-            (next_start - end) as f64 / 1e6
-        );
-    }
+        let through_proxy = format!("etcd://{}?ttl=3s", proxy.addr());
+        trial(
+            &proxy,
+            kind,
+            |script| lc_at(&through_proxy, &["lock", &key, "-c", script]),
+            |script| {
+                let mut ctl = e.ctl(&["lock", &key, "--", "sh", "-c", script]);
+                ctl.stdout(Stdio::null());
+                ctl
+            },
+            || e.keys(&format!("{key}/")).len() == 2,
+        )
+    });
+}
+
+/// Takes `key` with a command that logs its start and end, lets `remove`
+/// take the hold away from outside once it runs, and checks that lc-cli
+/// stopped the command and exited 75 with a line containing `says`, within
+/// `within` of the removal.
+fn stopped_from_outside(key: &str, remove: impl FnOnce(&Etcd, &str), says: &str, within: Duration) {
+    let e = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Timeline::new(dir.path());
+    let holder = Running::spawn(&mut e.lc(
+        "",
+        &["lock", key, "-c", &t.holder("lc", OnTerm::LogAndExit)],
+    ));
+    assert!(wait_until(LIMIT, || t.start_of("lc").is_some()));
+    let removed = Instant::now();
+    remove(&e, key);
+    let (code, err) = holder.finish(LIMIT);
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains(says), "{err}");
+    assert!(removed.elapsed() < within, "took {:?}", removed.elapsed());
+    // The key was free the moment the hold went: no grace, the command is
+    // stopped at once.
+    let (_, pid) = t.start_of("lc").unwrap();
+    assert!(!alive(pid), "the command still runs");
+    assert!(e.keys(&format!("{key}/")).is_empty(), "{:?}", e.keys(key));
 }
 
 #[test]
 fn a_lease_revoked_with_etcdctl_stops_the_command_with_75() {
-    let e = Etcd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let t = Timeline::new(dir.path());
-    let mut holder = e
-        .lc(
-            "",
-            &["lock", "rv", "-c", &t.holder("lc", OnTerm::LogAndExit)],
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || t
-        .start_of("lc")
-        .is_some()));
-    let keys = e.keys("rv/");
-    let lease = keys[0].strip_prefix("rv/").unwrap();
-    let revoked = Instant::now();
-    assert!(e
-        .ctl(&["lease", "revoke", lease])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success());
-    let code = status_of(&mut holder, Duration::from_secs(10));
-    let err = stderr_of(&mut holder);
-    assert_eq!(code, Some(75), "{err}");
-    assert!(err.contains("revoked or expired"), "{err}");
-    assert!(revoked.elapsed() < Duration::from_secs(5));
-    // The key was free the moment the lease went: no grace, the command is
-    // killed at once.
-    let (_, pid) = t.start_of("lc").unwrap();
-    assert!(!common::timeline::alive(pid), "the command still runs");
+    let revoke = |e: &Etcd, key: &str| {
+        let keys = e.keys(&format!("{key}/"));
+        let lease = keys[0].strip_prefix(&format!("{key}/")).unwrap();
+        assert!(e
+            .ctl(&["lease", "revoke", lease])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success());
+    };
+    stopped_from_outside("rv", revoke, "revoked or expired", Duration::from_secs(5));
 }
 
 #[test]
 fn reset_deletes_the_holder_key_and_its_command_is_stopped() {
-    let e = Etcd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let t = Timeline::new(dir.path());
-    let mut holder = e
-        .lc(
-            "",
-            &["lock", "rs", "-c", &t.holder("lc", OnTerm::LogAndExit)],
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || t
-        .start_of("lc")
-        .is_some()));
-    common::expect_status(&mut e.lc("", &["reset", "rs"]), 0);
-    let code = status_of(&mut holder, Duration::from_secs(10));
-    let err = stderr_of(&mut holder);
-    assert_eq!(code, Some(75), "{err}");
-    assert!(err.contains("deleted from outside"), "{err}");
-    assert!(e.keys("rs/").is_empty(), "{:?}", e.keys("rs/"));
+    let reset = |e: &Etcd, key: &str| {
+        common::expect_status(&mut e.lc("", &["reset", key]), 0);
+    };
+    stopped_from_outside("rs", reset, "deleted from outside", LIMIT);
 }
