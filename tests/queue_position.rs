@@ -1,5 +1,5 @@
 //! At a terminal, the status line of a waiter shows its place in the queue on
-//! the backends that know it (ZooKeeper and Redis), and the place improves as
+//! the backends that know it (ZooKeeper, Redis and etcd), and the place improves as
 //! the line ahead of it shortens.
 
 mod common;
@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::cli::Pty;
+use common::etcd::Etcd;
 use common::redis::{lc as redis_lc, RedisServer};
 use common::zk::Zk;
 use common::{expect_status, wait_until};
@@ -35,7 +36,8 @@ fn places(output: &str) -> Vec<usize> {
 /// A hold and two waiters ahead; a third waiter at a terminal must see its
 /// place, and a better one once the waiter just ahead of it gives up (a
 /// release wakes only the next in line, so that is when a waiter further back
-/// learns its place: at once on ZooKeeper, at its next re-check on Redis).
+/// learns its place: at once on ZooKeeper and etcd, whose waiter watches the one just ahead;
+/// at its next re-check on Redis).
 fn check_places(lc: impl Fn(&[&str]) -> Command, queued: impl Fn() -> usize) {
     expect_status(&mut lc(&["lock", "q"]), 0);
     let spawn_quiet = |args: &[&str]| -> Child {
@@ -100,6 +102,15 @@ fn redis_shows_the_place_in_line() {
     check_places(
         |args| redis_lc(&r.url(), &[&["--ttl", "3s"], args].concat()),
         || r.queued("q") as usize,
+    );
+}
+
+#[test]
+fn etcd_shows_the_place_in_line() {
+    let e = Etcd::start();
+    check_places(
+        |args| e.lc("", args),
+        || e.keys("q/").len().saturating_sub(1),
     );
 }
 
