@@ -11,7 +11,7 @@ bin="$PWD/target/release/lc-cli"
 dir="$(mktemp -d)"
 "$bin" serve --listen 127.0.0.1:0 >"$dir/addr" 2>"$dir/serve.log" &
 server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.05; done
 addr="$(sed -n 's/^listening on //p' "$dir/addr")"
 hyperfine -N --warmup 50 --runs "${RUNS:-500}" \
