@@ -29,7 +29,8 @@
 //!   section; no global flag;
 //! - a subcommand: an `Args` struct and a `Command` variant in `cli.rs`, a
 //!   file `src/cmd/NAME.rs`, one arm in `cmd::run`, its exit statuses in
-//!   `docs.rs`; then `cargo run --example gen_docs`;
+//!   the man page generator (`examples/gen_docs/man.rs`); then
+//!   `cargo run --example gen_docs`;
 //! - a protocol action: its frame in `proto.rs` (and the README table), a
 //!   file `src/server/NAME.rs` that serves it, one arm in `server/conn.rs`,
 //!   and the client side in `backend/lc/`.

@@ -4,6 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "../examples/gen_docs/man.rs"]
+mod man;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -25,7 +28,7 @@ fn committed_completions_match_the_cli() {
 
 #[test]
 fn committed_man_pages_match_the_cli() {
-    let pages = lc_cli::docs::man_pages().unwrap();
+    let pages = man::man_pages().unwrap();
     assert!(pages.len() > 5);
     for (name, page) in &pages {
         let path = root().join("man").join(name);
