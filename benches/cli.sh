@@ -6,6 +6,7 @@
 #   bash benches/cli.sh            # builds the release binary first
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v hyperfine >/dev/null || apt-get install -y hyperfine >/dev/null
 cargo build --release --quiet
 bin="$PWD/target/release/lc-cli"
 dir="$(mktemp -d)"
