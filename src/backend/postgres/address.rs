@@ -9,15 +9,8 @@ pub const DEFAULT_PORT: u16 = 5432;
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 pub const PARAMS: &[&str] = &["keepalive"];
 
-/// A password that no `Display` or `Debug` shows.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use crate::backend::secret::{mask, Secret};
+use crate::backend::secret::decode;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgAddress {
@@ -57,41 +50,6 @@ impl fmt::Display for PgAddress {
     }
 }
 
-/// `%XX` escapes as the libpq URL form allows them.
-fn decode(s: &str, whole: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("a bad %-escape in '{}'", mask(whole)))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("'{}' is not UTF-8 once decoded", mask(whole)))
-}
-
-/// The address as an error may show it: the password replaced.
-pub fn mask(whole: &str) -> String {
-    let Some((scheme, rest)) = whole.split_once("://") else {
-        return whole.to_string();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => whole.to_string(),
-        },
-        None => whole.to_string(),
-    }
-}
-
 /// `rest` is what follows `postgres://` and precedes `?`; `params` the query.
 pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddress, String> {
     let shown = mask(whole);
@@ -120,7 +78,7 @@ pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddre
     };
     let (user, password) = match userinfo {
         Some(u) => match u.split_once(':') {
-            Some((user, pw)) => (decode(user, whole)?, Some(Secret(decode(pw, whole)?))),
+            Some((user, pw)) => (decode(user, whole)?, Some(Secret::new(decode(pw, whole)?))),
             None => (decode(u, whole)?, None),
         },
         None => (String::new(), None),
@@ -183,13 +141,13 @@ pub fn password_for(a: &PgAddress) -> Option<String> {
         return Some(p.0.clone());
     }
     if let Ok(p) = std::env::var("PGPASSWORD") {
-        return Some(p);
+        return Some(Secret::new(p).0);
     }
     let file = std::env::var_os("PGPASSFILE")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pgpass")))?;
     let text = std::fs::read_to_string(file).ok()?;
-    pgpass_lookup(&text, a)
+    pgpass_lookup(&text, a).map(|p| Secret::new(p).0)
 }
 
 fn pgpass_lookup(text: &str, a: &PgAddress) -> Option<String> {
