@@ -234,6 +234,7 @@ impl std::str::FromStr for ServerUrl {
                 }
             }
             let (a, rest) = split_credentials(rest, s, Some(REDIS_PASSWORD_ENV))?;
+            check_tls(&t, &shown)?;
             access = a;
             access.tls = tls.then_some(t);
             parse_redis(&rest)?
@@ -251,6 +252,7 @@ impl std::str::FromStr for ServerUrl {
                 }
             }
             let (a, rest) = split_credentials(rest, s, Some(ETCD_PASSWORD_ENV))?;
+            check_tls(&t, &shown)?;
             access = etcd_user_from_env(a);
             access.tls = tls.then_some(t);
             parse_etcd(&rest)?
@@ -320,6 +322,16 @@ fn etcd_user_from_env(mut access: secret::Access) -> secret::Access {
         None => {}
     }
     access
+}
+
+/// A client certificate is a pair.
+fn check_tls(t: &secret::Tls, shown: &str) -> std::result::Result<(), String> {
+    if t.cert.is_some() != t.key.is_some() {
+        return Err(format!(
+            "'{shown}': a client certificate needs both cert= and key="
+        ));
+    }
+    Ok(())
 }
 
 fn tls_param(t: &mut secret::Tls, name: &str, value: &str) {

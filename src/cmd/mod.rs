@@ -214,12 +214,7 @@ pub(crate) trait OrFail<T> {
 impl<T> OrFail<T> for crate::backend::Result<T> {
     fn or_fail(self) -> Result<T> {
         // A library's message could quote what it was given: scrubbed.
-        self.map_err(|e| {
-            fail(
-                status_of(&e),
-                crate::backend::secret::scrub(&e.to_string()),
-            )
-        })
+        self.map_err(|e| fail(status_of(&e), crate::backend::secret::scrub(&e.to_string())))
     }
 }
 

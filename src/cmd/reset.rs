@@ -13,7 +13,8 @@ use crate::exit::ExitCode;
 pub fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
     let keys: Vec<&str> = args.keys.iter().map(String::as_str).collect();
     for source in &args.source {
-        super::check_source_shape(source).with_context(|| format!("reset on {}", config.shown()))?;
+        super::check_source_shape(source)
+            .with_context(|| format!("reset on {}", config.shown()))?;
     }
     super::block_on(async {
         let backend = super::connect_for(config, &keys)

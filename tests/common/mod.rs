@@ -133,4 +133,5 @@ pub mod pg;
 pub mod proxy;
 pub mod redis;
 pub mod timeline;
+pub mod tls;
 pub mod zk;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, Error};
 use tokio::time::Instant;
 
+use crate::backend::secret::Access;
 use crate::backend::{BackendError, Result};
 
 #[derive(Clone)]
@@ -25,13 +26,40 @@ impl Rpc {
     pub async fn connect(
         endpoints: &[String],
         server: String,
+        access: &Access,
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Rpc> {
         let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        // etcd's own user and password (etcdctl --user): the client asks
+        // for a token at connect time, so a wrong password fails here.
+        match (&access.user, &access.password) {
+            (Some(user), Some(password)) => {
+                // A hold can outlive the token (simple tokens last 5 min).
+                options = options
+                    .with_user(user.clone(), password.expose().to_string())
+                    .with_auto_token_refresh(true)
+            }
+            (None, Some(_)) => {
+                return Err(BackendError::Unavailable {
+                    server,
+                    reason: format!(
+                        "etcd needs a user with the password (etcd://USER:PASSWORD@HOSTS or {})",
+                        crate::backend::ETCD_USER_ENV
+                    ),
+                })
+            }
+            _ => {}
+        }
+        if access.tls.is_some() {
+            return Err(BackendError::Unavailable {
+                server,
+                reason: "TLS to etcd is not supported yet (cacert=, cert=, key=)".into(),
+            });
+        }
         let unavailable = |reason: String| BackendError::Unavailable {
             server: server.clone(),
             reason,

@@ -9,8 +9,8 @@ pub const DEFAULT_PORT: u16 = 5432;
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 pub const PARAMS: &[&str] = &["keepalive"];
 
-pub use crate::backend::secret::{mask, Secret};
 use crate::backend::secret::decode;
+pub use crate::backend::secret::{mask, Secret};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgAddress {

@@ -184,9 +184,9 @@ impl Quorum {
             let rejected = answers
                 .iter()
                 .any(|a| matches!(a, Err(NodeError::Server(_))));
-            let refused = answers.iter().any(
-                |a| matches!(a, Err(NodeError::Server(e)) if e.starts_with(node::REFUSED)),
-            );
+            let refused = answers
+                .iter()
+                .any(|a| matches!(a, Err(NodeError::Server(e)) if e.starts_with(node::REFUSED)));
             if refused {
                 // Credentials or certificate: the service cannot be used
                 // as given, which is what "cannot reach" promises (69).
@@ -304,12 +304,13 @@ impl RedisBackend {
         };
         let mut built = Vec::new();
         for addr in nodes {
-            let node = Node::new(addr, *db, &config.access, config.connect_timeout).map_err(
-                |reason| BackendError::Unavailable {
-                    server: config.shown(),
-                    reason,
-                },
-            )?;
+            let node =
+                Node::new(addr, *db, &config.access, config.connect_timeout).map_err(|reason| {
+                    BackendError::Unavailable {
+                        server: config.shown(),
+                        reason,
+                    }
+                })?;
             built.push(Arc::new(node));
         }
         let quorum = Arc::new(Quorum {
