@@ -127,7 +127,16 @@ fn no_refused_or_accepted_password_is_shown() {
     let redis = RedisServer::start_secured(true, &[], Some(PW));
     runs += check(&format!("redis://:{PW}x@{}", redis.addr()), &[]);
     let right = format!("redis://u:{PW}@{}", redis.addr());
-    let _: String = redis.query(&["ACL", "SETUSER", "u", "on", &format!(">{PW}"), "~*", "&*", "+@all"]);
+    let _: String = redis.query(&[
+        "ACL",
+        "SETUSER",
+        "u",
+        "on",
+        &format!(">{PW}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
     runs += check(&right, &[]);
     let held = Command::new(BIN)
         .args(["--server", &right, "lock", "k"])
@@ -136,7 +145,10 @@ fn no_refused_or_accepted_password_is_shown() {
         .unwrap();
     assert!(held.status.success(), "{held:?}");
     runs += check(&right, &[]);
-    runs += check(&format!("redis://u@{}", redis.addr()), &[("REDISCLI_AUTH", PW)]);
+    runs += check(
+        &format!("redis://u@{}", redis.addr()),
+        &[("REDISCLI_AUTH", PW)],
+    );
 
     // ZooKeeper: a node held with the digest identity; the wrong one is
     // refused its reset.
@@ -154,7 +166,14 @@ fn no_refused_or_accepted_password_is_shown() {
     // etcd with authentication on: a wrong and a right password.
     let etcd = Etcd::start();
     for args in [
-        &["user", "add", "root", "--new-user-password", PW, "--interactive=false"][..],
+        &[
+            "user",
+            "add",
+            "root",
+            "--new-user-password",
+            PW,
+            "--interactive=false",
+        ][..],
         &["role", "add", "root"],
         &["user", "grant-role", "root", "root"],
         &["auth", "enable"],
@@ -171,7 +190,10 @@ fn no_refused_or_accepted_password_is_shown() {
 
     // PostgreSQL: its server has another password, so ours is refused.
     let pg = PgServer::start();
-    runs += check(&format!("postgres://postgres:{PW}@127.0.0.1:{}/postgres", pg.port), &[]);
+    runs += check(
+        &format!("postgres://postgres:{PW}@127.0.0.1:{}/postgres", pg.port),
+        &[],
+    );
     eprintln!("{runs} runs");
     std::thread::sleep(Duration::from_millis(10));
 }

@@ -1,9 +1,9 @@
 //! Redis credentials and TLS against real redis-server processes: AUTH as
 //! the default user (`--requirepass`) and as an ACL user on every node of a
 //! quorum, the password from REDISCLI_AUTH, `rediss://` with a CA file and
-//! a client certificate made by `openssl`. A wrong password and an
-//! untrusted certificate each end in one line and 69, at once, and no
-//! output ever holds the password.
+//! a client certificate made by `openssl`. A wrong password (76, as on
+//! PostgreSQL) and an untrusted certificate (69) each end in one line, at
+//! once, and no output ever holds the password.
 
 mod common;
 
@@ -109,7 +109,7 @@ fn password_and_acl_user_reach_every_node_of_a_quorum() {
 }
 
 #[test]
-fn a_wrong_or_missing_password_is_one_line_and_69_at_once() {
+fn a_wrong_or_missing_password_is_one_line_and_76_at_once() {
     let nodes = quorum(PASSWORD);
     let one = &nodes[0];
     let cases = [
@@ -128,7 +128,7 @@ fn a_wrong_or_missing_password_is_one_line_and_69_at_once() {
             let mut cmd = lc(&url, &["--connect-timeout", "20s"]);
             cmd.args(args);
             let (code, _, err, took) = run(&mut cmd);
-            assert_eq!(code, 69, "{url} {args:?}: {err}");
+            assert_eq!(code, 76, "{url} {args:?}: {err}");
             assert_eq!(err.lines().count(), 1, "{err}");
             assert!(
                 err.contains("refused") && err.contains("uthenticat"),

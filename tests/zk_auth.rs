@@ -48,7 +48,11 @@ fn lc(zk: &Zk, userinfo: &str, args: &[&str]) -> Command {
 
 /// What an unauthenticated client gets for deleting `path`, and for
 /// creating a child of `dir`.
-fn anonymous_writes(zk: &Zk, path: &str, dir: &str) -> (Result<(), zkc::Error>, Result<(), zkc::Error>) {
+fn anonymous_writes(
+    zk: &Zk,
+    path: &str,
+    dir: &str,
+) -> (Result<(), zkc::Error>, Result<(), zkc::Error>) {
     let (path, dir) = (path.to_string(), dir.to_string());
     zk.with_client(move |c| {
         Box::pin(async move {

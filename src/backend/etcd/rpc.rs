@@ -64,9 +64,16 @@ impl Rpc {
             server: server.clone(),
             reason,
         };
-        let client = Client::connect(&urls, Some(options))
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
+        let client = Client::connect(&urls, Some(options)).await.map_err(|e| {
+            match refused_credentials(&e) {
+                // A wrong password is refused, as PostgreSQL's is (76).
+                true => BackendError::Refused {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                },
+                false => unavailable(e.to_string()),
+            }
+        })?;
         let rpc = Rpc {
             client,
             server: server.clone(),
@@ -80,6 +87,12 @@ impl Rpc {
                 tokio::time::timeout(left, async { rpc.client.clone().get("\0", None).await });
             let failure = match probe.await {
                 Ok(Ok(_)) => return Ok(rpc),
+                Ok(Err(e)) if refused_credentials(&e) => {
+                    return Err(BackendError::Refused {
+                        server: server.clone(),
+                        reason: format!("etcd wants a user and password: {e}"),
+                    })
+                }
                 Ok(Err(e)) => match rpc.error("connecting", e) {
                     BackendError::Unavailable { reason, .. } => reason,
                     e => return Err(e),
@@ -157,6 +170,13 @@ impl Rpc {
             _ => BackendError::Protocol { server, reason },
         }
     }
+}
+
+/// etcd's answer to a wrong password (at connect) or to none where
+/// authentication is on (on the first request): both InvalidArgument.
+fn refused_credentials(e: &Error) -> bool {
+    matches!(e, Error::GRpcStatus(s) if s.message().contains("authentication failed")
+        || s.message().contains("user name is empty"))
 }
 
 /// "lease not found", as mapped by [`Rpc::error`].

@@ -184,12 +184,20 @@ impl Quorum {
             let rejected = answers
                 .iter()
                 .any(|a| matches!(a, Err(NodeError::Server(_))));
-            let refused = answers
-                .iter()
-                .any(|a| matches!(a, Err(NodeError::Server(e)) if e.starts_with(node::REFUSED)));
-            if refused {
-                // Credentials or certificate: the service cannot be used
-                // as given, which is what "cannot reach" promises (69).
+            let marked = |prefix: &str| {
+                answers
+                    .iter()
+                    .any(|a| matches!(a, Err(NodeError::Server(e)) if e.starts_with(prefix)))
+            };
+            // Credentials are refused (76, as on PostgreSQL); a server
+            // whose certificate is not trusted is not reached (69).
+            if marked(node::REFUSED) {
+                return Err(BackendError::Refused {
+                    server: self.server.clone(),
+                    reason: self.failures(&answers),
+                });
+            }
+            if marked(node::UNTRUSTED) {
                 return Err(self.unavailable(self.failures(&answers)));
             }
             let left = deadline.saturating_duration_since(Instant::now());

@@ -127,18 +127,21 @@ fn client_for(addr: &str, db: i64, access: &Access) -> std::result::Result<Clien
     .map_err(|e| e.to_string())
 }
 
-/// How a node error that refused lc-cli's credentials or certificate
-/// begins: trying again does not help, and it is no protocol error.
-pub const REFUSED: &str = "refused: ";
+/// How a node error that refused lc-cli's credentials begins: trying
+/// again does not help, and it is no protocol error.
+pub const REFUSED: &str = "credentials: ";
+/// How a failed TLS handshake (an untrusted certificate) begins: as
+/// unreachable, but not worth retrying.
+pub const UNTRUSTED: &str = "TLS: ";
 
-/// A wrong or missing password, an ACL that forbids us, or a TLS handshake
-/// that failed (an untrusted certificate): not worth retrying.
+/// A wrong or missing password, or an ACL that forbids us.
 fn is_refusal(e: &RedisError) -> bool {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed
+    e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
-    {
-        return true;
-    }
+}
+
+/// A TLS handshake that failed: the server's certificate is not trusted.
+fn is_untrusted(e: &RedisError) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.downcast_ref::<rustls::Error>().is_some() {
@@ -191,6 +194,7 @@ impl Node {
         {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) if is_refusal(&e) => Err(NodeError::Server(format!("{REFUSED}{e}"))),
+            Ok(Err(e)) if is_untrusted(&e) => Err(NodeError::Server(format!("{UNTRUSTED}{e}"))),
             Ok(Err(e)) => Err(NodeError::Transport(e.to_string())),
             Err(_) => Err(NodeError::Transport(format!(
                 "no connection within {:?}",
