@@ -71,8 +71,7 @@ fn password_and_acl_user_reach_every_node_of_a_quorum() {
             "locker",
             "on",
             &format!(">{USER_PASSWORD}"),
-            "~*",
-            "&*",
+            "~lc-cli:*",
             "+@all",
         ]);
     }
