@@ -746,6 +746,39 @@ mod tests {
     }
 
     #[test]
+    fn credentials_and_tls_are_parsed_and_never_shown() {
+        let u: ServerUrl = "rediss://locker:pw%2Fx@r1,r2:7000/3?cacert=/ca.pem&ttl=3s"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u.spec,
+            ServerSpec::Redis {
+                nodes: vec!["r1:6379".into(), "r2:7000".into()],
+                db: 3
+            }
+        );
+        assert_eq!(u.access.user.as_deref(), Some("locker"));
+        assert_eq!(u.access.password.as_ref().map(|p| p.expose()), Some("pw/x"));
+        let tls = u.access.tls.clone().unwrap();
+        assert_eq!(tls.ca, Some("/ca.pem".into()));
+        let config = BackendConfig::new(u, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.shown(), "rediss://locker:***@r1:6379,r2:7000/3");
+        let u: ServerUrl = "zk://ops:pw@z1/locks".parse().unwrap();
+        assert_eq!(u.spec.to_string(), "zk://z1:2181/locks");
+        assert_eq!(u.access.user.as_deref(), Some("ops"));
+        let e = "zk://:pw@z1".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("needs a user") && !e.contains("pw@"), "{e}");
+        let e = "redis://u:pw@r?cacert=/x".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("rediss://") && e.contains("u:***@"), "{e}");
+        let e = "rediss://r?cert=/c".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("cert= and key="), "{e}");
+        assert!("lc://u:pw@h:1".parse::<ServerUrl>().is_err());
+        let u: ServerUrl = "etcd://root:pw@e1?cacert=/ca".parse().unwrap();
+        assert!(u.access.tls.is_some());
+        assert_eq!(u.spec.to_string(), "etcd://e1:2379");
+    }
+
+    #[test]
     fn unknown_or_bad_parameters_are_refused_naming_the_known_ones() {
         let e = "redis://r?tll=3s".parse::<ServerUrl>().unwrap_err();
         assert!(

@@ -4,10 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, Error};
+use etcd_client::{Certificate, Client, ConnectOptions, Error, Identity, TlsOptions};
 use tokio::time::Instant;
 
-use crate::backend::secret::Access;
+use crate::backend::secret::{Access, Tls};
 use crate::backend::{BackendError, Result};
 
 #[derive(Clone)]
@@ -30,7 +30,15 @@ impl Rpc {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Rpc> {
-        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let scheme = if access.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let urls: Vec<String> = endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
         let mut options = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
@@ -54,11 +62,12 @@ impl Rpc {
             }
             _ => {}
         }
-        if access.tls.is_some() {
-            return Err(BackendError::Unavailable {
-                server,
-                reason: "TLS to etcd is not supported yet (cacert=, cert=, key=)".into(),
-            });
+        if let Some(tls) = &access.tls {
+            let config = tls_options(tls).map_err(|reason| BackendError::Unavailable {
+                server: server.clone(),
+                reason,
+            })?;
+            options = options.with_tls(config);
         }
         let unavailable = |reason: String| BackendError::Unavailable {
             server: server.clone(),
@@ -170,6 +179,25 @@ impl Rpc {
             _ => BackendError::Protocol { server, reason },
         }
     }
+}
+
+/// TLS as etcdctl's `--cacert`, `--cert`, `--key` set it: the server
+/// checked against the CA file, else the system roots.
+fn tls_options(tls: &Tls) -> std::result::Result<TlsOptions, String> {
+    // One crypto provider for the process (a second install is a no-op).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = TlsOptions::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(Tls::read(ca, "CA file")?)),
+        None => config.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        config = config.identity(Identity::from_pem(
+            Tls::read(cert, "client certificate")?,
+            Tls::read(key, "client key")?,
+        ));
+    }
+    Ok(config)
 }
 
 /// etcd's answer to a wrong password (at connect) or to none where
