@@ -90,6 +90,10 @@ fn no_address_that_fails_to_parse_shows_its_password() {
         format!("lc://u:{PW}@127.0.0.1:1"),
         format!("http://u:{PW}@127.0.0.1:1"),
         format!("redis://u:{PW}%zz@127.0.0.1"),
+        format!("postgres://u:{PW}@127.0.0.1/d?sslmode=bogus"),
+        format!("postgres://u:{PW}@127.0.0.1/d?sslmode=verify-full&sslrootcert=/nonexistent"),
+        format!("etcd://u:{PW}@127.0.0.1?cacert=/nonexistent"),
+        format!("rediss://u:{PW}@127.0.0.1?cacert=/nonexistent"),
     ] {
         runs += check(&bad, &[]);
     }
