@@ -95,8 +95,9 @@ pub struct ServiceArgs {
     /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s].
     /// Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@...,
-    /// etcd://USER:PASSWORD@...; rediss:// is Redis over TLS
-    /// (&cacert=FILE&cert=FILE&key=FILE). Passwords can come from
+    /// etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with
+    /// cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full
+    /// and sslrootcert=FILE. Passwords can come from
     /// REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD,
     /// PGPASSWORD instead; none is ever printed
     #[arg(long, value_name = "URL")]
