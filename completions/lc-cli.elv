@@ -49,7 +49,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --command 'Run STRING through `sh -c`'
             cand --kill-after 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -n 'Do not wait: if KEY is held, exit with the conflict status at once'
             cand --nonblock 'Do not wait: if KEY is held, exit with the conflict status at once'
@@ -68,7 +68,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --command 'Run STRING through `sh -c`'
             cand --kill-after 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -q 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
             cand --quiet 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
@@ -78,7 +78,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --help 'Print help'
         }
         &'lc-cli;unlock'= {
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
@@ -92,7 +92,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand -E 'Exit status on timeout'
             cand --conflict-exit-code 'Exit status on timeout'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -q 'No line on stderr for a timeout'
             cand --quiet 'No line on stderr for a timeout'
@@ -103,7 +103,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         }
         &'lc-cli;reset'= {
             cand --source 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)'
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
@@ -112,7 +112,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         }
         &'lc-cli;keys'= {
             cand --sort 'Order: by key, or by age (the oldest hold first: the stuck one)'
-            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand --json 'One JSON object per key, one per line'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
@@ -125,7 +125,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --listen 'Address to listen on (loopback by default; port 0 picks a free one)'
             cand --data 'Keep held keys in a write-ahead log at PATH, so they survive a restart'
             cand --read-timeout 'How long a client may take to send its whole request'
-            cand --manager 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]'
+            cand --manager 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not]'
             cand --metrics 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

@@ -109,6 +109,7 @@ async fn run_round(
     con: &mut redis::Connection,
 ) -> (Vec<Duration>, u64, usize, Vec<(String, u64)>) {
     let config = BackendConfig {
+        access: Default::default(),
         server: url.parse::<ServerSpec>().unwrap(),
         session_timeout: Duration::from_secs(10),
         ttl: Duration::from_secs(30),

@@ -34,6 +34,7 @@ type Holder = (Box<dyn Backend>, Box<dyn HeldLock>);
 
 fn config(zk: &zk::Zk, root: &str) -> BackendConfig {
     BackendConfig {
+        access: Default::default(),
         server: ServerSpec::Zk {
             hosts: vec![zk.hosts()],
             root: root.to_string(),

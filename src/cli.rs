@@ -93,7 +93,13 @@ pub struct ServiceArgs {
     /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s],
     /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s],
     /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
-    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s].
+    /// Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@...,
+    /// etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with
+    /// cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full
+    /// and sslrootcert=FILE. Passwords can come from
+    /// REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD,
+    /// PGPASSWORD instead; none is ever printed
     #[arg(long, value_name = "URL")]
     pub server: Option<ServerUrl>,
 
@@ -268,7 +274,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub read_timeout: Duration,
 
-    /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1]
+    /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1,
+    /// on loopback when --listen is not]
     #[arg(long, value_name = "ADDR")]
     pub manager: Option<SocketAddr>,
 

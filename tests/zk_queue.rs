@@ -207,6 +207,7 @@ fn progress_reports_the_place_and_cancel_withdraws() {
             == i + 2));
     }
     let config = BackendConfig {
+        access: Default::default(),
         server: ServerSpec::Zk {
             hosts: vec![zk.hosts()],
             root: "/p".into(),

@@ -7,6 +7,7 @@ pub mod etcd;
 pub mod lc;
 pub mod postgres;
 pub mod redis;
+pub mod secret;
 mod tcp;
 pub mod zk;
 
@@ -20,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
     pub server: ServerSpec,
+    /// Credentials and TLS (ZooKeeper, Redis, etcd).
+    pub access: secret::Access,
     /// ZooKeeper session timeout.
     pub session_timeout: Duration,
     /// Redis lease on the lock key, renewed at a third of it; the etcd
@@ -39,6 +42,12 @@ pub const DEFAULT_ETCD_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl BackendConfig {
+    /// The address as output shows it: the user, and `***` for a password
+    /// the address held (never the password).
+    pub fn shown(&self) -> String {
+        self.access.show(&self.server.to_string())
+    }
+
     /// The address's tuning, or each default.
     pub fn new(url: ServerUrl, connect_timeout: Duration) -> Self {
         let t = url.tuning;
@@ -48,6 +57,7 @@ impl BackendConfig {
         };
         BackendConfig {
             server: url.spec,
+            access: url.access,
             session_timeout: t.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
             ttl: t.ttl.unwrap_or(default_ttl),
             queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
@@ -104,6 +114,7 @@ pub struct Tuning {
 pub struct ServerUrl {
     pub spec: ServerSpec,
     pub tuning: Tuning,
+    pub access: secret::Access,
 }
 
 pub const DEFAULT_SERVER: &str = "127.0.0.1:22119";
@@ -112,8 +123,15 @@ pub const DEFAULT_ZK_ROOT: &str = "/lc-cli";
 /// The query parameters each scheme knows, for the docs and the errors.
 pub const LC_PARAMS: &[&str] = &["manager"];
 pub const ZK_PARAMS: &[&str] = &["session-timeout"];
-pub const REDIS_PARAMS: &[&str] = &["ttl", "queue-timeout"];
-pub const ETCD_PARAMS: &[&str] = &["ttl"];
+pub const REDIS_PARAMS: &[&str] = &["ttl", "queue-timeout", "cacert", "cert", "key"];
+pub const ETCD_PARAMS: &[&str] = &["ttl", "cacert", "cert", "key"];
+
+/// Where each backend reads a password the address does not hold, as that
+/// service's own client does (redis-cli, etcdctl); ZooKeeper's has none.
+pub const REDIS_PASSWORD_ENV: &str = "REDISCLI_AUTH";
+pub const ZK_PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
+pub const ETCD_USER_ENV: &str = "ETCDCTL_USER";
+pub const ETCD_PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
 
 impl std::fmt::Display for ServerSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -152,6 +170,8 @@ impl std::str::FromStr for ServerUrl {
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let s = s.trim();
+        // Every message below quotes the address masked: never its password.
+        let shown = secret::mask(s);
         let (base, query) = match s.split_once('?') {
             Some((b, q)) => (b, q),
             None => (s, ""),
@@ -160,27 +180,27 @@ impl std::str::FromStr for ServerUrl {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some((name, value)) if !value.is_empty() => params.push((name, value)),
-                _ => {
-                    return Err(format!(
-                        "'{pair}' in '{}' is not NAME=VALUE",
-                        postgres::address::mask(s)
-                    ))
-                }
+                _ => return Err(format!("'{pair}' in '{shown}' is not NAME=VALUE")),
             }
         }
         let unknown = |name: &str, scheme: &str, known: &[&str]| {
             format!(
-                "unknown parameter '{name}' in '{s}' ({scheme} knows {})",
+                "unknown parameter '{name}' in '{shown}' ({scheme} knows {})",
                 known.join(", ")
             )
         };
         let duration = |name: &str, value: &str| {
-            crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{s}': {e}"))
+            crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{shown}': {e}"))
         };
         let mut tuning = Tuning::default();
+        let mut access = secret::Access::default();
         let pg = base
             .strip_prefix("postgres://")
             .or_else(|| base.strip_prefix("postgresql://"));
+        let redis = base
+            .strip_prefix("redis://")
+            .map(|r| (r, false))
+            .or_else(|| base.strip_prefix("rediss://").map(|r| (r, true)));
         let spec = if let Some(rest) = pg {
             ServerSpec::Postgres(postgres::address::parse(rest, &params, s)?)
         } else if let Some(rest) = base.strip_prefix("zk://") {
@@ -190,29 +210,62 @@ impl std::str::FromStr for ServerUrl {
                     _ => return Err(unknown(name, "zk://", ZK_PARAMS)),
                 }
             }
-            parse_zk(rest)?
-        } else if let Some(rest) = base.strip_prefix("redis://") {
+            let (a, rest) = split_credentials(rest, s, Some(ZK_PASSWORD_ENV))?;
+            if a.password.is_some() && a.user.is_none() {
+                return Err(format!(
+                    "'{shown}': ZooKeeper's digest authentication needs a user (zk://USER:PASSWORD@HOSTS)"
+                ));
+            }
+            access = a;
+            parse_zk(&rest)?
+        } else if let Some((rest, tls)) = redis {
+            let mut t = secret::Tls::default();
             for (name, value) in params {
                 match name {
                     "ttl" => tuning.ttl = Some(duration(name, value)?),
                     "queue-timeout" => tuning.queue_timeout = Some(duration(name, value)?),
+                    "cacert" | "cert" | "key" if tls => tls_param(&mut t, name, value),
+                    "cacert" | "cert" | "key" => {
+                        return Err(format!(
+                            "'{name}' in '{shown}' is a TLS setting: use rediss://"
+                        ))
+                    }
                     _ => return Err(unknown(name, "redis://", REDIS_PARAMS)),
                 }
             }
-            parse_redis(rest)?
+            let (a, rest) = split_credentials(rest, s, Some(REDIS_PASSWORD_ENV))?;
+            check_tls(&t, &shown)?;
+            access = a;
+            access.tls = tls.then_some(t);
+            parse_redis(&rest)?
         } else if let Some(rest) = base.strip_prefix("etcd://") {
+            let mut t = secret::Tls::default();
+            let mut tls = false;
             for (name, value) in params {
                 match name {
                     "ttl" => tuning.ttl = Some(duration(name, value)?),
+                    "cacert" | "cert" | "key" => {
+                        tls = true;
+                        tls_param(&mut t, name, value)
+                    }
                     _ => return Err(unknown(name, "etcd://", ETCD_PARAMS)),
                 }
             }
-            parse_etcd(rest)?
+            let (a, rest) = split_credentials(rest, s, Some(ETCD_PASSWORD_ENV))?;
+            check_tls(&t, &shown)?;
+            access = etcd_user_from_env(a);
+            access.tls = tls.then_some(t);
+            parse_etcd(&rest)?
         } else {
             let addr = base.strip_prefix("lc://").unwrap_or(base);
             if addr.contains("://") {
                 return Err(format!(
-                    "unknown server scheme in '{s}' (use host:port, lc://, zk://, redis://, etcd:// or postgres://)"
+                    "unknown server scheme in '{shown}' (use host:port, lc://, zk://, redis://, rediss://, etcd:// or postgres://)"
+                ));
+            }
+            if addr.contains('@') {
+                return Err(format!(
+                    "'{shown}': the built-in server takes no credentials (see the README's Security section)"
                 ));
             }
             let mut manager = None;
@@ -227,7 +280,66 @@ impl std::str::FromStr for ServerUrl {
                 manager,
             }
         };
-        Ok(ServerUrl { spec, tuning })
+        Ok(ServerUrl {
+            spec,
+            tuning,
+            access,
+        })
+    }
+}
+
+/// `[USER[:PASSWORD]@]HOSTS[/PATH]` -> the credentials and `HOSTS[/PATH]`.
+fn split_credentials(
+    rest: &str,
+    whole: &str,
+    env_password: Option<&str>,
+) -> std::result::Result<(secret::Access, String), String> {
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (access, hosts) = secret::split_userinfo(authority, whole, env_password)?;
+    Ok((access, format!("{hosts}{path}")))
+}
+
+/// etcdctl's ETCDCTL_USER (`USER` or `USER:PASSWORD`), when the address
+/// names no user.
+fn etcd_user_from_env(mut access: secret::Access) -> secret::Access {
+    if access.user.is_some() {
+        return access;
+    }
+    let Ok(value) = std::env::var(ETCD_USER_ENV) else {
+        return access;
+    };
+    match value.split_once(':') {
+        Some((user, password)) => {
+            access.user = Some(user.to_string());
+            if access.password.is_none() {
+                access.password = Some(secret::Secret::new(password.to_string()));
+            }
+        }
+        None if !value.is_empty() => access.user = Some(value),
+        None => {}
+    }
+    access
+}
+
+/// A client certificate is a pair.
+fn check_tls(t: &secret::Tls, shown: &str) -> std::result::Result<(), String> {
+    if t.cert.is_some() != t.key.is_some() {
+        return Err(format!(
+            "'{shown}': a client certificate needs both cert= and key="
+        ));
+    }
+    Ok(())
+}
+
+fn tls_param(t: &mut secret::Tls, name: &str, value: &str) {
+    let path = Some(std::path::PathBuf::from(value));
+    match name {
+        "cacert" => t.ca = path,
+        "cert" => t.cert = path,
+        _ => t.key = path,
     }
 }
 
@@ -631,6 +743,39 @@ mod tests {
         assert_eq!(u.spec.to_string().parse::<ServerUrl>().unwrap(), u);
         let config = BackendConfig::new("redis://r".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(config.ttl, DEFAULT_TTL);
+    }
+
+    #[test]
+    fn credentials_and_tls_are_parsed_and_never_shown() {
+        let u: ServerUrl = "rediss://locker:pw%2Fx@r1,r2:7000/3?cacert=/ca.pem&ttl=3s"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u.spec,
+            ServerSpec::Redis {
+                nodes: vec!["r1:6379".into(), "r2:7000".into()],
+                db: 3
+            }
+        );
+        assert_eq!(u.access.user.as_deref(), Some("locker"));
+        assert_eq!(u.access.password.as_ref().map(|p| p.expose()), Some("pw/x"));
+        let tls = u.access.tls.clone().unwrap();
+        assert_eq!(tls.ca, Some("/ca.pem".into()));
+        let config = BackendConfig::new(u, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.shown(), "rediss://locker:***@r1:6379,r2:7000/3");
+        let u: ServerUrl = "zk://ops:pw@z1/locks".parse().unwrap();
+        assert_eq!(u.spec.to_string(), "zk://z1:2181/locks");
+        assert_eq!(u.access.user.as_deref(), Some("ops"));
+        let e = "zk://:pw@z1".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("needs a user") && !e.contains("pw@"), "{e}");
+        let e = "redis://u:pw@r?cacert=/x".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("rediss://") && e.contains("u:***@"), "{e}");
+        let e = "rediss://r?cert=/c".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("cert= and key="), "{e}");
+        assert!("lc://u:pw@h:1".parse::<ServerUrl>().is_err());
+        let u: ServerUrl = "etcd://root:pw@e1?cacert=/ca".parse().unwrap();
+        assert!(u.access.tls.is_some());
+        assert_eq!(u.spec.to_string(), "etcd://e1:2379");
     }
 
     #[test]

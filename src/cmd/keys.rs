@@ -22,7 +22,7 @@ pub fn run(
         let keys = backend.keys().await;
         backend.close().await;
         keys.or_fail()
-            .with_context(|| format!("list keys on {}", config.server))
+            .with_context(|| format!("list keys on {}", config.shown()))
     })?;
     if let Some(p) = pattern {
         let glob = WildMatch::new(p);

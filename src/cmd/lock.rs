@@ -78,7 +78,7 @@ pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Resul
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.
         let mut signals = Signals::install()?;
-        let context = || format!("lock '{}' on {}", options.key, config.server);
+        let context = || format!("lock '{}' on {}", options.key, config.shown());
         super::check_source_shape(&options.source).with_context(context)?;
         if matches!(options.command, CommandSpec::Detach) && !config.server.keeps_detached_holds() {
             return Err(fail(
@@ -106,7 +106,7 @@ async fn hold_and_run(
     verbose: bool,
 ) -> Result<ExitCode> {
     let key = &options.key;
-    let server = config.server.to_string();
+    let server = config.shown();
     // `-w 0` tries once, as flock takes it.
     let nonblock = options.nonblock || options.timeout == Some(Duration::ZERO);
     let request = LockRequest {
@@ -260,7 +260,7 @@ async fn run_child(
     };
     // Released whatever happened to the command (even if it could not be waited for).
     release(held, key, config).await?;
-    let end = end.with_context(|| format!("command holding '{key}' on {}", config.server))?;
+    let end = end.with_context(|| format!("command holding '{key}' on {}", config.shown()))?;
     Ok(end.exit_code())
 }
 

@@ -43,7 +43,7 @@ fn mask_passwords(e: clap::Error) -> clap::Error {
         .map(|word| {
             let quoted = word.trim_matches('\'');
             if quoted.contains("://") {
-                word.replace(quoted, &crate::backend::postgres::address::mask(quoted))
+                word.replace(quoted, &crate::backend::secret::mask(quoted))
             } else {
                 word.to_string()
             }
@@ -171,7 +171,7 @@ fn deprecated(flag: &str, instead: &str) {
 fn server_from_env() -> Result<ServerUrl> {
     match std::env::var("LC_SERVER") {
         Ok(value) if !value.trim().is_empty() => value.parse().map_err(|e| {
-            let shown = crate::backend::postgres::address::mask(&value);
+            let shown = crate::backend::secret::mask(&value);
             fail(ExitCode::Usage, format!("invalid LC_SERVER '{shown}': {e}"))
         }),
         _ => Ok(crate::backend::DEFAULT_SERVER
@@ -213,7 +213,8 @@ pub(crate) trait OrFail<T> {
 
 impl<T> OrFail<T> for crate::backend::Result<T> {
     fn or_fail(self) -> Result<T> {
-        self.map_err(|e| fail(status_of(&e), e.to_string()))
+        // A library's message could quote what it was given: scrubbed.
+        self.map_err(|e| fail(status_of(&e), crate::backend::secret::scrub(&e.to_string())))
     }
 }
 
@@ -253,7 +254,7 @@ pub(crate) fn check_source_shape(source: &str) -> Result<()> {
 /// command that acts on `key` where this one did. `--server` is left out
 /// when it is the default and LC_SERVER does not say otherwise.
 pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) -> String {
-    let server = config.server.to_string();
+    let server = config.shown();
     let implied = match std::env::var("LC_SERVER") {
         Ok(v) if !v.trim().is_empty() => {
             v.parse::<ServerUrl>().map(|u| u.spec) == Ok(config.server.clone())

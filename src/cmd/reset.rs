@@ -13,12 +13,13 @@ use crate::exit::ExitCode;
 pub fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
     let keys: Vec<&str> = args.keys.iter().map(String::as_str).collect();
     for source in &args.source {
-        super::check_source_shape(source).with_context(|| format!("reset on {}", config.server))?;
+        super::check_source_shape(source)
+            .with_context(|| format!("reset on {}", config.shown()))?;
     }
     super::block_on(async {
         let backend = super::connect_for(config, &keys)
             .await
-            .with_context(|| format!("reset on {}", config.server))?;
+            .with_context(|| format!("reset on {}", config.shown()))?;
         let result = reset_all(&*backend, config, &keys, &args.source).await;
         backend.close().await;
         result
@@ -41,7 +42,7 @@ async fn reset_all(
             .reset_key(key)
             .await
             .or_fail()
-            .with_context(|| format!("reset of '{key}' on {}", config.server))?;
+            .with_context(|| format!("reset of '{key}' on {}", config.shown()))?;
         match held.as_ref().map(|h| h.iter().find(|k| k.key == *key)) {
             Some(Some(info)) => say(format!("released '{key}' {}", describe(info, now)))?,
             Some(None) => say(format!("'{key}' was not held"))?,
@@ -53,7 +54,7 @@ async fn reset_all(
             .reset_source(source)
             .await
             .or_fail()
-            .with_context(|| format!("reset of source '{source}' on {}", config.server))?;
+            .with_context(|| format!("reset of source '{source}' on {}", config.shown()))?;
         match &held {
             Some(held) => {
                 let mine: Vec<&KeyInfo> = held.iter().filter(|k| k.source == *source).collect();

@@ -30,17 +30,20 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         OpenError::InUse(e) => fail(ExitCode::LogInUse, format!("refusing to start: {e}")),
         OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
     })?;
+    let exposed = !args.listen.ip().is_loopback();
     let manager_addr = match args.manager {
         Some(addr) => addr,
-        None => next_port(args.listen).ok_or_else(|| {
-            fail(
-                ExitCode::Usage,
-                format!(
-                    "no manager port after {}: give one with --manager ADDR",
-                    args.listen
-                ),
-            )
-        })?,
+        None => next_port(args.listen)
+            .map(|m| loopback_unless_asked(m, exposed))
+            .ok_or_else(|| {
+                fail(
+                    ExitCode::Usage,
+                    format!(
+                        "no manager port after {}: give one with --manager ADDR",
+                        args.listen
+                    ),
+                )
+            })?,
     };
     runtime.block_on(async {
         let lock = bind(args.listen, "listen").await?;
@@ -60,6 +63,15 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         let mut banner = format!("listening on {addr}\nmanager on {manager_addr}\n");
         if let Some(m) = &metrics {
             banner.push_str(&format!("metrics on {}\n", m.local_addr()?));
+        }
+        if exposed {
+            // One line, before the banner's listeners: the port has no
+            // authentication at all.
+            eprintln!(
+                "lc-cli serve: warning: {addr} is not a loopback address, and the lock protocol \
+                 has no authentication: anyone who reaches it can take and release any key \
+                 (see the Security section of the README)"
+            );
         }
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(banner.as_bytes());
@@ -84,6 +96,20 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         server.serve(listeners, shutdown).await?;
         Ok(ExitCode::Success)
     })
+}
+
+/// The manager port can reset every key: on a listen address that is not
+/// loopback it stays on loopback unless `--manager` names one (the
+/// reference server opens it beside the lock port).
+fn loopback_unless_asked(manager: SocketAddr, exposed: bool) -> SocketAddr {
+    if !exposed {
+        return manager;
+    }
+    let ip: std::net::IpAddr = match manager.ip() {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+    };
+    SocketAddr::new(ip, manager.port())
 }
 
 /// The manager's default address: on the same host, the port the protocol

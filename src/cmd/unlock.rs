@@ -19,7 +19,7 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
         ));
     }
     super::block_on(async {
-        let context = || format!("unlock '{key}' on {}", config.server);
+        let context = || format!("unlock '{key}' on {}", config.shown());
         let backend = super::connect_for(config, &[key])
             .await
             .with_context(context)?;
@@ -32,7 +32,7 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
                     format!(
                         "{}: {e}; clear it with `lc-cli --server {} reset {}`",
                         context(),
-                        super::shell_quote(&config.server.to_string()),
+                        super::shell_quote(&config.shown()),
                         super::shell_quote(key)
                     ),
                 ))
@@ -45,7 +45,7 @@ pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
             // Not an lc-cli failure: the same status as "the lock was not taken".
             Err(fail(
                 ExitCode::Conflict,
-                format!("unlock '{key}' on {}: it was not held", config.server),
+                format!("unlock '{key}' on {}: it was not held", config.shown()),
             ))
         }
     })

@@ -45,7 +45,7 @@ pub async fn wait_for_grant(
     signals: &mut Signals,
 ) -> Waited {
     let key = &request.key;
-    let server = config.server.to_string();
+    let server = config.shown();
     let cancel = CancellationToken::new();
     let started = Instant::now();
     // The place in line as the backend last reported it.

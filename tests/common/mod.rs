@@ -83,6 +83,7 @@ pub mod pg;
 pub mod proxy;
 pub mod redis;
 pub mod timeline;
+pub mod tls;
 pub mod zk;
 
 /// How long a negative check watches for something that must not happen

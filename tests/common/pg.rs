@@ -27,7 +27,7 @@ pub fn bin_dir() -> PathBuf {
     dirs.pop().expect("no /usr/lib/postgresql/*/bin/initdb")
 }
 
-fn postgres_ids() -> (u32, u32) {
+pub fn postgres_ids() -> (u32, u32) {
     let out = Command::new("id")
         .args(["-u", "postgres"])
         .output()

@@ -13,6 +13,10 @@ pub struct RedisServer {
     child: Option<Child>,
     /// The AOF's directory; None: volatile.
     dir: Option<tempfile::TempDir>,
+    /// More redis-server options (a password, TLS).
+    extra: Vec<String>,
+    /// The default user's password, for the test's own connections.
+    password: Option<String>,
 }
 
 /// A port nobody listens on right now (bound to 0 and read back).
@@ -50,18 +54,32 @@ impl RedisServer {
             port,
             child: None,
             dir: Some(aof_dir()),
+            extra: Vec::new(),
+            password: None,
         };
         assert!(server.try_start(), "redis-server did not start on {port}");
         server
     }
 
     fn start_mode(durable: bool) -> RedisServer {
+        RedisServer::start_secured(durable, &[], None)
+    }
+
+    /// A node with more options (`--tls-port`, ...) whose default user needs
+    /// `password`, when given (`--requirepass` is added here).
+    pub fn start_secured(durable: bool, extra: &[String], password: Option<&str>) -> RedisServer {
+        let mut extra = extra.to_vec();
+        if let Some(p) = password {
+            extra.extend(["--requirepass".to_string(), p.to_string()]);
+        }
         // Redis cannot bind port 0, so pick a free port and retry on a race.
         for _ in 0..5 {
             let mut server = RedisServer {
                 port: free_port(),
                 child: None,
                 dir: durable.then(aof_dir),
+                extra: extra.clone(),
+                password: password.map(str::to_string),
             };
             if server.try_start() {
                 return server;
@@ -80,6 +98,7 @@ impl RedisServer {
                 .arg(dir.path()),
             None => cmd.args(["--appendonly", "no"]),
         };
+        cmd.args(&self.extra);
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -136,7 +155,10 @@ impl RedisServer {
     }
 
     fn url_plain(&self) -> String {
-        format!("redis://{}/", self.addr())
+        match &self.password {
+            Some(p) => format!("redis://:{p}@{}/", self.addr()),
+            None => format!("redis://{}/", self.addr()),
+        }
     }
 
     /// The `--server` value for this one node.

@@ -43,7 +43,8 @@ impl EtcdBackend {
         let timeout = (config.ttl / 3).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let rpc = Rpc::connect(
             endpoints,
-            config.server.to_string(),
+            config.shown(),
+            &config.access,
             timeout,
             config.connect_timeout,
         )

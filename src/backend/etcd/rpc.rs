@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, Error};
+use etcd_client::{Certificate, Client, ConnectOptions, Error, Identity, TlsOptions};
 use tokio::time::Instant;
 
+use crate::backend::secret::{Access, Tls};
 use crate::backend::{BackendError, Result};
 
 #[derive(Clone)]
@@ -25,20 +26,63 @@ impl Rpc {
     pub async fn connect(
         endpoints: &[String],
         server: String,
+        access: &Access,
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Rpc> {
-        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
-        let options = ConnectOptions::new()
+        let scheme = if access.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let urls: Vec<String> = endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        // etcd's own user and password (etcdctl --user): the client asks
+        // for a token at connect time, so a wrong password fails here.
+        match (&access.user, &access.password) {
+            (Some(user), Some(password)) => {
+                // A hold can outlive the token (simple tokens last 5 min).
+                options = options
+                    .with_user(user.clone(), password.expose().to_string())
+                    .with_auto_token_refresh(true)
+            }
+            (None, Some(_)) => {
+                return Err(BackendError::Unavailable {
+                    server,
+                    reason: format!(
+                        "etcd needs a user with the password (etcd://USER:PASSWORD@HOSTS or {})",
+                        crate::backend::ETCD_USER_ENV
+                    ),
+                })
+            }
+            _ => {}
+        }
+        if let Some(tls) = &access.tls {
+            let config = tls_options(tls).map_err(|reason| BackendError::Unavailable {
+                server: server.clone(),
+                reason,
+            })?;
+            options = options.with_tls(config);
+        }
         let unavailable = |reason: String| BackendError::Unavailable {
             server: server.clone(),
             reason,
         };
-        let client = Client::connect(&urls, Some(options))
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
+        let client = Client::connect(&urls, Some(options)).await.map_err(|e| {
+            match refused_credentials(&e) {
+                // A wrong password is refused, as PostgreSQL's is (76).
+                true => BackendError::Refused {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                },
+                false => unavailable(e.to_string()),
+            }
+        })?;
         let rpc = Rpc {
             client,
             server: server.clone(),
@@ -52,6 +96,12 @@ impl Rpc {
                 tokio::time::timeout(left, async { rpc.client.clone().get("\0", None).await });
             let failure = match probe.await {
                 Ok(Ok(_)) => return Ok(rpc),
+                Ok(Err(e)) if refused_credentials(&e) => {
+                    return Err(BackendError::Refused {
+                        server: server.clone(),
+                        reason: format!("etcd wants a user and password: {e}"),
+                    })
+                }
                 Ok(Err(e)) => match rpc.error("connecting", e) {
                     BackendError::Unavailable { reason, .. } => reason,
                     e => return Err(e),
@@ -129,6 +179,32 @@ impl Rpc {
             _ => BackendError::Protocol { server, reason },
         }
     }
+}
+
+/// TLS as etcdctl's `--cacert`, `--cert`, `--key` set it: the server
+/// checked against the CA file, else the system roots.
+fn tls_options(tls: &Tls) -> std::result::Result<TlsOptions, String> {
+    // One crypto provider for the process (a second install is a no-op).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = TlsOptions::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(Tls::read(ca, "CA file")?)),
+        None => config.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        config = config.identity(Identity::from_pem(
+            Tls::read(cert, "client certificate")?,
+            Tls::read(key, "client key")?,
+        ));
+    }
+    Ok(config)
+}
+
+/// etcd's answer to a wrong password (at connect) or to none where
+/// authentication is on (on the first request): both InvalidArgument.
+fn refused_credentials(e: &Error) -> bool {
+    matches!(e, Error::GRpcStatus(s) if s.message().contains("authentication failed")
+        || s.message().contains("user name is empty"))
 }
 
 /// "lease not found", as mapped by [`Rpc::error`].

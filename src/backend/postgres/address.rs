@@ -1,4 +1,4 @@
-//! `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]`: parsing, and
+//! `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s&sslmode=prefer]`: parsing, and
 //! the displayed form, which never shows the password.
 
 use std::fmt;
@@ -7,17 +7,56 @@ use std::time::Duration;
 pub const DEFAULT_PORT: u16 = 5432;
 /// See [`PgAddress::keepalive`].
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
-pub const PARAMS: &[&str] = &["keepalive"];
+pub const PARAMS: &[&str] = &["keepalive", "sslmode", "sslrootcert"];
 
-/// A password that no `Display` or `Debug` shows.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
+/// libpq's `sslmode` (also from PGSSLMODE), its default `prefer` included.
+/// `verify-ca` is not offered: rustls always checks the host name, so it
+/// would be `verify-full` under another name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SslMode {
+    /// Plain TCP.
+    Disable,
+    /// TLS when the server offers it, unverified; else plain TCP.
+    #[default]
+    Prefer,
+    /// TLS or nothing, unverified (encryption against a passive listener
+    /// only, as libpq's `require` without a root certificate).
+    Require,
+    /// TLS, the certificate checked against `sslrootcert` (PGSSLROOTCERT),
+    /// else the system roots, and its name against the host.
+    VerifyFull,
+}
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
+impl SslMode {
+    pub const NAMES: &'static [&'static str] = &["disable", "prefer", "require", "verify-full"];
+
+    fn parse(value: &str, shown: &str) -> Result<SslMode, String> {
+        Ok(match value {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-full" => SslMode::VerifyFull,
+            _ => {
+                return Err(format!(
+                    "sslmode '{value}' in '{shown}': lc-cli knows {}",
+                    SslMode::NAMES.join(", ")
+                ))
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyFull => "verify-full",
+        }
     }
 }
+
+use crate::backend::secret::decode;
+pub use crate::backend::secret::{mask, Secret};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgAddress {
@@ -31,6 +70,9 @@ pub struct PgAddress {
     /// no sooner than this after it last heard from us, and lc-cli stops a
     /// command it cannot confirm the session for before then.
     pub keepalive: Duration,
+    pub sslmode: SslMode,
+    /// The CA file of `verify-full` (PEM); None: the system roots.
+    pub sslrootcert: Option<std::path::PathBuf>,
 }
 
 impl fmt::Display for PgAddress {
@@ -46,49 +88,23 @@ impl fmt::Display for PgAddress {
             "postgres://{}{password}@{host}:{}/{}",
             self.user, self.port, self.db
         )?;
+        let mut params = Vec::new();
         if self.keepalive != DEFAULT_KEEPALIVE {
-            write!(
-                f,
-                "?keepalive={}",
+            params.push(format!(
+                "keepalive={}",
                 humantime::format_duration(self.keepalive)
-            )?;
+            ));
+        }
+        if self.sslmode != SslMode::default() {
+            params.push(format!("sslmode={}", self.sslmode.name()));
+        }
+        if let Some(ca) = &self.sslrootcert {
+            params.push(format!("sslrootcert={}", ca.display()));
+        }
+        if !params.is_empty() {
+            write!(f, "?{}", params.join("&"))?;
         }
         Ok(())
-    }
-}
-
-/// `%XX` escapes as the libpq URL form allows them.
-fn decode(s: &str, whole: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("a bad %-escape in '{}'", mask(whole)))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("'{}' is not UTF-8 once decoded", mask(whole)))
-}
-
-/// The address as an error may show it: the password replaced.
-pub fn mask(whole: &str) -> String {
-    let Some((scheme, rest)) = whole.split_once("://") else {
-        return whole.to_string();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => whole.to_string(),
-        },
-        None => whole.to_string(),
     }
 }
 
@@ -96,8 +112,17 @@ pub fn mask(whole: &str) -> String {
 pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddress, String> {
     let shown = mask(whole);
     let mut keepalive = DEFAULT_KEEPALIVE;
+    let mut sslmode = match std::env::var("PGSSLMODE") {
+        Ok(v) if !v.is_empty() => SslMode::parse(&v, "PGSSLMODE")?,
+        _ => SslMode::default(),
+    };
+    let mut sslrootcert = std::env::var_os("PGSSLROOTCERT")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
     for (name, value) in params {
         match *name {
+            "sslmode" => sslmode = SslMode::parse(value, &shown)?,
+            "sslrootcert" => sslrootcert = Some(std::path::PathBuf::from(value)),
             "keepalive" => {
                 keepalive = crate::duration::parse_duration(value)
                     .map_err(|e| format!("keepalive in '{shown}': {e}"))?;
@@ -120,7 +145,7 @@ pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddre
     };
     let (user, password) = match userinfo {
         Some(u) => match u.split_once(':') {
-            Some((user, pw)) => (decode(user, whole)?, Some(Secret(decode(pw, whole)?))),
+            Some((user, pw)) => (decode(user, whole)?, Some(Secret::new(decode(pw, whole)?))),
             None => (decode(u, whole)?, None),
         },
         None => (String::new(), None),
@@ -143,6 +168,8 @@ pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddre
         port,
         db,
         keepalive,
+        sslmode,
+        sslrootcert,
     })
 }
 
@@ -183,13 +210,13 @@ pub fn password_for(a: &PgAddress) -> Option<String> {
         return Some(p.0.clone());
     }
     if let Ok(p) = std::env::var("PGPASSWORD") {
-        return Some(p);
+        return Some(Secret::new(p).0);
     }
     let file = std::env::var_os("PGPASSFILE")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pgpass")))?;
     let text = std::fs::read_to_string(file).ok()?;
-    pgpass_lookup(&text, a)
+    pgpass_lookup(&text, a).map(|p| Secret::new(p).0)
 }
 
 fn pgpass_lookup(text: &str, a: &PgAddress) -> Option<String> {
@@ -289,6 +316,25 @@ mod tests {
         let a = parse("u@h/d", &[("keepalive", "30s")], "x").unwrap();
         assert_eq!(a.keepalive, Duration::from_secs(30));
         assert_eq!(a.to_string(), "postgres://u@h:5432/d?keepalive=30s");
+    }
+
+    #[test]
+    fn sslmode_and_sslrootcert() {
+        let a = p("postgres://u@h/d");
+        assert_eq!(a.sslmode, SslMode::Prefer);
+        let a = parse(
+            "u@h/d",
+            &[("sslmode", "verify-full"), ("sslrootcert", "/ca.pem")],
+            "x",
+        )
+        .unwrap();
+        assert_eq!(a.sslmode, SslMode::VerifyFull);
+        assert_eq!(
+            a.to_string(),
+            "postgres://u@h:5432/d?sslmode=verify-full&sslrootcert=/ca.pem"
+        );
+        let e = parse("u@h/d", &[("sslmode", "verify-ca")], "x").unwrap_err();
+        assert!(e.contains("verify-full"), "{e}");
     }
 
     #[test]

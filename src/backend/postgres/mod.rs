@@ -21,6 +21,7 @@ pub mod address;
 mod held;
 mod keys;
 mod session;
+mod tls;
 
 use std::time::Duration;
 

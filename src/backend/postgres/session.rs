@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 
-use super::address::{password_for, PgAddress};
+use super::address::{password_for, PgAddress, SslMode};
 use crate::backend::{BackendError, Result};
 
 pub struct Session {
@@ -61,7 +60,16 @@ impl Session {
         if let Some(pw) = password_for(a) {
             c.password(pw);
         }
-        let connected = tokio::time::timeout(connect_timeout, c.connect(NoTls)).await;
+        c.ssl_mode(match a.sslmode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyFull => tokio_postgres::config::SslMode::Require,
+        });
+        let tls = super::tls::connector(a).map_err(|reason| BackendError::Unavailable {
+            server: server.clone(),
+            reason,
+        })?;
+        let connected = tokio::time::timeout(connect_timeout, c.connect(tls)).await;
         let (client, connection) = match connected {
             Err(_) => {
                 return Err(BackendError::Unavailable {

@@ -184,6 +184,22 @@ impl Quorum {
             let rejected = answers
                 .iter()
                 .any(|a| matches!(a, Err(NodeError::Server(_))));
+            let marked = |prefix: &str| {
+                answers
+                    .iter()
+                    .any(|a| matches!(a, Err(NodeError::Server(e)) if e.starts_with(prefix)))
+            };
+            // Credentials are refused (76, as on PostgreSQL); a server
+            // whose certificate is not trusted is not reached (69).
+            if marked(node::REFUSED) {
+                return Err(BackendError::Refused {
+                    server: self.server.clone(),
+                    reason: self.failures(&answers),
+                });
+            }
+            if marked(node::UNTRUSTED) {
+                return Err(self.unavailable(self.failures(&answers)));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if rejected || left.is_zero() {
                 return Err(err);
@@ -296,17 +312,18 @@ impl RedisBackend {
         };
         let mut built = Vec::new();
         for addr in nodes {
-            let node = Node::new(addr, *db, config.connect_timeout).map_err(|reason| {
-                BackendError::Unavailable {
-                    server: config.server.to_string(),
-                    reason,
-                }
-            })?;
+            let node =
+                Node::new(addr, *db, &config.access, config.connect_timeout).map_err(|reason| {
+                    BackendError::Unavailable {
+                        server: config.shown(),
+                        reason,
+                    }
+                })?;
             built.push(Arc::new(node));
         }
         let quorum = Arc::new(Quorum {
             nodes: built,
-            server: config.server.to_string(),
+            server: config.shown(),
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
         });
@@ -696,6 +713,7 @@ mod tests {
                         Node::new(
                             &format!("127.0.0.1:{}", 1000 + i),
                             0,
+                            &Default::default(),
                             Duration::from_secs(1),
                         )
                         .unwrap(),

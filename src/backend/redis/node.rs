@@ -6,7 +6,12 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, FromRedisValue,
+    IntoConnectionInfo, RedisConnectionInfo, RedisError, ScriptInvocation, TlsCertificates,
+};
+
+use crate::backend::secret::{Access, Tls};
 use tokio::sync::Mutex;
 
 /// What went wrong on one node.
@@ -68,6 +73,86 @@ fn parse_info(info: &str) -> Option<(String, u64, bool)> {
     ))
 }
 
+/// The client for one node: AUTH (ACL user or the password alone) on every
+/// connection it makes, over TLS for `rediss://`.
+fn client_for(addr: &str, db: i64, access: &Access) -> std::result::Result<Client, String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("'{addr}' is not HOST:PORT"))?;
+    let mut redis = RedisConnectionInfo::default().set_db(db);
+    if let Some(user) = &access.user {
+        redis = redis.set_username(user);
+    }
+    if let Some(password) = &access.password {
+        redis = redis.set_password(password.expose());
+    }
+    let Some(tls) = &access.tls else {
+        let info = ConnectionAddr::Tcp(host.to_string(), port)
+            .into_connection_info()
+            .map_err(|e| e.to_string())?
+            .set_redis_settings(redis);
+        return Client::open(info).map_err(|e| e.to_string());
+    };
+    // One crypto provider for the process (a second install is a no-op).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client_tls = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: Tls::read(cert, "client certificate")?,
+            client_key: Tls::read(key, "client key")?,
+        }),
+        (None, None) => None,
+        _ => return Err("a client certificate needs both cert= and key=".into()),
+    };
+    let root_cert = match &tls.ca {
+        Some(ca) => Some(Tls::read(ca, "CA file")?),
+        None => None,
+    };
+    let info = ConnectionAddr::TcpTls {
+        host: host.to_string(),
+        port,
+        insecure: false,
+        tls_params: None,
+    }
+    .into_connection_info()
+    .map_err(|e| e.to_string())?
+    .set_redis_settings(redis);
+    Client::build_with_tls(
+        info,
+        TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// How a node error that refused lc-cli's credentials begins: trying
+/// again does not help, and it is no protocol error.
+pub const REFUSED: &str = "credentials: ";
+/// How a failed TLS handshake (an untrusted certificate) begins: as
+/// unreachable, but not worth retrying.
+pub const UNTRUSTED: &str = "TLS: ";
+
+/// A wrong or missing password, or an ACL that forbids us.
+fn is_refusal(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
+/// A TLS handshake that failed: the server's certificate is not trusted.
+fn is_untrusted(e: &RedisError) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        source = s.source();
+    }
+    // The TLS error reaches us as an I/O error's text.
+    e.is_io_error() && e.to_string().contains("peer certificate")
+}
+
 fn is_transport(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
@@ -80,9 +165,10 @@ impl Node {
     pub fn new(
         addr: &str,
         db: i64,
+        access: &Access,
         connect_timeout: Duration,
     ) -> std::result::Result<Node, String> {
-        let client = Client::open(format!("redis://{addr}/{db}")).map_err(|e| e.to_string())?;
+        let client = client_for(addr, db, access)?;
         // A script answers in well under a millisecond; a node that takes
         // longer than the connect timeout to answer is treated as down.
         let config = AsyncConnectionConfig::new()
@@ -107,6 +193,8 @@ impl Node {
         .await
         {
             Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) if is_refusal(&e) => Err(NodeError::Server(format!("{REFUSED}{e}"))),
+            Ok(Err(e)) if is_untrusted(&e) => Err(NodeError::Server(format!("{UNTRUSTED}{e}"))),
             Ok(Err(e)) => Err(NodeError::Transport(e.to_string())),
             Err(_) => Err(NodeError::Transport(format!(
                 "no connection within {:?}",
@@ -133,7 +221,9 @@ impl Node {
     /// may refuse: then it is taken as not durable).
     async fn learn_incarnation(&self, c: &mut MultiplexedConnection) -> NodeResult<()> {
         let info: String = redis::cmd("INFO").query_async(c).await.map_err(|e| {
-            if is_transport(&e) {
+            if is_refusal(&e) {
+                NodeError::Server(format!("{REFUSED}{e}"))
+            } else if is_transport(&e) {
                 NodeError::Transport(e.to_string())
             } else {
                 NodeError::Server(format!("INFO: {e}"))

@@ -196,7 +196,7 @@ impl HeldLock for ZkHeld {
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
         let data = NodeData::new(Mode::Detached, &self.source).encode();
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let options = zk::CreateMode::Persistent.with_acls(self.s.acls);
         let (node, target, data, options) =
             (self.node.as_str(), persistent.as_str(), &data, &options);
         let result = self

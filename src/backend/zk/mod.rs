@@ -53,7 +53,8 @@ impl ZkBackend {
         }
         let session = Session::connect(
             hosts,
-            config.server.to_string(),
+            config.shown(),
+            &config.access,
             config.session_timeout,
             config.connect_timeout,
         )

@@ -63,8 +63,8 @@ pub async fn acquire(
 async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
     let prefix = names::new_prefix();
     let path = format!("{dir}/{prefix}");
-    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(s.acls);
+    let container = zk::CreateMode::Container.with_acls(s.acls);
     let deadline = tokio::time::Instant::now() + s.retry_for;
     // Each round either creates, finds, or makes the parents: bounded, since
     // a container reaped under us is the only way to see NoNode twice.

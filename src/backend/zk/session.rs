@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use zookeeper_client as zk;
 
-use crate::backend::{BackendError, Result};
+use crate::backend::secret::Access;
+use crate::backend::{BackendError, Result, ZK_PASSWORD_ENV};
 
 /// How long a close waits for the server to confirm.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -36,7 +37,18 @@ pub struct Session {
     pub retry_for: Duration,
     contact: Arc<Contact>,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// The ACL of every node we create: open to all without credentials
+    /// (Curator's default, so its clients share the queue); with them, all
+    /// rights for our identity and read for the world, so anyone can list
+    /// and watch the queue but only that identity can join or delete it.
+    pub acls: zk::Acls<'static>,
 }
+
+/// Digest identity: every right; everyone else: read (list, watch, `keys`).
+static CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
+    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+];
 
 /// When we last heard the server, as the send time of the latest request
 /// it answered: the server had heard from us by then, so it cannot have
@@ -106,6 +118,7 @@ async fn heartbeat(client: Arc<Mutex<Option<zk::Client>>>, contact: Arc<Contact>
 async fn connect_until(
     cluster: &str,
     server: &str,
+    digest: Option<&[u8]>,
     session_timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<(zk::Client, Instant)> {
@@ -113,10 +126,14 @@ async fn connect_until(
     let mut delay = Duration::from_millis(50);
     loop {
         let asked = Instant::now();
-        let attempt = zk::Client::connector()
+        let mut connector = zk::Client::connector();
+        connector = connector
             .with_session_timeout(session_timeout)
-            .with_connection_timeout(connect_timeout.min(session_timeout))
-            .connect(cluster);
+            .with_connection_timeout(connect_timeout.min(session_timeout));
+        if let Some(digest) = digest {
+            connector = connector.with_auth("digest", digest);
+        }
+        let attempt = connector.connect(cluster);
         let failure = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(client)) => return Ok((client, asked)),
             Ok(Err(
@@ -163,12 +180,28 @@ impl Session {
     pub async fn connect(
         hosts: &[String],
         server: String,
+        access: &Access,
         session_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Session> {
         let cluster = hosts.join(",");
-        let (client, asked) =
-            connect_until(&cluster, &server, session_timeout, connect_timeout).await?;
+        // `digest` is `USER:PASSWORD`, as zkCli's `addauth digest` takes it.
+        let digest = match (&access.user, &access.password) {
+            (Some(user), Some(password)) => Some(format!("{user}:{}", password.expose())),
+            _ => None,
+        };
+        let acls = match digest {
+            Some(_) => zk::Acls::new(&CREATOR_ALL_ANYONE_READ),
+            None => zk::Acls::anyone_all(),
+        };
+        let (client, asked) = connect_until(
+            &cluster,
+            &server,
+            digest.as_deref().map(str::as_bytes),
+            session_timeout,
+            connect_timeout,
+        )
+        .await?;
         let state = client.state_watcher();
         let retry_for = client.session_timeout();
         let client = Arc::new(Mutex::new(Some(client)));
@@ -185,6 +218,7 @@ impl Session {
             retry_for,
             contact,
             heartbeat: Mutex::new(Some(beat)),
+            acls,
         })
     }
 
@@ -297,7 +331,13 @@ impl Session {
 
     /// A ZooKeeper error as a backend error, naming what we were doing.
     pub fn error(&self, doing: &str, e: zk::Error) -> BackendError {
-        let reason = format!("{doing}: {e}");
+        let reason = match e {
+            zk::Error::NoAuth => format!(
+                "{doing}: not allowed by the node's ACL (its lock nodes belong to another \
+                 identity: give it as zk://USER:PASSWORD@HOSTS or {ZK_PASSWORD_ENV})"
+            ),
+            _ => format!("{doing}: {e}"),
+        };
         let server = self.server.clone();
         match e {
             zk::Error::ConnectionLoss

@@ -1,0 +1,101 @@
+//! A throw-away certificate authority made with `openssl` for the TLS
+//! tests: a CA, a server certificate for 127.0.0.1 (an IP SAN, as rustls
+//! checks it) and a client certificate, all in a temp dir.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+pub struct TestCa {
+    pub dir: tempfile::TempDir,
+}
+
+fn openssl(args: &[&str], dir: &std::path::Path) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        openssl(
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=lc-cli test CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+            d,
+        );
+        for (name, ext) in [
+            (
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            ),
+            ("client", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            std::fs::write(d.join(format!("{name}.ext")), ext).unwrap();
+            openssl(
+                &[
+                    "req",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                ],
+                d,
+            );
+            openssl(
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{name}.csr"),
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-out",
+                    &format!("{name}.pem"),
+                    "-extfile",
+                    &format!("{name}.ext"),
+                ],
+                d,
+            );
+        }
+        TestCa { dir }
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    pub fn file(&self, file: &str) -> String {
+        self.path(file).display().to_string()
+    }
+}
