@@ -41,20 +41,26 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s w -l timeout -l w
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l limit -d 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s n -l nonblock -l no-wait -d 'Do not wait: if KEY is held, exit with the conflict status at once'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s s -l shared -d 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s x -l exclusive -d 'An exclusive lock (as flock -x): the default'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand lock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s E -l conflict-exit-code -d 'Exit status when the lock was not taken (held with -n, or timed out); one line on stderr then says so and, where the service knows it, names the holder, since when, and the reset command that clears it (without -v, unlike flock; -q silences it)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s c -l command -d 'Run STRING through `sh -c`' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l kill-after -d 'Grace between SIGTERM and SIGKILL when lc-cli must stop the command' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l limit -d 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s q -l quiet -d 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s s -l shared -d 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s x -l exclusive -d 'An exclusive lock (as flock -x): the default'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand trylock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
@@ -63,10 +69,13 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s v -l verbose -d
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s w -l timeout -l wait -d 'Stop waiting after DURATION' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit status on timeout' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l limit -d 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s q -l quiet -d 'No line on stderr for a timeout'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s s -l shared -d 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s x -l exclusive -d 'An exclusive lock (as flock -x): the default'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -l source -d 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)' -r

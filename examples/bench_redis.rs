@@ -133,6 +133,7 @@ async fn run_round(
             let backend = backend::connect(&config).await.unwrap();
             let request = LockRequest {
                 key,
+                mode: lc_cli::backend::LockMode::Exclusive,
                 source: format!("bench-{i}"),
                 nonblock: false,
                 detached: false,

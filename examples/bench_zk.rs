@@ -49,6 +49,7 @@ fn config(zk: &zk::Zk, root: &str) -> BackendConfig {
 fn request() -> LockRequest {
     LockRequest {
         key: "bench".into(),
+        mode: lc_cli::backend::LockMode::Exclusive,
         source: "bench".into(),
         nonblock: false,
         detached: false,

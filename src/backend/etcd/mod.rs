@@ -169,6 +169,9 @@ impl Backend for EtcdBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
+        request
+            .mode
+            .exclusive_only(&self.rpc.server, "lc-cli's etcd backend")?;
         queue::acquire(&self.rpc, &self.prefix, request, self.ttl, cancel, progress).await
     }
 

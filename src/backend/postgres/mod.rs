@@ -129,6 +129,9 @@ impl Backend for PgBackend {
         cancel: CancellationToken,
         _progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
+        request
+            .mode
+            .exclusive_only(&self.address.to_string(), "lc-cli's PostgreSQL backend")?;
         let s = match self.take_session() {
             Some(s) => s,
             None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,

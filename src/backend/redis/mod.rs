@@ -611,6 +611,7 @@ impl Backend for RedisBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         self.check_key(&request.key)?;
+        request.mode.exclusive_only(&self.quorum.server, "Redis")?;
         if cancel.is_cancelled() {
             return Ok(Acquired::Cancelled);
         }

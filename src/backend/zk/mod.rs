@@ -120,6 +120,7 @@ impl Backend for ZkBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
+        request.mode.exclusive_only(&self.session.server, "ZooKeeper")?;
         queue::acquire(&self.session, &self.root, request, cancel, progress).await
     }
 
