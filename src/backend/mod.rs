@@ -495,7 +495,7 @@ pub enum BackendError {
     #[error("{server}: {reason}")]
     Unsupported { server: String, reason: String },
     /// The key is held or waited for in another mode or with another N.
-    #[error("'{key}' is held or waited for {theirs}, not {ours}: every holder and waiter of a key must use the same mode and --limit (a key's mode can change only once nobody holds it or waits for it)")]
+    #[error("'{key}' is in use {theirs}, not {ours}: its holders and waiters must all agree (it changes only once nobody holds or waits for it)")]
     ModeConflict {
         key: String,
         ours: String,

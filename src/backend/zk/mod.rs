@@ -17,6 +17,7 @@ mod held;
 mod keys;
 mod names;
 mod queue;
+mod semaphore;
 mod session;
 
 use std::sync::Arc;
@@ -120,7 +121,6 @@ impl Backend for ZkBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        request.mode.exclusive_only(&self.session.server, "ZooKeeper")?;
         queue::acquire(&self.session, &self.root, request, cancel, progress).await
     }
 
