@@ -1,0 +1,185 @@
+//! Contenders for a shared or limited key, and what their commands' own
+//! logs say: each command appends `start TAG NS` and `end TAG NS` (`date
+//! +%s%N`), the test `arrive TAG NS` once it saw TAG's request queued. The
+//! checks read only those times.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::timeline::now_ns;
+
+/// A `-c` script that logs its start, sleeps `secs`, logs its end.
+pub fn script(log: &Path, tag: &str, secs: f64) -> String {
+    let log = log.display();
+    format!(
+        "echo start {tag} $(date +%s%N) >> {log}; sleep {secs}; echo end {tag} $(date +%s%N) >> {log}"
+    )
+}
+
+pub fn note(log: &Path, what: &str, tag: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    writeln!(f, "{what} {tag} {}", now_ns()).unwrap();
+}
+
+/// Children killed when dropped (a failing test leaves none behind).
+pub struct Kids(pub Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Kids {
+    /// Every exit status, waiting at most `limit` in all.
+    pub fn wait_all(&mut self, limit: Duration) -> Vec<Option<i32>> {
+        let start = Instant::now();
+        self.0
+            .iter_mut()
+            .map(|c| loop {
+                if let Some(s) = c.try_wait().unwrap() {
+                    break s.code();
+                }
+                assert!(
+                    start.elapsed() < limit,
+                    "a process did not finish in {limit:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            })
+            .collect()
+    }
+}
+
+/// Starts each command in turn, the next once `queued(tag)` says this one's
+/// request is in line (or it already runs), noting its arrival.
+pub fn arrive_in_order(
+    log: &Path,
+    cmds: Vec<(String, Command)>,
+    queued: impl Fn(&str) -> bool,
+) -> Kids {
+    let mut kids = Kids(Vec::new());
+    for (tag, mut cmd) in cmds {
+        kids.0.push(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let seen = super::wait_until(Duration::from_secs(20), || {
+            queued(&tag) || std::fs::read_to_string(log).unwrap_or_default().contains(&format!("start {tag} "))
+        });
+        assert!(seen, "{tag} never queued");
+        note(log, "arrive", &tag);
+    }
+    kids
+}
+
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub tag: String,
+    pub arrive: i128,
+    pub start: i128,
+    pub end: i128,
+}
+
+/// Every contender's span, in the order they started.
+pub fn read(log: &Path) -> Vec<Span> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut by: HashMap<String, [Option<i128>; 3]> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 3 {
+            continue;
+        }
+        let slot = match f[0] {
+            "arrive" => 0,
+            "start" => 1,
+            "end" => 2,
+            _ => continue,
+        };
+        by.entry(f[1].to_string()).or_default()[slot] = Some(f[2].parse().unwrap());
+    }
+    let mut spans: Vec<Span> = by
+        .into_iter()
+        .map(|(tag, [a, s, e])| {
+            let start = s.unwrap_or_else(|| panic!("{tag} never started:\n{text}"));
+            Span {
+                arrive: a.unwrap_or(start).min(start),
+                start,
+                // Killed before it could say: as if it ran on.
+                end: e.unwrap_or(i128::MAX),
+                tag,
+            }
+        })
+        .collect();
+    spans.sort_by_key(|s| s.start);
+    spans
+}
+
+pub fn tags(spans: &[Span]) -> Vec<String> {
+    spans.iter().map(|s| s.tag.clone()).collect()
+}
+
+/// The most commands that ran at once.
+pub fn max_overlap(spans: &[Span]) -> usize {
+    let mut events: Vec<(i128, i32)> = Vec::new();
+    for s in spans {
+        events.push((s.start, 1));
+        events.push((s.end, -1));
+    }
+    // An end at the same instant as a start comes first.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The longest stretch (ms) during which fewer than `n` commands ran while
+/// `n` or more had arrived and not ended: the slowest hand-off.
+pub fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
+    let mut times: Vec<i128> = spans
+        .iter()
+        .flat_map(|s| [s.arrive, s.start, s.end])
+        .collect();
+    times.sort();
+    times.dedup();
+    let (mut worst, mut since): (i128, Option<i128>) = (0, None);
+    for w in times.windows(2) {
+        let mid = (w[0] + w[1]) / 2;
+        let running = spans.iter().filter(|s| s.start <= mid && mid < s.end).count();
+        let present = spans.iter().filter(|s| s.arrive <= mid && mid < s.end).count();
+        if present >= n && running < n {
+            let from = *since.get_or_insert(w[0]);
+            worst = worst.max(w[1] - from);
+        } else {
+            since = None;
+        }
+    }
+    worst as f64 / 1e6
+}
+
+/// Whether two spans ran at the same time.
+pub fn overlap(a: &Span, b: &Span) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|s| s.tag == tag)
+        .unwrap_or_else(|| panic!("no span for {tag}"))
+}
