@@ -180,3 +180,13 @@ fn disagreeing_modes_and_limits_are_refused() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     refusals(&quorum_url(&nodes));
 }
+
+#[test]
+fn keys_and_resets_of_shared_and_limited_keys() {
+    let node = RedisServer::start();
+    let url = format!("{}?ttl=1s", node.url());
+    spans::keys_and_resets(&|args| lc(&url, args));
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let url = format!("{}?ttl=1s", quorum_url(&nodes));
+    spans::keys_and_resets(&|args| lc(&url, args));
+}

@@ -273,3 +273,9 @@ fn curator_semaphore_and_lc_cli_share_the_leases() {
     let gap = spans::longest_shortfall_ms(&spans, 2);
     assert!(gap < 800.0, "a lease stayed free {gap} ms while others waited: {spans:#?}");
 }
+
+#[test]
+fn keys_and_resets_of_shared_and_limited_keys() {
+    let zk = Zk::start();
+    spans::keys_and_resets(&|args| zk.lc("/s", args));
+}

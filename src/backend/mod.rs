@@ -443,6 +443,9 @@ pub struct KeyInfo {
     /// or `reset`); Some(false): the hold of a running command; None: the
     /// service cannot tell.
     pub kept: Option<bool>,
+    /// How the key is held: a shared or limited key has one entry per
+    /// holder, each with the same `waiting`.
+    pub mode: LockMode,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.

@@ -183,3 +183,76 @@ pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
         .find(|s| s.tag == tag)
         .unwrap_or_else(|| panic!("no span for {tag}"))
 }
+
+/// `keys` and the resets on a shared and a limited key, through `lc`
+/// (lc-cli with the service's address): every holder listed with its mode
+/// and N, `reset --source` frees only that source's hold (its command
+/// stops, 75) and the next in line gets the slot, `reset KEY` frees every
+/// holder and the waiter behind them runs.
+pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
+    let json = || -> Vec<serde_json::Value> {
+        let out = lc(&["keys", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let of = |rows: &[serde_json::Value], key: &str| -> Vec<serde_json::Value> {
+        rows.iter().filter(|r| r["key"] == key).cloned().collect()
+    };
+    let mut kids = Kids(Vec::new());
+    let spawn = |args: &[&str], kids: &mut Kids| {
+        kids.0.push(lc(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    };
+    spawn(&["lock", "--limit", "2", "ksem", "--source", "a", "sleep", "60"], &mut kids);
+    assert!(super::wait_until(Duration::from_secs(10), || of(&json(), "ksem").len() == 1));
+    super::expect_status(&mut lc(&["lock", "--limit", "2", "ksem", "--source", "b", "-q"]), 0);
+    spawn(&["lock", "--limit", "2", "ksem", "--source", "c", "sleep", "60"], &mut kids);
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "ksem").first().is_some_and(|r| r["waiting"] == 1)
+    }));
+    let rows = of(&json(), "ksem");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let mut sources: Vec<&str> = rows.iter().map(|r| r["source"].as_str().unwrap()).collect();
+    sources.sort();
+    assert_eq!(sources, ["a", "b"]);
+    for r in &rows {
+        assert_eq!(r["mode"], "limit", "{r}");
+        assert_eq!(r["limit"], 2, "{r}");
+        assert!(r["held_ms"].as_u64().is_some(), "{r}");
+    }
+    let table = String::from_utf8(lc(&["keys", "ksem"]).output().unwrap().stdout).unwrap();
+    assert!(table.lines().next().unwrap().ends_with("MODE"), "{table}");
+    assert_eq!(table.matches("limit 2").count(), 2, "{table}");
+
+    // reset --source a: a's command is stopped, c takes the slot.
+    super::expect_status(&mut lc(&["reset", "--source", "a"]), 0);
+    let a = kids.0.remove(0);
+    let code = a.wait_with_output().unwrap().status.code();
+    assert_eq!(code, Some(75), "a's command was not stopped");
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        let mut s: Vec<String> = of(&json(), "ksem").iter().map(|r| r["source"].as_str().unwrap().to_string()).collect();
+        s.sort();
+        s == ["b", "c"]
+    }));
+
+    // Two readers hold, a writer waits: reset KEY frees both readers.
+    spawn(&["lock", "-s", "krw", "--source", "r1", "sleep", "60"], &mut kids);
+    spawn(&["lock", "-s", "krw", "--source", "r2", "sleep", "60"], &mut kids);
+    assert!(super::wait_until(Duration::from_secs(10), || of(&json(), "krw").len() == 2));
+    let rows = of(&json(), "krw");
+    assert!(rows.iter().all(|r| r["mode"] == "shared" && r["limit"].is_null()), "{rows:?}");
+    let mut writer = lc(&["lock", "krw", "--source", "w", "true"]).spawn().unwrap();
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "krw").first().is_some_and(|r| r["waiting"] == 1)
+    }));
+    super::expect_status(&mut lc(&["reset", "krw"]), 0);
+    assert!(super::wait_until(Duration::from_secs(10), || writer.try_wait().unwrap().is_some()));
+    assert_eq!(writer.wait().unwrap().code(), Some(0));
+    // unlock takes the kept lease.
+    super::expect_status(&mut lc(&["unlock", "ksem"]), 0);
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "ksem").iter().all(|r| r["source"] == "c")
+    }));
+}

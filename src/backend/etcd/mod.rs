@@ -154,6 +154,7 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
         kept: data.as_ref().map(|_| kv.lease() == 0),
         since: data.map(|d| d.since()),
         waiting: count.saturating_sub(1),
+        mode: crate::backend::LockMode::Exclusive,
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::node::NodeResult;
 use super::scripts::Scripts;
 use super::Quorum;
-use crate::backend::{KeyInfo, Result};
+use crate::backend::{KeyInfo, LockMode, Result};
 
 /// One held key as one node sees it: (name, owner token, source, since in
 /// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
@@ -50,7 +50,11 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .into_values()
         .filter(|(n, _, _)| *n >= majority)
         .map(
-            |(_, now_ms, (name, _, source, since_ms, waiting, detached, _mode))| KeyInfo {
+            |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode))| KeyInfo {
+                mode: match mode.as_str() {
+                    "s" => LockMode::Shared,
+                    n => LockMode::limit(n.parse().unwrap_or(1)),
+                },
                 key: name.clone(),
                 source: if source.is_empty() {
                     "-".into()
