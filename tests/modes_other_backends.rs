@@ -58,15 +58,29 @@ fn pg_queued(pg: &PgServer, tag: &str) -> bool {
 #[test]
 fn postgres_refuses_limits_and_shares_in_order() {
     let pg = PgServer::start();
-    refused(|args| pg.lc(args), "PostgreSQL", &[&["lock", "--limit", "2", "k", "true"]]);
+    refused(
+        |args| pg.lc(args),
+        "PostgreSQL",
+        &[&["lock", "--limit", "2", "k", "true"]],
+    );
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
-    let plan = [("r1", "-s"), ("r2", "-s"), ("w1", "-x"), ("r3", "-s"), ("r4", "-s"), ("w2", "-x")];
+    let plan = [
+        ("r1", "-s"),
+        ("r2", "-s"),
+        ("w1", "-x"),
+        ("r3", "-s"),
+        ("r4", "-s"),
+        ("w2", "-x"),
+    ];
     let cmds: Vec<_> = plan
         .iter()
         .map(|(tag, m)| {
             let script = spans::script(&log, tag, 0.8);
-            (tag.to_string(), pg.lc(&["lock", m, "rw", "--source", tag, "-c", &script]))
+            (
+                tag.to_string(),
+                pg.lc(&["lock", m, "rw", "--source", tag, "-c", &script]),
+            )
         })
         .collect();
     let mut kids = spans::arrive_in_order(&log, cmds, |tag| pg_queued(&pg, tag));
@@ -79,16 +93,31 @@ fn postgres_refuses_limits_and_shares_in_order() {
     for w in ["w1", "w2"] {
         for other in &spans {
             if other.tag != w {
-                assert!(!spans::overlap(s(w), other), "{w} overlapped {}: {spans:#?}", other.tag);
+                assert!(
+                    !spans::overlap(s(w), other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
             }
         }
     }
-    assert!(s("w1").end <= s("r3").start && s("w1").start >= s("r2").end, "{spans:#?}");
+    assert!(
+        s("w1").end <= s("r3").start && s("w1").start >= s("r2").end,
+        "{spans:#?}"
+    );
     // keys shows both shared holders.
-    let mut holder = spans::Kids(vec![pg.lc(&["lock", "-s", "k2", "sleep", "30"]).spawn().unwrap()]);
-    holder.0.push(pg.lc(&["lock", "-s", "k2", "sleep", "30"]).spawn().unwrap());
+    let mut holder = spans::Kids(vec![pg
+        .lc(&["lock", "-s", "k2", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    holder
+        .0
+        .push(pg.lc(&["lock", "-s", "k2", "sleep", "30"]).spawn().unwrap());
     assert!(wait_until(Duration::from_secs(10), || {
         let out = pg.lc(&["keys", "--json"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).matches("\"shared\"").count() == 2
+        String::from_utf8_lossy(&out.stdout)
+            .matches("\"shared\"")
+            .count()
+            == 2
     }));
 }

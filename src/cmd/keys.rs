@@ -110,7 +110,9 @@ fn mode_cell(mode: LockMode) -> String {
 
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
-    let mut header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"].map(String::from).to_vec();
+    let mut header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
+        .map(String::from)
+        .to_vec();
     if with_mode {
         header.push("MODE".into());
     }

@@ -38,7 +38,8 @@ fn compiled() -> &'static PathBuf {
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("lc-cli-curator-peer-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/java/CuratorPeer.java");
+        let source =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/java/CuratorPeer.java");
         let out = Command::new("javac")
             .args(["-cp", &class_path(&dir), "-d"])
             .arg(&dir)
@@ -71,7 +72,12 @@ pub fn peer(hosts: &str, path: &str, recipe: Recipe, hold_ms: u64, log: &Path, t
     };
     let dir = compiled();
     Command::new("java")
-        .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"])
+        .args([
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+        ])
         .arg(class_path(dir))
         .arg("CuratorPeer")
         .args([hosts, path, mode, &n.to_string(), &hold_ms.to_string()])

@@ -77,7 +77,10 @@ pub fn arrive_in_order(
                 .unwrap(),
         );
         let seen = super::wait_until(Duration::from_secs(20), || {
-            queued(&tag) || std::fs::read_to_string(log).unwrap_or_default().contains(&format!("start {tag} "))
+            queued(&tag)
+                || std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .contains(&format!("start {tag} "))
         });
         assert!(seen, "{tag} never queued");
         note(log, "arrive", &tag);
@@ -160,8 +163,14 @@ pub fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
     let (mut worst, mut since): (i128, Option<i128>) = (0, None);
     for w in times.windows(2) {
         let mid = (w[0] + w[1]) / 2;
-        let running = spans.iter().filter(|s| s.start <= mid && mid < s.end).count();
-        let present = spans.iter().filter(|s| s.arrive <= mid && mid < s.end).count();
+        let running = spans
+            .iter()
+            .filter(|s| s.start <= mid && mid < s.end)
+            .count();
+        let present = spans
+            .iter()
+            .filter(|s| s.arrive <= mid && mid < s.end)
+            .count();
         if present >= n && running < n {
             let from = *since.get_or_insert(w[0]);
             worst = worst.max(w[1] - from);
@@ -192,7 +201,11 @@ pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
 pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
     let json = || -> Vec<serde_json::Value> {
         let out = lc(&["keys", "--json"]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -203,14 +216,40 @@ pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
     };
     let mut kids = Kids(Vec::new());
     let spawn = |args: &[&str], kids: &mut Kids| {
-        kids.0.push(lc(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+        kids.0.push(
+            lc(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
     };
-    spawn(&["lock", "--limit", "2", "ksem", "--source", "a", "sleep", "60"], &mut kids);
-    assert!(super::wait_until(Duration::from_secs(10), || of(&json(), "ksem").len() == 1));
-    super::expect_status(&mut lc(&["lock", "--limit", "2", "ksem", "--source", "b", "-q"]), 0);
-    spawn(&["lock", "--limit", "2", "ksem", "--source", "c", "sleep", "60"], &mut kids);
+    spawn(
+        &[
+            "lock", "--limit", "2", "ksem", "--source", "a", "sleep", "60",
+        ],
+        &mut kids,
+    );
+    assert!(super::wait_until(Duration::from_secs(10), || of(
+        &json(),
+        "ksem"
+    )
+    .len()
+        == 1));
+    super::expect_status(
+        &mut lc(&["lock", "--limit", "2", "ksem", "--source", "b", "-q"]),
+        0,
+    );
+    spawn(
+        &[
+            "lock", "--limit", "2", "ksem", "--source", "c", "sleep", "60",
+        ],
+        &mut kids,
+    );
     assert!(super::wait_until(Duration::from_secs(10), || {
-        of(&json(), "ksem").first().is_some_and(|r| r["waiting"] == 1)
+        of(&json(), "ksem")
+            .first()
+            .is_some_and(|r| r["waiting"] == 1)
     }));
     let rows = of(&json(), "ksem");
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -232,23 +271,48 @@ pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
     let code = a.wait_with_output().unwrap().status.code();
     assert_eq!(code, Some(75), "a's command was not stopped");
     assert!(super::wait_until(Duration::from_secs(10), || {
-        let mut s: Vec<String> = of(&json(), "ksem").iter().map(|r| r["source"].as_str().unwrap().to_string()).collect();
+        let mut s: Vec<String> = of(&json(), "ksem")
+            .iter()
+            .map(|r| r["source"].as_str().unwrap().to_string())
+            .collect();
         s.sort();
         s == ["b", "c"]
     }));
 
     // Two readers hold, a writer waits: reset KEY frees both readers.
-    spawn(&["lock", "-s", "krw", "--source", "r1", "sleep", "60"], &mut kids);
-    spawn(&["lock", "-s", "krw", "--source", "r2", "sleep", "60"], &mut kids);
-    assert!(super::wait_until(Duration::from_secs(10), || of(&json(), "krw").len() == 2));
+    spawn(
+        &["lock", "-s", "krw", "--source", "r1", "sleep", "60"],
+        &mut kids,
+    );
+    spawn(
+        &["lock", "-s", "krw", "--source", "r2", "sleep", "60"],
+        &mut kids,
+    );
+    assert!(super::wait_until(Duration::from_secs(10), || of(
+        &json(),
+        "krw"
+    )
+    .len()
+        == 2));
     let rows = of(&json(), "krw");
-    assert!(rows.iter().all(|r| r["mode"] == "shared" && r["limit"].is_null()), "{rows:?}");
-    let mut writer = lc(&["lock", "krw", "--source", "w", "true"]).spawn().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["mode"] == "shared" && r["limit"].is_null()),
+        "{rows:?}"
+    );
+    let mut writer = lc(&["lock", "krw", "--source", "w", "true"])
+        .spawn()
+        .unwrap();
     assert!(super::wait_until(Duration::from_secs(10), || {
-        of(&json(), "krw").first().is_some_and(|r| r["waiting"] == 1)
+        of(&json(), "krw")
+            .first()
+            .is_some_and(|r| r["waiting"] == 1)
     }));
     super::expect_status(&mut lc(&["reset", "krw"]), 0);
-    assert!(super::wait_until(Duration::from_secs(10), || writer.try_wait().unwrap().is_some()));
+    assert!(super::wait_until(Duration::from_secs(10), || writer
+        .try_wait()
+        .unwrap()
+        .is_some()));
     assert_eq!(writer.wait().unwrap().code(), Some(0));
     // unlock takes the kept lease.
     super::expect_status(&mut lc(&["unlock", "ksem"]), 0);

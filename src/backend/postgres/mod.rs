@@ -143,9 +143,17 @@ impl Backend for PgBackend {
             });
         }
         let (lock_fn, try_fn, unlock_fn) = if shared {
-            ("pg_advisory_lock_shared", "pg_try_advisory_lock_shared", "pg_advisory_unlock_shared")
+            (
+                "pg_advisory_lock_shared",
+                "pg_try_advisory_lock_shared",
+                "pg_advisory_unlock_shared",
+            )
         } else {
-            ("pg_advisory_lock", "pg_try_advisory_lock", "pg_advisory_unlock")
+            (
+                "pg_advisory_lock",
+                "pg_try_advisory_lock",
+                "pg_advisory_unlock",
+            )
         };
         let s = match self.take_session() {
             Some(s) => s,

@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn an_unknown_owner_shows_as_a_dash() {
-        let node: NodeListing = (0, vec![("k".into(), "t".into(), String::new(), -1, 0, -1, "x".into())]);
+        let node: NodeListing = (
+            0,
+            vec![("k".into(), "t".into(), String::new(), -1, 0, -1, "x".into())],
+        );
         let keys = agreed(&[&node], 1, SystemTime::now());
         assert_eq!(keys[0].source, "-");
         assert_eq!(keys[0].kept, None);

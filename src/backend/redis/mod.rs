@@ -233,12 +233,18 @@ impl Quorum {
 /// What one node said about a waiter (the answers of ENQUEUE and CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
-    Granted { fence: u64 },
-    Waiting { ahead: usize },
+    Granted {
+        fence: u64,
+    },
+    Waiting {
+        ahead: usize,
+    },
     Busy,
     Withdrawn,
     /// The key is used another way: 0 as a lock, N with --limit N.
-    Disagrees { theirs: u32 },
+    Disagrees {
+        theirs: u32,
+    },
 }
 
 /// A waiter's state across its rounds.
@@ -411,7 +417,14 @@ impl RedisBackend {
             .script(
                 |s| &s.renew,
                 &request.key,
-                held::renew_args(&request.key, id, sh.ttl, fence, &request.source, request.mode),
+                held::renew_args(
+                    &request.key,
+                    id,
+                    sh.ttl,
+                    fence,
+                    &request.source,
+                    request.mode,
+                ),
             )
             .await;
         let mine = held::Renewal::of(sh, &answers).confirmed;

@@ -163,7 +163,9 @@ async fn semaphore_holders(s: &Session, root: &str, dir: &str) -> Result<Vec<Key
         format!("{dir}/{}", names::SEMAPHORE_LOCKS),
     ];
     let listed = pipelined(s, &parts, send_list, "listing").await?;
-    let mut listed = listed.into_iter().map(|l| names::queue(l.unwrap_or_default()));
+    let mut listed = listed
+        .into_iter()
+        .map(|l| names::queue(l.unwrap_or_default()));
     let leases = listed.next().unwrap_or_default();
     let waiting = listed.next().unwrap_or_default().len();
     let paths: Vec<String> = leases.iter().map(|l| format!("{}/{l}", parts[0])).collect();

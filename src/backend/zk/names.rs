@@ -143,7 +143,10 @@ pub enum Turn {
     Holds,
     /// The index of the node to watch, and how many stand between us and
     /// the grant (0: next).
-    Waits { watch: usize, ahead: usize },
+    Waits {
+        watch: usize,
+        ahead: usize,
+    },
 }
 
 pub fn turn(kinds: &[Kind], ours: usize) -> Turn {

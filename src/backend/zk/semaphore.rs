@@ -167,7 +167,7 @@ async fn wait_for_room(
             Err(zk::Error::NoNode) => return Err(queue::gone(s, &lease.path)),
             Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
         };
-        if !children.iter().any(|c| *c == lease.name) {
+        if !children.contains(&lease.name) {
             return Err(queue::gone(s, &lease.path));
         }
         if children.len() <= n as usize {
