@@ -66,6 +66,7 @@ fn limit_n(nodes: &[RedisServer], url: &str) {
     );
     let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
     assert_eq!(spans::tags(&spans), order, "not first come, first served");
+    spans::assert_tokens_grow(&log, &spans);
     eprintln!(
         "{} node(s), limit 3, 6 contenders: longest hand-off {gap:.1} ms",
         nodes.len()

@@ -77,6 +77,7 @@ fn limit_n_runs_n_at_once_in_arrival_order() {
     );
     let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
     assert_eq!(spans::tags(&spans), order, "not first come, first served");
+    spans::assert_tokens_grow(&log, &spans);
     eprintln!("limit 3, 6 contenders: longest hand-off {gap:.1} ms");
 }
 

@@ -11,12 +11,33 @@ use std::time::{Duration, Instant};
 
 use super::timeline::now_ns;
 
-/// A `-c` script that logs its start, sleeps `secs`, logs its end.
+/// A `-c` script that logs its start (and its `LC_LOCK_TOKEN`), sleeps
+/// `secs`, logs its end.
 pub fn script(log: &Path, tag: &str, secs: f64) -> String {
     let log = log.display();
     format!(
-        "echo start {tag} $(date +%s%N) >> {log}; sleep {secs}; echo end {tag} $(date +%s%N) >> {log}"
+        "echo start {tag} $(date +%s%N) >> {log}; echo token {tag} $LC_LOCK_TOKEN >> {log}; sleep {secs}; echo end {tag} $(date +%s%N) >> {log}"
     )
+}
+
+/// The `LC_LOCK_TOKEN`s in the order the commands started: each unique and
+/// larger than the one granted before it.
+pub fn assert_tokens_grow(log: &Path, spans: &[Span]) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let token = |tag: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("token {tag} ")))
+            .unwrap_or_else(|| panic!("no token for {tag}:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{tag}'s token is not a number:\n{text}"))
+    };
+    let tokens: Vec<u64> = spans.iter().map(|s| token(&s.tag)).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens do not grow with each grant: {tokens:?} for {:?}",
+        tags(spans)
+    );
 }
 
 pub fn note(log: &Path, what: &str, tag: &str) {
