@@ -291,7 +291,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --quiet --source --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -326,6 +326,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -413,7 +417,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -v -h --conflict-exit-code --command --kill-after --quiet --source --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -436,6 +440,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -481,7 +489,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__wait)
-            opts="-w -E -q -v -h --wait --timeout --conflict-exit-code --quiet --source --server --connect-timeout --verbose --help"
+            opts="-w -E -q -s -x -v -h --wait --timeout --conflict-exit-code --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -504,6 +512,10 @@ _lc__cli() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

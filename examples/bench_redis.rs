@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lc_cli::backend::{self, Acquired, BackendConfig, LockRequest, ServerSpec};
+use lc_cli::backend::{self, Acquired, BackendConfig, LockMode, LockRequest, ServerSpec};
 use tokio_util::sync::CancellationToken;
 
 const MEASURED: usize = 600;
@@ -103,10 +103,40 @@ struct Round {
     stop: CancellationToken,
 }
 
+/// The modes of issue 14: the exclusive lock; `--limit 4` (4 hold, the
+/// rest wait); `--shared` with every other task exclusive (readers and
+/// writers in one line).
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Exclusive,
+    Limit4,
+    Shared,
+}
+
+impl Shape {
+    fn mode(self, task: usize) -> LockMode {
+        match self {
+            Shape::Exclusive => LockMode::Exclusive,
+            Shape::Limit4 => LockMode::limit(4),
+            Shape::Shared if task.is_multiple_of(2) => LockMode::Shared,
+            Shape::Shared => LockMode::Exclusive,
+        }
+    }
+
+    fn holders(self) -> usize {
+        if self == Shape::Limit4 {
+            4
+        } else {
+            1
+        }
+    }
+}
+
 async fn run_round(
     url: &str,
     waiters: usize,
     con: &mut redis::Connection,
+    shape: Shape,
 ) -> (Vec<Duration>, u64, usize, Vec<(String, u64)>) {
     let config = BackendConfig {
         access: Default::default(),
@@ -123,10 +153,13 @@ async fn run_round(
         measuring: Default::default(),
         stop: CancellationToken::new(),
     });
-    let key = format!("bench-{waiters}");
+    let key = format!(
+        "bench-{}-{waiters}",
+        shape.holders() + shape.mode(1).slots().unwrap_or(0) as usize
+    );
     let mut tasks = Vec::new();
-    // One holder plus `waiters` in line.
-    for i in 0..=waiters {
+    // The holders plus `waiters` in line.
+    for i in 0..waiters + shape.holders() {
         let config = config.clone();
         let round = round.clone();
         let key = key.clone();
@@ -134,6 +167,7 @@ async fn run_round(
             let backend = backend::connect(&config).await.unwrap();
             let request = LockRequest {
                 key,
+                mode: shape.mode(i),
                 source: format!("bench-{i}"),
                 nonblock: false,
                 detached: false,
@@ -192,16 +226,28 @@ async fn main() {
     let url = format!("redis://127.0.0.1:{port}");
     let client = redis::Client::open(format!("{url}/")).unwrap();
     let mut con = client.get_connection().unwrap();
-    const SIZES: [usize; 3] = [1, 16, 64];
     // The rows are interleaved (1, 16, 64, 1, 16, 64, ...) so that a change
     // in the machine's load during the run hits every row alike.
+    for (shape, title) in [
+        (Shape::Exclusive, "exclusive"),
+        (Shape::Limit4, "--limit 4 (4 holders)"),
+        (Shape::Shared, "--shared (every other task exclusive)"),
+    ] {
+        println!("{title}");
+        measure(&url, &mut con, shape).await;
+    }
+}
+
+async fn measure(url: &str, con: &mut redis::Connection, shape: Shape) {
+    const SIZES: [usize; 3] = [1, 16, 64];
+    let port = url.rsplit(':').next().unwrap();
     let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); SIZES.len()];
     let mut calls = [0u64; 3];
     let mut done = [0usize; 3];
     let mut per: Vec<Vec<(String, u64)>> = vec![Vec::new(); SIZES.len()];
     for _ in 0..REPEATS {
         for (i, &waiters) in SIZES.iter().enumerate() {
-            let (l, c, d, p) = run_round(&url, waiters, &mut con).await;
+            let (l, c, d, p) = run_round(url, waiters, con, shape).await;
             lat[i].extend(l);
             calls[i] += c;
             done[i] += d;

@@ -25,7 +25,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use lc_cli::backend::{
-    self, Acquired, Backend, BackendConfig, HeldLock, LockRequest, ServerSpec, WaitProgress,
+    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerSpec,
+    WaitProgress,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,9 +48,10 @@ fn config(zk: &zk::Zk, root: &str) -> BackendConfig {
     }
 }
 
-fn request() -> LockRequest {
+fn request_in(mode: LockMode) -> LockRequest {
     LockRequest {
         key: "bench".into(),
+        mode,
         source: "bench".into(),
         nonblock: false,
         detached: false,
@@ -59,6 +61,10 @@ fn request() -> LockRequest {
 /// Connects, queues, and returns once its node is in the queue; the
 /// handle resolves when it holds the key.
 async fn queue_one(config: &BackendConfig) -> JoinHandle<Holder> {
+    queue_in(config, LockMode::Exclusive).await
+}
+
+async fn queue_in(config: &BackendConfig, mode: LockMode) -> JoinHandle<Holder> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = config.clone();
     let handle = tokio::spawn(async move {
@@ -70,7 +76,7 @@ async fn queue_one(config: &BackendConfig) -> JoinHandle<Holder> {
             }
         };
         match b
-            .acquire(&request(), CancellationToken::new(), &progress)
+            .acquire(&request_in(mode), CancellationToken::new(), &progress)
             .await
         {
             Ok(Acquired::Held(h)) => (b, h),
@@ -126,6 +132,85 @@ async fn run(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
     }
     holder.1.release().await.expect("release");
     holder.0.close().await;
+    while let Some(next) = queue.pop_front() {
+        let (b, mut h) = next.await.unwrap();
+        h.release().await.expect("release");
+        b.close().await;
+    }
+    latencies.sort();
+    Figures {
+        requests: requests / handoffs as f64,
+        notifications: notifications / handoffs as f64,
+        latency_median: latencies[latencies.len() / 2],
+        latency_p90: latencies[latencies.len() * 9 / 10],
+    }
+}
+
+/// The shapes of issue 14: `--limit 4` (4 holders, each release grants the
+/// next waiter) and `--shared` (a reader holds; the waiters alternate
+/// writer, reader, writer...; each release grants the next one).
+#[derive(Clone, Copy)]
+enum Shape {
+    Limit4,
+    Shared,
+}
+
+async fn run_shape(zk: &zk::Zk, waiters: usize, handoffs: usize, shape: Shape) -> Figures {
+    let name = match shape {
+        Shape::Limit4 => "limit",
+        Shape::Shared => "shared",
+    };
+    let config = config(zk, &format!("/bench-{name}{waiters}"));
+    let mut next_mode = {
+        let mut i = 0usize;
+        move || {
+            i += 1;
+            match shape {
+                Shape::Limit4 => LockMode::limit(4),
+                Shape::Shared if !i.is_multiple_of(2) => LockMode::Shared,
+                Shape::Shared => LockMode::Exclusive,
+            }
+        }
+    };
+    let slots = match shape {
+        Shape::Limit4 => 4,
+        Shape::Shared => 1,
+    };
+    let mut holders: VecDeque<Holder> = VecDeque::new();
+    for _ in 0..slots {
+        holders.push_back(queue_in(&config, next_mode()).await.await.unwrap());
+    }
+    let mut queue: VecDeque<JoinHandle<Holder>> = VecDeque::new();
+    let (mut requests, mut notifications) = (0.0, 0.0);
+    let mut latencies = Vec::new();
+    // Every cycle counts one waiter joining and one grant, and waits for
+    // the work they trigger to settle: with --limit, the grant lets the
+    // next acquirer take the mutex and create its lease, which with one
+    // waiter happens when the next one joins instead.
+    while queue.len() + 1 < waiters {
+        queue.push_back(queue_in(&config, next_mode()).await);
+    }
+    for _ in 0..handoffs {
+        let before = zk.mntr();
+        while queue.len() < waiters {
+            queue.push_back(queue_in(&config, next_mode()).await);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        let mut oldest = holders.pop_front().unwrap();
+        oldest.1.release().await.expect("release");
+        oldest.0.close().await;
+        holders.push_back(queue.pop_front().unwrap().await.unwrap());
+        latencies.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let after = zk.mntr();
+        requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
+        notifications += fired(&after) - fired(&before);
+    }
+    for mut h in holders {
+        h.1.release().await.expect("release");
+        h.0.close().await;
+    }
     while let Some(next) = queue.pop_front() {
         let (b, mut h) = next.await.unwrap();
         h.release().await.expect("release");
@@ -284,6 +369,18 @@ fn main() {
             let f = run(&zk, waiters, handoffs).await;
             print_row(waiters, &f, &base);
             base.get_or_insert(f);
+        }
+        for (shape, title) in [
+            (Shape::Limit4, "--limit 4 (Curator's semaphore: 4 holders, one grant per release; per cycle: one waiter joins, one grant)"),
+            (Shape::Shared, "--shared (a reader holds; waiters alternate writer, reader; per cycle: one waiter joins, one grant)"),
+        ] {
+            header(title);
+            let mut base: Option<Figures> = None;
+            for waiters in [1, 16, 64] {
+                let f = run_shape(&zk, waiters, handoffs, shape).await;
+                print_row(waiters, &f, &base);
+                base.get_or_insert(f);
+            }
         }
         header("naive baseline (every waiter watches the lock node)");
         let mut base: Option<Figures> = None;

@@ -23,7 +23,7 @@ pub use crate::duration::parse_duration;
     about = "A distributed flock(1): take a named lock from a lock service, run a command while holding it",
     after_help = "Exit status: the command's own; 1 when the lock was not taken (-E changes it); \
 64 usage, 65 corrupt log (serve --data), 69 service unreachable, 70 internal error, 74 release failed, 75 lock lost, \
-76 refused or unexpected answer, 126 cannot execute, 127 not found, 128+N signal N \
+76 refused or unexpected answer, 78 the key is used in another mode or with another --limit, 126 cannot execute, 127 not found, 128+N signal N \
 (lc-cli then kills itself with N after the release, so a parent sees it killed by N)."
 )]
 pub struct Cli {
@@ -156,6 +156,9 @@ pub struct RunArgs {
     pub quiet: bool,
 
     #[command(flatten)]
+    pub mode: ModeArgs,
+
+    #[command(flatten)]
     pub source: SourceArg,
 
     #[command(flatten)]
@@ -174,6 +177,26 @@ pub struct RunArgs {
     /// `--` was given with no command after it (set by `cmd::parse`).
     #[arg(skip)]
     pub empty_after_dashdash: bool,
+}
+
+/// How KEY is held: exclusive (the default), shared, or by at most N at once.
+#[derive(Debug, Args)]
+pub struct ModeArgs {
+    /// A shared lock (as flock -s): held together with other shared
+    /// holders, never with an exclusive one; in line with them, first come
+    /// first served
+    #[arg(long, short = 's', conflicts_with_all = ["exclusive", "limit"])]
+    pub shared: bool,
+
+    /// An exclusive lock (as flock -x): the default
+    #[arg(long, short = 'x', conflicts_with = "limit")]
+    pub exclusive: bool,
+
+    /// A counting semaphore: at most N holders at once, first come first
+    /// served (N = 1 is an exclusive lock); every holder and waiter of KEY
+    /// must give the same N
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -208,6 +231,9 @@ pub struct WaitArgs {
     /// No line on stderr for a timeout
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub mode: ModeArgs,
 
     #[command(flatten)]
     pub source: SourceArg,
@@ -335,6 +361,23 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["lc-cli", "serve", "--server", "h:1"]).is_err());
         assert!(Cli::try_parse_from(["lc-cli", "-s", "h:1", "keys"]).is_err());
+    }
+
+    #[test]
+    fn shared_and_limit_do_not_mix() {
+        for argv in [
+            &["lc-cli", "lock", "-s", "--limit", "2", "k"][..],
+            &["lc-cli", "lock", "-s", "-x", "k"],
+            &["lc-cli", "wait", "--shared", "--limit", "2", "k"],
+            &["lc-cli", "trylock", "--limit", "0", "k"],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let args = lock_args(&["lc-cli", "lock", "-s", "k", "ls", "-s"]);
+        assert!(args.run.mode.shared);
+        assert_eq!(args.run.command, ["ls", "-s"]);
+        let args = lock_args(&["lc-cli", "lock", "--limit", "3", "k"]);
+        assert_eq!(args.run.mode.limit, Some(3));
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum ExitCode {
     LockLost,
     /// The service answered something we did not expect, or refused us.
     Protocol,
+    /// The key is held or waited for in another mode (exclusive or shared
+    /// against `--limit N`, or another N): refused, never granted.
+    ModeConflict,
     /// The command could not be executed (found but not runnable).
     CannotExecute,
     /// The command was not found.
@@ -43,7 +46,7 @@ pub enum ExitCode {
 impl ExitCode {
     /// Every status lc-cli itself can end with but success, in numeric
     /// order: what the exit-status tables list.
-    pub const OWN: [ExitCode; 11] = [
+    pub const OWN: [ExitCode; 12] = [
         ExitCode::Conflict,
         ExitCode::Usage,
         ExitCode::DataErr,
@@ -53,6 +56,7 @@ impl ExitCode {
         ExitCode::ReleaseFailed,
         ExitCode::LockLost,
         ExitCode::Protocol,
+        ExitCode::ModeConflict,
         ExitCode::CannotExecute,
         ExitCode::NotFound,
     ];
@@ -69,6 +73,7 @@ impl ExitCode {
             ExitCode::ReleaseFailed => 74,
             ExitCode::LockLost => 75,
             ExitCode::Protocol => 76,
+            ExitCode::ModeConflict => 78,
             ExitCode::CannotExecute => 126,
             ExitCode::NotFound => 127,
             ExitCode::Signal(n) => 128 + n,
@@ -220,7 +225,7 @@ mod tests {
             .chain(ExitCode::OWN)
             .map(|c| c.code())
             .collect();
-        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 126, 127]);
+        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 78, 126, 127]);
         let mut sorted = codes.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), codes.len());
@@ -237,6 +242,7 @@ mod tests {
             ExitCode::ReleaseFailed,
             ExitCode::LockLost,
             ExitCode::Protocol,
+            ExitCode::ModeConflict,
         ] {
             assert_ne!(c.code(), 1);
         }

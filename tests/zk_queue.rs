@@ -227,6 +227,7 @@ fn progress_reports_the_place_and_cancel_withdraws() {
         let cancel = CancellationToken::new();
         let request = LockRequest {
             key: "k".into(),
+            mode: lc_cli::backend::LockMode::Exclusive,
             source: "test".into(),
             nonblock: false,
             detached: false,

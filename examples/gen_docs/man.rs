@@ -74,6 +74,7 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
                 ReleaseFailed,
                 LockLost,
                 Protocol,
+                ModeConflict,
                 CannotExecute,
                 NotFound,
             ],
@@ -87,6 +88,7 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
                 Software,
                 ReleaseFailed,
                 Protocol,
+                ModeConflict,
             ],
         ),
         "unlock" => (
@@ -152,6 +154,7 @@ fn exit_text(code: ExitCode) -> &'static str {
         ExitCode::ReleaseFailed => "the release was not confirmed: the key may still be held; the message names the reset command that clears it",
         ExitCode::LockLost => "the lock was lost while the command ran; the command was stopped",
         ExitCode::Protocol => "the service refused the request or answered something unexpected (another protocol on that port)",
+        ExitCode::ModeConflict => "KEY is held or waited for in another mode: as a lock (exclusive or shared) against --limit N, or with another N; refused, nothing was taken",
         ExitCode::CannotExecute => "the command could not be executed",
         ExitCode::NotFound => "the command was not found",
         _ => "",

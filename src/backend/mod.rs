@@ -11,6 +11,7 @@ pub mod secret;
 mod tcp;
 pub mod zk;
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -421,10 +422,97 @@ fn host_list(list: &str, default_port: u16) -> std::result::Result<Vec<String>, 
     Ok(out)
 }
 
+/// How a key is held. Every holder and waiter of a key agrees on it
+/// (exclusive and shared requests share one queue; a `--limit N` key takes
+/// only `--limit N` requests with the same N): a backend refuses a request
+/// that disagrees with [`BackendError::ModeConflict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    Exclusive,
+    /// With other shared holders, never with an exclusive one.
+    Shared,
+    /// At most N holders at once, N >= 2 (`--limit 1` is `Exclusive`).
+    Limit(NonZeroU32),
+}
+
+impl LockMode {
+    /// `--limit N` as a mode: N = 1 is today's exclusive lock.
+    pub fn limit(n: u32) -> LockMode {
+        match NonZeroU32::new(n) {
+            Some(n) if n.get() > 1 => LockMode::Limit(n),
+            _ => LockMode::Exclusive,
+        }
+    }
+
+    /// How many may hold the key at once in this mode (a shared lock: any).
+    pub fn slots(self) -> Option<u32> {
+        match self {
+            LockMode::Exclusive => Some(1),
+            LockMode::Shared => None,
+            LockMode::Limit(n) => Some(n.get()),
+        }
+    }
+
+    /// Refuses a shared or limited request on a backend that can take only
+    /// exclusive locks: the single spot each such backend calls.
+    pub(crate) fn exclusive_only(self, server: &str, why: &str) -> Result<()> {
+        match self {
+            LockMode::Exclusive => Ok(()),
+            _ => Err(BackendError::Unsupported {
+                server: server.to_string(),
+                reason: format!("{why} cannot take shared or limited locks (asked for {self})"),
+            }),
+        }
+    }
+}
+
+impl LockMode {
+    /// How the key is used in this mode, for a refusal: exclusive and shared
+    /// requests are one kind (they queue together), each N another.
+    pub fn phrase(self) -> String {
+        match self {
+            LockMode::Exclusive | LockMode::Shared => "as a lock (exclusive or shared)".into(),
+            LockMode::Limit(n) => format!("with --limit {n}"),
+        }
+    }
+
+    /// The refusal of a request in this mode on `key`, used `theirs` way.
+    pub(crate) fn conflict(self, key: &str, theirs: LockMode) -> BackendError {
+        BackendError::ModeConflict {
+            key: key.to_string(),
+            ours: self.phrase(),
+            theirs: theirs.phrase(),
+        }
+    }
+
+    /// Whether a request in this mode can queue with one in `other`.
+    pub fn agrees(self, other: LockMode) -> bool {
+        self.slots_kind() == other.slots_kind()
+    }
+
+    fn slots_kind(self) -> Option<u32> {
+        match self {
+            LockMode::Exclusive | LockMode::Shared => None,
+            LockMode::Limit(n) => Some(n.get()),
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockMode::Exclusive => f.write_str("an exclusive lock"),
+            LockMode::Shared => f.write_str("a shared lock"),
+            LockMode::Limit(n) => write!(f, "--limit {n}"),
+        }
+    }
+}
+
 /// What a lock request asks for.
 #[derive(Debug, Clone)]
 pub struct LockRequest {
     pub key: String,
+    pub mode: LockMode,
     /// Who holds it, for reset by source (default: this machine's hostname).
     pub source: String,
     /// Take the key only if it is free now (trylock, `-n`).
@@ -467,6 +555,9 @@ pub struct KeyInfo {
     /// or `reset`); Some(false): the hold of a running command; None: the
     /// service cannot tell.
     pub kept: Option<bool>,
+    /// How the key is held: a shared or limited key has one entry per
+    /// holder, each with the same `waiting`.
+    pub mode: LockMode,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.
@@ -514,6 +605,16 @@ pub enum BackendError {
         server: String,
         key: String,
         reason: String,
+    },
+    /// This service (or this server version) cannot take the mode asked for.
+    #[error("{server}: {reason}")]
+    Unsupported { server: String, reason: String },
+    /// The key is held or waited for in another mode or with another N.
+    #[error("'{key}' is in use {theirs}, not {ours}: its holders and waiters must all agree (it changes only once nobody holds or waits for it)")]
+    ModeConflict {
+        key: String,
+        ours: String,
+        theirs: String,
     },
     #[error("invalid key '{key}': {reason}")]
     BadKey { key: String, reason: String },

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
 use super::OrFail;
-use crate::backend::{BackendConfig, KeyInfo};
+use crate::backend::{BackendConfig, KeyInfo, LockMode};
 use crate::cli::KeysOrder;
 use crate::exit::ExitCode;
 
@@ -81,6 +81,12 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
             "held_ms": held_ms,
             "waiting": k.waiting,
             "kept": k.kept,
+            "mode": match k.mode {
+                LockMode::Exclusive => "exclusive",
+                LockMode::Shared => "shared",
+                LockMode::Limit(_) => "limit",
+            },
+            "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -92,14 +98,30 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
 /// control characters escaped: a key with a newline cannot forge a row, nor
 /// an escape sequence recolour the terminal (`--json` has them as JSON
 /// escapes).
+/// The MODE column: only when a key is shared or limited, so the table of
+/// exclusive locks reads as before.
+fn mode_cell(mode: LockMode) -> String {
+    match mode {
+        LockMode::Exclusive => "exclusive".into(),
+        LockMode::Shared => "shared".into(),
+        LockMode::Limit(n) => format!("limit {n}"),
+    }
+}
+
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
-    let header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"].map(String::from);
+    let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
+    let mut header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
+        .map(String::from)
+        .to_vec();
+    if with_mode {
+        header.push("MODE".into());
+    }
     let mut rows = vec![header];
     for k in keys {
         let held = held_for(k, now)
             .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
             .unwrap_or_else(|| "-".into());
-        rows.push([
+        let mut row = vec![
             super::printable(&k.key).into_owned(),
             super::printable(&k.source).into_owned(),
             k.peer
@@ -108,9 +130,13 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
             held,
             hold_kind(k.kept).into(),
             k.waiting.to_string(),
-        ]);
+        ];
+        if with_mode {
+            row.push(mode_cell(k.mode));
+        }
+        rows.push(row);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 7];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -144,6 +170,7 @@ mod tests {
             since: Some(now - Duration::from_secs(secs_ago)),
             waiting,
             kept: None,
+            mode: crate::backend::LockMode::Exclusive,
         }
     }
 

@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use super::holder;
 use super::waiting::{self, Withdrawn};
 use super::OrFail;
-use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockRequest};
+use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest};
 use crate::child;
-use crate::cli::RunArgs;
+use crate::cli::{ModeArgs, RunArgs};
 use crate::exit::{fail, ExitCode};
 use crate::signals::Signals;
 use crate::terminal::Terminal;
@@ -31,6 +31,7 @@ pub enum CommandSpec {
 #[derive(Debug, Clone)]
 pub struct LockOptions {
     pub key: String,
+    pub mode: LockMode,
     pub source: String,
     pub nonblock: bool,
     pub timeout: Option<Duration>,
@@ -59,6 +60,7 @@ impl LockOptions {
         };
         Ok(LockOptions {
             key: args.key,
+            mode: mode_of(&args.mode),
             source: args.source.source.unwrap_or_else(super::default_source),
             nonblock,
             timeout,
@@ -67,6 +69,15 @@ impl LockOptions {
             quiet: args.quiet,
             command,
         })
+    }
+}
+
+/// `-x` (the default), `-s` or `--limit N` (clap refuses the mixtures).
+pub fn mode_of(args: &ModeArgs) -> LockMode {
+    match (args.shared, args.limit) {
+        (true, _) => LockMode::Shared,
+        (false, Some(n)) => LockMode::limit(n),
+        (false, None) => LockMode::Exclusive,
     }
 }
 
@@ -111,6 +122,7 @@ async fn hold_and_run(
     let nonblock = options.nonblock || options.timeout == Some(Duration::ZERO);
     let request = LockRequest {
         key: key.clone(),
+        mode: options.mode,
         source: options.source.clone(),
         nonblock,
         detached: matches!(options.command, CommandSpec::Detach),

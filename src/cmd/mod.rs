@@ -198,7 +198,10 @@ pub(crate) fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) 
 fn status_of(e: &BackendError) -> ExitCode {
     match e {
         BackendError::Unavailable { .. } => ExitCode::Unavailable,
-        BackendError::Refused { .. } | BackendError::Protocol { .. } => ExitCode::Protocol,
+        BackendError::Refused { .. }
+        | BackendError::Protocol { .. }
+        | BackendError::Unsupported { .. } => ExitCode::Protocol,
+        BackendError::ModeConflict { .. } => ExitCode::ModeConflict,
         BackendError::NotReleased { .. } => ExitCode::ReleaseFailed,
         BackendError::BadKey { .. } | BackendError::BadSource { .. } => ExitCode::Usage,
         BackendError::Other(_) => ExitCode::Software,

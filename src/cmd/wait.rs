@@ -10,6 +10,7 @@ use crate::exit::ExitCode;
 
 pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<ExitCode> {
     let options = LockOptions {
+        mode: lock::mode_of(&args.mode),
         key: args.key,
         source: args.source.source.unwrap_or_else(super::default_source),
         // `-w 0`: only look (lock.rs turns it into a try).

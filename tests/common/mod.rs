@@ -76,12 +76,14 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 pub mod cli;
+pub mod curator;
 pub mod etcd;
 pub mod manager;
 pub mod partition;
 pub mod pg;
 pub mod proxy;
 pub mod redis;
+pub mod spans;
 pub mod timeline;
 pub mod tls;
 pub mod zk;

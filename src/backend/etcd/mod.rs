@@ -155,6 +155,7 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
         kept: data.as_ref().map(|_| kv.lease() == 0),
         since: data.map(|d| d.since()),
         waiting: count.saturating_sub(1),
+        mode: crate::backend::LockMode::Exclusive,
     }
 }
 
@@ -170,6 +171,9 @@ impl Backend for EtcdBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
+        request
+            .mode
+            .exclusive_only(&self.rpc.server, "lc-cli's etcd backend")?;
         queue::acquire(&self.rpc, &self.prefix, request, self.ttl, cancel, progress).await
     }
 

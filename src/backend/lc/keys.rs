@@ -67,6 +67,7 @@ pub async fn list(
             waiting: r.waiting as usize,
             // Classic holds are not tied to a process: the server cannot tell.
             kept: None,
+            mode: crate::backend::LockMode::Exclusive,
         })
         .collect())
 }

@@ -152,6 +152,10 @@ impl Backend for LcBackend {
     ) -> Result<Acquired> {
         self.check_key(&request.key)?;
         check_source(&request.source)?;
+        // The one spot that tells the built-in protocol's modes apart.
+        request
+            .mode
+            .exclusive_only(&self.addr, "this server (the built-in protocol)")?;
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {

@@ -15,6 +15,8 @@ pub struct PgHeld {
     key: String,
     token: Option<u64>,
     keepalive: Duration,
+    /// A shared advisory lock (`--shared`), released as one.
+    shared: bool,
     /// When the last answered ping was sent: the server heard from us then.
     last_ok: Instant,
     /// The connection is given up: nothing more is sent on it.
@@ -40,13 +42,21 @@ pub fn kill_after(keepalive: Duration) -> Duration {
 }
 
 impl PgHeld {
-    pub fn new(s: Session, id: i64, key: String, token: Option<u64>, keepalive: Duration) -> Self {
+    pub fn new(
+        s: Session,
+        id: i64,
+        key: String,
+        token: Option<u64>,
+        keepalive: Duration,
+        shared: bool,
+    ) -> Self {
         PgHeld {
             s,
             id,
             key,
             token,
             keepalive,
+            shared,
             last_ok: Instant::now(),
             gone: false,
         }
@@ -115,10 +125,12 @@ impl HeldLock for PgHeld {
         }
         let id = self.id;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
-        let unlock = self
-            .s
-            .client
-            .query_one("SELECT pg_advisory_unlock($1)", &params);
+        let sql = if self.shared {
+            "SELECT pg_advisory_unlock_shared($1)"
+        } else {
+            "SELECT pg_advisory_unlock($1)"
+        };
+        let unlock = self.s.client.query_one(sql, &params);
         match tokio::time::timeout(silent_after(self.keepalive), unlock).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if self.s.is_ended() => {

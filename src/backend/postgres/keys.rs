@@ -27,7 +27,7 @@ pub fn app_name(source: &str) -> String {
 
 const HELD: &str = "
     WITH held AS (
-        SELECT l.pid, l.classid, l.objid, l.objsubid, l.database,
+        SELECT l.pid, l.classid, l.objid, l.objsubid, l.database, l.mode,
                (l.classid::int8 << 32) | l.objid::int8 AS id
         FROM pg_locks l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
@@ -36,7 +36,8 @@ const HELD: &str = "
            extract(epoch FROM a.backend_start)::float8, h.pid,
            (SELECT count(*) FROM pg_locks w
              WHERE w.locktype = 'advisory' AND NOT w.granted AND w.database = h.database
-               AND w.classid = h.classid AND w.objid = h.objid AND w.objsubid = 1)
+               AND w.classid = h.classid AND w.objid = h.objid AND w.objsubid = 1),
+           h.mode
     FROM held h LEFT JOIN pg_stat_activity a ON a.pid = h.pid {join}";
 
 /// Every held advisory lock of this database. A key lc-cli never took
@@ -72,6 +73,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
         let start: Option<f64> = row.get(5);
         let pid: i32 = row.get(6);
         let waiting: i64 = row.get(7);
+        let mode: Option<String> = row.get(8);
         out.push(KeyInfo {
             key: key.unwrap_or_else(|| format!("id:{id}")),
             source: source_of(app.as_deref(), pid),
@@ -88,6 +90,10 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 .as_deref()
                 .is_some_and(|a| a.starts_with("lc-cli "))
                 .then_some(false),
+            mode: match mode.as_deref() {
+                Some("ShareLock") => crate::backend::LockMode::Shared,
+                _ => crate::backend::LockMode::Exclusive,
+            },
         });
     }
     Ok(out)

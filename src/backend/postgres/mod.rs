@@ -33,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 pub use address::PgAddress;
 
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
+    WaitProgress,
 };
 use held::PgHeld;
 use session::Session;
@@ -130,6 +131,31 @@ impl Backend for PgBackend {
         cancel: CancellationToken,
         _progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
+        // --shared is PostgreSQL's shared advisory lock, in the same queue
+        // (a shared request waits behind an exclusive waiter); N advisory
+        // slots would not be first come, first served: refused.
+        let shared = request.mode == LockMode::Shared;
+        if let LockMode::Limit(n) = request.mode {
+            return Err(BackendError::Unsupported {
+                server: self.address.to_string(),
+                reason: format!(
+                    "lc-cli's PostgreSQL backend cannot take --limit {n} (advisory locks make no first-come-first-served semaphore); -x and -s work"
+                ),
+            });
+        }
+        let (lock_fn, try_fn, unlock_fn) = if shared {
+            (
+                "pg_advisory_lock_shared",
+                "pg_try_advisory_lock_shared",
+                "pg_advisory_unlock_shared",
+            )
+        } else {
+            (
+                "pg_advisory_lock",
+                "pg_try_advisory_lock",
+                "pg_advisory_unlock",
+            )
+        };
         let s = match self.take_session() {
             Some(s) => s,
             None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
@@ -148,7 +174,7 @@ impl Backend for PgBackend {
         if request.nonblock {
             let got: bool = s
                 .client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&id])
+                .query_one(&format!("SELECT {try_fn}($1)"), &[&id])
                 .await
                 .map_err(|e| s.error(&format!("trying '{key}'"), e))?
                 .get(0);
@@ -157,7 +183,8 @@ impl Backend for PgBackend {
             }
         } else {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
-            let wait = s.client.query_one("SELECT pg_advisory_lock($1)", &params);
+            let lock_sql = format!("SELECT {lock_fn}($1)");
+            let wait = s.client.query_one(lock_sql.as_str(), &params);
             tokio::pin!(wait);
             let granted = tokio::select! {
                 r = &mut wait => Some(r),
@@ -174,8 +201,8 @@ impl Backend for PgBackend {
                     let _ =
                         tokio::time::timeout(self.connect_timeout, token.cancel_query(NoTls)).await;
                     if let Ok(Ok(_)) = tokio::time::timeout(self.connect_timeout, wait).await {
-                        let give_back =
-                            s.client.query_one("SELECT pg_advisory_unlock($1)", &params);
+                        let unlock_sql = format!("SELECT {unlock_fn}($1)");
+                        let give_back = s.client.query_one(unlock_sql.as_str(), &params);
                         let _ = tokio::time::timeout(self.connect_timeout, give_back).await;
                     }
                     // Whatever is left ends with the connection, dropped here.
@@ -190,6 +217,7 @@ impl Backend for PgBackend {
             key.to_string(),
             token,
             self.address.keepalive,
+            shared,
         ))))
     }
 

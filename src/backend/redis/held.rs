@@ -92,14 +92,17 @@ pub(super) fn renew_args(
     ttl: Duration,
     fence: u64,
     source: &str,
+    mode: crate::backend::LockMode,
 ) -> Vec<String> {
-    vec![
+    let mut args = vec![
         key.to_string(),
         id.to_string(),
         ttl.as_millis().max(1).to_string(),
         fence.to_string(),
         source.to_string(),
-    ]
+    ];
+    args.extend(super::mode_args(mode));
+    args
 }
 
 /// What the nodes said to a renewal.

@@ -9,11 +9,12 @@ use std::time::{Duration, SystemTime};
 use super::node::NodeResult;
 use super::scripts::Scripts;
 use super::Quorum;
-use crate::backend::{KeyInfo, Result};
+use crate::backend::{KeyInfo, LockMode, Result};
 
 /// One held key as one node sees it: (name, owner token, source, since in
 /// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
-type NodeKey = (String, String, String, i64, i64, i64);
+/// The last: the holder's mode, `x`, `s` or N.
+type NodeKey = (String, String, String, i64, i64, i64, String);
 
 /// One node's answer: its clock (ms) and its held keys.
 type NodeListing = (i64, Vec<NodeKey>);
@@ -49,7 +50,11 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .into_values()
         .filter(|(n, _, _)| *n >= majority)
         .map(
-            |(_, now_ms, (name, _, source, since_ms, waiting, detached))| KeyInfo {
+            |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode))| KeyInfo {
+                mode: match mode.as_str() {
+                    "s" => LockMode::Shared,
+                    n => LockMode::limit(n.parse().unwrap_or(1)),
+                },
                 key: name.clone(),
                 source: if source.is_empty() {
                     "-".into()
@@ -80,6 +85,7 @@ mod tests {
             since_ms,
             waiting,
             0,
+            "x".into(),
         )
     }
 
@@ -118,7 +124,10 @@ mod tests {
 
     #[test]
     fn an_unknown_owner_shows_as_a_dash() {
-        let node: NodeListing = (0, vec![("k".into(), "t".into(), String::new(), -1, 0, -1)]);
+        let node: NodeListing = (
+            0,
+            vec![("k".into(), "t".into(), String::new(), -1, 0, -1, "x".into())],
+        );
         let keys = agreed(&[&node], 1, SystemTime::now());
         assert_eq!(keys[0].source, "-");
         assert_eq!(keys[0].kept, None);

@@ -38,8 +38,8 @@ use self::held::{renew_loop, RedisHeld};
 use self::node::{Node, NodeError, NodeResult};
 use self::scripts::Scripts;
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockRequest, Result,
-    ServerSpec, WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockMode, LockRequest,
+    Result, ServerSpec, WaitProgress,
 };
 
 pub struct RedisBackend {
@@ -249,10 +249,18 @@ impl Quorum {
 /// What one node said about a waiter (the answers of ENQUEUE and CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
-    Granted { fence: u64 },
-    Waiting { ahead: usize },
+    Granted {
+        fence: u64,
+    },
+    Waiting {
+        ahead: usize,
+    },
     Busy,
     Withdrawn,
+    /// The key is used another way: 0 as a lock, N with --limit N.
+    Disagrees {
+        theirs: u32,
+    },
 }
 
 /// A waiter's state across its rounds.
@@ -300,6 +308,9 @@ fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
         },
         2 => Standing::Waiting {
             ahead: value.max(0) as usize,
+        },
+        4 => Standing::Disagrees {
+            theirs: value.max(0) as u32,
         },
         _ => Standing::Withdrawn,
     })
@@ -358,6 +369,30 @@ async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender
     }
 }
 
+/// The mode arguments of ENQUEUE and CHECK (after nonblock/refresh), and
+/// of RENEW: `x`, `s` or `l`, and N.
+pub(super) fn mode_args(mode: LockMode) -> [String; 2] {
+    match mode {
+        LockMode::Exclusive => ["x".into(), "1".into()],
+        LockMode::Shared => ["s".into(), "0".into()],
+        LockMode::Limit(n) => ["l".into(), n.to_string()],
+    }
+}
+
+/// The refusal of a request whose mode a node's key disagrees with.
+fn disagreement(request: &LockRequest, standings: &[Standing]) -> Option<BackendError> {
+    standings.iter().find_map(|s| match s {
+        Standing::Disagrees { theirs } => {
+            let theirs = match *theirs {
+                0 => LockMode::Exclusive,
+                n => LockMode::limit(n),
+            };
+            Some(request.mode.conflict(&request.key, theirs))
+        }
+        _ => None,
+    })
+}
+
 impl RedisBackend {
     fn args(&self, request: &LockRequest, id: &str, ticket: u64) -> Vec<String> {
         let sh = &self.quorum;
@@ -399,7 +434,14 @@ impl RedisBackend {
             .script(
                 |s| &s.renew,
                 &request.key,
-                held::renew_args(&request.key, id, sh.ttl, fence, &request.source),
+                held::renew_args(
+                    &request.key,
+                    id,
+                    sh.ttl,
+                    fence,
+                    &request.source,
+                    request.mode,
+                ),
             )
             .await;
         let mine = held::Renewal::of(sh, &answers).confirmed;
@@ -421,7 +463,14 @@ impl RedisBackend {
         let (tx, rx) = watch::channel(None);
         let renewer = tokio::spawn(renew_loop(
             self.quorum.clone(),
-            held::renew_args(&request.key, id, self.quorum.ttl, fence, &request.source),
+            held::renew_args(
+                &request.key,
+                id,
+                self.quorum.ttl,
+                fence,
+                &request.source,
+                request.mode,
+            ),
             valid_until,
             tx,
         ));
@@ -439,9 +488,15 @@ impl RedisBackend {
         let sh = &self.quorum;
         let mut args = self.args(request, id, 0);
         args.push("1".into());
+        args.extend(mode_args(request.mode));
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
+        let standings: Vec<Standing> = answers.iter().filter_map(standing).collect();
+        if let Some(refused) = disagreement(request, &standings) {
+            self.leave(&request.key, id).await;
+            return Err(refused);
+        }
         let granted = sh.grants(&answers);
         if granted.len() >= sh.majority() {
             if let Some(held) = self.confirm(request, id, &granted, sent).await {
@@ -521,6 +576,7 @@ impl RedisBackend {
             }
             let mut args = self.args(request, id, line.ticket);
             args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
+            args.extend(mode_args(request.mode));
             line.sent = Instant::now();
             line.answers = sh.script(|s| &s.check, &request.key, args).await;
         }
@@ -552,6 +608,7 @@ impl RedisBackend {
     async fn send_enqueue(&self, line: &mut InLine<'_>) {
         let mut args = self.args(line.request, line.id, line.ticket);
         args.push("0".into());
+        args.extend(mode_args(line.request.mode));
         line.sent = Instant::now();
         line.answers = self
             .quorum
@@ -583,6 +640,10 @@ impl RedisBackend {
         let sh = &self.quorum;
         let (key, id) = (&line.request.key, line.id);
         let standings: Vec<Standing> = line.answers.iter().filter_map(standing).collect();
+        if let Some(refused) = disagreement(line.request, &standings) {
+            self.leave(key, id).await;
+            return Err(refused);
+        }
         if standings.contains(&Standing::Withdrawn) {
             self.leave(key, id).await;
             return Err(BackendError::Refused {

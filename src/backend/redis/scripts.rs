@@ -5,11 +5,14 @@
 //!
 //! | key | type | what |
 //! | --- | --- | --- |
-//! | `P lock` | string, PX ttl | the holder's token; absent = free |
+//! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
+//! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold) |
+//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms}` |
+//! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits |
 //! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
-//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms}` |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N}` (mode `x`, `s` or `l`) |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
@@ -37,6 +40,7 @@ local P = KEYS[1]
 local NAME = ARGV[1]
 local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P..'expiry', P..'waiters'
 local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
+local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -78,6 +82,50 @@ local function settle()
   end
   return true
 end
+-- Shared and limited holders whose lease ran out leave; how many remain.
+local function settle_set(now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', HOLDERS, id)
+    local raw = redis.call('HGET', HINFO, id)
+    if raw then
+      src_add(cjson.decode(raw).s, -1)
+      redis.call('HDEL', HINFO, id)
+    end
+  end
+  return redis.call('ZCARD', HOLDERS)
+end
+-- What a waiter's mode asks of the key's kind: 'lock' or N.
+local function kind_of(info)
+  if info.m == 'l' then return tostring(info.n) end
+  return 'lock'
+end
+-- Nil when a request of this mode agrees with the key's holders and
+-- waiters (recording the kind of a key nobody uses); else their kind as a
+-- number (0: a lock, N: --limit N).
+local function disagrees(info, now)
+  local want, have = kind_of(info), redis.call('GET', KIND)
+  if have and have ~= want then
+    local used = redis.call('EXISTS', LOCK) == 1 or settle_set(now) > 0 or redis.call('ZCARD', QUEUE) > 0
+    if used then
+      if have == 'lock' then return 0 end
+      return tonumber(have)
+    end
+  end
+  redis.call('SET', KIND, want)
+  return nil
+end
+-- Adds waiter id to the shared or limited holders; wakes it unless it is the caller.
+local function grant_set(id, info, now, caller)
+  unqueue(id, info, true)
+  local f = redis.call('INCR', FENCE)
+  redis.call('ZADD', HOLDERS, now + info.t, id)
+  redis.call('HSET', HINFO, id, cjson.encode({s = info.s, since = now, f = f, d = 0, t = info.t}))
+  if id ~= caller then
+    redis.call('LPUSH', wake_key(id), 'g')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+  end
+  return f
+end
 -- Gives the (free) lock to waiter id; wakes it unless it is the caller.
 local function grant(id, info, now, caller)
   unqueue(id, info, true)
@@ -90,26 +138,62 @@ local function grant(id, info, now, caller)
   end
   return f
 end
--- If the lock is free, hands it to the first waiter. Returns its id, or false.
+-- Whether a waiter of this mode can hold now, beside the holders there.
+local function fits(info, free, held)
+  if info.m == 's' then return free end
+  if info.m == 'l' then return free and held < info.n end
+  return free and held == 0
+end
+-- Grants the waiters at the head of the line while they fit, first come
+-- first served (an exclusive waiter stops the shared ones behind it; each
+-- free slot of a --limit N key goes to the next one). Returns caller when
+-- it was granted, else false.
 local function promote(now, caller)
   cleanup(now)
-  if not settle() then return false end
-  for _ = 1, 10 do
+  local free = settle()
+  local held = settle_set(now)
+  local got = false
+  for _ = 1, 1000 do
     local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
     if not head then
-      redis.call('SREM', ALL, NAME)
-      return false
+      if free and held == 0 then
+        redis.call('SREM', ALL, NAME)
+        redis.call('DEL', KIND)
+      end
+      return got
     end
     local info = waiter(head)
     if info then
-      grant(head, info, now, caller)
-      return head
+      if not fits(info, free, held) then return got end
+      if (info.m or 'x') == 'x' then
+        grant(head, info, now, caller)
+        free = false
+      else
+        grant_set(head, info, now, caller)
+        held = held + 1
+      end
+      if head == caller then got = caller end
+    else
+      unqueue(head, nil, false)
     end
-    unqueue(head, nil, false)
   end
-  return false
+  return got
 end
 local function fence_of_owner() return tonumber(redis.call('HGET', OWNER, 'fence') or 0) end
+local function holder_info(id)
+  local raw = redis.call('HGET', HINFO, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+-- The fence of holder id, exclusive or not; nil when it holds nothing.
+local function fence_of(id)
+  if redis.call('GET', LOCK) == id then return fence_of_owner() end
+  if redis.call('ZSCORE', HOLDERS, id) then
+    local h = holder_info(id)
+    return h and tonumber(h.f) or 0
+  end
+  return nil
+end
 -- Before a reset frees the key: the holder's renewals must not put it back
 -- while its lease could still be running.
 local function revoke(token)
@@ -132,23 +216,48 @@ local function enqueue(id, info, t, now)
 end
 -- {1, fence} granted to id; {2, ahead} waiting.
 local function standing(now, id)
-  if promote(now, id) == id then return {1, fence_of_owner()} end
+  if promote(now, id) == id then return {1, fence_of(id)} end
   return {2, redis.call('ZRANK', QUEUE, id)}
+end
+-- Frees the shared or limited holder id (revoking its renewals if asked).
+local function drop_holder(id, do_revoke)
+  local h = holder_info(id)
+  if do_revoke and h then
+    local t = tonumber(h.t) or 0
+    if t > 0 then redis.call('SET', P..'revoked:'..id, 1, 'PX', t) end
+  end
+  redis.call('ZREM', HOLDERS, id)
+  redis.call('HDEL', HINFO, id)
+  if h then src_add(h.s, -1) end
+end
+local function info_of(a)
+  local m = a[6] or 'x'
+  local info = {s = a[1], t = tonumber(a[2]), q = tonumber(a[3]), m = m}
+  if m == 'l' then info.n = tonumber(a[7]) end
+  return info
 end
 "#;
 
-/// Enqueue, or with nonblock only take a free lock nobody waits for.
-/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign), nonblock.
-/// Returns {1, fence} granted, {2, ahead} queued, {0, 0} busy (nonblock).
+/// Enqueue, or with nonblock only take the key if this mode fits beside its
+/// holders and nobody waits.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign),
+/// nonblock, mode (`x`, `s`, `l`), N.
+/// Returns {1, fence} granted, {2, ahead} queued, {0, 0} busy (nonblock),
+/// {4, theirs} refused: the key is used another way (0: as a lock, N: with
+/// --limit N).
 const ENQUEUE: &str = r#"
 local id, now = ARGV[2], now_ms()
-local info = {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}
+local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+cleanup(now)
+local theirs = disagrees(info, now)
+if theirs then return {4, theirs} end
 if ARGV[7] == '1' then
-  cleanup(now)
-  if settle() and redis.call('ZCARD', QUEUE) == 0 then
+  local free = settle()
+  if fits(info, free, settle_set(now)) and redis.call('ZCARD', QUEUE) == 0 then
     src_add(info.s, 1)
     redis.call('SADD', ALL, NAME)
-    return {1, grant(id, info, now, id)}
+    if info.m == 'x' then return {1, grant(id, info, now, id)} end
+    return {1, grant_set(id, info, now, id)}
   end
   return {0, 0}
 end
@@ -160,20 +269,28 @@ return standing(now, id)
 /// An entry that is gone (it expired while we were stalled, the node
 /// restarted empty, or missed our enqueue) is put back at `ticket` (0: the
 /// end of the line), unless `reset --source` withdrew it.
-/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh, mode, N.
 /// Returns {1, fence} granted (with refresh: the lease restarts now),
-/// {2, ahead} waiting, {3, 0} withdrawn by a reset.
+/// {2, ahead} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
+/// ENQUEUE).
 const CHECK: &str = r#"
 local id, now = ARGV[2], now_ms()
 if redis.call('GET', LOCK) == id then
   if ARGV[7] == '1' then redis.call('PEXPIRE', LOCK, ARGV[4]) end
   return {1, fence_of_owner()}
 end
+if redis.call('ZSCORE', HOLDERS, id) then
+  if ARGV[7] == '1' then redis.call('ZADD', HOLDERS, 'XX', now + tonumber(ARGV[4]), id) end
+  return {1, fence_of(id)}
+end
 if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
 if redis.call('ZSCORE', QUEUE, id) then
   redis.call('ZADD', EXPIRY, 'XX', now + tonumber(ARGV[5]), id)
 else
-  enqueue(id, {s = ARGV[3], t = tonumber(ARGV[4]), q = tonumber(ARGV[5])}, tonumber(ARGV[6]), now)
+  local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+  local theirs = disagrees(info, now)
+  if theirs then return {4, theirs} end
+  enqueue(id, info, tonumber(ARGV[6]), now)
 end
 return standing(now, id)
 "#;
@@ -183,10 +300,36 @@ return standing(now, id)
 /// our lease ran out there and nobody took it), puts it back: not where it
 /// is another's, where a reset revoked our hold, or where the owner record
 /// still names us (the lock key deleted by hand).
-/// ARGV: name, id, ttl_ms, fence_floor, source.
+/// A shared or limited hold (mode `s` or `l`) is renewed in `P holders`,
+/// put back only where the key has room for it and agrees on its kind.
+/// ARGV: name, id, ttl_ms, fence_floor, source, mode, N.
 /// Returns the fence, or -1 when the lock is not ours.
 const RENEW: &str = r#"
 local id, ttl, floor, src = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local mode = ARGV[6] or 'x'
+if mode ~= 'x' then
+  local now = now_ms()
+  if redis.call('ZSCORE', HOLDERS, id) then
+    if redis.call('ZSCORE', HOLDERS, id) ~= 'inf' then redis.call('ZADD', HOLDERS, 'XX', now + tonumber(ttl), id) end
+  else
+    if redis.call('EXISTS', P..'revoked:'..id) == 1 then return -1 end
+    local info = {s = src, t = tonumber(ttl), q = tonumber(ttl), m = mode, n = tonumber(ARGV[7])}
+    if disagrees(info, now) or not fits(info, settle(), settle_set(now)) then return -1 end
+    redis.call('ZADD', HOLDERS, now + tonumber(ttl), id)
+    redis.call('HSET', HINFO, id, cjson.encode({s = src, since = now, f = floor, d = 0, t = tonumber(ttl)}))
+    src_add(src, 1)
+    redis.call('SADD', ALL, NAME)
+  end
+  if floor > 0 then
+    if tonumber(redis.call('GET', FENCE) or 0) < floor then redis.call('SET', FENCE, floor) end
+    local h = holder_info(id)
+    if h then
+      h.f = floor
+      redis.call('HSET', HINFO, id, cjson.encode(h))
+    end
+  end
+  return fence_of(id)
+end
 local token = redis.call('GET', LOCK)
 if token == id then
   redis.call('PEXPIRE', LOCK, ttl)
@@ -216,6 +359,10 @@ if redis.call('GET', LOCK) == id then
   redis.call('DEL', LOCK)
   was = 1
 end
+if redis.call('ZSCORE', HOLDERS, id) then
+  drop_holder(id, false)
+  was = 1
+end
 local info = waiter(id)
 if info then
   unqueue(id, info, false)
@@ -229,19 +376,36 @@ return was
 /// Makes our hold permanent (`lock` without a command). ARGV: name, id.
 /// Returns 1, or 0 when the lock is not ours.
 const DETACH: &str = r#"
+local id = ARGV[2]
+if redis.call('ZSCORE', HOLDERS, id) then
+  local h = holder_info(id)
+  h.d = 1
+  redis.call('HSET', HINFO, id, cjson.encode(h))
+  redis.call('ZADD', HOLDERS, 'XX', 'inf', id)
+  return 1
+end
 if redis.call('GET', LOCK) ~= ARGV[2] then return 0 end
 redis.call('PERSIST', LOCK)
 redis.call('HSET', OWNER, 'detached', 1)
 return 1
 "#;
 
-/// `unlock KEY` from another process: releases a detached hold only.
+/// `unlock KEY` from another process: releases a detached hold only (of a
+/// shared or limited key: the oldest kept one).
 /// ARGV: name. Returns 1 released, 0 not held, -1 held by a running lc-cli.
 const UNLOCK: &str = r#"
 local now = now_ms()
 local token = redis.call('GET', LOCK)
 if not token then
+  local kept = redis.call('ZRANGEBYSCORE', HOLDERS, 'inf', 'inf', 'LIMIT', 0, 1)[1]
+  if kept then
+    drop_holder(kept, false)
+    promote(now, false)
+    return 1
+  end
+  local any = settle_set(now) > 0
   promote(now, false)
+  if any then return -1 end
   return 0
 end
 if redis.call('HGET', OWNER, 'token') ~= token or redis.call('HGET', OWNER, 'detached') ~= '1' then
@@ -258,6 +422,10 @@ const RESET_KEY: &str = r#"
 local token = redis.call('GET', LOCK)
 if token then revoke(token) end
 local held = redis.call('DEL', LOCK)
+for _, id in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
+  drop_holder(id, true)
+  held = 1
+end
 promote(now_ms(), false)
 return held
 "#;
@@ -273,6 +441,13 @@ if token and redis.call('HGET', OWNER, 'token') == token and redis.call('HGET', 
   revoke(token)
   redis.call('DEL', LOCK)
   n = n + 1
+end
+for _, id in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
+  local h = holder_info(id)
+  if h and h.s == src then
+    drop_holder(id, true)
+    n = n + 1
+  end
 end
 local all = redis.call('HGETALL', WAITERS)
 for i = 1, #all, 2 do
@@ -295,7 +470,8 @@ return n
 /// listed; when nobody waits for it either, its record is settled and it
 /// leaves the index (what a release would have done). Stands alone: no
 /// `KEYS`, no `ARGV`, not prefixed with [`COMMON`].
-/// Returns {now_ms, {{name, token, source, since_ms, waiting, detached}, ...}},
+/// Returns {now_ms, {{name, token, source, since_ms, waiting, detached, mode}, ...}},
+/// one entry per holder (mode `x` exclusive, `s` shared, N for --limit N),
 /// where source is '' and since_ms and detached -1 when the owner record does
 /// not match the lock (a lock key written by someone else), detached is 1 for
 /// a kept hold and 0 for a running command's, and waiting counts the queue
@@ -314,14 +490,32 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
       source, since, detached = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1
     end
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
-    held[#held + 1] = {name, token, source, since, waiting, detached}
-  elseif redis.call('EXISTS', P..'queue') == 0 then
+    held[#held + 1] = {name, token, source, since, waiting, detached, 'x'}
+  end
+  local set = redis.call('ZRANGEBYSCORE', P..'holders', '('..now, '+inf')
+  if #set > 0 then
+    local kind = redis.call('GET', P..'kind') or 'lock'
+    local mode = 's'
+    if kind ~= 'lock' then mode = kind end
+    local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
+    for _, id in ipairs(set) do
+      local raw = redis.call('HGET', P..'hinfo', id)
+      local source, since, detached = '', -1, -1
+      if raw then
+        local h = cjson.decode(raw)
+        source, since, detached = h.s or '', tonumber(h.since) or -1, tonumber(h.d) or -1
+      end
+      held[#held + 1] = {name, id, source, since, waiting, detached, mode}
+    end
+  end
+  if not token and #set == 0 and redis.call('EXISTS', P..'queue') == 0 then
     local s = redis.call('HGET', P..'owner', 'source')
     if s then
       local k = 'lc-cli:source:'..s
       if redis.call('HINCRBY', k, name, -1) <= 0 then redis.call('HDEL', k, name) end
       redis.call('DEL', P..'owner')
     end
+    redis.call('DEL', P..'kind')
     redis.call('SREM', 'lc-cli:keys', name)
   end
 end

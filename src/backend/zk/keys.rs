@@ -23,9 +23,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use zookeeper_client as zk;
 
-use super::names::{self, Mode, NodeData};
+use super::names::{self, Kind, Mode, NodeData, Turn};
 use super::session::Session;
-use crate::backend::{BackendError, KeyInfo, Result};
+use crate::backend::{BackendError, KeyInfo, LockMode, Result};
 
 /// At most this many requests in flight at once.
 const BATCH: usize = 256;
@@ -50,6 +50,9 @@ struct Lock {
 pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
     // The lock nodes, level by level.
     let mut locks = Vec::new();
+    // Read-write locks (several may hold) and semaphores, looked at after.
+    let mut shared = Vec::new();
+    let mut semaphores = Vec::new();
     let mut level = vec![root.to_string()];
     while !level.is_empty() {
         let mut next = Vec::new();
@@ -58,20 +61,31 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
             for (dir, children) in batch.iter().zip(listed) {
                 // None: deleted meanwhile (an emptied container).
                 let Some(children) = children else { continue };
+                let semaphore = dir != root && names::semaphore_parts(&children);
                 let mut queue = Vec::new();
                 for child in children {
                     if names::sequence_of(&child).is_some() {
                         queue.push(child);
-                    } else {
+                    } else if !(semaphore
+                        && (child == names::SEMAPHORE_LEASES || child == names::SEMAPHORE_LOCKS))
+                    {
                         next.push(format!("{dir}/{child}"));
                     }
                 }
+                if semaphore {
+                    semaphores.push(dir.clone());
+                }
                 // The root itself is no key.
                 if !queue.is_empty() && dir != root {
-                    locks.push(Lock {
+                    let lock = Lock {
                         dir: dir.clone(),
                         queue: names::queue(queue),
-                    });
+                    };
+                    if names::read_write_in_use(&lock.queue) {
+                        shared.push(lock);
+                    } else {
+                        locks.push(lock);
+                    }
                 }
             }
         }
@@ -98,7 +112,83 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
             }
         }
     }
+    for lock in &shared {
+        out.extend(read_write_holders(s, root, lock).await?);
+    }
+    for dir in &semaphores {
+        out.extend(semaphore_holders(s, root, dir).await?);
+    }
     Ok(out)
+}
+
+/// Every holder of a read-write lock: the readers at the head together, or
+/// the writer there.
+async fn read_write_holders(s: &Session, root: &str, lock: &Lock) -> Result<Vec<KeyInfo>> {
+    let key = &lock.dir[root.len() + 1..];
+    let kinds: Vec<Kind> = lock
+        .queue
+        .iter()
+        .map(|n| names::parse(n).map_or(Kind::Mutex, |(k, _)| k))
+        .collect();
+    let holding: Vec<usize> = (0..kinds.len())
+        .filter(|&i| names::turn(&kinds, i) == Turn::Holds)
+        .collect();
+    let paths: Vec<String> = holding
+        .iter()
+        .map(|&i| format!("{}/{}", lock.dir, lock.queue[i]))
+        .collect();
+    let data = pipelined(s, &paths, send_get, "reading").await?;
+    let waiting = lock.queue.len() - holding.len();
+    Ok(holding
+        .iter()
+        .zip(data)
+        .filter_map(|(&i, got)| {
+            let (data, stat) = got?;
+            let mut info = holder_info(key, &data, stat.ctime, waiting);
+            if kinds[i] == Kind::Read {
+                info.mode = LockMode::Shared;
+            }
+            Some(info)
+        })
+        .collect())
+}
+
+/// Every lease of a semaphore, and how many acquirers queue for one. N is
+/// what lc-cli's nodes record; a semaphore of Curator clients only records
+/// none, and shows the number of leases held.
+async fn semaphore_holders(s: &Session, root: &str, dir: &str) -> Result<Vec<KeyInfo>> {
+    let key = &dir[root.len() + 1..];
+    let parts = [
+        format!("{dir}/{}", names::SEMAPHORE_LEASES),
+        format!("{dir}/{}", names::SEMAPHORE_LOCKS),
+    ];
+    let listed = pipelined(s, &parts, send_list, "listing").await?;
+    let mut listed = listed
+        .into_iter()
+        .map(|l| names::queue(l.unwrap_or_default()));
+    let leases = listed.next().unwrap_or_default();
+    let waiting = listed.next().unwrap_or_default().len();
+    let paths: Vec<String> = leases.iter().map(|l| format!("{}/{l}", parts[0])).collect();
+    let data: Vec<(Vec<u8>, zk::Stat)> = pipelined(s, &paths, send_get, "reading")
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    let n = data
+        .iter()
+        .find_map(|(d, _)| NodeData::decode(d).and_then(|d| d.limit))
+        .unwrap_or(data.len() as u32);
+    // Past the first N: the acquirer holding the mutex, waiting for room.
+    let holding = data.len().min(n as usize);
+    let waiting = waiting + data.len() - holding;
+    Ok(data[..holding]
+        .iter()
+        .map(|(d, stat)| {
+            let mut info = holder_info(key, d, stat.ctime, waiting);
+            info.mode = LockMode::limit(n.max(2));
+            info
+        })
+        .collect())
 }
 
 /// Sends one request per path at once, then collects the answers in order:
@@ -182,6 +272,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         since: (since_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(since_ms)),
         waiting,
         kept,
+        mode: crate::backend::LockMode::Exclusive,
     }
 }
 

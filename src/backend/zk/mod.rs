@@ -17,6 +17,7 @@ mod held;
 mod keys;
 mod names;
 mod queue;
+mod semaphore;
 mod session;
 
 use std::sync::Arc;
@@ -80,6 +81,70 @@ impl ZkBackend {
         }
     }
 
+    /// The holders of a read-write lock's or a semaphore's key (paths);
+    /// None for a plain lock (one holder: the head of its queue).
+    async fn shared_holders(&self, key: &str) -> Result<Option<Vec<String>>> {
+        let s = &self.session;
+        let dir = names::lock_dir(&self.root, key);
+        let d = dir.as_str();
+        let children = match s.retry(|c| async move { c.list_children(d).await }).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+        };
+        if names::semaphore_parts(&children) {
+            let leases = format!("{dir}/{}", names::SEMAPHORE_LEASES);
+            let l = leases.as_str();
+            let found = match s.retry(|c| async move { c.list_children(l).await }).await {
+                Ok(found) => names::queue(found),
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(s.error(&format!("listing {leases}"), e)),
+            };
+            let mut paths: Vec<String> = found.iter().map(|n| format!("{leases}/{n}")).collect();
+            // Past the first N (as lc-cli's nodes record it): the acquirer
+            // waiting for room, which keeps its place.
+            for p in paths.clone().iter().take(4) {
+                let p = p.as_str();
+                if let Ok((data, _)) = s.retry(|c| async move { c.get_data(p).await }).await {
+                    if let Some(n) = NodeData::decode(&data).and_then(|d| d.limit) {
+                        paths.truncate(n as usize);
+                        break;
+                    }
+                }
+            }
+            return Ok(Some(paths));
+        }
+        let queue = names::queue(children);
+        if !names::read_write_in_use(&queue) {
+            return Ok(None);
+        }
+        let kinds: Vec<names::Kind> = queue
+            .iter()
+            .map(|n| names::parse(n).map_or(names::Kind::Mutex, |(k, _)| k))
+            .collect();
+        Ok(Some(
+            (0..queue.len())
+                .filter(|&i| names::turn(&kinds, i) == names::Turn::Holds)
+                .map(|i| format!("{dir}/{}", queue[i]))
+                .collect(),
+        ))
+    }
+
+    /// Deletes the given holder nodes (gone already is fine); how many.
+    async fn delete_nodes(&self, nodes: &[String]) -> Result<usize> {
+        let s = &self.session;
+        let mut n = 0;
+        for node in nodes {
+            let p = node.as_str();
+            match s.retry(|c| async move { c.delete(p, None).await }).await {
+                Ok(()) => n += 1,
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(s.error(&format!("deleting {node}"), e)),
+            }
+        }
+        Ok(n)
+    }
+
     /// Deletes the node at the head of the queue; false when there is none.
     async fn delete_holder(&self, key: &str) -> Result<bool> {
         // A holder that leaves between the listing and the delete is
@@ -126,12 +191,35 @@ impl Backend for ZkBackend {
 
     /// Deletes the holder node, whichever it is (a detached hold, or a
     /// running holder, which then loses the lock): as on the built-in server.
+    /// Of a shared or limited key: a kept (persistent) holder first, else
+    /// the oldest holder.
     async fn unlock(&self, key: &str) -> Result<bool> {
-        self.delete_holder(key).await
+        let Some(holders) = self.shared_holders(key).await? else {
+            return self.delete_holder(key).await;
+        };
+        let s = &self.session;
+        let mut pick = holders.first().cloned();
+        for node in &holders {
+            let p = node.as_str();
+            if let Ok(Some(stat)) = s.retry(|c| async move { c.check_stat(p).await }).await {
+                if stat.ephemeral_owner == 0 {
+                    pick = Some(node.clone());
+                    break;
+                }
+            }
+        }
+        match pick {
+            Some(node) => Ok(self.delete_nodes(&[node]).await? > 0),
+            None => Ok(false),
+        }
     }
 
+    /// Frees every holder (of a shared or limited key: all of them).
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.delete_holder(key).await.map(|_| ())
+        match self.shared_holders(key).await? {
+            Some(holders) => self.delete_nodes(&holders).await.map(|_| ()),
+            None => self.delete_holder(key).await.map(|_| ()),
+        }
     }
 
     /// Walks the whole tree under the root and deletes every queue node

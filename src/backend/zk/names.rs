@@ -3,9 +3,43 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The lock name Curator's `InterProcessMutex` uses; every queue node
-/// contains it, followed by the 10-digit sequence number.
-pub const LOCK_NAME: &str = "lock-";
+/// What a queue node stands for, told by the lock name in it (each followed
+/// by the 10-digit sequence number), as Curator's recipes name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `lock-`: `InterProcessMutex` (lc-cli's exclusive lock on a key no
+    /// read-write lock uses; the acquirers' mutex of a semaphore).
+    Mutex,
+    /// `__WRIT__`: the write lock of `InterProcessReadWriteLock`.
+    Write,
+    /// `__READ__`: its read lock (lc-cli's `--shared`).
+    Read,
+    /// `lease-`: a lease of `InterProcessSemaphoreV2`.
+    Lease,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Mutex, Kind::Write, Kind::Read, Kind::Lease];
+
+    pub fn lock_name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "lock-",
+            Kind::Write => "__WRIT__",
+            Kind::Read => "__READ__",
+            Kind::Lease => "lease-",
+        }
+    }
+
+    /// Whether a node of this kind excludes everyone (a writer).
+    pub fn is_writer(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Write)
+    }
+}
+
+/// The children of a semaphore's znode (`InterProcessSemaphoreV2`): the
+/// mutex its acquirers queue on, and the leases.
+pub const SEMAPHORE_LOCKS: &str = "locks";
+pub const SEMAPHORE_LEASES: &str = "leases";
 
 /// Why a key cannot be a znode path under the root (`None` when it can).
 pub fn key_problem(key: &str) -> Option<String> {
@@ -48,22 +82,29 @@ pub fn lock_dir(root: &str, key: &str) -> String {
     format!("{root}/{key}")
 }
 
-/// `_c_<uuid>-lock-`: the unique prefix of a new queue node, as Curator
-/// names them, so a node created just before a connection loss can be found
-/// again by this prefix.
-pub fn new_prefix() -> String {
-    format!("_c_{}-{LOCK_NAME}", uuid::Uuid::new_v4())
+/// `_c_<uuid>-<lock name>`: the unique prefix of a new queue node, as
+/// Curator names them, so a node created just before a connection loss can
+/// be found again by this prefix.
+pub fn new_prefix(kind: Kind) -> String {
+    format!("_c_{}-{}", uuid::Uuid::new_v4(), kind.lock_name())
 }
 
-/// The sequence number of a queue node (the digits after the last `lock-`),
-/// or None for a child that is not a queue node.
+/// A queue node's kind and sequence number (the digits after its lock
+/// name), or None for a child that is not a queue node.
+pub fn parse(name: &str) -> Option<(Kind, u64)> {
+    Kind::ALL.into_iter().find_map(|kind| {
+        let at = name.rfind(kind.lock_name())?;
+        let digits = &name[at + kind.lock_name().len()..];
+        if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((kind, digits.parse().ok()?))
+    })
+}
+
+/// The sequence number of a queue node, or None for another child.
 pub fn sequence_of(name: &str) -> Option<u64> {
-    let at = name.rfind(LOCK_NAME)?;
-    let digits = &name[at + LOCK_NAME.len()..];
-    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    parse(name).map(|(_, seq)| seq)
 }
 
 /// The queue: the queue nodes among `children`, in the order they are
@@ -77,16 +118,63 @@ pub fn queue(children: Vec<String>) -> Vec<String> {
     nodes.into_iter().map(|(_, c)| c).collect()
 }
 
+/// Whether the queue nodes among `children` are a read-write lock's, so an
+/// exclusive request joins as its writer (`__WRIT__`), not as a mutex.
+pub fn read_write_in_use(children: &[String]) -> bool {
+    children
+        .iter()
+        .any(|c| matches!(parse(c), Some((Kind::Read | Kind::Write, _))))
+}
+
+/// Whether `children` of a key's znode are a semaphore's.
+pub fn semaphore_parts(children: &[String]) -> bool {
+    children
+        .iter()
+        .any(|c| c == SEMAPHORE_LOCKS || c == SEMAPHORE_LEASES)
+}
+
+/// Where a node of the queue `kinds` (in order) stands: it holds, or it
+/// waits, watching one node. A writer holds when first and watches the node
+/// just ahead of it; a reader holds when no writer is ahead of it and
+/// watches the nearest writer ahead (Curator's reader watches the first
+/// one: the same grant, but the nearest wakes only readers it lets in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    Holds,
+    /// The index of the node to watch, and how many stand between us and
+    /// the grant (0: next).
+    Waits {
+        watch: usize,
+        ahead: usize,
+    },
+}
+
+pub fn turn(kinds: &[Kind], ours: usize) -> Turn {
+    if kinds[ours].is_writer() {
+        return match ours {
+            0 => Turn::Holds,
+            i => Turn::Waits {
+                watch: i - 1,
+                ahead: i - 1,
+            },
+        };
+    }
+    match kinds[..ours].iter().rposition(|k| k.is_writer()) {
+        None => Turn::Holds,
+        Some(w) => Turn::Waits { watch: w, ahead: w },
+    }
+}
+
 /// The name of the persistent node that keeps a detached hold: a fresh
-/// Curator-style prefix with the same sequence digits as the ephemeral node
-/// it replaces, so it keeps that node's place at the head of the queue.
+/// Curator-style prefix of the same kind with the same sequence digits as
+/// the ephemeral node it replaces, so it keeps that node's place.
 pub fn detached_name(ephemeral: &str) -> Option<String> {
-    let at = ephemeral.rfind(LOCK_NAME)?;
-    sequence_of(ephemeral)?;
+    let (kind, _) = parse(ephemeral)?;
+    let at = ephemeral.rfind(kind.lock_name())?;
     Some(format!(
         "{}{}",
-        new_prefix(),
-        &ephemeral[at + LOCK_NAME.len()..]
+        new_prefix(kind),
+        &ephemeral[at + kind.lock_name().len()..]
     ))
 }
 
@@ -107,6 +195,8 @@ pub struct NodeData {
     /// the hold was taken for a detached one.
     pub since_ms: u64,
     pub pid: u32,
+    /// The N of a `--limit N` request (its semaphore's lease count).
+    pub limit: Option<u32>,
     /// Last, so it may contain anything.
     pub source: String,
 }
@@ -122,8 +212,14 @@ impl NodeData {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             pid: std::process::id(),
+            limit: None,
             source: source.to_string(),
         }
+    }
+
+    pub fn with_limit(mut self, limit: Option<u32>) -> Self {
+        self.limit = limit;
+        self
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -131,8 +227,12 @@ impl NodeData {
             Mode::Queue => "queue",
             Mode::Detached => "detached",
         };
+        let limit = match self.limit {
+            Some(n) => format!("limit={n}\n"),
+            None => String::new(),
+        };
         format!(
-            "{MAGIC}mode={mode}\nsince={}\npid={}\nsource={}",
+            "{MAGIC}mode={mode}\nsince={}\npid={}\n{limit}source={}",
             self.since_ms, self.pid, self.source
         )
         .into_bytes()
@@ -146,6 +246,7 @@ impl NodeData {
             mode: Mode::Queue,
             since_ms: 0,
             pid: 0,
+            limit: None,
             source: String::new(),
         };
         loop {
@@ -160,6 +261,7 @@ impl NodeData {
                 ("mode", "detached") => out.mode = Mode::Detached,
                 ("since", v) => out.since_ms = v.parse().ok()?,
                 ("pid", v) => out.pid = v.parse().ok()?,
+                ("limit", v) => out.limit = Some(v.parse().ok()?),
                 _ => {}
             }
         }
@@ -220,8 +322,35 @@ mod tests {
         assert!(d.starts_with("_c_") && d.ends_with("-lock-0000000042"));
         assert_ne!(d, "_c_x-lock-0000000042");
         assert_eq!(sequence_of(&d), Some(42));
-        let p = new_prefix();
+        let p = new_prefix(Kind::Mutex);
         assert!(p.starts_with("_c_") && p.ends_with("-lock-") && p.len() == 3 + 36 + 6);
+        let d = detached_name("_c_x-__READ__0000000007").unwrap();
+        assert!(d.ends_with("-__READ__0000000007"), "{d}");
+        assert!(detached_name("_c_x-lease-0000000003")
+            .unwrap()
+            .ends_with("-lease-0000000003"));
+    }
+
+    #[test]
+    fn kinds_and_turns() {
+        assert_eq!(parse("_c_a-__READ__0000000004"), Some((Kind::Read, 4)));
+        assert_eq!(parse("_c_a-__WRIT__0000000005"), Some((Kind::Write, 5)));
+        assert_eq!(parse("_c_a-lease-0000000006"), Some((Kind::Lease, 6)));
+        assert_eq!(parse("locks"), None);
+        use Kind::*;
+        // Readers at the head hold together; a writer waits for all ahead.
+        let q = [Read, Read, Write, Read, Read, Mutex, Read];
+        assert_eq!(turn(&q, 0), Turn::Holds);
+        assert_eq!(turn(&q, 1), Turn::Holds);
+        assert_eq!(turn(&q, 2), Turn::Waits { watch: 1, ahead: 1 });
+        // Readers behind a writer wait for it, not for the readers ahead.
+        assert_eq!(turn(&q, 3), Turn::Waits { watch: 2, ahead: 2 });
+        assert_eq!(turn(&q, 4), Turn::Waits { watch: 2, ahead: 2 });
+        assert_eq!(turn(&q, 6), Turn::Waits { watch: 5, ahead: 5 });
+        assert_eq!(turn(&[Write], 0), Turn::Holds);
+        assert!(read_write_in_use(&["_c_a-__READ__0000000004".into()]));
+        assert!(!read_write_in_use(&["_c_a-lock-0000000004".into()]));
+        assert!(semaphore_parts(&["leases".into()]));
     }
 
     #[test]
@@ -230,6 +359,8 @@ mod tests {
             let d = NodeData::new(Mode::Detached, source);
             assert_eq!(NodeData::decode(&d.encode()), Some(d));
         }
+        let d = NodeData::new(Mode::Queue, "h").with_limit(Some(3));
+        assert_eq!(NodeData::decode(&d.encode()).unwrap().limit, Some(3));
         assert_eq!(NodeData::decode(b"127.0.0.1"), None);
     }
 }

@@ -1,5 +1,8 @@
 //! The fair queue: an ephemeral sequential node per waiter, served in
-//! sequence order, each waiter watching only its predecessor.
+//! sequence order, each waiter watching one node: a writer (exclusive) the
+//! node just ahead of it, a reader (`--shared`) the nearest writer ahead
+//! (`names::turn`). Readers and writers share one queue, as Curator's
+//! `InterProcessReadWriteLock` does; `--limit N` is `semaphore.rs`.
 
 use std::sync::Arc;
 
@@ -7,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::held::ZkHeld;
-use super::names::{self, Mode, NodeData};
+use super::names::{self, Kind, Mode, NodeData, Turn};
 use super::session::{Gone, OwnWatch, Session};
-use crate::backend::{Acquired, BackendError, LockRequest, Result, WaitProgress};
+use crate::backend::{Acquired, BackendError, LockMode, LockRequest, Result, WaitProgress};
 
 pub async fn acquire(
     s: &Arc<Session>,
@@ -18,9 +21,16 @@ pub async fn acquire(
     cancel: CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Acquired> {
+    if let LockMode::Limit(n) = request.mode {
+        return super::semaphore::acquire(s, root, request, n.get(), cancel, progress).await;
+    }
     let dir = names::lock_dir(root, &request.key);
     let data = NodeData::new(Mode::Queue, &request.source).encode();
-    let name = match create_node(s, &dir, &data).await {
+    let created = match kind_for(s, &dir, request.mode).await {
+        Ok(kind) => create_node(s, &dir, &data, kind).await,
+        Err(e) => Err(e),
+    };
+    let name = match created {
         Ok(name) => name,
         Err(e) => {
             s.close().await;
@@ -29,7 +39,8 @@ pub async fn acquire(
     };
     let place = Place::new(dir, name);
     let node = place.path.clone();
-    match wait_turn(s, &place, request.nonblock, &cancel, progress).await {
+    let check = Some((request.key.as_str(), request.mode));
+    match wait_turn(s, &place, request.nonblock, &cancel, progress, check).await {
         // A grant that raced with the cancellation is given back.
         Ok(Some(_)) if cancel.is_cancelled() => {
             withdraw(s, &node).await;
@@ -57,11 +68,26 @@ pub async fn acquire(
     }
 }
 
+/// The node a lock request creates: a reader's for `--shared`; for an
+/// exclusive one, a read-write lock's writer where readers or writers queue
+/// (so Curator's read-write lock sees it), else a mutex node as Curator's
+/// `InterProcessMutex` (and lc-cli before shared locks) names it.
+async fn kind_for(s: &Session, dir: &str, mode: LockMode) -> Result<Kind> {
+    if mode == LockMode::Shared {
+        return Ok(Kind::Read);
+    }
+    match s.retry(|c| async move { c.list_children(dir).await }).await {
+        Ok(children) if names::read_write_in_use(&children) => Ok(Kind::Write),
+        Ok(_) | Err(zk::Error::NoNode) => Ok(Kind::Mutex),
+        Err(e) => Err(s.error(&format!("listing {dir}"), e)),
+    }
+}
+
 /// Creates our queue node (and the lock node and its ancestors, as
 /// containers, as Curator does). After a connection loss the node is looked
 /// for by its unique prefix before creating another. Returns its name.
-async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
-    let prefix = names::new_prefix();
+pub(super) async fn create_node(s: &Session, dir: &str, data: &[u8], kind: Kind) -> Result<String> {
+    let prefix = names::new_prefix(kind);
     let path = format!("{dir}/{prefix}");
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(s.acls);
     let container = zk::CreateMode::Container.with_acls(s.acls);
@@ -105,27 +131,30 @@ async fn create_node(s: &Session, dir: &str, data: &[u8]) -> Result<String> {
 
 /// Our node in the queue: the lock node it is under, its name there, and
 /// its full path.
-struct Place {
-    dir: String,
-    name: String,
-    path: String,
+pub(super) struct Place {
+    pub dir: String,
+    pub name: String,
+    pub path: String,
 }
 
 impl Place {
-    fn new(dir: String, name: String) -> Place {
+    pub fn new(dir: String, name: String) -> Place {
         let path = format!("{dir}/{name}");
         Place { dir, name, path }
     }
 }
 
-/// Waits until our node is first. Some((czxid, own watch)) when it is;
-/// None when we must leave (cancelled, or `nonblock` and not first).
-async fn wait_turn(
+/// Waits until our node holds (`names::turn`). Some((czxid, own watch))
+/// when it does; None when we must leave (cancelled, or `nonblock` and it
+/// does not hold). With `check` (the key and our mode), the first listing
+/// also refuses a key that a semaphore uses.
+pub(super) async fn wait_turn(
     s: &Session,
     place: &Place,
     nonblock: bool,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    mut check: Option<(&str, LockMode)>,
 ) -> Result<Option<(i64, OwnWatch)>> {
     let (dir, name, node) = (place.dir.as_str(), place.name.as_str(), place.path.as_str());
     let Some((stat, mut own_watch)) = s.watch_own(node).await? else {
@@ -140,22 +169,37 @@ async fn wait_turn(
             Err(zk::Error::NoNode) => return Err(gone(s, node)),
             Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
         };
+        // After our node exists: of two disagreeing requests that race,
+        // at least one sees the other.
+        if let Some((key, mode)) = check.take() {
+            if names::semaphore_parts(&children) {
+                refuse_if_semaphore(s, dir, key, mode).await?;
+            }
+        }
         let queue = names::queue(children);
-        let Some(ahead) = queue.iter().position(|n| n == name) else {
+        let Some(ours) = queue.iter().position(|n| n == name) else {
             return Err(gone(s, node));
         };
-        progress(WaitProgress {
-            ahead: Some(ahead.saturating_sub(1)),
-        }); // not the holder
-        if ahead == 0 {
-            return Ok(Some((stat.czxid, own_watch)));
-        }
+        let kinds: Vec<Kind> = queue
+            .iter()
+            .map(|n| names::parse(n).map_or(Kind::Mutex, |(k, _)| k))
+            .collect();
+        let watch = match names::turn(&kinds, ours) {
+            Turn::Holds => {
+                progress(WaitProgress { ahead: Some(0) });
+                return Ok(Some((stat.czxid, own_watch)));
+            }
+            Turn::Waits { watch, ahead } => {
+                progress(WaitProgress { ahead: Some(ahead) });
+                watch
+            }
+        };
         if nonblock {
             return Ok(None);
         }
         // One request both registers the watch and checks that the
         // predecessor still exists: a deletion in between cannot be missed.
-        let predecessor = format!("{dir}/{}", queue[ahead - 1]);
+        let predecessor = format!("{dir}/{}", queue[watch]);
         let pred = predecessor.as_str();
         let watch = match s
             .retry(|c| async move { c.get_and_watch_data(pred).await })
@@ -198,7 +242,40 @@ async fn wait_turn(
     }
 }
 
-fn gone(s: &Session, node: &str) -> BackendError {
+/// A lock request on a key whose znode has a semaphore's parts: refused
+/// when a lease or an acquirer is there (an empty container left behind is
+/// no user).
+async fn refuse_if_semaphore(s: &Session, dir: &str, key: &str, mode: LockMode) -> Result<()> {
+    for part in [names::SEMAPHORE_LEASES, names::SEMAPHORE_LOCKS] {
+        let path = format!("{dir}/{part}");
+        let p = path.as_str();
+        let children = match s.retry(|c| async move { c.list_children(p).await }).await {
+            Ok(children) => names::queue(children),
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(s.error(&format!("listing {path}"), e)),
+        };
+        let Some(first) = children.first() else {
+            continue;
+        };
+        let node = format!("{path}/{first}");
+        let n = node.as_str();
+        let limit = match s.retry(|c| async move { c.get_data(n).await }).await {
+            Ok((data, _)) => NodeData::decode(&data).and_then(|d| d.limit),
+            Err(_) => None,
+        };
+        return Err(BackendError::ModeConflict {
+            key: key.to_string(),
+            ours: mode.phrase(),
+            theirs: match limit {
+                Some(n) => format!("with --limit {n}"),
+                None => "as a semaphore (a Curator InterProcessSemaphoreV2)".into(),
+            },
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn gone(s: &Session, node: &str) -> BackendError {
     if s.is_expired() {
         return expired(s);
     }
@@ -208,7 +285,7 @@ fn gone(s: &Session, node: &str) -> BackendError {
     }
 }
 
-fn expired(s: &Session) -> BackendError {
+pub(super) fn expired(s: &Session) -> BackendError {
     BackendError::Unavailable {
         server: s.server.clone(),
         reason: "the ZooKeeper session expired while waiting".into(),

@@ -1,0 +1,243 @@
+//! `--limit N` on ZooKeeper: Curator's `InterProcessSemaphoreV2`, so a Java
+//! service using it and lc-cli on the same path share the N leases.
+//!
+//! The key's znode has two children: `locks`, an `InterProcessMutex` queue
+//! that serialises the acquirers (first come, first served: each waits
+//! watching the node just ahead), and `leases`, one ephemeral sequential
+//! node per holder. The acquirer that holds the mutex creates its lease,
+//! then lists `leases` with a watch until there are at most N of them, and
+//! only then gives the mutex to the next. So only that one acquirer watches
+//! the leases: a release wakes it alone, and it is the one granted.
+//!
+//! Curator stores no N: each participant passes its own. lc-cli writes its
+//! N into its nodes' data (`limit=N`) and, holding the mutex, refuses when
+//! a current lc-cli lease says another N; every lease is created under the
+//! mutex after that check, so all lc-cli leases agree and reading one is
+//! enough. Before waiting, the first lease and the first acquirer are read
+//! too, so a disagreeing request is refused at once rather than at its
+//! turn. A Curator participant's N cannot be read: agreeing with it is the
+//! operator's job (README).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use super::held::ZkHeld;
+use super::names::{self, Kind, Mode, NodeData};
+use super::queue::{self, create_node, wait_turn, Place};
+use super::session::{Gone, Session};
+use crate::backend::{Acquired, BackendError, LockMode, LockRequest, Result, WaitProgress};
+
+pub async fn acquire(
+    s: &Arc<Session>,
+    root: &str,
+    request: &LockRequest,
+    n: u32,
+    cancel: CancellationToken,
+    progress: &(dyn Fn(WaitProgress) + Send + Sync),
+) -> Result<Acquired> {
+    let dir = names::lock_dir(root, &request.key);
+    let locks = format!("{dir}/{}", names::SEMAPHORE_LOCKS);
+    let data = NodeData::new(Mode::Queue, &request.source)
+        .with_limit(Some(n))
+        .encode();
+    let name = match create_node(s, &locks, &data, Kind::Mutex).await {
+        Ok(name) => name,
+        Err(e) => {
+            s.close().await;
+            return Err(e);
+        }
+    };
+    let mutex = Place::new(locks, name);
+    let outcome = in_turn(s, &dir, &mutex, request, n, &data, &cancel, progress).await;
+    match outcome {
+        Ok(Some(held)) if cancel.is_cancelled() => {
+            // A grant that raced with the cancellation is given back.
+            let mut held = held;
+            use crate::backend::HeldLock;
+            let _ = held.release().await;
+            Ok(Acquired::Cancelled)
+        }
+        Ok(Some(held)) => Ok(Acquired::Held(Box::new(held))),
+        Ok(None) => {
+            queue::withdraw(s, &mutex.path).await;
+            Ok(if cancel.is_cancelled() {
+                Acquired::Cancelled
+            } else {
+                Acquired::Busy
+            })
+        }
+        Err(e) => {
+            queue::withdraw(s, &mutex.path).await;
+            Err(e)
+        }
+    }
+}
+
+/// The checks, the mutex, the lease. Some(hold) once our lease is one of
+/// the first N (the mutex given back); None when we must leave.
+#[allow(clippy::too_many_arguments)]
+async fn in_turn(
+    s: &Arc<Session>,
+    dir: &str,
+    mutex: &Place,
+    request: &LockRequest,
+    n: u32,
+    data: &[u8],
+    cancel: &CancellationToken,
+    progress: &(dyn Fn(WaitProgress) + Send + Sync),
+) -> Result<Option<ZkHeld>> {
+    let key = request.key.as_str();
+    let leases = format!("{dir}/{}", names::SEMAPHORE_LEASES);
+    // After our node exists: a lock request racing with us sees it, or we
+    // see its node here.
+    refuse_if_lock(s, dir, key, n).await?;
+    check_limit(s, &leases, key, n).await?;
+    check_limit(s, &mutex.dir, key, n).await?;
+    if wait_turn(s, mutex, request.nonblock, cancel, progress, None)
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    // Ours: the leases cannot change N under us now.
+    check_limit(s, &leases, key, n).await?;
+    let lease = Place::new(
+        leases.clone(),
+        create_node(s, &leases, data, Kind::Lease).await?,
+    );
+    let granted = wait_for_room(s, &lease, n, request.nonblock, cancel, progress).await;
+    let granted = match granted {
+        Ok(true) => s.watch_own(&lease.path).await,
+        Ok(false) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let own = match granted {
+        Ok(Some(own)) => own,
+        other => {
+            let l = lease.path.as_str();
+            let _ = s.retry(|c| async move { c.delete(l, None).await }).await;
+            return match other {
+                Err(e) => Err(e),
+                _ => Ok(None),
+            };
+        }
+    };
+    // The next acquirer's turn.
+    let m = mutex.path.as_str();
+    match s.retry(|c| async move { c.delete(m, None).await }).await {
+        Ok(()) | Err(zk::Error::NoNode) => {}
+        Err(e) => {
+            let l = lease.path.as_str();
+            let _ = s.retry(|c| async move { c.delete(l, None).await }).await;
+            return Err(s.error(&format!("deleting {m}"), e));
+        }
+    }
+    let (stat, watch) = own;
+    Ok(Some(ZkHeld::new(
+        s.clone(),
+        lease.path.clone(),
+        stat.czxid,
+        watch,
+        request.source.clone(),
+    )))
+}
+
+/// Holding the mutex: lists the leases with a watch until ours is among at
+/// most N (as Curator counts them: every child). False when we must leave.
+async fn wait_for_room(
+    s: &Session,
+    lease: &Place,
+    n: u32,
+    nonblock: bool,
+    cancel: &CancellationToken,
+    progress: &(dyn Fn(WaitProgress) + Send + Sync),
+) -> Result<bool> {
+    let dir = lease.dir.as_str();
+    loop {
+        if cancel.is_cancelled() {
+            return Ok(false);
+        }
+        let (children, watch) = match s
+            .retry(|c| async move { c.list_and_watch_children(dir).await })
+            .await
+        {
+            Ok(got) => got,
+            Err(zk::Error::NoNode) => return Err(queue::gone(s, &lease.path)),
+            Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+        };
+        if !children.contains(&lease.name) {
+            return Err(queue::gone(s, &lease.path));
+        }
+        if children.len() <= n as usize {
+            return Ok(true);
+        }
+        progress(WaitProgress { ahead: Some(0) });
+        if nonblock {
+            return Ok(false);
+        }
+        tokio::select! {
+            event = watch.changed() => {
+                if event.session_state == zk::SessionState::Expired {
+                    return Err(queue::expired(s));
+                }
+            }
+            _ = cancel.cancelled() => return Ok(false),
+            gone = s.until_gone() => {
+                return Err(match gone {
+                    Gone::Expired => queue::expired(s),
+                    _ => BackendError::Unavailable {
+                        server: s.server.clone(),
+                        reason: format!(
+                            "no contact with ZooKeeper for longer than the session timeout ({:?}) while waiting",
+                            s.retry_for
+                        ),
+                    },
+                })
+            }
+        }
+    }
+}
+
+/// Refuses when the first lc-cli node among `dir`'s queue nodes (leases, or
+/// the acquirers' queue) was made with another N. Reads until it finds one
+/// of lc-cli's (a Curator node says no N), at most a few.
+async fn check_limit(s: &Session, dir: &str, key: &str, n: u32) -> Result<()> {
+    let children = match s.retry(|c| async move { c.list_children(dir).await }).await {
+        Ok(children) => names::queue(children),
+        Err(zk::Error::NoNode) => return Ok(()),
+        Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+    };
+    for child in children.iter().take(4) {
+        let path = format!("{dir}/{child}");
+        let p = path.as_str();
+        let limit = match s.retry(|c| async move { c.get_data(p).await }).await {
+            Ok((data, _)) => NodeData::decode(&data).and_then(|d| d.limit),
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(s.error(&format!("reading {path}"), e)),
+        };
+        match limit {
+            Some(theirs) if theirs != n => {
+                return Err(LockMode::limit(n).conflict(key, LockMode::limit(theirs)))
+            }
+            Some(_) => return Ok(()),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a semaphore request on a key that queue nodes of a lock
+/// (exclusive or shared) are under.
+async fn refuse_if_lock(s: &Session, dir: &str, key: &str, n: u32) -> Result<()> {
+    let children = match s.retry(|c| async move { c.list_children(dir).await }).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => return Ok(()),
+        Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
+    };
+    if names::queue(children).is_empty() {
+        return Ok(());
+    }
+    Err(LockMode::limit(n).conflict(key, LockMode::Exclusive))
+}

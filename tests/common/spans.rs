@@ -1,0 +1,343 @@
+//! Contenders for a shared or limited key, and what their commands' own
+//! logs say: each command appends `start TAG NS` and `end TAG NS` (`date
+//! +%s%N`), the test `arrive TAG NS` once it saw TAG's request queued. The
+//! checks read only those times.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::timeline::now_ns;
+
+/// A `-c` script that logs its start (and its `LC_LOCK_TOKEN`), sleeps
+/// `secs`, logs its end.
+pub fn script(log: &Path, tag: &str, secs: f64) -> String {
+    let log = log.display();
+    format!(
+        "echo start {tag} $(date +%s%N) >> {log}; echo token {tag} $LC_LOCK_TOKEN >> {log}; sleep {secs}; echo end {tag} $(date +%s%N) >> {log}"
+    )
+}
+
+/// The `LC_LOCK_TOKEN`s in the order the commands started: each unique and
+/// larger than the one granted before it.
+pub fn assert_tokens_grow(log: &Path, spans: &[Span]) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let token = |tag: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("token {tag} ")))
+            .unwrap_or_else(|| panic!("no token for {tag}:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{tag}'s token is not a number:\n{text}"))
+    };
+    let tokens: Vec<u64> = spans.iter().map(|s| token(&s.tag)).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens do not grow with each grant: {tokens:?} for {:?}",
+        tags(spans)
+    );
+}
+
+pub fn note(log: &Path, what: &str, tag: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    writeln!(f, "{what} {tag} {}", now_ns()).unwrap();
+}
+
+/// Children killed when dropped (a failing test leaves none behind).
+pub struct Kids(pub Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Kids {
+    /// Every exit status, waiting at most `limit` in all.
+    pub fn wait_all(&mut self, limit: Duration) -> Vec<Option<i32>> {
+        let start = Instant::now();
+        self.0
+            .iter_mut()
+            .map(|c| loop {
+                if let Some(s) = c.try_wait().unwrap() {
+                    break s.code();
+                }
+                assert!(
+                    start.elapsed() < limit,
+                    "a process did not finish in {limit:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            })
+            .collect()
+    }
+}
+
+/// Starts each command in turn, the next once `queued(tag)` says this one's
+/// request is in line (or it already runs), noting its arrival.
+pub fn arrive_in_order(
+    log: &Path,
+    cmds: Vec<(String, Command)>,
+    queued: impl Fn(&str) -> bool,
+) -> Kids {
+    let mut kids = Kids(Vec::new());
+    for (tag, mut cmd) in cmds {
+        kids.0.push(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let seen = super::wait_until(Duration::from_secs(20), || {
+            queued(&tag)
+                || std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .contains(&format!("start {tag} "))
+        });
+        assert!(seen, "{tag} never queued");
+        note(log, "arrive", &tag);
+    }
+    kids
+}
+
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub tag: String,
+    pub arrive: i128,
+    pub start: i128,
+    pub end: i128,
+}
+
+/// Every contender's span, in the order they started.
+pub fn read(log: &Path) -> Vec<Span> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut by: HashMap<String, [Option<i128>; 3]> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 3 {
+            continue;
+        }
+        let slot = match f[0] {
+            "arrive" => 0,
+            "start" => 1,
+            "end" => 2,
+            _ => continue,
+        };
+        by.entry(f[1].to_string()).or_default()[slot] = Some(f[2].parse().unwrap());
+    }
+    let mut spans: Vec<Span> = by
+        .into_iter()
+        .map(|(tag, [a, s, e])| {
+            let start = s.unwrap_or_else(|| panic!("{tag} never started:\n{text}"));
+            Span {
+                arrive: a.unwrap_or(start).min(start),
+                start,
+                // Killed before it could say: as if it ran on.
+                end: e.unwrap_or(i128::MAX),
+                tag,
+            }
+        })
+        .collect();
+    spans.sort_by_key(|s| s.start);
+    spans
+}
+
+pub fn tags(spans: &[Span]) -> Vec<String> {
+    spans.iter().map(|s| s.tag.clone()).collect()
+}
+
+/// The most commands that ran at once.
+pub fn max_overlap(spans: &[Span]) -> usize {
+    let mut events: Vec<(i128, i32)> = Vec::new();
+    for s in spans {
+        events.push((s.start, 1));
+        events.push((s.end, -1));
+    }
+    // An end at the same instant as a start comes first.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The longest stretch (ms) during which fewer than `n` commands ran while
+/// `n` or more had arrived and not ended: the slowest hand-off.
+pub fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
+    let mut times: Vec<i128> = spans
+        .iter()
+        .flat_map(|s| [s.arrive, s.start, s.end])
+        .collect();
+    times.sort();
+    times.dedup();
+    let (mut worst, mut since): (i128, Option<i128>) = (0, None);
+    for w in times.windows(2) {
+        let mid = (w[0] + w[1]) / 2;
+        let running = spans
+            .iter()
+            .filter(|s| s.start <= mid && mid < s.end)
+            .count();
+        let present = spans
+            .iter()
+            .filter(|s| s.arrive <= mid && mid < s.end)
+            .count();
+        if present >= n && running < n {
+            let from = *since.get_or_insert(w[0]);
+            worst = worst.max(w[1] - from);
+        } else {
+            since = None;
+        }
+    }
+    worst as f64 / 1e6
+}
+
+/// Whether two spans ran at the same time.
+pub fn overlap(a: &Span, b: &Span) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|s| s.tag == tag)
+        .unwrap_or_else(|| panic!("no span for {tag}"))
+}
+
+/// `keys` and the resets on a shared and a limited key, through `lc`
+/// (lc-cli with the service's address): every holder listed with its mode
+/// and N, `reset --source` frees only that source's hold (its command
+/// stops, 75) and the next in line gets the slot, `reset KEY` frees every
+/// holder and the waiter behind them runs.
+pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
+    let json = || -> Vec<serde_json::Value> {
+        let out = lc(&["keys", "--json"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let of = |rows: &[serde_json::Value], key: &str| -> Vec<serde_json::Value> {
+        rows.iter().filter(|r| r["key"] == key).cloned().collect()
+    };
+    let mut kids = Kids(Vec::new());
+    let spawn = |args: &[&str], kids: &mut Kids| {
+        kids.0.push(
+            lc(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    };
+    spawn(
+        &[
+            "lock", "--limit", "2", "ksem", "--source", "a", "sleep", "60",
+        ],
+        &mut kids,
+    );
+    assert!(super::wait_until(Duration::from_secs(10), || of(
+        &json(),
+        "ksem"
+    )
+    .len()
+        == 1));
+    super::expect_status(
+        &mut lc(&["lock", "--limit", "2", "ksem", "--source", "b", "-q"]),
+        0,
+    );
+    spawn(
+        &[
+            "lock", "--limit", "2", "ksem", "--source", "c", "sleep", "60",
+        ],
+        &mut kids,
+    );
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "ksem")
+            .first()
+            .is_some_and(|r| r["waiting"] == 1)
+    }));
+    let rows = of(&json(), "ksem");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let mut sources: Vec<&str> = rows.iter().map(|r| r["source"].as_str().unwrap()).collect();
+    sources.sort();
+    assert_eq!(sources, ["a", "b"]);
+    for r in &rows {
+        assert_eq!(r["mode"], "limit", "{r}");
+        assert_eq!(r["limit"], 2, "{r}");
+        assert!(r["held_ms"].as_u64().is_some(), "{r}");
+    }
+    let table = String::from_utf8(lc(&["keys", "ksem"]).output().unwrap().stdout).unwrap();
+    assert!(table.lines().next().unwrap().ends_with("MODE"), "{table}");
+    assert_eq!(table.matches("limit 2").count(), 2, "{table}");
+
+    // reset --source a: a's command is stopped, c takes the slot.
+    super::expect_status(&mut lc(&["reset", "--source", "a"]), 0);
+    let a = kids.0.remove(0);
+    let code = a.wait_with_output().unwrap().status.code();
+    assert_eq!(code, Some(75), "a's command was not stopped");
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        let mut s: Vec<String> = of(&json(), "ksem")
+            .iter()
+            .map(|r| r["source"].as_str().unwrap().to_string())
+            .collect();
+        s.sort();
+        s == ["b", "c"]
+    }));
+
+    // Two readers hold, a writer waits: reset KEY frees both readers.
+    spawn(
+        &["lock", "-s", "krw", "--source", "r1", "sleep", "60"],
+        &mut kids,
+    );
+    spawn(
+        &["lock", "-s", "krw", "--source", "r2", "sleep", "60"],
+        &mut kids,
+    );
+    assert!(super::wait_until(Duration::from_secs(10), || of(
+        &json(),
+        "krw"
+    )
+    .len()
+        == 2));
+    let rows = of(&json(), "krw");
+    assert!(
+        rows.iter()
+            .all(|r| r["mode"] == "shared" && r["limit"].is_null()),
+        "{rows:?}"
+    );
+    let mut writer = lc(&["lock", "krw", "--source", "w", "true"])
+        .spawn()
+        .unwrap();
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "krw")
+            .first()
+            .is_some_and(|r| r["waiting"] == 1)
+    }));
+    super::expect_status(&mut lc(&["reset", "krw"]), 0);
+    assert!(super::wait_until(Duration::from_secs(10), || writer
+        .try_wait()
+        .unwrap()
+        .is_some()));
+    assert_eq!(writer.wait().unwrap().code(), Some(0));
+    // unlock takes the kept lease.
+    super::expect_status(&mut lc(&["unlock", "ksem"]), 0);
+    assert!(super::wait_until(Duration::from_secs(10), || {
+        of(&json(), "ksem").iter().all(|r| r["source"] == "c")
+    }));
+}

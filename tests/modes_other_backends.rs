@@ -1,0 +1,123 @@
+//! The backends that cannot take shared or limited locks refuse them with
+//! one line and 76, before anything is granted: never an exclusive lock in
+//! their place (the built-in server for now, etcd; PostgreSQL `--limit`);
+//! PostgreSQL's shared advisory locks keep the order across modes.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::etcd::Etcd;
+use common::pg::PgServer;
+use common::spans;
+use common::*;
+
+fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&str]]) {
+    for args in requests {
+        let out = expect_status(&mut lc(args), 76);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(what) && err.contains("cannot take"), "{err}");
+    }
+    // The key was never taken: an exclusive trylock gets it.
+    expect_status(&mut lc(&["trylock", "k", "true"]), 0);
+    // --limit 1 is the exclusive lock.
+    expect_status(&mut lc(&["trylock", "--limit", "1", "k", "true"]), 0);
+}
+
+#[test]
+fn the_built_in_server_refuses_for_now() {
+    let server = Server::start();
+    refused(|args| server.lc(args), "this server", ALL);
+}
+
+#[test]
+fn etcd_refuses() {
+    let etcd = Etcd::start();
+    refused(|args| etcd.lc("", args), "etcd", ALL);
+}
+
+const ALL: &[&[&str]] = &[
+    &["lock", "-s", "k", "true"],
+    &["trylock", "--limit", "2", "k", "true"],
+    &["wait", "--shared", "k"],
+];
+
+/// Whether `tag`'s session holds or waits for an advisory lock.
+fn pg_queued(pg: &PgServer, tag: &str) -> bool {
+    let n = pg.sql(&format!(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND a.application_name LIKE '%{tag}'"
+    ));
+    n.trim() != "0"
+}
+
+/// --limit is refused; -s is PostgreSQL's shared advisory lock: readers
+/// together, writers alone, in arrival order across modes.
+#[test]
+fn postgres_refuses_limits_and_shares_in_order() {
+    let pg = PgServer::start();
+    refused(
+        |args| pg.lc(args),
+        "PostgreSQL",
+        &[&["lock", "--limit", "2", "k", "true"]],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let plan = [
+        ("r1", "-s"),
+        ("r2", "-s"),
+        ("w1", "-x"),
+        ("r3", "-s"),
+        ("r4", "-s"),
+        ("w2", "-x"),
+    ];
+    let cmds: Vec<_> = plan
+        .iter()
+        .map(|(tag, m)| {
+            let script = spans::script(&log, tag, 0.8);
+            (
+                tag.to_string(),
+                pg.lc(&["lock", m, "rw", "--source", tag, "-c", &script]),
+            )
+        })
+        .collect();
+    let mut kids = spans::arrive_in_order(&log, cmds, |tag| pg_queued(&pg, tag));
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    let s = |t| spans::by_tag(&spans, t);
+    assert!(spans::overlap(s("r1"), s("r2")), "{spans:#?}");
+    assert!(spans::overlap(s("r3"), s("r4")), "{spans:#?}");
+    for w in ["w1", "w2"] {
+        for other in &spans {
+            if other.tag != w {
+                assert!(
+                    !spans::overlap(s(w), other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
+            }
+        }
+    }
+    assert!(
+        s("w1").end <= s("r3").start && s("w1").start >= s("r2").end,
+        "{spans:#?}"
+    );
+    // keys shows both shared holders.
+    let mut holder = spans::Kids(vec![pg
+        .lc(&["lock", "-s", "k2", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    holder
+        .0
+        .push(pg.lc(&["lock", "-s", "k2", "sleep", "30"]).spawn().unwrap());
+    assert!(wait_until(Duration::from_secs(10), || {
+        let out = pg.lc(&["keys", "--json"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .matches("\"shared\"")
+            .count()
+            == 2
+    }));
+}

@@ -1,0 +1,384 @@
+//! Shared locks and `--limit N` on ZooKeeper, through the real binary and,
+//! for interop, Curator's own recipes (a Java peer): at most N at once and
+//! exactly N while enough wait, first come first served, readers together
+//! and writers alone, dead holders freed by their session, disagreeing
+//! requests refused.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::curator::{self, Recipe};
+use common::spans::{self, Kids};
+use common::zk::Zk;
+use common::*;
+
+/// Whether a node under ROOT/KEY (or its semaphore's `locks`/`leases`)
+/// carries lc-cli's data for source `tag`.
+fn queued(zk: &Zk, dir: &str, tag: &str) -> bool {
+    let dir = dir.to_string();
+    let want = format!("source={tag}");
+    zk.with_client(move |c| {
+        Box::pin(async move {
+            for d in [dir.clone(), format!("{dir}/locks"), format!("{dir}/leases")] {
+                let Ok(children) = c.list_children(&d).await else {
+                    continue;
+                };
+                for child in children {
+                    if let Ok((data, _)) = c.get_data(&format!("{d}/{child}")).await {
+                        if String::from_utf8_lossy(&data).ends_with(&want) {
+                            return true;
+                        }
+                    }
+                }
+            }
+            false
+        })
+    })
+}
+
+fn contender(
+    zk: &Zk,
+    log: &std::path::Path,
+    mode: &[&str],
+    key: &str,
+    tag: &str,
+    secs: f64,
+) -> (String, Command) {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(mode);
+    let script = spans::script(log, tag, secs);
+    args.extend_from_slice(&[key, "--source", tag, "-c", &script]);
+    (tag.to_string(), zk.lc("/s", &args))
+}
+
+/// 2N contenders with `--limit N` (N = 3): never more than N run, exactly N
+/// while N or more are there (each hand-off well under the run time), and
+/// they start in the order they queued.
+#[test]
+fn limit_n_runs_n_at_once_in_arrival_order() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let n = 3;
+    let cmds: Vec<_> = (0..2 * n)
+        .map(|i| contender(&zk, &log, &["--limit", "3"], "sem", &format!("c{i}"), 1.0))
+        .collect();
+    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&zk, "/s/sem", tag));
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    assert_eq!(spans::max_overlap(&spans), n, "{spans:#?}");
+    let gap = spans::longest_shortfall_ms(&spans, n);
+    assert!(
+        gap < 400.0,
+        "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
+    );
+    let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
+    assert_eq!(spans::tags(&spans), order, "not first come, first served");
+    spans::assert_tokens_grow(&log, &spans);
+    eprintln!("limit 3, 6 contenders: longest hand-off {gap:.1} ms");
+}
+
+/// r1 r2 w1 r3 r4 w2 r5 in that order: r1 and r2 run together, w1 alone
+/// after them (before r3 and r4, which came after it), r3 and r4 together,
+/// w2 alone, then r5.
+#[test]
+fn readers_share_writers_exclude_in_arrival_order() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let plan = [
+        ("r1", "-s"),
+        ("r2", "-s"),
+        ("w1", "-x"),
+        ("r3", "-s"),
+        ("r4", "--shared"),
+        ("w2", "--exclusive"),
+        ("r5", "-s"),
+    ];
+    let cmds: Vec<_> = plan
+        .iter()
+        .map(|(tag, m)| contender(&zk, &log, &[m], "rw", tag, 0.8))
+        .collect();
+    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&zk, "/s/rw", tag));
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    let s = |t| spans::by_tag(&spans, t);
+    assert!(
+        spans::overlap(s("r1"), s("r2")),
+        "readers did not share: {spans:#?}"
+    );
+    assert!(
+        spans::overlap(s("r3"), s("r4")),
+        "readers did not share: {spans:#?}"
+    );
+    for w in ["w1", "w2"] {
+        for other in &spans {
+            if other.tag != w {
+                assert!(
+                    !spans::overlap(s(w), other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
+            }
+        }
+    }
+    assert!(
+        s("w1").start >= s("r2").end && s("w1").end <= s("r3").start,
+        "{spans:#?}"
+    );
+    assert!(
+        s("w2").start >= s("r4").end && s("w2").end <= s("r5").start,
+        "{spans:#?}"
+    );
+}
+
+/// A `--limit 2` holder and a shared holder killed with SIGKILL: their
+/// nodes go with their sessions and the waiters behind them run.
+#[test]
+fn dead_semaphore_and_shared_holders_are_freed_by_the_session() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    for (mode, waiter_mode) in [
+        (&["--limit", "2"][..], &["--limit", "2"][..]),
+        (&["-s"][..], &["-x"][..]),
+    ] {
+        let key = if mode[0] == "-s" {
+            "dead-rw"
+        } else {
+            "dead-sem"
+        };
+        let dir = format!("/s/{key}");
+        let holders: Vec<_> = (0..2)
+            .map(|i| contender(&zk, &log, mode, key, &format!("{key}-h{i}"), 120.0))
+            .collect();
+        let mut held = spans::arrive_in_order(&log, holders, |tag| queued(&zk, &dir, tag));
+        assert!(wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches(&format!("start {key}-h"))
+                .count()
+                == held.0.len()
+        }));
+        let waiter = vec![contender(
+            &zk,
+            &log,
+            waiter_mode,
+            key,
+            &format!("{key}-w"),
+            0.1,
+        )];
+        let mut waiting = spans::arrive_in_order(&log, waiter, |tag| queued(&zk, &dir, tag));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!std::fs::read_to_string(&log)
+            .unwrap()
+            .contains(&format!("start {key}-w ")));
+        let killed = common::timeline::now_ns();
+        for h in &mut held.0 {
+            h.kill().unwrap(); // SIGKILL of lc-cli: its session times out (2 s)
+        }
+        assert_eq!(waiting.wait_all(Duration::from_secs(20)), [Some(0)]);
+        let spans = spans::read(&log);
+        let start = spans::by_tag(&spans, &format!("{key}-w")).start;
+        let after = (start - killed) as f64 / 1e9;
+        assert!(
+            after < 6.0,
+            "{key}: the waiter ran {after} s after the kill"
+        );
+        eprintln!("{key}: waiter ran {after:.2} s after SIGKILL of the holders (session 2 s)");
+        drop(held);
+    }
+}
+
+/// Disagreeing requests are refused with 78 and one line; the key's N
+/// changes once nobody holds or waits for it.
+#[test]
+fn disagreeing_modes_and_limits_are_refused() {
+    let zk = Zk::start();
+    let mut holder = Kids(vec![zk
+        .lc("/s", &["lock", "--limit", "2", "m", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(Duration::from_secs(10), || !zk
+        .children("/s/m/leases")
+        .is_empty()));
+    for args in [
+        &["trylock", "--limit", "3", "m", "true"][..],
+        &["lock", "m", "true"],
+        &["lock", "-s", "m", "true"],
+        &["wait", "-x", "m"],
+    ] {
+        let out = expect_status(&mut zk.lc("/s", args), 78);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--limit 2"), "{err}");
+    }
+    // The same N is not refused: the second lease is free.
+    expect_status(
+        &mut zk.lc("/s", &["lock", "-w", "0.5", "--limit", "2", "m", "true"]),
+        0,
+    );
+    if let Some(mut c) = holder.0.pop() {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    holder = Kids(vec![zk
+        .lc("/s", &["lock", "-s", "r", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(Duration::from_secs(10), || !zk
+        .children("/s/r")
+        .is_empty()));
+    let out = expect_status(&mut zk.lc("/s", &["lock", "--limit", "2", "r", "true"]), 78);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
+    // Shared holders take shared requests at once, exclusive ones wait.
+    expect_status(&mut zk.lc("/s", &["trylock", "-s", "r", "true"]), 0);
+    expect_status(&mut zk.lc("/s", &["trylock", "r", "true"]), 1);
+    drop(holder);
+    // Free again (the killed holder's session gone): another N is fine.
+    assert!(wait_until(Duration::from_secs(10), || zk
+        .children("/s/m/leases")
+        .is_empty()));
+    expect_status(
+        &mut zk.lc("/s", &["trylock", "--limit", "3", "m", "true"]),
+        0,
+    );
+}
+
+fn peer_waiting(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+}
+
+/// Curator's InterProcessReadWriteLock and lc-cli on one path: a Curator
+/// reader holds, an lc-cli reader joins it, an lc-cli writer waits behind
+/// both, a Curator reader that came after the writer waits for it, then a
+/// Curator writer, then an lc-cli reader: in that order, writers alone.
+#[test]
+fn curator_read_write_lock_and_lc_cli_queue_together() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let hosts = zk.hosts();
+    let mut kids = Kids(Vec::new());
+    let java = |recipe, hold, tag: &str, kids: &mut Kids| {
+        let before = zk.children("/s/crw");
+        let mut c = curator::peer(&hosts, "/s/crw", recipe, hold, &log, tag);
+        peer_waiting(&mut c);
+        kids.0.push(c);
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                zk.children("/s/crw").iter().any(|n| !before.contains(n))
+            }),
+            "the Curator peer {tag} did not queue"
+        );
+        spans::note(&log, "arrive", tag);
+    };
+    java(Recipe::Read, 3000, "jr1", &mut kids);
+    let lc = |mode: &str, tag: &str, kids: &mut Kids| {
+        let (_, mut cmd) = contender(&zk, &log, &[mode], "crw", tag, 0.8);
+        kids.0.push(cmd.spawn().unwrap());
+        assert!(wait_until(Duration::from_secs(20), || queued(
+            &zk, "/s/crw", tag
+        )));
+        spans::note(&log, "arrive", tag);
+    };
+    lc("-s", "lr1", &mut kids);
+    lc("-x", "lw1", &mut kids);
+    java(Recipe::Read, 800, "jr2", &mut kids);
+    java(Recipe::Write, 800, "jw1", &mut kids);
+    lc("-s", "lr2", &mut kids);
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    assert_eq!(
+        spans::tags(&spans),
+        ["jr1", "lr1", "lw1", "jr2", "jw1", "lr2"],
+        "{spans:#?}"
+    );
+    let s = |t| spans::by_tag(&spans, t);
+    assert!(spans::overlap(s("jr1"), s("lr1")), "{spans:#?}");
+    for w in ["lw1", "jw1"] {
+        for other in &spans {
+            if other.tag != w {
+                assert!(
+                    !spans::overlap(s(w), other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
+            }
+        }
+    }
+    // Every node, lc-cli's and Curator's, is gone.
+    let left = zk.children("/s/crw");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Curator's InterProcessSemaphoreV2 (2 leases) and lc-cli `--limit 2` on
+/// one path: two Curator holders, two lc-cli waiters, a Curator waiter
+/// behind them; at most 2 at once, in arrival order.
+#[test]
+fn curator_semaphore_and_lc_cli_share_the_leases() {
+    let zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let hosts = zk.hosts();
+    let mut kids = Kids(Vec::new());
+    let nodes = || zk.children("/s/cs/leases").len() + zk.children("/s/cs/locks").len();
+    for tag in ["j1", "j2"] {
+        let mut c = curator::peer(&hosts, "/s/cs", Recipe::Semaphore(2), 1200, &log, tag);
+        peer_waiting(&mut c);
+        kids.0.push(c);
+        let want = kids.0.len();
+        assert!(wait_until(
+            Duration::from_secs(20),
+            || std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("start j")
+                .count()
+                == want
+        ));
+        spans::note(&log, "arrive", tag);
+    }
+    for tag in ["l1", "l2"] {
+        let (_, mut cmd) = contender(&zk, &log, &["--limit", "2"], "cs", tag, 1.0);
+        kids.0.push(cmd.spawn().unwrap());
+        assert!(wait_until(Duration::from_secs(20), || queued(
+            &zk, "/s/cs", tag
+        )));
+        spans::note(&log, "arrive", tag);
+    }
+    let before = nodes();
+    let mut c = curator::peer(&hosts, "/s/cs", Recipe::Semaphore(2), 800, &log, "j3");
+    peer_waiting(&mut c);
+    kids.0.push(c);
+    assert!(wait_until(Duration::from_secs(20), || nodes() > before
+        || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("start j3")));
+    spans::note(&log, "arrive", "j3");
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    assert_eq!(spans::max_overlap(&spans), 2, "{spans:#?}");
+    let order = spans::tags(&spans);
+    assert_eq!(&order[2..], ["l1", "l2", "j3"], "{spans:#?}");
+    let gap = spans::longest_shortfall_ms(&spans, 2);
+    assert!(
+        gap < 800.0,
+        "a lease stayed free {gap} ms while others waited: {spans:#?}"
+    );
+}
+
+#[test]
+fn keys_and_resets_of_shared_and_limited_keys() {
+    let zk = Zk::start();
+    spans::keys_and_resets(&|args| zk.lc("/s", args));
+}
