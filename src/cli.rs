@@ -275,6 +275,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+
+    /// Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has
+    /// not been heard from for DURATION; within it a holder whose connection
+    /// broke reclaims it
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub session_timeout: Duration,
 }
 
 #[cfg(test)]

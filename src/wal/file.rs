@@ -17,8 +17,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
-/// The format this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format this build writes and reads (2: grants carry a fencing token
+/// and a session flag; version 1 is still read, and its header rewritten).
+pub const VERSION: u32 = 2;
+/// The previous format, read and upgraded in place.
+pub const VERSION_1: u32 = 1;
 pub const HEADER_LEN: usize = 12;
 
 /// The header of a log in this build's format.
@@ -36,6 +39,8 @@ pub enum Kind {
     New,
     /// This build's format; records start after the header.
     Current,
+    /// Version 1: the same framing, grants without tokens; readable.
+    Previous,
     /// A log of an lc-cli release before the header: records from byte 0.
     Headerless,
     /// The header of a format this build does not know.
@@ -53,10 +58,10 @@ pub fn classify(bytes: &[u8], first_record: bool) -> Kind {
     }
     if bytes.starts_with(&MAGIC) && bytes.len() >= HEADER_LEN {
         let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-        return if version == VERSION {
-            Kind::Current
-        } else {
-            Kind::Version(version)
+        return match version {
+            VERSION => Kind::Current,
+            VERSION_1 => Kind::Previous,
+            _ => Kind::Version(version),
         };
     }
     if first_record {

@@ -1,0 +1,179 @@
+//! Session holds (lc-cli's actions 8 to 11): a hold that lasts while its
+//! holder is heard from. After its grant the connection carries heartbeats
+//! (`.` echoed), the holder's SessionRelease, and the server's `!` when the
+//! hold is taken away. A holder not heard from for the session timeout
+//! (connection closed, or silent) loses the key to the next waiter; until
+//! then it may Reclaim it on a new connection.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::metrics::Counters;
+use super::show::show;
+use super::table::{Expiry, GrantId, LinkEnd, LinkState};
+use super::unlock::{self, Frame};
+use super::Shared;
+use crate::proto::{self, Decoded, Request, HEARTBEAT, SESSION_LOST};
+
+/// Serves session hold `id` of `key` on `stream` until it ends: released by
+/// the holder, taken away (`!` is sent), expired, or moved to another
+/// connection by a reclaim.
+pub async fn hold(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    key: Vec<u8>,
+    id: GrantId,
+    mut link: LinkEnd,
+) {
+    let timeout = shared.session_timeout;
+    let mut due = Instant::now() + timeout;
+    let mut buf = [0u8; 3 + 2 * proto::MAX_FIELD];
+    let mut len = 0;
+    let mut connected = true;
+    loop {
+        tokio::select! {
+            _ = &mut link.changed => {
+                if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
+                    // Taken away (a reset, someone's Unlock): say so.
+                    let _ = stream.write_all(&[SESSION_LOST]).await;
+                }
+                return;
+            }
+            _ = tokio::time::sleep_until(due.into()) => {
+                match shared.table.expire(&key, id, link.gen, timeout) {
+                    Expiry::NotYet(at) => due = at,
+                    Expiry::Gone => return,
+                    Expiry::Released(holder, next) => {
+                        return expired(shared, &key, &holder.source, peer, next);
+                    }
+                }
+            }
+            read = stream.read(&mut buf[len..]), if connected => {
+                let n = match read {
+                    Ok(0) | Err(_) => 0,
+                    Ok(n) => n,
+                };
+                if n == 0 {
+                    // The holder may reclaim it within the timeout.
+                    connected = false;
+                    shared.events.session(format_args!(
+                        "{peer}: connection of the session hold of '{}' ended; released {timeout:?} after it was last heard from unless reclaimed",
+                        show(&key)
+                    ));
+                    continue;
+                }
+                len += n;
+                match take_requests(&mut stream, shared, &key, id, link.gen, &mut buf, &mut len).await {
+                    Some(Request::SessionRelease { key: k, token }) => {
+                        let answer = unlock::release(shared, peer, &k, Frame::Session(token)).await;
+                        let _ = stream.write_all(&[answer.byte()]).await;
+                        return;
+                    }
+                    Some(_) => connected = false,
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// Answers the heartbeats at the start of `buf`; returns the first whole
+/// request after them (anything but a SessionRelease ends the connection's
+/// part in the session: it is not the protocol).
+async fn take_requests(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    key: &[u8],
+    id: GrantId,
+    gen: u64,
+    buf: &mut [u8],
+    len: &mut usize,
+) -> Option<Request> {
+    let beats = buf[..*len].iter().take_while(|&&b| b == HEARTBEAT).count();
+    if beats > 0 {
+        shared.table.heard(key, id, gen);
+        buf.copy_within(beats..*len, 0);
+        *len -= beats;
+        let _ = stream.write_all(&[HEARTBEAT]).await;
+    }
+    if *len == 0 {
+        return None;
+    }
+    match proto::decode(&buf[..*len]) {
+        Ok(Decoded::Frame(request, _)) => Some(request),
+        Ok(Decoded::Incomplete) if *len < buf.len() => None,
+        _ => Some(Request::Ping),
+    }
+}
+
+fn expired(
+    shared: &Shared,
+    key: &[u8],
+    source: &[u8],
+    peer: SocketAddr,
+    next: Option<super::table::Holder>,
+) {
+    Counters::bump(&shared.counters.releases);
+    shared.events.session(format_args!(
+        "{peer}: session hold of '{}' by '{}' expired (not heard from for {:?}){}",
+        show(key),
+        show(source),
+        shared.session_timeout,
+        next.as_ref()
+            .map(|n| format!(", now held by '{}'", show(&n.source)))
+            .unwrap_or_default()
+    ));
+}
+
+/// Reclaim: a holder whose connection broke takes its hold back on this
+/// one; `!` if it is not held under that token any more.
+pub async fn reclaim(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    key: Vec<u8>,
+    token: u64,
+) {
+    let Some(g) = shared.table.reclaim(&key, token) else {
+        let _ = stream.write_all(&[SESSION_LOST]).await;
+        return;
+    };
+    shared.events.session(format_args!(
+        "{peer}: reclaimed the session hold of '{}' (token {token})",
+        show(&key)
+    ));
+    // Nothing new to log: the hold is the one the log has. If the answer
+    // cannot be delivered the hold stays, and this task still expires it.
+    let _ = stream
+        .write_all(&proto::session_grant(token, shared.session_timeout))
+        .await;
+    if let Some(link) = g.link {
+        hold(stream, peer, shared, key, g.id, link).await;
+    }
+}
+
+/// Expires a session hold restored from the log unless its holder reclaims
+/// it within the session timeout.
+pub async fn orphan(shared: std::sync::Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
+    let timeout = shared.session_timeout;
+    let mut due = Instant::now() + timeout;
+    loop {
+        tokio::select! {
+            _ = &mut link.changed => return,
+            _ = tokio::time::sleep_until(due.into()) => {
+                match shared.table.expire(&key, id, link.gen, timeout) {
+                    Expiry::NotYet(at) => due = at,
+                    Expiry::Gone => return,
+                    Expiry::Released(holder, next) => {
+                        let peer = holder.peer;
+                        return expired(&shared, &key, &holder.source, peer, next);
+                    }
+                }
+            }
+        }
+    }
+}
