@@ -7,7 +7,7 @@ pub mod etcd;
 pub mod lc;
 pub mod postgres;
 pub mod redis;
-mod tcp;
+pub(crate) mod tcp;
 pub mod zk;
 
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub struct BackendConfig {
     pub queue_timeout: Duration,
     /// How long to try to reach the service before giving up.
     pub connect_timeout: Duration,
+    /// `-v`: a backend may say how it serves a request (a fallback taken).
+    pub verbose: bool,
 }
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,6 +54,7 @@ impl BackendConfig {
             ttl: t.ttl.unwrap_or(default_ttl),
             queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
             connect_timeout,
+            verbose: false,
         }
     }
 }
