@@ -14,12 +14,12 @@ use crate::server::{Listeners, OpenError, Server, ServerOptions};
 pub const REFERENCE_MODE_ENV: &str = "LC_CLI_SERVE_AS_REFERENCE";
 
 pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
-    if args.session_timeout < std::time::Duration::from_millis(300) {
+    if args.reclaim_grace < std::time::Duration::from_millis(300) {
         return Err(fail(
             ExitCode::Usage,
             format!(
-                "--session-timeout {:?} is too short: at least 300ms (holders send a heartbeat every quarter of it)",
-                args.session_timeout
+                "--reclaim-grace {:?} is too short: at least 300ms (holders send a heartbeat every quarter of it)",
+                args.reclaim_grace
             ),
         ));
     }
@@ -31,7 +31,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         read_timeout: args.read_timeout,
         verbose,
         data: args.data.clone(),
-        session_timeout: args.session_timeout,
+        session_timeout: args.reclaim_grace,
         // Test-only: answer lc-cli's own actions `-`, as the reference
         // server does, to exercise the clients' fallback.
         extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),

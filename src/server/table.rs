@@ -653,7 +653,11 @@ impl Inner {
                 next = self.keys.get(key).and_then(|s| s.holder.clone());
                 break;
             }
-            // It went away just now: undo its grant, in the log too.
+            // It went away just now: undo its grant, in the log and the
+            // count too.
+            self.counters
+                .grants
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(state) = self.keys.get_mut(key) {
                 state.holder = None;
                 state.link = None;
@@ -819,7 +823,7 @@ mod session_tests {
         let mut link = a.link.take().unwrap();
         assert!(link.changed.try_recv().is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
         assert!(t.begin_release(b"k", Some(a.token + 1)).is_none());
-        t.reset_key(b"k").unwrap();
+        let _ = t.reset_key(b"k").unwrap();
         assert_eq!(link.changed.try_recv(), Err(oneshot::error::TryRecvError::Closed));
         assert_eq!(t.link_state(b"k", a.id, link.gen), LinkState::Gone);
         assert!(t.begin_release(b"k", Some(a.token)).is_none());

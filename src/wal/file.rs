@@ -142,8 +142,11 @@ mod tests {
         assert_eq!(classify(&h[..5], false), Kind::New);
         assert_eq!(classify(&h, false), Kind::Current);
         let mut newer = h;
-        newer[8] = 2;
-        assert_eq!(classify(&newer, false), Kind::Version(2));
+        newer[8] = 3;
+        assert_eq!(classify(&newer, false), Kind::Version(3));
+        let mut previous = h;
+        previous[8] = 1;
+        assert_eq!(classify(&previous, false), Kind::Previous);
         assert_eq!(classify(b"hello world, not a log", false), Kind::Foreign);
         assert_eq!(classify(&[9, 0, 0, 0], true), Kind::Headerless);
         // A prefix of the header that goes wrong is not a new log.

@@ -32,8 +32,12 @@ impl LoggedServer {
         env: &[(&str, &str)],
     ) -> Result<LoggedServer, (ExitStatus, String)> {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "-v", "--listen", "127.0.0.1:0"])
-            .args(extra)
+        cmd.args(["serve", "-v"]);
+        // A given address (a restart on the same port) replaces the default.
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra)
             .env_remove("DATA_PATH")
             .env_remove("BIND_ADDRESS")
             .stdout(Stdio::piped())

@@ -350,9 +350,11 @@ pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
         let read = stream.read(&mut buf[len..]);
         let n = if only_dash {
             // A `-` alone and nothing more for a moment: the reference's.
+            // (A reset instead of a close, from a server that closed with
+            // bytes unread, is that too.)
             match tokio::time::timeout(UNKNOWN_AFTER, read).await {
-                Ok(r) => r.ok()?,
-                Err(_) => return Some(Granted::Unknown),
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) | Err(_) => return Some(Granted::Unknown),
             }
         } else {
             read.await.ok()?
