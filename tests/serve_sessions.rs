@@ -403,3 +403,46 @@ fn a_withdrawal_never_confirmed_is_given_up_quickly() {
     assert!(err.contains("did not confirm the withdrawal"), "{err}");
     assert!(err.contains("unlock k"), "{err}");
 }
+
+/// `keys` shows each hold's token and kind: a command's session hold and a
+/// hold kept by `lock KEY`; the token is the command's LC_LOCK_TOKEN.
+#[test]
+fn keys_shows_tokens_and_the_kind_of_each_hold() {
+    let manager = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let server = session_server(&["--manager", &manager]);
+    let url = format!("lc://{}?manager={manager}", server.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let script = format!(
+        "echo $LC_LOCK_TOKEN > {}; sleep 30",
+        token_file.display()
+    );
+    let mut h = holder(&url, "run", &script);
+    assert!(wait_until(LIMIT, || std::fs::read_to_string(&token_file)
+        .is_ok_and(|t| t.ends_with('\n'))));
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim();
+    assert!(lc(&url, &["lock", "kept"]).output().unwrap().status.success());
+    let out = lc(&url, &["keys"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows[0],
+        ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING", "TOKEN"],
+        "{table}"
+    );
+    let run = rows.iter().find(|r| r[0] == "run").expect(&table);
+    assert_eq!((run[4], run[6]), ("command", token), "{table}");
+    let kept = rows.iter().find(|r| r[0] == "kept").expect(&table);
+    assert_eq!(kept[4], "kept", "{table}");
+    assert!(kept[6].parse::<u64>().unwrap() > token.parse::<u64>().unwrap());
+    let json = lc(&url, &["keys", "--json"]).output().unwrap();
+    let json = String::from_utf8_lossy(&json.stdout).into_owned();
+    assert!(json.contains(&format!("\"token\":{token}")), "{json}");
+    h.kill().unwrap();
+    h.wait().unwrap();
+}

@@ -358,6 +358,8 @@ pub struct KeyInfo {
     /// or `reset`); Some(false): the hold of a running command; None: the
     /// service cannot tell.
     pub kept: Option<bool>,
+    /// The hold's fencing token, where the service shows it.
+    pub token: Option<u64>,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.

@@ -83,6 +83,7 @@ mod tests {
             since: Some(now - Duration::from_secs(185)),
             waiting: 2,
             kept: Some(false),
+            token: None,
         };
         assert_eq!(
             describe(&info, now),

@@ -50,8 +50,9 @@ fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
     }
 }
 
-/// The HOLD column: a running command's hold, or one kept by `lock KEY`
-/// without a command (`-` where the service cannot tell).
+/// The HOLD column: a running command's hold (on lc-cli's server, a session
+/// hold), or one kept by `lock KEY` without a command (`-` where the
+/// service cannot tell).
 fn hold_kind(kept: Option<bool>) -> &'static str {
     match kept {
         Some(true) => "kept",
@@ -81,6 +82,7 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
             "held_ms": held_ms,
             "waiting": k.waiting,
             "kept": k.kept,
+            "token": k.token,
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -93,13 +95,20 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
 /// an escape sequence recolour the terminal (`--json` has them as JSON
 /// escapes).
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
-    let header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"].map(String::from);
+    // A TOKEN column only where the service shows tokens (lc-cli's server).
+    let tokens = keys.iter().any(|k| k.token.is_some());
+    let mut header: Vec<String> = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
+        .map(String::from)
+        .to_vec();
+    if tokens {
+        header.push("TOKEN".into());
+    }
     let mut rows = vec![header];
     for k in keys {
         let held = held_for(k, now)
             .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
             .unwrap_or_else(|| "-".into());
-        rows.push([
+        let mut row = vec![
             super::printable(&k.key).into_owned(),
             super::printable(&k.source).into_owned(),
             k.peer
@@ -108,9 +117,13 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
             held,
             hold_kind(k.kept).into(),
             k.waiting.to_string(),
-        ]);
+        ];
+        if tokens {
+            row.push(k.token.map_or_else(|| "-".into(), |t| t.to_string()));
+        }
+        rows.push(row);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = vec![0usize; rows[0].len()];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -144,6 +157,7 @@ mod tests {
             since: Some(now - Duration::from_secs(secs_ago)),
             waiting,
             kept: None,
+            token: None,
         }
     }
 

@@ -462,6 +462,8 @@ impl Table {
                     peer: h.peer.to_string().into_bytes(),
                     since: h.since,
                     waiting: s.waiters.len().min(u32::MAX as usize) as u32,
+                    token: Some(h.token),
+                    session: Some(h.session),
                 })
             })
             .collect();

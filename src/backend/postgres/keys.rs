@@ -88,6 +88,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 .as_deref()
                 .is_some_and(|a| a.starts_with("lc-cli "))
                 .then_some(false),
+            token: None,
         });
     }
     Ok(out)

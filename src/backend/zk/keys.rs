@@ -182,6 +182,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         since: (since_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(since_ms)),
         waiting,
         kept,
+        token: None,
     }
 }
 
