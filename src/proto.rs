@@ -300,7 +300,9 @@ impl Cursor<'_> {
     fn token(&mut self) -> Result<Option<u64>, FrameError> {
         match self.buf.get(self.pos) {
             Some(&n) if n != 8 => Err(FrameError::BadToken(n)),
-            _ => Ok(self.field()?.map(|b| u64::from_be_bytes(b.try_into().unwrap()))),
+            _ => Ok(self
+                .field()?
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()))),
         }
     }
 }

@@ -60,7 +60,11 @@ fn the_command_gets_the_key_in_its_environment() {
         0,
     );
     let token = String::from_utf8_lossy(&out.stdout).into_owned();
-    let token: u64 = token.trim().trim_matches(['[', ']']).parse().expect("a number");
+    let token: u64 = token
+        .trim()
+        .trim_matches(['[', ']'])
+        .parse()
+        .expect("a number");
     assert!(token > 99, "{token}");
 }
 

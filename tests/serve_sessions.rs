@@ -94,7 +94,10 @@ fn a_killed_holder_frees_the_key_within_the_session_timeout() {
     h.kill().unwrap();
     h.wait().unwrap();
     let killed = Instant::now();
-    let w = spawn(lc(&addr, &["lock", "k", "--", "sh", "-c", &tl.one_shot("w")]));
+    let w = spawn(lc(
+        &addr,
+        &["lock", "k", "--", "sh", "-c", &tl.one_shot("w")],
+    ));
     let out = finish(w, LIMIT);
     let took = killed.elapsed();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -135,7 +138,10 @@ fn frozen_trial(on_term: OnTerm, n: usize) -> Duration {
     assert!(wout.status.success(), "trial {n}: {}", stderr(&wout));
     let (w_start, _) = tl.start_of("w").unwrap();
     let h_end = match on_term {
-        OnTerm::Ignore => watch.join().unwrap().expect("the holder's command never ended"),
+        OnTerm::Ignore => watch
+            .join()
+            .unwrap()
+            .expect("the holder's command never ended"),
         _ => tl.end_of("h").expect("the holder's end is logged"),
     };
     assert!(
@@ -154,9 +160,14 @@ fn frozen_trial(on_term: OnTerm, n: usize) -> Duration {
 #[test]
 fn a_frozen_holder_stops_before_the_server_grants_the_key_again() {
     let mut margins = Vec::new();
-    for (n, on_term) in [OnTerm::LogAndExit, OnTerm::SlowExit, OnTerm::Ignore, OnTerm::LogAndExit]
-        .into_iter()
-        .enumerate()
+    for (n, on_term) in [
+        OnTerm::LogAndExit,
+        OnTerm::SlowExit,
+        OnTerm::Ignore,
+        OnTerm::LogAndExit,
+    ]
+    .into_iter()
+    .enumerate()
     {
         margins.push(frozen_trial(on_term, n));
     }
@@ -234,9 +245,12 @@ fn an_unlock_of_a_running_holder_stops_it_and_its_late_release_frees_nothing() {
 }
 
 fn token_of(addr: &str, key: &str) -> u64 {
-    let out = lc(addr, &["lock", key, "--", "sh", "-c", "echo $LC_LOCK_TOKEN"])
-        .output()
-        .unwrap();
+    let out = lc(
+        addr,
+        &["lock", key, "--", "sh", "-c", "echo $LC_LOCK_TOKEN"],
+    )
+    .output()
+    .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     text.trim()
@@ -275,7 +289,11 @@ fn tokens_grow_across_grants_and_restarts() {
     let mut server = session_server(&["--data", &data]);
     let port = server.addr.port();
     let addr = server.addr.to_string();
-    let mut tokens = vec![token_of(&addr, "k"), token_of(&addr, "k"), token_of(&addr, "j")];
+    let mut tokens = vec![
+        token_of(&addr, "k"),
+        token_of(&addr, "k"),
+        token_of(&addr, "j"),
+    ];
     server.stop_with(libc::SIGKILL, LIMIT);
     drop(server);
     let server = restart_on(port, &["--data", &data]);
@@ -345,14 +363,26 @@ fn against_a_reference_style_server_lc_cli_falls_back_to_classic_frames() {
     );
     let out = lc(
         &addr,
-        &["-v", "lock", "k", "--", "sh", "-c", "echo token=${LC_LOCK_TOKEN-none}"],
+        &[
+            "-v",
+            "lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo token=${LC_LOCK_TOKEN-none}",
+        ],
     )
     .output()
     .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "token=none");
     let err = stderr(&out);
-    assert_eq!(err.matches("does not know session locks").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("does not know session locks").count(),
+        1,
+        "{err}"
+    );
     // Released (by Unlock, after Release was answered `-`).
     let again = lc(&addr, &["trylock", "k", "--", "true"]).output().unwrap();
     assert!(again.status.success(), "{again:?}");
@@ -361,7 +391,11 @@ fn against_a_reference_style_server_lc_cli_falls_back_to_classic_frames() {
     assert!(out.status.success(), "{out:?}");
     let busy = lc(&addr, &["trylock", "k", "--", "true"]).output().unwrap();
     assert_eq!(busy.status.code(), Some(1));
-    assert!(lc(&addr, &["unlock", "k"]).output().unwrap().status.success());
+    assert!(lc(&addr, &["unlock", "k"])
+        .output()
+        .unwrap()
+        .status
+        .success());
     let free = lc(&addr, &["trylock", "k", "--", "true"]).output().unwrap();
     assert!(free.status.success(), "{free:?}");
 }
@@ -416,20 +450,24 @@ fn keys_shows_tokens_and_the_kind_of_each_hold() {
     let url = format!("lc://{}?manager={manager}", server.addr);
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    let script = format!(
-        "echo $LC_LOCK_TOKEN > {}; sleep 30",
-        token_file.display()
-    );
+    let script = format!("echo $LC_LOCK_TOKEN > {}; sleep 30", token_file.display());
     let mut h = holder(&url, "run", &script);
     assert!(wait_until(LIMIT, || std::fs::read_to_string(&token_file)
         .is_ok_and(|t| t.ends_with('\n'))));
     let token = std::fs::read_to_string(&token_file).unwrap();
     let token = token.trim();
-    assert!(lc(&url, &["lock", "kept"]).output().unwrap().status.success());
+    assert!(lc(&url, &["lock", "kept"])
+        .output()
+        .unwrap()
+        .status
+        .success());
     let out = lc(&url, &["keys"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
-    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(
         rows[0],
         ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING", "TOKEN"],

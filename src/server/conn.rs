@@ -78,7 +78,7 @@ async fn read_phase(
 async fn other_request(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     request: Request,
     or_peer: impl Fn(Vec<u8>) -> Vec<u8>,
 ) {

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::io::AsyncWriteExt;
@@ -22,7 +23,7 @@ use super::{session, Shared};
 pub async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: Vec<u8>,
     source: Vec<u8>,
     session: bool,
@@ -86,7 +87,7 @@ pub async fn serve(
 async fn granted(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: Vec<u8>,
     g: Grant,
 ) {
@@ -96,6 +97,6 @@ async fn granted(
     };
     let delivered = grant::answer(&mut stream, shared, &key, g.id, g.durable, reply).await;
     if let (true, Some(link)) = (delivered, g.link) {
-        session::hold(stream, peer, shared, key, g.id, link).await;
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }

@@ -6,6 +6,7 @@
 //! then it may Reclaim it on a new connection.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,17 +22,21 @@ use crate::proto::{self, Decoded, Request, HEARTBEAT, SESSION_LOST};
 /// Serves session hold `id` of `key` on `stream` until it ends: released by
 /// the holder, taken away (`!` is sent), expired, or moved to another
 /// connection by a reclaim.
+///
+/// Runs as a task of its own (see [`spawn_hold`]), so a held session costs
+/// this future and not also the connection's.
 pub async fn hold(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: Arc<Shared>,
     key: Vec<u8>,
     id: GrantId,
     mut link: LinkEnd,
 ) {
     let timeout = shared.session_timeout;
     let mut due = Instant::now() + timeout;
-    let mut buf = [0u8; 3 + 2 * proto::MAX_FIELD];
+    // Heartbeats and one SessionRelease frame: action, key, token field.
+    let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
     let mut len = 0;
     let mut connected = true;
     loop {
@@ -39,7 +44,7 @@ pub async fn hold(
             _ = &mut link.changed => {
                 if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
                     // Taken away (a reset, someone's Unlock): say so.
-                    let _ = stream.write_all(&[SESSION_LOST]).await;
+                    let _ = Box::pin(stream.write_all(&[SESSION_LOST])).await;
                 }
                 return;
             }
@@ -48,7 +53,7 @@ pub async fn hold(
                     Expiry::NotYet(at) => due = at,
                     Expiry::Gone => return,
                     Expiry::Released(holder, next) => {
-                        return expired(shared, &key, &holder.source, peer, next);
+                        return expired(&shared, &key, &holder.source, peer, next);
                     }
                 }
             }
@@ -67,9 +72,14 @@ pub async fn hold(
                     continue;
                 }
                 len += n;
-                match take_requests(&mut stream, shared, &key, id, link.gen, &mut buf, &mut len).await {
+                // Boxed: what runs only now and then stays out of the
+                // future every held session keeps.
+                let request =
+                    Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
+                match request {
                     Some(Request::SessionRelease { key: k, token }) => {
-                        let answer = unlock::release(shared, peer, &k, Frame::Session(token)).await;
+                        let answer =
+                            Box::pin(unlock::release(&shared, peer, &k, Frame::Session(token))).await;
                         let _ = stream.write_all(&[answer.byte()]).await;
                         return;
                     }
@@ -134,7 +144,7 @@ fn expired(
 pub async fn reclaim(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: Vec<u8>,
     token: u64,
 ) {
@@ -152,13 +162,25 @@ pub async fn reclaim(
         .write_all(&proto::session_grant(token, shared.session_timeout))
         .await;
     if let Some(link) = g.link {
-        hold(stream, peer, shared, key, g.id, link).await;
+        spawn_hold(stream, peer, shared, key, g.id, link);
     }
+}
+
+/// Serves a session hold in a task of its own; the connection's task ends.
+pub fn spawn_hold(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    id: GrantId,
+    link: LinkEnd,
+) {
+    tokio::spawn(hold(stream, peer, shared.clone(), key, id, link));
 }
 
 /// Expires a session hold restored from the log unless its holder reclaims
 /// it within the session timeout.
-pub async fn orphan(shared: std::sync::Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
+pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
     let timeout = shared.session_timeout;
     let mut due = Instant::now() + timeout;
     loop {
@@ -175,5 +197,31 @@ pub async fn orphan(shared: std::sync::Arc<Shared>, key: Vec<u8>, id: GrantId, m
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each held session is one parked `hold` future (boxed, behind the
+    /// connection's own): keep it small, it is what 10,000 holders cost.
+    #[tokio::test]
+    async fn a_held_session_stays_small() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let shared = std::sync::Arc::new(super::super::Shared::new(
+            super::super::table::Table::new(),
+            super::super::events::Events { verbose: false },
+            &super::super::ServerOptions::default(),
+        ));
+        let (_tx, rx) = tokio::sync::oneshot::channel();
+        let link = super::LinkEnd {
+            gen: 0,
+            changed: rx,
+        };
+        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link);
+        let size = std::mem::size_of_val(&f);
+        eprintln!("hold future: {size} bytes");
+        assert!(size <= 700, "the session future is {size} bytes");
     }
 }

@@ -321,7 +321,10 @@ impl Table {
     pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
         let mut inner = self.lock_inner();
         let state = inner.keys.get_mut(key)?;
-        let h = state.holder.as_ref().filter(|h| h.session && h.token == token)?;
+        let h = state
+            .holder
+            .as_ref()
+            .filter(|h| h.session && h.token == token)?;
         let id = h.id;
         let gen = state.link.as_ref().map_or(0, |l| l.gen) + 1;
         let (link, end) = Link::new(gen);
@@ -688,7 +691,8 @@ mod tests {
     #[test]
     fn fifo_handoff() {
         let t = Table::new();
-        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false) else {
+        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false)
+        else {
             panic!()
         };
         let mut rxs = Vec::new();
@@ -720,7 +724,8 @@ mod tests {
     #[test]
     fn a_stale_release_does_not_free_the_next_holder() {
         let t = Table::new();
-        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false) else {
+        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false)
+        else {
             panic!()
         };
         let LockOutcome::Queued(_, _rx) = t.lock(b"k", b"b", peer(), false) else {
@@ -823,10 +828,16 @@ mod session_tests {
         let t = Table::new();
         let mut a = granted(t.lock(b"k", b"a", peer(), true));
         let mut link = a.link.take().unwrap();
-        assert!(link.changed.try_recv().is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
+        assert!(link
+            .changed
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
         assert!(t.begin_release(b"k", Some(a.token + 1)).is_none());
         let _ = t.reset_key(b"k").unwrap();
-        assert_eq!(link.changed.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        assert_eq!(
+            link.changed.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
         assert_eq!(t.link_state(b"k", a.id, link.gen), LinkState::Gone);
         assert!(t.begin_release(b"k", Some(a.token)).is_none());
     }
@@ -838,7 +849,10 @@ mod session_tests {
         let mut old = a.link.take().unwrap();
         assert!(t.reclaim(b"k", a.token + 1).is_none());
         let new = t.reclaim(b"k", a.token).unwrap().link.unwrap();
-        assert_eq!(old.changed.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        assert_eq!(
+            old.changed.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
         assert_eq!(t.link_state(b"k", a.id, old.gen), LinkState::Moved);
         assert!(matches!(
             t.expire(b"k", a.id, old.gen, Duration::ZERO),

@@ -2,6 +2,7 @@
 //! once; it never queues.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -13,7 +14,7 @@ use crate::proto::Answer;
 pub async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: Vec<u8>,
     source: &[u8],
     session: bool,
@@ -29,6 +30,6 @@ pub async fn serve(
     };
     let delivered = grant::answer(&mut stream, shared, &key, g.id, g.durable, reply).await;
     if let (true, Some(link)) = (delivered, g.link) {
-        session::hold(stream, peer, shared, key, g.id, link).await;
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }

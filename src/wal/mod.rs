@@ -466,7 +466,10 @@ impl Wal {
             // is lost.
             let frames = snapshot(
                 max_token,
-                &live.iter().map(|(k, (_, f))| (k.clone(), f.clone())).collect(),
+                &live
+                    .iter()
+                    .map(|(k, (_, f))| (k.clone(), f.clone()))
+                    .collect(),
             );
             file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
             offset = file::HEADER_LEN + frames.len();
