@@ -90,9 +90,10 @@ fn a_killed_holder_frees_the_key_within_the_session_timeout() {
     let tl = Timeline::new(dir.path());
     let mut h = holder(&addr, "k", &tl.holder("h", OnTerm::LogAndExit));
     let (_, pid) = started(&tl, "h");
-    kill_group(pid, libc::SIGKILL);
+    // lc-cli first: with its command gone first, it would release the key.
     h.kill().unwrap();
     h.wait().unwrap();
+    kill_group(pid, libc::SIGKILL);
     let killed = Instant::now();
     let w = spawn(lc(
         &addr,
@@ -325,9 +326,9 @@ fn a_server_restart_with_data_keeps_running_commands() {
     server.stop_with(libc::SIGKILL, LIMIT);
     drop(server);
     // b dies with the server down: nobody will reclaim its hold.
-    kill_group(b_pid, libc::SIGKILL);
     b.kill().unwrap();
     b.wait().unwrap();
+    kill_group(b_pid, libc::SIGKILL);
     let server = restart_on(port, &["--data", &data]);
     let restarted = Instant::now();
     server.wait_for("reclaimed the session hold of 'a'", 1, LIMIT);
