@@ -69,7 +69,7 @@ async fn answer_grant(
 ) -> bool {
     let session;
     let bytes: &[u8] = match reply {
-        Reply::Classic => &[b'+'],
+        Reply::Classic => b"+",
         Reply::Session(token) => {
             session = proto::session_grant(token, shared.session_timeout);
             &session
