@@ -192,7 +192,7 @@ impl Server {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             let since = h.since;
-            let restored = table.restore(&h.key, &h.source, peer, since, h.token, h.session);
+            let restored = table.restore(h, peer);
             let kind = match &restored {
                 Some(_) => format!(
                     "session hold, token {}, released in {:?} unless its holder reclaims it",

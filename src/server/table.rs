@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use super::metrics::Counters;
 
 use crate::proto::manager::KeyReport;
-use crate::wal::{NotDurable, Record, Stats as WalStats, Ticket, Wal};
+use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -478,28 +478,20 @@ impl Table {
     /// start-up). A session hold is heard from "now", so its holder has the
     /// session timeout to reclaim it; its grant id and link are returned
     /// for the task that expires it otherwise.
-    pub fn restore(
-        &self,
-        key: &[u8],
-        source: &[u8],
-        peer: SocketAddr,
-        since: SystemTime,
-        token: Token,
-        session: bool,
-    ) -> Option<(GrantId, LinkEnd)> {
+    pub fn restore(&self, held: &Held, peer: SocketAddr) -> Option<(GrantId, LinkEnd)> {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
-        inner.last_token = inner.last_token.max(token);
-        let state = inner.keys.entry(key.to_vec()).or_default();
+        inner.last_token = inner.last_token.max(held.token);
+        let state = inner.keys.entry(held.key.clone()).or_default();
         state.holder = Some(Holder {
             id,
-            token,
-            source: source.to_vec(),
+            token: held.token,
+            source: held.source.clone(),
             peer,
-            since,
-            session,
+            since: held.since,
+            session: held.session,
         });
-        if !session {
+        if !held.session {
             return None;
         }
         let (link, end) = Link::new(0);
@@ -603,19 +595,16 @@ impl Inner {
         let Some(wal) = &self.wal else {
             return Durable::default();
         };
-        let since_ms = holder
-            .since
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        Durable(vec![wal.append(&Record::Grant {
+        // The log's record of a hold is written in one place: `Held::record`.
+        let held = Held {
             key: key.to_vec(),
             source: holder.source.clone(),
             peer: holder.peer.to_string().into_bytes(),
-            since_ms,
+            since: holder.since,
             token: holder.token,
             session: holder.session,
-        })])
+        };
+        Durable(vec![wal.append(&held.record())])
     }
 
     fn record_release(&self, key: &[u8]) -> Durable {
