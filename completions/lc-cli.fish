@@ -95,6 +95,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l data -d 'Keep he
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 'How long a client may take to send its whole request' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l reclaim-grace -d 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

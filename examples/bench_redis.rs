@@ -145,6 +145,7 @@ async fn run_round(
         ttl: Duration::from_secs(30),
         queue_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(5),
+        verbose: false,
     };
     let round = Arc::new(Round {
         latencies: Mutex::new(Vec::new()),

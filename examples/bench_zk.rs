@@ -45,6 +45,7 @@ fn config(zk: &zk::Zk, root: &str) -> BackendConfig {
         ttl: Duration::from_secs(30),
         queue_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(10),
+        verbose: false,
     }
 }
 

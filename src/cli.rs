@@ -308,6 +308,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+
+    /// Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has
+    /// not been heard from for DURATION; within it, a holder whose connection
+    /// broke (or whose server restarted with --data) takes it back
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub reclaim_grace: Duration,
 }
 
 #[cfg(test)]

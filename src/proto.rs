@@ -12,6 +12,13 @@
 //! | TryLock       | `[5][keySize][key][sourceSize][source]` |
 //! | Release       | `[6][keySize][key]` (lc-cli extension)  |
 //! | Ping          | `[7][keySize][key][sourceSize][source]` (lc-cli extension) |
+//! | SessionLock    | `[8][keySize][key][sourceSize][source]` (lc-cli extension) |
+//! | SessionTryLock | `[9][keySize][key][sourceSize][source]` (lc-cli extension) |
+//! | Reclaim        | `[10][keySize][key][8][token:u64be]` (lc-cli extension) |
+//! | SessionRelease | `[11][keySize][key][8][token:u64be]` (lc-cli extension) |
+//!
+//! Actions 12 to 15 are reserved for shared and limited locks; lc-cli's
+//! server answers `-` to them, as to every action it does not know.
 //!
 //! Ping is an lc-cli extension: `lc-cli serve` answers `+` (and ignores the
 //! key and source), a reference server `-` (an unknown action): one protocol
@@ -46,6 +53,39 @@ pub const ACTION_TRY_LOCK: u8 = 5;
 /// lc-cli's extension: Unlock that says whether the key was held.
 pub const ACTION_RELEASE: u8 = 6;
 pub const ACTION_PING: u8 = 7;
+pub const ACTION_SESSION_LOCK: u8 = 8;
+pub const ACTION_SESSION_TRY_LOCK: u8 = 9;
+pub const ACTION_RECLAIM: u8 = 10;
+pub const ACTION_SESSION_RELEASE: u8 = 11;
+/// Reserved for shared and limited locks (issue 14): not sessions.
+pub const RESERVED_ACTIONS: std::ops::RangeInclusive<u8> = 12..=15;
+
+/// The session answers and heartbeat (see the module docs).
+pub const SESSION_GRANTED: u8 = b'=';
+pub const SESSION_LOST: u8 = b'!';
+pub const HEARTBEAT: u8 = b'.';
+/// `=`, token u64be, timeout ms u32be.
+pub const SESSION_GRANT_LEN: usize = 13;
+
+/// The answer to a session grant or reclaim.
+pub fn session_grant(token: u64, timeout: std::time::Duration) -> [u8; SESSION_GRANT_LEN] {
+    let mut out = [0u8; SESSION_GRANT_LEN];
+    out[0] = SESSION_GRANTED;
+    out[1..9].copy_from_slice(&token.to_be_bytes());
+    let ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+    out[9..].copy_from_slice(&ms.to_be_bytes());
+    out
+}
+
+/// The token and timeout of a whole session grant answer.
+pub fn parse_session_grant(bytes: &[u8]) -> Option<(u64, std::time::Duration)> {
+    if bytes.len() != SESSION_GRANT_LEN || bytes[0] != SESSION_GRANTED {
+        return None;
+    }
+    let token = u64::from_be_bytes(bytes[1..9].try_into().ok()?);
+    let ms = u32::from_be_bytes(bytes[9..].try_into().ok()?);
+    Some((token, std::time::Duration::from_millis(u64::from(ms))))
+}
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it
@@ -76,6 +116,25 @@ pub enum Request {
     },
     /// Are you a Locking-Center server? (lc-cli extension)
     Ping,
+    /// Lock, held as long as the holder is heard from (lc-cli extension).
+    SessionLock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+    },
+    SessionTryLock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+    },
+    /// Takes a session hold back on a new connection.
+    Reclaim {
+        key: Vec<u8>,
+        token: u64,
+    },
+    /// Releases the key only if it is held under `token`.
+    SessionRelease {
+        key: Vec<u8>,
+        token: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +181,8 @@ pub enum FrameError {
     /// A size byte with the sign bit set (0x80 and above).
     NegativeSize(u8),
     EmptyKey,
+    /// A token field that is not 8 bytes.
+    BadToken(u8),
 }
 
 impl fmt::Display for FrameError {
@@ -130,6 +191,7 @@ impl fmt::Display for FrameError {
             FrameError::UnknownAction(a) => write!(f, "unknown action {a}"),
             FrameError::NegativeSize(s) => write!(f, "negative size byte 0x{s:02x}"),
             FrameError::EmptyKey => write!(f, "empty key"),
+            FrameError::BadToken(n) => write!(f, "a token of {n} byte(s), not 8"),
         }
     }
 }
@@ -145,17 +207,31 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
     };
     let mut cur = Cursor { buf, pos: 1 };
     let request = match action {
-        ACTION_LOCK | ACTION_TRY_LOCK => {
+        ACTION_LOCK | ACTION_TRY_LOCK | ACTION_SESSION_LOCK | ACTION_SESSION_TRY_LOCK => {
             let Some(key) = cur.key()? else {
                 return Ok(Decoded::Incomplete);
             };
             let Some(source) = cur.field()? else {
                 return Ok(Decoded::Incomplete);
             };
-            if action == ACTION_LOCK {
-                Request::Lock { key, source }
+            match action {
+                ACTION_LOCK => Request::Lock { key, source },
+                ACTION_TRY_LOCK => Request::TryLock { key, source },
+                ACTION_SESSION_LOCK => Request::SessionLock { key, source },
+                _ => Request::SessionTryLock { key, source },
+            }
+        }
+        ACTION_RECLAIM | ACTION_SESSION_RELEASE => {
+            let Some(key) = cur.key()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            let Some(token) = cur.token()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            if action == ACTION_RECLAIM {
+                Request::Reclaim { key, token }
             } else {
-                Request::TryLock { key, source }
+                Request::SessionRelease { key, token }
             }
         }
         ACTION_UNLOCK | ACTION_RESET_BY_KEY | ACTION_RELEASE => {
@@ -179,6 +255,11 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 return Ok(Decoded::Incomplete);
             };
             Request::Ping
+        }
+        // Reserved (shared and limited locks), and unknown: `-`, as the
+        // reference answers an action it does not know.
+        reserved if RESERVED_ACTIONS.contains(&reserved) => {
+            return Err(FrameError::UnknownAction(reserved))
         }
         other => return Err(FrameError::UnknownAction(other)),
     };
@@ -214,6 +295,15 @@ impl Cursor<'_> {
             return Err(FrameError::EmptyKey);
         }
         self.field()
+    }
+
+    fn token(&mut self) -> Result<Option<u64>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 8 => Err(FrameError::BadToken(n)),
+            _ => Ok(self
+                .field()?
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()))),
+        }
     }
 }
 
@@ -293,6 +383,27 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, source);
         }
         Request::Ping => out.extend_from_slice(&PING_FRAME),
+        Request::SessionLock { key, source } | Request::SessionTryLock { key, source } => {
+            check_key(key)?;
+            check_source(source)?;
+            out.push(if matches!(request, Request::SessionLock { .. }) {
+                ACTION_SESSION_LOCK
+            } else {
+                ACTION_SESSION_TRY_LOCK
+            });
+            push_field(&mut out, key);
+            push_field(&mut out, source);
+        }
+        Request::Reclaim { key, token } | Request::SessionRelease { key, token } => {
+            check_key(key)?;
+            out.push(if matches!(request, Request::Reclaim { .. }) {
+                ACTION_RECLAIM
+            } else {
+                ACTION_SESSION_RELEASE
+            });
+            push_field(&mut out, key);
+            push_field(&mut out, &token.to_be_bytes());
+        }
     }
     Ok(out)
 }
@@ -336,6 +447,43 @@ mod tests {
         roundtrip(Request::ResetBySource { source: vec![] });
         roundtrip(Request::Ping);
         roundtrip(Request::Release { key: b"k".to_vec() });
+        roundtrip(Request::SessionLock {
+            key: b"k".to_vec(),
+            source: b"s".to_vec(),
+        });
+        roundtrip(Request::SessionTryLock {
+            key: b"k".to_vec(),
+            source: vec![],
+        });
+        roundtrip(Request::Reclaim {
+            key: b"k".to_vec(),
+            token: 1 << 60,
+        });
+        roundtrip(Request::SessionRelease {
+            key: b"k".to_vec(),
+            token: 7,
+        });
+    }
+
+    #[test]
+    fn session_frames_and_answers() {
+        let release = encode(&Request::SessionRelease {
+            key: b"ab".to_vec(),
+            token: 0x0102,
+        })
+        .unwrap();
+        assert_eq!(release, [11, 2, b'a', b'b', 8, 0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(decode(&[10, 1, b'k', 7]), Err(FrameError::BadToken(7)));
+        let grant = session_grant(42, std::time::Duration::from_secs(10));
+        assert_eq!(grant[0], b'=');
+        assert_eq!(
+            parse_session_grant(&grant),
+            Some((42, std::time::Duration::from_secs(10)))
+        );
+        assert_eq!(parse_session_grant(&grant[..12]), None);
+        for a in RESERVED_ACTIONS {
+            assert_eq!(decode(&[a, 1, b'k', 0]), Err(FrameError::UnknownAction(a)));
+        }
     }
 
     #[test]
@@ -365,7 +513,7 @@ mod tests {
 
     #[test]
     fn bad_frames_are_errors() {
-        assert_eq!(decode(&[9]), Err(FrameError::UnknownAction(9)));
+        assert_eq!(decode(&[16]), Err(FrameError::UnknownAction(16)));
         assert_eq!(decode(&[0]), Err(FrameError::UnknownAction(0)));
         assert_eq!(decode(&[1, 0]), Err(FrameError::EmptyKey));
         assert_eq!(decode(&[2, 0x80]), Err(FrameError::NegativeSize(0x80)));

@@ -162,9 +162,11 @@ fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
 #[test]
 fn lc_cli_takes_the_terminal_back_when_the_command_ends() {
     let server = Server::start();
-    // The command stops the server, so lc-cli stays alive retrying the
+    // The command kills the server, so lc-cli stays alive retrying the
     // release (10 s) after the command ended: time to look at the terminal.
-    let script = format!("kill {}", server.child.id());
+    // SIGKILL: a server stopping cleanly can still answer the release on
+    // the session's open connection while it shuts down.
+    let script = format!("kill -9 {}", server.child.id());
     let (pty, mut lc) = lc_at_terminal(&server, &["lock", "tty-back", "-c", &script]);
     let lc_pid = lc.pid();
     // The command ran (the server is gone)...

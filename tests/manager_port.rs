@@ -86,7 +86,8 @@ fn check_keyx(answer: &[u8], expected: &[Keyx], from_ms: i64, to_ms: i64) {
         buf: answer,
         pos: 0,
     };
-    assert_eq!(c.u32() as usize, expected.len(), "{answer:?}");
+    // The high bit: entries with a fencing token and a hold kind.
+    assert_eq!(c.u32() as usize, expected.len() | 0x8000_0000, "{answer:?}");
     for (key, source, peer, waiting) in expected {
         assert_eq!(c.short(), key.as_bytes());
         assert_eq!(c.short(), source.as_bytes(), "source of {key}");
@@ -94,6 +95,10 @@ fn check_keyx(answer: &[u8], expected: &[Keyx], from_ms: i64, to_ms: i64) {
         let ms = c.i64();
         assert!((from_ms..=to_ms).contains(&ms), "{key}: since {ms}");
         assert_eq!(c.u32(), *waiting, "waiters of {key}");
+        let token = c.i64();
+        assert!(token > 0, "token of {key}");
+        // Raw classic Locks: kept holds, not sessions.
+        assert_eq!(c.take(1), [0], "kind of {key}");
     }
     c.end();
 }
@@ -107,7 +112,7 @@ fn wait_for_waiters(server: &Server, expected: &[(&str, u32)]) {
             buf: &answer,
             pos: 0,
         };
-        let n = c.u32();
+        let n = c.u32() & !0x8000_0000;
         let mut got = Vec::new();
         for _ in 0..n {
             let key = String::from_utf8(c.short()).unwrap();
@@ -115,6 +120,8 @@ fn wait_for_waiters(server: &Server, expected: &[(&str, u32)]) {
             c.short();
             c.i64();
             got.push((key, c.u32()));
+            c.i64();
+            c.take(1);
         }
         let want: Vec<(String, u32)> = expected.iter().map(|(k, w)| (k.to_string(), *w)).collect();
         if got == want {
@@ -316,7 +323,9 @@ fn keys_and_reset_against_the_built_in_server() {
         assert_eq!(cols[0], *key, "{table}");
         assert_eq!(cols[1], *source, "{table}");
         assert_eq!(cols[2], peer, "{table}");
-        assert_eq!(cols.last().unwrap(), &waiting.to_string(), "{table}");
+        assert_eq!(cols[4], "kept", "{table}");
+        assert_eq!(cols[5], waiting.to_string(), "{table}");
+        assert!(cols[6].parse::<u64>().is_ok(), "the TOKEN column: {table}");
     }
 
     let out = expect_status(&mut server.lc(&["keys", "deploy/*"]), 0);
@@ -345,5 +354,5 @@ fn the_manager_defaults_to_the_next_port_and_can_be_moved() {
     let moved = Server::start_with(&["--manager", "127.0.0.1:0"]);
     let m: SocketAddr = moved.manager;
     assert!(m.ip().is_loopback());
-    assert_eq!(moved.manage(b"KEYX"), b"\0\0\0\0+");
+    assert_eq!(moved.manage(b"KEYX"), b"\0\0\0\x80+");
 }

@@ -91,7 +91,7 @@ fn traffic(server: &Server) -> String {
     assert_eq!(server.manage(&request), b"+++");
     // Refused: a bad frame on the lock port, a bad manager command.
     let mut bad = server.connect();
-    bad.write_all(&[9, 1, b'k']).unwrap();
+    bad.write_all(&[16, 1, b'k']).unwrap();
     assert_eq!(read_byte(&mut bad), Some(b'-'));
     assert_eq!(server.manage(b"NOPE"), b"-");
     let text = wait_for_sample(server, "lc_refused_requests_total", 2.0);
@@ -227,7 +227,10 @@ fn a_failed_log_write_counts_as_refused() {
     let path = mnt.join("locks.wal");
     let server =
         Server::start_with(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
-    let mut held = server.send_lock(b"held", b"s");
+    // A long key: its Release record (137 bytes) cannot fit where a short
+    // key's Grant (47 bytes) no longer did.
+    let held_key = [b'h'; 127];
+    let mut held = server.send_lock(&held_key, b"s");
     assert_eq!(read_byte(&mut held), Some(b'+'));
     // Fill the file system.
     let filler = mnt.join("filler");
@@ -267,7 +270,7 @@ fn a_failed_log_write_counts_as_refused() {
     // A reset through the manager whose release cannot be logged: '-'
     // instead of its '+', as a protocol reset answers.
     let mut request = b"RSET".to_vec();
-    request.extend(names(&[b"held"]));
+    request.extend(names(&[&held_key]));
     assert_eq!(server.manage(&request), b"-");
     let text = server.scrape();
     assert_eq!(sample(&text, "lc_refused_requests_total"), 2.0, "{text}");

@@ -14,6 +14,8 @@ fn grant(key: &str, source: &str) -> Record {
         source: source.as_bytes().to_vec(),
         peer: b"127.0.0.1:1234".to_vec(),
         since_ms: 1_700_000_000_000,
+        token: 7,
+        session: false,
     }
 }
 

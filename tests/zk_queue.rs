@@ -216,6 +216,7 @@ fn progress_reports_the_place_and_cancel_withdraws() {
         ttl: Duration::from_secs(30),
         queue_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(10),
+        verbose: false,
     };
     let seen: Arc<Mutex<Vec<WaitProgress>>> = Arc::default();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -8,7 +8,7 @@ pub mod lc;
 pub mod postgres;
 pub mod redis;
 pub mod secret;
-mod tcp;
+pub(crate) mod tcp;
 pub mod zk;
 
 use std::num::NonZeroU32;
@@ -33,6 +33,8 @@ pub struct BackendConfig {
     pub queue_timeout: Duration,
     /// How long to try to reach the service before giving up.
     pub connect_timeout: Duration,
+    /// `-v`: a backend may say how it serves a request (a fallback taken).
+    pub verbose: bool,
 }
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -63,6 +65,7 @@ impl BackendConfig {
             ttl: t.ttl.unwrap_or(default_ttl),
             queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
             connect_timeout,
+            verbose: false,
         }
     }
 }
@@ -558,6 +561,8 @@ pub struct KeyInfo {
     /// How the key is held: a shared or limited key has one entry per
     /// holder, each with the same `waiting`.
     pub mode: LockMode,
+    /// The hold's fencing token, where the service shows it.
+    pub token: Option<u64>,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.

@@ -84,6 +84,7 @@ mod tests {
             waiting: 2,
             kept: Some(false),
             mode: crate::backend::LockMode::Exclusive,
+            token: None,
         };
         assert_eq!(
             describe(&info, now),

@@ -50,8 +50,9 @@ fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
     }
 }
 
-/// The HOLD column: a running command's hold, or one kept by `lock KEY`
-/// without a command (`-` where the service cannot tell).
+/// The HOLD column: a running command's hold (on lc-cli's server, a session
+/// hold), or one kept by `lock KEY` without a command (`-` where the
+/// service cannot tell).
 fn hold_kind(kept: Option<bool>) -> &'static str {
     match kept {
         Some(true) => "kept",
@@ -87,6 +88,7 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
                 LockMode::Limit(_) => "limit",
             },
             "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
+            "token": k.token,
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -110,11 +112,16 @@ fn mode_cell(mode: LockMode) -> String {
 
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
-    let mut header = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
+    // A TOKEN column only where the service shows tokens (lc-cli's server).
+    let tokens = keys.iter().any(|k| k.token.is_some());
+    let mut header: Vec<String> = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
         .map(String::from)
         .to_vec();
     if with_mode {
         header.push("MODE".into());
+    }
+    if tokens {
+        header.push("TOKEN".into());
     }
     let mut rows = vec![header];
     for k in keys {
@@ -134,9 +141,12 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         if with_mode {
             row.push(mode_cell(k.mode));
         }
+        if tokens {
+            row.push(k.token.map_or_else(|| "-".into(), |t| t.to_string()));
+        }
         rows.push(row);
     }
-    let mut widths = [0usize; 7];
+    let mut widths = vec![0usize; rows[0].len()];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -171,6 +181,7 @@ mod tests {
             waiting,
             kept: None,
             mode: crate::backend::LockMode::Exclusive,
+            token: None,
         }
     }
 

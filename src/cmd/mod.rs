@@ -69,6 +69,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         server,
         connect_timeout,
         deprecated,
+        verbose,
     };
     match command {
         Command::Lock(args) => {
@@ -110,6 +111,7 @@ struct TopLevel {
     server: Option<ServerUrl>,
     connect_timeout: Option<Duration>,
     deprecated: DeprecatedTuning,
+    verbose: bool,
 }
 
 impl TopLevel {
@@ -126,6 +128,7 @@ impl TopLevel {
             .or(self.connect_timeout)
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let mut config = BackendConfig::new(url, connect_timeout);
+        config.verbose = self.verbose;
         let d = &self.deprecated;
         if let Some(t) = d.session_timeout {
             deprecated("--session-timeout", "zk://HOST/PATH?session-timeout=10s");

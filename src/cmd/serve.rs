@@ -10,7 +10,19 @@ use crate::cli::ServeArgs;
 use crate::exit::{fail, ExitCode};
 use crate::server::{Listeners, OpenError, Server, ServerOptions};
 
+/// Set (to anything) in a test, `serve` answers as the reference server.
+pub const REFERENCE_MODE_ENV: &str = "LC_CLI_SERVE_AS_REFERENCE";
+
 pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
+    if args.reclaim_grace < std::time::Duration::from_millis(300) {
+        return Err(fail(
+            ExitCode::Usage,
+            format!(
+                "--reclaim-grace {:?} is too short: at least 300ms (holders send a heartbeat every quarter of it)",
+                args.reclaim_grace
+            ),
+        ));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -19,6 +31,10 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         read_timeout: args.read_timeout,
         verbose,
         data: args.data.clone(),
+        session_timeout: args.reclaim_grace,
+        // Test-only: answer lc-cli's own actions `-`, as the reference
+        // server does, to exercise the clients' fallback.
+        extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.

@@ -7,9 +7,13 @@
 //! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer `ip:port`, `i64` unix seconds) |
 //! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
 //! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
-//! | `KEYX`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters) |
+//! | `KEYX`  | -                         | `u32 n \| 0x8000_0000`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters, `u64` fencing token, `u8` 1 = session hold / 0 = kept) |
 //!
-//! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference `KEYS`.
+//! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference
+//! `KEYS`. The high bit of its count marks entries with a token and a hold
+//! kind; lc-cli also reads the answer of earlier servers, without both (an
+//! earlier lc-cli finds this one malformed and says so).
+//! `KEYS` stays as the reference writes it: no token, no kind.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,7 +38,15 @@ pub struct KeyReport {
     /// When the hold began (sent as unix seconds or milliseconds).
     pub since: SystemTime,
     pub waiting: u32,
+    /// The grant's fencing token (None from a server before tokens).
+    pub token: Option<u64>,
+    /// A session hold (ends with its holder) rather than a kept one (until
+    /// Unlock); None from a server before sessions.
+    pub session: Option<bool>,
 }
+
+/// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
+const WITH_TOKENS: u32 = 0x8000_0000;
 
 /// Unix milliseconds of `t`, negative before the epoch.
 fn unix_ms(t: SystemTime) -> i64 {
@@ -73,13 +85,16 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
 
 /// The answer to `KEYX` (final `+` included).
 pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
-    let mut out = (reports.len() as u32).to_le_bytes().to_vec();
+    let n = (reports.len() as u32).min(!WITH_TOKENS) | WITH_TOKENS;
+    let mut out = n.to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
         push_short(&mut out, &r.source);
         push_short(&mut out, &r.peer);
         out.extend_from_slice(&unix_ms(r.since).to_le_bytes());
         out.extend_from_slice(&r.waiting.to_le_bytes());
+        out.extend_from_slice(&r.token.unwrap_or(0).to_le_bytes());
+        out.push(u8::from(r.session == Some(true)));
     }
     out.push(b'+');
     out
@@ -89,6 +104,8 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
 pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
     let mut cur = Reader { buf, pos: 0 };
     let n = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
+    let with_tokens = n & WITH_TOKENS != 0;
+    let n = n & !WITH_TOKENS;
     let mut out = Vec::with_capacity(n.min(4096) as usize);
     for _ in 0..n {
         let key = cur.short()?;
@@ -96,12 +113,26 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
         let peer = cur.short()?;
         let since_ms = i64::from_le_bytes(cur.take(8)?.try_into().ok()?);
         let waiting = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
+        let (token, session) = if with_tokens {
+            let token = u64::from_le_bytes(cur.take(8)?.try_into().ok()?);
+            let session = match cur.take(1)? {
+                [0] => false,
+                [1] => true,
+                _ => return None,
+            };
+            // 0: a hold restored from a log written before tokens.
+            ((token != 0).then_some(token), Some(session))
+        } else {
+            (None, None)
+        };
         out.push(KeyReport {
             key,
             source,
             peer,
             since: from_unix_ms(since_ms),
             waiting,
+            token,
+            session,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -147,7 +178,24 @@ mod tests {
             peer: b"127.0.0.1:5000".to_vec(),
             since: from_unix_ms(1_700_000_000_123),
             waiting: 3,
+            token: Some(1_700_000_000_123_456),
+            session: Some(true),
         }
+    }
+
+    #[test]
+    fn keys_extended_of_an_earlier_server_still_reads() {
+        let mut bytes = 1u32.to_le_bytes().to_vec();
+        for f in [&b"k"[..], b"s", b"p"] {
+            push_short(&mut bytes, f);
+        }
+        bytes.extend_from_slice(&5i64.to_le_bytes());
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        bytes.push(b'+');
+        let got = decode_keys_extended(&bytes).unwrap();
+        assert_eq!(got[0].token, None);
+        assert_eq!(got[0].session, None);
+        assert_eq!(got[0].waiting, 2);
     }
 
     #[test]
@@ -170,6 +218,7 @@ mod tests {
             report(),
             KeyReport {
                 waiting: 0,
+                session: Some(false),
                 ..report()
             },
         ];

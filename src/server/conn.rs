@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
-use super::{lock, reset, trylock, unlock, Shared};
+use super::{lock, reset, session, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
@@ -33,7 +33,10 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     };
     match request {
         Request::Lock { key, source } => {
-            lock::serve(stream, peer, &shared, key, or_peer(source)).await
+            lock::serve(stream, peer, &shared, key, or_peer(source), false).await
+        }
+        Request::SessionLock { key, source } if shared.extensions => {
+            lock::serve(stream, peer, &shared, key, or_peer(source), true).await
         }
         other => Box::pin(other_request(stream, peer, &shared, other, or_peer)).await,
     }
@@ -75,14 +78,30 @@ async fn read_phase(
 async fn other_request(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     request: Request,
     or_peer: impl Fn(Vec<u8>) -> Vec<u8>,
 ) {
+    if !shared.extensions && is_extension(&request) {
+        // The test-only reference mode: an action the reference does not know.
+        let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+        return;
+    }
     let answer = match request {
-        Request::Lock { .. } => unreachable!("Lock is served by lock::serve"),
+        Request::Lock { .. } | Request::SessionLock { .. } => {
+            unreachable!("Lock is served by lock::serve")
+        }
         Request::TryLock { key, source } => {
-            return trylock::serve(&mut stream, peer, shared, &key, &or_peer(source)).await
+            return trylock::serve(stream, peer, shared, key, &or_peer(source), false).await
+        }
+        Request::SessionTryLock { key, source } => {
+            return trylock::serve(stream, peer, shared, key, &or_peer(source), true).await
+        }
+        Request::Reclaim { key, token } => {
+            return session::reclaim(stream, peer, shared, key, token).await
+        }
+        Request::SessionRelease { key, token } => {
+            unlock::release(shared, peer, &key, unlock::Frame::Session(token)).await
         }
         Request::Unlock { key } => unlock::release(shared, peer, &key, unlock::Frame::Unlock).await,
         Request::Release { key } => {
@@ -94,6 +113,18 @@ async fn other_request(
         Request::Ping => Answer::Ok,
     };
     let _ = stream.write_all(&[answer.byte()]).await;
+}
+
+/// lc-cli's own actions, which a reference server answers `-`.
+fn is_extension(request: &Request) -> bool {
+    !matches!(
+        request,
+        Request::Lock { .. }
+            | Request::Unlock { .. }
+            | Request::ResetByKey { .. }
+            | Request::ResetBySource { .. }
+            | Request::TryLock { .. }
+    )
 }
 
 /// Why a request could not be read.
@@ -143,7 +174,7 @@ mod tests {
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
             super::super::events::Events { verbose: false },
-            std::time::Duration::from_secs(30),
+            &super::super::ServerOptions::default(),
         ));
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);

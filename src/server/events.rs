@@ -33,6 +33,12 @@ impl Events {
         self.line(args);
     }
 
+    /// A session hold's connection ended, was reclaimed, or expired: always
+    /// logged, as a reset is (a key changed hands without its holder's word).
+    pub fn session(&self, args: Arguments<'_>) {
+        self.line(args);
+    }
+
     fn event(&self, what: &str, key: &[u8], source: &[u8], peer: SocketAddr) {
         if self.verbose {
             self.line(format_args!(

@@ -7,19 +7,39 @@ use tokio::net::TcpStream;
 
 use super::metrics::Counters;
 use super::show::show;
-use super::table::{Durable, GrantId};
+use super::table::{Durable, GrantId, Token};
 use super::Shared;
-use crate::proto::Answer;
+use crate::proto::{self, Answer};
+
+/// How a grant is answered: the classic `+`, or a session's `=` with its
+/// token and the session timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Classic,
+    Session(Token),
+}
+
+impl Reply {
+    /// The answer of a request that got no grant.
+    pub fn refused(self) -> u8 {
+        match self {
+            Reply::Classic => Answer::Fail.byte(),
+            Reply::Session(_) => proto::SESSION_LOST,
+        }
+    }
+}
 
 /// Waits until the grant is durable, then answers it; if the log failed, the
-/// key is released again and the client told `-`.
+/// key is released again and the client refused. True if the grant was
+/// delivered (the client holds the key).
 pub async fn answer(
     stream: &mut TcpStream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
     durable: Durable,
-) {
+    reply: Reply,
+) -> bool {
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
         shared.table.release_grant(key, id);
@@ -27,10 +47,10 @@ pub async fn answer(
             "grant of '{}' not recorded in the log, refused: {e}",
             show(key)
         ));
-        let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-        return;
+        let _ = stream.write_all(&[reply.refused()]).await;
+        return false;
     }
-    answer_grant(stream, shared, key, id).await;
+    answer_grant(stream, shared, key, id, reply).await
 }
 
 /// Sends `+` for a grant; a grant that cannot be delivered is released again,
@@ -40,14 +60,29 @@ pub async fn answer(
 /// peer answers with a reset later), so the connection is checked for a
 /// hang-up first: a client that went away before its `+` could be written is
 /// never left holding the key.
-async fn answer_grant(stream: &mut TcpStream, shared: &Shared, key: &[u8], id: GrantId) {
-    let delivered = !peer_gone(stream) && stream.write_all(&[Answer::Ok.byte()]).await.is_ok();
+async fn answer_grant(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    key: &[u8],
+    id: GrantId,
+    reply: Reply,
+) -> bool {
+    let session;
+    let bytes: &[u8] = match reply {
+        Reply::Classic => b"+",
+        Reply::Session(token) => {
+            session = proto::session_grant(token, shared.session_timeout);
+            &session
+        }
+    };
+    let delivered = !peer_gone(stream) && stream.write_all(bytes).await.is_ok();
     if !delivered && shared.table.release_grant(key, id) {
         shared.events.error(format_args!(
             "could not deliver the grant of '{}': the client hung up, released it again",
             show(key)
         ));
     }
+    delivered
 }
 
 /// True if the client has closed its side (or the connection broke). Bytes it

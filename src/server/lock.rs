@@ -1,19 +1,21 @@
-//! Lock: granted at once if the key is free, else queued in arrival order
-//! until its turn or until the client hangs up (which withdraws it).
+//! Lock and SessionLock: granted at once if the key is free, else queued in
+//! arrival order until its turn or until the client hangs up (which
+//! withdraws it). A session grant then serves the hold on the same
+//! connection (`session.rs`).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grant;
+use super::grant::{self, Reply};
 use super::metrics::Counters;
-use super::table::{LockOutcome, Notice, Withdrawal};
-use super::Shared;
-use crate::proto::Answer;
+use super::table::{Grant, LockOutcome, Notice, Withdrawal};
+use super::{session, Shared};
 
 /// Serves a Lock on its connection. A queued waiter is this future parked
 /// in the wait below, so what it keeps across the wait is what each waiter
@@ -21,14 +23,15 @@ use crate::proto::Answer;
 pub async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: Vec<u8>,
     source: Vec<u8>,
+    session: bool,
 ) {
-    let (id, notice) = match shared.table.lock(&key, &source, peer) {
-        LockOutcome::Granted(id, durable) => {
+    let (id, notice) = match shared.table.lock(&key, &source, peer, session) {
+        LockOutcome::Granted(g) => {
             shared.events.grant(&key, &source, peer);
-            return Box::pin(grant::answer(&mut stream, shared, &key, id, durable)).await;
+            return Box::pin(granted(stream, peer, shared, key, g)).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
     };
@@ -69,11 +72,31 @@ pub async fn serve(
         return;
     };
     match notice {
-        Ok(Notice::Granted(durable)) => {
-            Box::pin(grant::answer(&mut stream, shared, &key, id, durable)).await
-        }
+        Ok(Notice::Granted(g)) => Box::pin(granted(stream, peer, shared, key, g)).await,
         Ok(Notice::Withdrawn) | Err(_) => {
-            let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+            let reply = match session {
+                true => Reply::Session(0),
+                false => Reply::Classic,
+            };
+            let _ = stream.write_all(&[reply.refused()]).await;
         }
+    }
+}
+
+/// Answers a grant; a delivered session grant is then served as a session.
+async fn granted(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    g: Grant,
+) {
+    let reply = match g.link {
+        Some(_) => Reply::Session(g.token),
+        None => Reply::Classic,
+    };
+    let delivered = grant::answer(&mut stream, shared, &key, g.id, g.durable, reply).await;
+    if let (true, Some(link)) = (delivered, g.link) {
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }

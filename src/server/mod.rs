@@ -11,6 +11,7 @@ mod lock;
 pub mod manager_port;
 pub mod metrics;
 mod reset;
+mod session;
 mod show;
 pub mod table;
 mod trylock;
@@ -37,7 +38,16 @@ pub struct ServerOptions {
     pub verbose: bool,
     /// The write-ahead log; in memory only without it.
     pub data: Option<PathBuf>,
+    /// How long a session hold outlives the last word from its holder.
+    pub session_timeout: Duration,
+    /// Serve lc-cli's own actions (6 to 11); off only in the test-only
+    /// reference mode, which answers them `-` as the reference server does.
+    pub extensions: bool,
 }
+
+/// A session hold outlives its holder's last word this long by default:
+/// ZooKeeper's usual session timeout.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -45,6 +55,8 @@ impl Default for ServerOptions {
             read_timeout: Duration::from_secs(30),
             verbose: false,
             data: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            extensions: true,
         }
     }
 }
@@ -60,16 +72,20 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     /// fsync latency of the log, with `--data`.
     pub fsync: Option<Arc<FsyncHistogram>>,
+    pub session_timeout: Duration,
+    pub extensions: bool,
 }
 
 impl Shared {
-    pub fn new(table: Table, events: Events, read_timeout: Duration) -> Shared {
+    pub fn new(table: Table, events: Events, options: &ServerOptions) -> Shared {
         Shared {
             counters: table.counters(),
             table,
             events,
-            read_timeout,
+            read_timeout: options.read_timeout,
             fsync: None,
+            session_timeout: options.session_timeout,
+            extensions: options.extensions,
         }
     }
 
@@ -113,6 +129,8 @@ pub enum OpenError {
 /// A server with its table restored, ready to accept.
 pub struct Server {
     shared: Arc<Shared>,
+    /// Restored session holds, expired by `serve` unless reclaimed.
+    orphans: Vec<(Vec<u8>, table::GrantId, table::LinkEnd)>,
 }
 
 impl Server {
@@ -123,7 +141,8 @@ impl Server {
         };
         let Some(path) = options.data.clone() else {
             return Ok(Server {
-                shared: Arc::new(Shared::new(Table::new(), events, options.read_timeout)),
+                shared: Arc::new(Shared::new(Table::new(), events, &options)),
+                orphans: Vec::new(),
             });
         };
         let fsync = Arc::new(FsyncHistogram::default());
@@ -140,6 +159,14 @@ impl Server {
             WalError::Io { .. } => OpenError::Io(e),
         })?;
         let table = Table::with_wal(wal);
+        table.raise_token_floor(recovery.token_floor);
+        if recovery.upgraded {
+            events.info(format_args!(
+                "{}: log of format version 1 upgraded to version {} in place",
+                path.display(),
+                wal::file::VERSION
+            ));
+        }
         if recovery.stale_temp {
             events.info(format_args!(
                 "{}: removed the temp file of an unfinished compaction",
@@ -159,14 +186,25 @@ impl Server {
                 path.display()
             ));
         }
+        let mut orphans = Vec::new();
         for h in &held {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             let since = h.since;
-            table.restore(&h.key, &h.source, peer, since);
+            let restored = table.restore(h, peer);
+            let kind = match &restored {
+                Some(_) => format!(
+                    "session hold, token {}, released in {:?} unless its holder reclaims it",
+                    h.token, options.session_timeout
+                ),
+                None => format!("token {}", h.token),
+            };
+            if let Some((id, link)) = restored {
+                orphans.push((h.key.clone(), id, link));
+            }
             events.info(format_args!(
-                "restored '{}' held by '{}' (peer {peer}) since {}",
+                "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
                 show(&h.key),
                 show(&h.source),
                 humantime::format_rfc3339_millis(since)
@@ -178,10 +216,11 @@ impl Server {
             recovery.records,
             held.len()
         ));
-        let mut shared = Shared::new(table, events, options.read_timeout);
+        let mut shared = Shared::new(table, events, &options);
         shared.fsync = Some(fsync);
         Ok(Server {
             shared: Arc::new(shared),
+            orphans,
         })
     }
 
@@ -192,6 +231,9 @@ impl Server {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let shared = self.shared;
+        for (key, id, link) in self.orphans {
+            tokio::spawn(session::orphan(shared.clone(), key, id, link));
+        }
         let listener = listeners.lock;
         let mut side_tasks = Vec::new();
         if let Some(manager) = listeners.manager {

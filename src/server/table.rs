@@ -11,35 +11,110 @@
 //! durable: every answer that depends on it (the `+` of a grant, of an
 //! Unlock, of a reset) waits first for the [`Durable`] the call returned,
 //! and any later grant of the key sits after it in the log.
+//!
+//! Every grant carries a fencing token, greater than every earlier one (see
+//! [`Inner::fresh_token`]). A session hold also has a [`Link`]: when its
+//! holder was last heard from, and a sender whose drop wakes the connection
+//! task serving it when the hold is taken away or reclaimed elsewhere.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
 use super::metrics::Counters;
 
 use crate::proto::manager::KeyReport;
-use crate::wal::{NotDurable, Record, Stats as WalStats, Ticket, Wal};
+use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
 
+/// The fencing token of a grant.
+pub type Token = u64;
+
 #[derive(Debug, Clone)]
 pub struct Holder {
     pub id: GrantId,
+    pub token: Token,
     pub source: Vec<u8>,
     pub peer: SocketAddr,
     pub since: SystemTime,
+    /// Held only while its holder is heard from (a session), not until an
+    /// Unlock.
+    pub session: bool,
+}
+
+/// The live end of a session hold.
+struct Link {
+    /// Bumped by each reclaim: which connection serves the hold now.
+    gen: u64,
+    heard: Instant,
+    /// Dropped when the hold ends or moves to another connection, which
+    /// wakes the task holding the receiver.
+    _changed: oneshot::Sender<()>,
+}
+
+/// What the task serving a session hold keeps.
+#[derive(Debug)]
+pub struct LinkEnd {
+    pub gen: u64,
+    /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
+    pub changed: oneshot::Receiver<()>,
+}
+
+impl Link {
+    fn new(gen: u64) -> (Link, LinkEnd) {
+        let (tx, rx) = oneshot::channel();
+        let link = Link {
+            gen,
+            heard: Instant::now(),
+            _changed: tx,
+        };
+        (link, LinkEnd { gen, changed: rx })
+    }
+}
+
+/// A grant, as the request that got it sees it.
+#[derive(Debug)]
+pub struct Grant {
+    pub id: GrantId,
+    pub token: Token,
+    pub durable: Durable,
+    /// For a session hold.
+    pub link: Option<LinkEnd>,
 }
 
 struct Waiter {
     id: GrantId,
     source: Vec<u8>,
     peer: SocketAddr,
+    session: bool,
     notify: oneshot::Sender<Notice>,
+}
+
+/// Where the task serving a session hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// It still serves the hold.
+    Mine,
+    /// A reclaim moved the hold to another connection.
+    Moved,
+    /// The hold has ended (released, reset, expired).
+    Gone,
+}
+
+/// What an expiry check found.
+#[derive(Debug)]
+pub enum Expiry {
+    /// Heard from recently: check again then.
+    NotYet(Instant),
+    /// Not this task's hold any more.
+    Gone,
+    /// Released, and the next holder if any.
+    Released(Holder, Option<Holder>),
 }
 
 /// What must be durable before a change may be reported (nothing without a
@@ -65,7 +140,7 @@ impl Durable {
 #[derive(Debug)]
 pub enum Notice {
     /// It is now the holder, once its grant is durable.
-    Granted(Durable),
+    Granted(Grant),
     /// A reset by its source removed it from the queue.
     Withdrawn,
 }
@@ -73,6 +148,8 @@ pub enum Notice {
 #[derive(Default)]
 struct KeyState {
     holder: Option<Holder>,
+    /// Set while `holder` is a session hold.
+    link: Option<Link>,
     waiters: VecDeque<Waiter>,
 }
 
@@ -80,6 +157,8 @@ struct KeyState {
 struct Inner {
     keys: HashMap<Vec<u8>, KeyState>,
     next_id: GrantId,
+    /// The last fencing token given.
+    last_token: Token,
     /// The write-ahead log, owned here: every append happens under this
     /// mutex, so the log's order is the table's.
     wal: Option<Wal>,
@@ -89,7 +168,7 @@ struct Inner {
 }
 
 pub enum LockOutcome {
-    Granted(GrantId, Durable),
+    Granted(Grant),
     Queued(GrantId, oneshot::Receiver<Notice>),
 }
 
@@ -158,23 +237,26 @@ impl Table {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// No token given from now on is at or below `floor` (the log's).
+    pub fn raise_token_floor(&self, floor: Token) {
+        let mut inner = self.lock_inner();
+        inner.last_token = inner.last_token.max(floor);
+    }
+
     /// Takes the key if free, else queues behind the current waiters.
-    pub fn lock(&self, key: &[u8], source: &[u8], peer: SocketAddr) -> LockOutcome {
+    pub fn lock(&self, key: &[u8], source: &[u8], peer: SocketAddr, session: bool) -> LockOutcome {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
-        let state = inner.keys.entry(key.to_vec()).or_default();
-        if state.holder.is_none() {
-            let h = holder(id, source, peer);
-            state.holder = Some(h.clone());
-            Counters::bump(&inner.counters.grants);
-            let durable = inner.record_grant(key, &h);
-            return LockOutcome::Granted(id, durable);
+        if inner.keys.get(key).is_none_or(|s| s.holder.is_none()) {
+            return LockOutcome::Granted(inner.grant(key, id, source, peer, session));
         }
         let (tx, rx) = oneshot::channel();
+        let state = inner.keys.get_mut(key).expect("held, so present");
         state.waiters.push_back(Waiter {
             id,
             source: source.to_vec(),
             peer,
+            session,
             notify: tx,
         });
         LockOutcome::Queued(id, rx)
@@ -186,17 +268,73 @@ impl Table {
         key: &[u8],
         source: &[u8],
         peer: SocketAddr,
-    ) -> Option<(GrantId, Durable)> {
+        session: bool,
+    ) -> Option<Grant> {
         let mut inner = self.lock_inner();
         if inner.keys.get(key).is_some_and(|s| s.holder.is_some()) {
             return None;
         }
         let id = inner.fresh_id();
-        let state = inner.keys.entry(key.to_vec()).or_default();
-        let h = holder(id, source, peer);
-        state.holder = Some(h.clone());
-        Counters::bump(&inner.counters.grants);
-        Some((id, inner.record_grant(key, &h)))
+        Some(inner.grant(key, id, source, peer, session))
+    }
+
+    /// A session holder is heard from (a heartbeat on its connection).
+    pub fn heard(&self, key: &[u8], id: GrantId, gen: u64) {
+        let mut inner = self.lock_inner();
+        if let Some(link) = inner.link_mut(key, id, gen) {
+            link.heard = Instant::now();
+        }
+    }
+
+    /// Whether the task of connection `gen` still serves session hold `id`.
+    pub fn link_state(&self, key: &[u8], id: GrantId, gen: u64) -> LinkState {
+        let inner = self.lock_inner();
+        let Some(state) = inner.keys.get(key) else {
+            return LinkState::Gone;
+        };
+        match (&state.holder, &state.link) {
+            (Some(h), Some(l)) if h.id == id && l.gen == gen => LinkState::Mine,
+            (Some(h), Some(_)) if h.id == id => LinkState::Moved,
+            _ => LinkState::Gone,
+        }
+    }
+
+    /// Releases session hold `id` if its holder has not been heard from for
+    /// `timeout`, and hands the key on.
+    pub fn expire(&self, key: &[u8], id: GrantId, gen: u64, timeout: Duration) -> Expiry {
+        let mut inner = self.lock_inner();
+        let Some(link) = inner.link_mut(key, id, gen) else {
+            return Expiry::Gone;
+        };
+        let due = link.heard + timeout;
+        if Instant::now() < due {
+            return Expiry::NotYet(due);
+        }
+        match inner.release(key, Some(id), true) {
+            Some((holder, next, _)) => Expiry::Released(holder, next),
+            None => Expiry::Gone,
+        }
+    }
+
+    /// Moves session hold `token` of `key` to a new connection, if it is
+    /// still held under that token.
+    pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
+        let mut inner = self.lock_inner();
+        let state = inner.keys.get_mut(key)?;
+        let h = state
+            .holder
+            .as_ref()
+            .filter(|h| h.session && h.token == token)?;
+        let id = h.id;
+        let gen = state.link.as_ref().map_or(0, |l| l.gen) + 1;
+        let (link, end) = Link::new(gen);
+        state.link = Some(link);
+        Some(Grant {
+            id,
+            token,
+            durable: Durable::default(),
+            link: Some(end),
+        })
     }
 
     /// Releases the key, whoever holds it, and grants it to the next waiter.
@@ -214,10 +352,16 @@ impl Table {
     /// Nothing else can be recorded for the key meanwhile except another
     /// release of the same holder (a reset, a second Unlock), after which
     /// [`Table::finish_release`] finds the holder gone and does nothing.
-    pub fn begin_release(&self, key: &[u8]) -> Option<(GrantId, Durable)> {
+    ///
+    /// With `token`, only a hold under that token is released (a session's
+    /// own release: a stale token frees nothing).
+    pub fn begin_release(&self, key: &[u8], token: Option<Token>) -> Option<(GrantId, Durable)> {
         let inner = self.lock_inner();
-        let id = inner.keys.get(key)?.holder.as_ref()?.id;
-        Some((id, inner.record_release(key)))
+        let h = inner.keys.get(key)?.holder.as_ref()?;
+        if token.is_some_and(|t| t != h.token) {
+            return None;
+        }
+        Some((h.id, inner.record_release(key)))
     }
 
     /// Second half, once the release is durable: frees the key in memory if
@@ -321,6 +465,8 @@ impl Table {
                     peer: h.peer.to_string().into_bytes(),
                     since: h.since,
                     waiting: s.waiters.len().min(u32::MAX as usize) as u32,
+                    token: Some(h.token),
+                    session: Some(h.session),
                 })
             })
             .collect();
@@ -328,24 +474,29 @@ impl Table {
         out
     }
 
-    /// Marks a key held without a client (restored from the log at start-up).
-    pub fn restore(
-        &self,
-        key: &[u8],
-        source: &[u8],
-        peer: SocketAddr,
-        since: SystemTime,
-    ) -> GrantId {
+    /// Marks a key held without a client (restored from the log at
+    /// start-up). A session hold is heard from "now", so its holder has the
+    /// session timeout to reclaim it; its grant id and link are returned
+    /// for the task that expires it otherwise.
+    pub fn restore(&self, held: &Held, peer: SocketAddr) -> Option<(GrantId, LinkEnd)> {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
-        let state = inner.keys.entry(key.to_vec()).or_default();
+        inner.last_token = inner.last_token.max(held.token);
+        let state = inner.keys.entry(held.key.clone()).or_default();
         state.holder = Some(Holder {
             id,
-            source: source.to_vec(),
+            token: held.token,
+            source: held.source.clone(),
             peer,
-            since,
+            since: held.since,
+            session: held.session,
         });
-        id
+        if !held.session {
+            return None;
+        }
+        let (link, end) = Link::new(0);
+        state.link = Some(link);
+        Some((id, end))
     }
 
     /// The event counters of this table's server (grants are bumped here).
@@ -382,23 +533,78 @@ impl Inner {
         self.next_id
     }
 
+    /// The next fencing token: one more than the last, and at least the
+    /// wall clock in microseconds, so that a server restarted without a
+    /// log (which remembers no token) still gives larger ones than before,
+    /// unless it gave more than a million a second or the clock went back.
+    fn fresh_token(&mut self) -> Token {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as Token)
+            .unwrap_or(0);
+        self.last_token = (self.last_token + 1).max(now_us);
+        self.last_token
+    }
+
+    /// Makes request `id` the holder of the free `key`, logged.
+    fn grant(
+        &mut self,
+        key: &[u8],
+        id: GrantId,
+        source: &[u8],
+        peer: SocketAddr,
+        session: bool,
+    ) -> Grant {
+        let token = self.fresh_token();
+        let h = Holder {
+            id,
+            token,
+            source: source.to_vec(),
+            peer,
+            since: SystemTime::now(),
+            session,
+        };
+        let durable = self.record_grant(key, &h);
+        let state = self.keys.entry(key.to_vec()).or_default();
+        let link = session.then(|| {
+            let (link, end) = Link::new(0);
+            state.link = Some(link);
+            end
+        });
+        state.holder = Some(h);
+        Counters::bump(&self.counters.grants);
+        Grant {
+            id,
+            token,
+            durable,
+            link,
+        }
+    }
+
+    fn link_mut(&mut self, key: &[u8], id: GrantId, gen: u64) -> Option<&mut Link> {
+        let state = self.keys.get_mut(key)?;
+        if state.holder.as_ref().map(|h| h.id) != Some(id) {
+            return None;
+        }
+        state.link.as_mut().filter(|l| l.gen == gen)
+    }
+
     /// Records `holder`'s grant of `key`, with the same start time the
     /// table keeps (so a restart restores the time `keys` showed).
     fn record_grant(&self, key: &[u8], holder: &Holder) -> Durable {
         let Some(wal) = &self.wal else {
             return Durable::default();
         };
-        let since_ms = holder
-            .since
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        Durable(vec![wal.append(&Record::Grant {
+        // The log's record of a hold is written in one place: `Held::record`.
+        let held = Held {
             key: key.to_vec(),
             source: holder.source.clone(),
             peer: holder.peer.to_string().into_bytes(),
-            since_ms,
-        })])
+            since: holder.since,
+            token: holder.token,
+            session: holder.session,
+        };
+        Durable(vec![wal.append(&held.record())])
     }
 
     fn record_release(&self, key: &[u8]) -> Durable {
@@ -423,6 +629,8 @@ impl Inner {
             return None;
         }
         let released = state.holder.take()?;
+        // Wakes the task serving a session hold: it is gone.
+        state.link = None;
         let durable = if record {
             self.record_release(key)
         } else {
@@ -434,17 +642,20 @@ impl Inner {
             if w.notify.is_closed() {
                 continue;
             }
-            let h = holder(w.id, &w.source, w.peer);
-            let grant = self.record_grant(key, &h);
+            let grant = self.grant(key, w.id, &w.source, w.peer, w.session);
             if w.notify.send(Notice::Granted(grant)).is_ok() {
-                if let Some(state) = self.keys.get_mut(key) {
-                    state.holder = Some(h.clone());
-                }
-                Counters::bump(&self.counters.grants);
-                next = Some(h);
+                next = self.keys.get(key).and_then(|s| s.holder.clone());
                 break;
             }
-            // It went away just now: undo its grant in the log too.
+            // It went away just now: undo its grant, in the log and the
+            // count too.
+            self.counters
+                .grants
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(state) = self.keys.get_mut(key) {
+                state.holder = None;
+                state.link = None;
+            }
             let _ = self.record_release(key);
         }
         if self
@@ -455,15 +666,6 @@ impl Inner {
             self.keys.remove(key);
         }
         Some((released, next, durable))
-    }
-}
-
-fn holder(id: GrantId, source: &[u8], peer: SocketAddr) -> Holder {
-    Holder {
-        id,
-        source: source.to_vec(),
-        peer,
-        since: SystemTime::now(),
     }
 }
 
@@ -478,12 +680,13 @@ mod tests {
     #[test]
     fn fifo_handoff() {
         let t = Table::new();
-        let LockOutcome::Granted(first, _) = t.lock(b"k", b"a", peer()) else {
+        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false)
+        else {
             panic!()
         };
         let mut rxs = Vec::new();
         for _ in 0..3 {
-            let LockOutcome::Queued(id, rx) = t.lock(b"k", b"b", peer()) else {
+            let LockOutcome::Queued(id, rx) = t.lock(b"k", b"b", peer(), false) else {
                 panic!()
             };
             rxs.push((id, rx));
@@ -510,10 +713,11 @@ mod tests {
     #[test]
     fn a_stale_release_does_not_free_the_next_holder() {
         let t = Table::new();
-        let LockOutcome::Granted(first, _) = t.lock(b"k", b"a", peer()) else {
+        let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", b"a", peer(), false)
+        else {
             panic!()
         };
-        let LockOutcome::Queued(_, _rx) = t.lock(b"k", b"b", peer()) else {
+        let LockOutcome::Queued(_, _rx) = t.lock(b"k", b"b", peer(), false) else {
             panic!()
         };
         assert!(t.unlock(b"k").is_some());
@@ -525,14 +729,14 @@ mod tests {
     fn dead_waiters_are_skipped() {
         let t = Table::new();
         assert!(matches!(
-            t.lock(b"k", b"a", peer()),
+            t.lock(b"k", b"a", peer(), false),
             LockOutcome::Granted(..)
         ));
-        let LockOutcome::Queued(_, rx) = t.lock(b"k", b"b", peer()) else {
+        let LockOutcome::Queued(_, rx) = t.lock(b"k", b"b", peer(), false) else {
             panic!()
         };
         drop(rx);
-        let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", b"c", peer()) else {
+        let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", b"c", peer(), false) else {
             panic!()
         };
         let (_, next, _) = t.unlock(b"k").unwrap();
@@ -544,10 +748,10 @@ mod tests {
     fn withdrawal_after_grant_releases() {
         let t = Table::new();
         assert!(matches!(
-            t.lock(b"k", b"a", peer()),
+            t.lock(b"k", b"a", peer(), false),
             LockOutcome::Granted(..)
         ));
-        let LockOutcome::Queued(id, _rx) = t.lock(b"k", b"b", peer()) else {
+        let LockOutcome::Queued(id, _rx) = t.lock(b"k", b"b", peer(), false) else {
             panic!()
         };
         t.unlock(b"k");
@@ -559,17 +763,17 @@ mod tests {
     fn reset_source_withdraws_and_releases() {
         let t = Table::new();
         assert!(matches!(
-            t.lock(b"k1", b"dead", peer()),
+            t.lock(b"k1", b"dead", peer(), false),
             LockOutcome::Granted(..)
         ));
         assert!(matches!(
-            t.lock(b"k2", b"live", peer()),
+            t.lock(b"k2", b"live", peer(), false),
             LockOutcome::Granted(..)
         ));
-        let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", b"dead", peer()) else {
+        let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", b"dead", peer(), false) else {
             panic!()
         };
-        let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", b"live", peer()) else {
+        let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", b"live", peer(), false) else {
             panic!()
         };
         let (released, withdrawn, _) = t.reset_source(b"dead");
@@ -577,5 +781,83 @@ mod tests {
         assert_eq!(released.len(), 1);
         assert!(matches!(dead_rx.try_recv(), Ok(Notice::Withdrawn)));
         assert!(matches!(live_rx.try_recv(), Ok(Notice::Granted(_))));
+    }
+}
+
+#[cfg(test)]
+mod session_tests {
+    use super::*;
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:1".parse().unwrap()
+    }
+
+    fn granted(o: LockOutcome) -> Grant {
+        match o {
+            LockOutcome::Granted(g) => g,
+            LockOutcome::Queued(..) => panic!("queued"),
+        }
+    }
+
+    #[test]
+    fn tokens_grow_with_every_grant() {
+        let t = Table::new();
+        let a = granted(t.lock(b"k", b"a", peer(), true));
+        assert!(t.release_grant(b"k", a.id));
+        let b = granted(t.lock(b"k", b"b", peer(), false));
+        assert!(b.token > a.token);
+        t.raise_token_floor(u64::MAX / 2);
+        assert!(t.release_grant(b"k", b.id));
+        let c = granted(t.lock(b"k", b"c", peer(), true));
+        assert!(c.token > u64::MAX / 2);
+    }
+
+    #[test]
+    fn a_stale_token_frees_nothing_and_a_reset_wakes_the_session() {
+        let t = Table::new();
+        let mut a = granted(t.lock(b"k", b"a", peer(), true));
+        let mut link = a.link.take().unwrap();
+        assert!(link
+            .changed
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
+        assert!(t.begin_release(b"k", Some(a.token + 1)).is_none());
+        let _ = t.reset_key(b"k").unwrap();
+        assert_eq!(
+            link.changed.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(t.link_state(b"k", a.id, link.gen), LinkState::Gone);
+        assert!(t.begin_release(b"k", Some(a.token)).is_none());
+    }
+
+    #[test]
+    fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
+        let t = Table::new();
+        let mut a = granted(t.lock(b"k", b"a", peer(), true));
+        let mut old = a.link.take().unwrap();
+        assert!(t.reclaim(b"k", a.token + 1).is_none());
+        let new = t.reclaim(b"k", a.token).unwrap().link.unwrap();
+        assert_eq!(
+            old.changed.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(t.link_state(b"k", a.id, old.gen), LinkState::Moved);
+        assert!(matches!(
+            t.expire(b"k", a.id, old.gen, Duration::ZERO),
+            Expiry::Gone
+        ));
+        assert!(matches!(
+            t.expire(b"k", a.id, new.gen, Duration::from_secs(60)),
+            Expiry::NotYet(_)
+        ));
+        let LockOutcome::Queued(_, mut rx) = t.lock(b"k", b"b", peer(), false) else {
+            panic!()
+        };
+        assert!(matches!(
+            t.expire(b"k", a.id, new.gen, Duration::ZERO),
+            Expiry::Released(..)
+        ));
+        assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
     }
 }

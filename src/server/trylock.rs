@@ -1,28 +1,35 @@
-//! TryLock: the key if nobody holds it, else `#` at once; it never queues.
+//! TryLock (and SessionTryLock): the key if nobody holds it, else `#` at
+//! once; it never queues.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grant;
-use super::Shared;
+use super::grant::{self, Reply};
+use super::{session, Shared};
 use crate::proto::Answer;
 
 pub async fn serve(
-    stream: &mut TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
-    key: &[u8],
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
     source: &[u8],
+    session: bool,
 ) {
-    match shared.table.try_lock(key, source, peer) {
-        Some((id, durable)) => {
-            shared.events.grant(key, source, peer);
-            grant::answer(stream, shared, key, id, durable).await;
-        }
-        None => {
-            let _ = stream.write_all(&[Answer::Busy.byte()]).await;
-        }
+    let Some(g) = shared.table.try_lock(&key, source, peer, session) else {
+        let _ = stream.write_all(&[Answer::Busy.byte()]).await;
+        return;
+    };
+    shared.events.grant(&key, source, peer);
+    let reply = match session {
+        true => Reply::Session(g.token),
+        false => Reply::Classic,
+    };
+    let delivered = grant::answer(&mut stream, shared, &key, g.id, g.durable, reply).await;
+    if let (true, Some(link)) = (delivered, g.link) {
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }

@@ -1,10 +1,12 @@
-//! Unlock (the reference's action 2) and Release (lc-cli's action 6): the
-//! same release, answered two ways.
+//! Unlock (the reference's action 2), Release (lc-cli's action 6) and
+//! SessionRelease (action 11): the same release, answered two ways; the
+//! last frees the key only under the token it names.
 
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
 use super::show::show;
+use super::table::Token;
 use super::Shared;
 use crate::proto::Answer;
 
@@ -16,6 +18,9 @@ pub enum Frame {
     Unlock,
     /// `+` released, `#` not held, `-` not released.
     Release,
+    /// As Release, and only the hold under this token is released (`#`
+    /// if the key is held under another).
+    Session(Token),
 }
 
 /// Releases `key` whoever holds it and hands it to the next waiter.
@@ -24,10 +29,14 @@ pub enum Frame {
 /// it, nothing changes (a restart would bring the holder back anyway) and the
 /// client is told `-`, "not released".
 pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame) -> Answer {
-    let Some((id, durable)) = shared.table.begin_release(key) else {
+    let token = match frame {
+        Frame::Session(t) => Some(t),
+        Frame::Unlock | Frame::Release => None,
+    };
+    let Some((id, durable)) = shared.table.begin_release(key, token) else {
         return match frame {
             Frame::Unlock => Answer::Ok,
-            Frame::Release => Answer::Busy,
+            Frame::Release | Frame::Session(_) => Answer::Busy,
         };
     };
     if let Err(e) = durable.wait().await {

@@ -16,8 +16,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
-/// The format this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format this build writes and reads (2: grants carry a fencing token
+/// and a session flag; version 1 is still read, and its header rewritten).
+pub const VERSION: u32 = 2;
+/// The previous format, read and upgraded in place.
+pub const VERSION_1: u32 = 1;
 pub const HEADER_LEN: usize = 12;
 
 /// The header of a log in this build's format.
@@ -35,6 +38,8 @@ pub enum Kind {
     New,
     /// This build's format; records start after the header.
     Current,
+    /// Version 1: the same framing, grants without tokens; readable.
+    Previous,
     /// A log of an lc-cli release before the header: records from byte 0.
     Headerless,
     /// The header of a format this build does not know.
@@ -52,10 +57,10 @@ pub fn classify(bytes: &[u8], first_record: bool) -> Kind {
     }
     if bytes.starts_with(&MAGIC) && bytes.len() >= HEADER_LEN {
         let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-        return if version == VERSION {
-            Kind::Current
-        } else {
-            Kind::Version(version)
+        return match version {
+            VERSION => Kind::Current,
+            VERSION_1 => Kind::Previous,
+            _ => Kind::Version(version),
         };
     }
     if first_record {
@@ -136,8 +141,11 @@ mod tests {
         assert_eq!(classify(&h[..5], false), Kind::New);
         assert_eq!(classify(&h, false), Kind::Current);
         let mut newer = h;
-        newer[8] = 2;
-        assert_eq!(classify(&newer, false), Kind::Version(2));
+        newer[8] = 3;
+        assert_eq!(classify(&newer, false), Kind::Version(3));
+        let mut previous = h;
+        previous[8] = 1;
+        assert_eq!(classify(&previous, false), Kind::Previous);
         assert_eq!(classify(b"hello world, not a log", false), Kind::Foreign);
         assert_eq!(classify(&[9, 0, 0, 0], true), Kind::Headerless);
         // A prefix of the header that goes wrong is not a new log.

@@ -38,6 +38,8 @@ pub struct Held {
     pub source: Vec<u8>,
     pub peer: Vec<u8>,
     pub since: SystemTime,
+    pub token: u64,
+    pub session: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +126,10 @@ pub struct Recovery {
     pub stale_temp: bool,
     /// A log of the previous release (no header) was rewritten with one.
     pub migrated: bool,
+    /// The highest fencing token the log knows of (grants and floors).
+    pub token_floor: u64,
+    /// A log of format version 1 now has a version 2 header.
+    pub upgraded: bool,
 }
 
 /// Counters since start-up.
@@ -172,6 +178,9 @@ struct State {
     batch: watch::Sender<Outcome>,
     /// Framed grant record of every live holder.
     live: HashMap<Vec<u8>, Vec<u8>>,
+    /// The highest token appended or replayed: a compacted log starts with
+    /// it, so no token is given twice after the grant that had it is gone.
+    max_token: u64,
     live_bytes: u64,
     closing: bool,
     /// The writer has stopped (only the test hook stops it early).
@@ -238,10 +247,19 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
 /// The held keys a replay found, each with its framed Grant record.
 type Live = HashMap<Vec<u8>, (Held, Vec<u8>)>;
 
-/// Replays the records of `bytes` from `start`: the live holders and the
-/// offset just past the last whole record.
-fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<(Live, usize, u64), WalError> {
+/// What a replay found.
+struct Replayed {
+    live: Live,
+    /// Just past the last whole record.
+    offset: usize,
+    records: u64,
+    max_token: u64,
+}
+
+/// Replays the records of `bytes` from `start`.
+fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
     let mut live = Live::new();
+    let mut max_token = 0;
     let mut records = 0;
     let mut offset = start;
     while offset < bytes.len() {
@@ -255,19 +273,27 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<(Live, usize, u64),
                         source,
                         peer,
                         since_ms,
+                        token,
+                        session,
                     } => {
-                        let framed = rest[..used].to_vec();
+                        max_token = max_token.max(token);
                         let held = Held {
                             key: key.clone(),
                             source,
                             peer,
                             since: UNIX_EPOCH + Duration::from_millis(since_ms),
+                            token,
+                            session,
                         };
+                        // Kept as written, in this build's format, for a
+                        // compaction (a version 1 grant gains its fields).
+                        let framed = held.record().encode();
                         live.insert(key, (held, framed));
                     }
                     Record::Release { key } => {
                         live.remove(&key);
                     }
+                    Record::Floor { token } => max_token = max_token.max(token),
                 }
                 offset += used;
             }
@@ -284,7 +310,39 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<(Live, usize, u64),
             }
         }
     }
-    Ok((live, offset, records))
+    Ok(Replayed {
+        live,
+        offset,
+        records,
+        max_token,
+    })
+}
+
+impl Held {
+    /// The Grant record that restores this hold.
+    pub fn record(&self) -> Record {
+        Record::Grant {
+            key: self.key.clone(),
+            source: self.source.clone(),
+            peer: self.peer.clone(),
+            since_ms: self
+                .since
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            token: self.token,
+            session: self.session,
+        }
+    }
+}
+
+/// The records of a compacted log: the token floor, then every live grant.
+fn snapshot(max_token: u64, live: &HashMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
+    let mut snap = Record::Floor { token: max_token }.encode();
+    for framed in live.values() {
+        snap.extend_from_slice(framed);
+    }
+    snap
 }
 
 /// Writes `header + records` to the temp file, syncs it, renames it over
@@ -360,6 +418,16 @@ impl Wal {
                 file::HEADER_LEN
             }
             file::Kind::Current => file::HEADER_LEN,
+            file::Kind::Previous => {
+                // Same framing; from now on records of version 2 follow, so
+                // the header must say so before any is appended (an older
+                // lc-cli then refuses the file instead of misreading it).
+                file.write_all_at(&file::header(), 0)
+                    .map_err(io(path, "upgrade the header of"))?;
+                file.sync_all().map_err(io(path, "sync"))?;
+                recovery.upgraded = true;
+                file::HEADER_LEN
+            }
             file::Kind::Headerless => 0,
             file::Kind::Version(version) => {
                 return Err(WalError::Version {
@@ -378,8 +446,14 @@ impl Wal {
         } else {
             bytes
         };
-        let (live, mut offset, records) = replay(path, &bytes, start)?;
+        let Replayed {
+            live,
+            mut offset,
+            records,
+            max_token,
+        } = replay(path, &bytes, start)?;
         recovery.records = records;
+        recovery.token_floor = max_token;
         if offset < bytes.len() {
             recovery.torn = Some((offset as u64, (bytes.len() - offset) as u64));
             file.set_len(offset as u64)
@@ -390,10 +464,13 @@ impl Wal {
             // The previous release's format: rewritten with a header and
             // the live holders only, as a compaction would, so no held key
             // is lost.
-            let mut frames = Vec::new();
-            for (_, framed) in live.values() {
-                frames.extend_from_slice(framed);
-            }
+            let frames = snapshot(
+                max_token,
+                &live
+                    .iter()
+                    .map(|(k, (_, f))| (k.clone(), f.clone()))
+                    .collect(),
+            );
             file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
             offset = file::HEADER_LEN + frames.len();
             recovery.migrated = true;
@@ -402,7 +479,7 @@ impl Wal {
         let mut held: Vec<Held> = live.values().map(|(h, _)| h.clone()).collect();
         held.sort_by(|a, b| a.key.cmp(&b.key));
         let live: HashMap<Vec<u8>, Vec<u8>> = live.into_iter().map(|(k, (_, f))| (k, f)).collect();
-        let wal = Wal::start(path, file, offset as u64, live, options, lock)?;
+        let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
         Ok((wal, held, recovery))
     }
 
@@ -411,7 +488,7 @@ impl Wal {
         path: &Path,
         file: File,
         len: u64,
-        live: HashMap<Vec<u8>, Vec<u8>>,
+        (live, max_token): (HashMap<Vec<u8>, Vec<u8>>, u64),
         options: Options,
         lock: file::LogLock,
     ) -> Result<Wal, WalError> {
@@ -425,6 +502,7 @@ impl Wal {
                 batch,
                 live,
                 live_bytes,
+                max_token,
                 closing: false,
                 stopped: false,
                 taken: 0,
@@ -467,7 +545,8 @@ impl Wal {
         let start = st.pending.len();
         record.encode_into(&mut st.pending);
         match record {
-            Record::Grant { key, .. } => {
+            Record::Grant { key, token, .. } => {
+                st.max_token = st.max_token.max(*token);
                 let framed = st.pending[start..].to_vec();
                 st.live_bytes += framed.len() as u64;
                 if let Some(old) = st.live.insert(key.clone(), framed) {
@@ -481,6 +560,7 @@ impl Wal {
                 }
                 st.pending_releases += 1;
             }
+            Record::Floor { token } => st.max_token = st.max_token.max(*token),
         }
         let ticket = Ticket(st.batch.subscribe());
         if start == 0 {
@@ -566,13 +646,8 @@ impl Writer {
             let batch = std::mem::replace(&mut st.batch, next);
             st.taken += 1;
             let threshold = (2 * st.live_bytes).max(self.options.compact_min);
-            let snapshot = (self.len + bytes.len() as u64 > threshold).then(|| {
-                let mut snap = Vec::with_capacity(st.live_bytes as usize);
-                for framed in st.live.values() {
-                    snap.extend_from_slice(framed);
-                }
-                snap
-            });
+            let snapshot = (self.len + bytes.len() as u64 > threshold)
+                .then(|| snapshot(st.max_token, &st.live));
             drop(st);
 
             let mut compacted = false;

@@ -3,16 +3,25 @@
 //! The checksum covers the four length bytes and the payload, so a flipped
 //! bit in either is caught. Payloads:
 //!
-//! - Grant   `[1][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le]`
+//! - Grant   `[3][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le][token:u64le][session:u8]`
 //! - Release `[2][keyLen][key]`
+//! - Floor   `[4][token:u64le]`: no token at or below it may be given again
+//!   (written first in a compacted log, so the highest token survives the
+//!   records it removes)
+//!
+//! Tag 1, a Grant of format version 1 (no token, not a session), is still
+//! read: `[1][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le]`.
 
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
-/// No valid payload is longer (3 fields of at most 255 bytes, tag, time).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8;
+/// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
+/// token, session flag).
+pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1;
 
-const TAG_GRANT: u8 = 1;
+const TAG_GRANT_V1: u8 = 1;
 const TAG_RELEASE: u8 = 2;
+const TAG_GRANT: u8 = 3;
+const TAG_FLOOR: u8 = 4;
 
 /// One change to the table of held keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,15 +32,23 @@ pub enum Record {
         source: Vec<u8>,
         peer: Vec<u8>,
         since_ms: u64,
+        /// The grant's fencing token (0 in a version 1 log).
+        token: u64,
+        /// A session hold (released when its holder is not heard from).
+        session: bool,
     },
     /// `key` is free.
     Release { key: Vec<u8> },
+    /// Every token given so far is at most `token`.
+    Floor { token: u64 },
 }
 
 impl Record {
+    /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
             Record::Grant { key, .. } | Record::Release { key } => key,
+            Record::Floor { .. } => &[],
         }
     }
 
@@ -45,6 +62,8 @@ impl Record {
                 source,
                 peer,
                 since_ms,
+                token,
+                session,
             } => {
                 out.push(TAG_GRANT);
                 for field in [key, source, peer] {
@@ -53,6 +72,12 @@ impl Record {
                     out.extend_from_slice(field);
                 }
                 out.extend_from_slice(&since_ms.to_le_bytes());
+                out.extend_from_slice(&token.to_le_bytes());
+                out.push(u8::from(*session));
+            }
+            Record::Floor { token } => {
+                out.push(TAG_FLOOR);
+                out.extend_from_slice(&token.to_le_bytes());
             }
             Record::Release { key } => {
                 let key = &key[..key.len().min(255)];
@@ -121,17 +146,36 @@ fn parse(payload: &[u8]) -> Option<Record> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT => {
+        TAG_GRANT_V1 | TAG_GRANT => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
-            let since: [u8; 8] = cur.try_into().ok()?;
+            let (since, token, session) = if tag == TAG_GRANT_V1 {
+                (cur.try_into().ok()?, [0; 8], 0)
+            } else {
+                if cur.len() != 17 || cur[16] > 1 {
+                    return None;
+                }
+                (
+                    cur[..8].try_into().ok()?,
+                    cur[8..16].try_into().ok()?,
+                    cur[16],
+                )
+            };
             Record::Grant {
                 key,
                 source,
                 peer,
                 since_ms: u64::from_le_bytes(since),
+                token: u64::from_le_bytes(token),
+                session: session == 1,
             }
+        }
+        TAG_FLOOR => {
+            let token: [u8; 8] = rest.try_into().ok()?;
+            return Some(Record::Floor {
+                token: u64::from_le_bytes(token),
+            });
         }
         TAG_RELEASE => {
             let key = field()?;
@@ -159,12 +203,37 @@ mod tests {
             source: b"ci-7".to_vec(),
             peer: b"127.0.0.1:5000".to_vec(),
             since_ms: 1_700_000_000_123,
+            token: 1_700_000_000_123_456,
+            session: true,
         }
     }
 
     #[test]
+    fn a_version_1_grant_reads_as_a_kept_hold_without_token() {
+        let mut payload = vec![TAG_GRANT_V1, 1, b'k', 1, b's', 1, b'p'];
+        payload.extend_from_slice(&5u64.to_le_bytes());
+        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
+        let crc = checksum(&framed, &payload);
+        framed.extend_from_slice(&crc.to_le_bytes());
+        framed.extend_from_slice(&payload);
+        let want = Record::Grant {
+            key: b"k".to_vec(),
+            source: b"s".to_vec(),
+            peer: b"p".to_vec(),
+            since_ms: 5,
+            token: 0,
+            session: false,
+        };
+        assert_eq!(decode(&framed), Next::Record(want, framed.len()));
+    }
+
+    #[test]
     fn roundtrip_and_every_cut_is_incomplete() {
-        for r in [grant(), Record::Release { key: b"k".to_vec() }] {
+        for r in [
+            grant(),
+            Record::Release { key: b"k".to_vec() },
+            Record::Floor { token: 99 },
+        ] {
             let bytes = r.encode();
             assert_eq!(decode(&bytes), Next::Record(r.clone(), bytes.len()));
             for cut in 0..bytes.len() {

@@ -153,6 +153,7 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
         peer: None,
         // A kept hold is lc-cli's key taken off its lease.
         kept: data.as_ref().map(|_| kv.lease() == 0),
+        token: None,
         since: data.map(|d| d.since()),
         waiting: count.saturating_sub(1),
         mode: crate::backend::LockMode::Exclusive,

@@ -65,8 +65,9 @@ pub async fn list(
             peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
             since: Some(r.since),
             waiting: r.waiting as usize,
-            // Classic holds are not tied to a process: the server cannot tell.
-            kept: None,
+            // A server before sessions cannot tell.
+            kept: r.session.map(|session| !session),
+            token: r.token,
             mode: crate::backend::LockMode::Exclusive,
         })
         .collect())

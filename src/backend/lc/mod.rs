@@ -1,16 +1,23 @@
 //! The Locking-Center protocol client: one TCP connection per request.
 //!
 //! Lock waits by keeping its connection open; closing it withdraws the request
-//! from the server's queue. A hold is not tied to a connection: the key stays
-//! held until an Unlock or a reset, so there is no lease to lose.
+//! from the server's queue. A classic hold is not tied to a connection: the
+//! key stays held until an Unlock or a reset, so there is no lease to lose.
+//! A hold for a command is asked as a session (lc-cli's own SessionLock):
+//! tied to its connection, with a fencing token; a server that answers `-`
+//! to it (a reference server) is asked the classic way instead.
 //!
 //! - `keys`: `keys` over the manager port (lc-cli's `KEYX`).
 //! - `probe`: telling a server that does not speak the protocol from one
 //!   whose key is just held.
+//! - `session`: keeping a session hold, and noticing its loss.
 
 mod keys;
 mod probe;
+mod session;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,14 +31,18 @@ use super::{
 };
 use crate::proto::{self, Answer, Request};
 
-/// How long a cancelled Lock waits for the server to confirm the withdrawal.
-const WITHDRAW_GRACE: Duration = Duration::from_secs(5);
+/// How long a cancelled Lock waits for the server to confirm the withdrawal
+/// (lc-cli's server closes at once; a reference server may never confirm).
+const WITHDRAW_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct LcBackend {
     addr: String,
     manager: Option<String>,
     connect_timeout: Duration,
+    verbose: bool,
+    /// The server answered `-` to a session frame: classic frames only.
+    classic_only: Arc<AtomicBool>,
 }
 
 impl LcBackend {
@@ -43,6 +54,8 @@ impl LcBackend {
             addr: addr.clone(),
             manager: manager.clone(),
             connect_timeout: config.connect_timeout,
+            verbose: config.verbose,
+            classic_only: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -156,6 +169,131 @@ impl Backend for LcBackend {
         request
             .mode
             .exclusive_only(&self.addr, "this server (the built-in protocol)")?;
+        if !request.detached && !self.classic_only.load(Ordering::Relaxed) {
+            if let Some(acquired) = self.acquire_session(request, &cancel, progress).await? {
+                return Ok(acquired);
+            }
+            self.classic_only.store(true, Ordering::Relaxed);
+            if self.verbose {
+                eprintln!(
+                    "lc-cli: {} does not know session locks (it answered '-', as a reference Locking-Center server does): holding '{}' the classic way, without loss detection or a fencing token",
+                    self.addr, request.key
+                );
+            }
+        }
+        self.acquire_classic(request, cancel, progress).await
+    }
+
+    async fn unlock(&self, key: &str) -> Result<bool> {
+        self.check_key(key)?;
+        self.unlock_key(key).await
+    }
+
+    async fn reset_key(&self, key: &str) -> Result<()> {
+        self.check_key(key)?;
+        self.expect_ok(Request::ResetByKey {
+            key: key.as_bytes().to_vec(),
+        })
+        .await
+    }
+
+    async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
+        keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
+    }
+
+    async fn reset_source(&self, source: &str) -> Result<()> {
+        check_source(source)?;
+        self.expect_ok(Request::ResetBySource {
+            source: source.as_bytes().to_vec(),
+        })
+        .await
+    }
+}
+
+impl LcBackend {
+    /// A session lock; None if the server does not know the action.
+    async fn acquire_session(
+        &self,
+        request: &LockRequest,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Option<Acquired>> {
+        let key = request.key.as_bytes().to_vec();
+        let source = request.source.as_bytes().to_vec();
+        let started = std::time::Instant::now();
+        if request.nonblock {
+            let mut stream = self.send(&Request::SessionTryLock { key, source }).await?;
+            let limit = self.connect_timeout + started.elapsed();
+            let answer = tokio::time::timeout(limit, session::read_grant(&mut stream))
+                .await
+                .map_err(|_| probe::silent(&self.addr, limit))?;
+            return self.session_answer(answer, stream, &request.key);
+        }
+        let lock = Request::SessionLock { key, source };
+        let mut stream = tokio::select! {
+            s = self.send(&lock) => s?,
+            _ = cancel.cancelled() => return Ok(Some(Acquired::Cancelled)),
+        };
+        progress(WaitProgress::default());
+        let budget = self.connect_timeout + started.elapsed();
+        let answer = tokio::select! {
+            e = probe::watch(&self.addr, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+            a = session::read_grant(&mut stream) => a,
+            _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
+        };
+        self.session_answer(answer, stream, &request.key)
+    }
+
+    fn session_answer(
+        &self,
+        answer: Option<session::Granted>,
+        stream: TcpStream,
+        key: &str,
+    ) -> Result<Option<Acquired>> {
+        use session::Granted;
+        match answer {
+            Some(Granted::Session(token, timeout)) => Ok(Some(Acquired::Held(Box::new(
+                session::LcSession::start(self.clone(), key, stream, token, timeout),
+            )))),
+            Some(Granted::Busy) => Ok(Some(Acquired::Busy)),
+            Some(Granted::Unknown) => Ok(None),
+            Some(Granted::Lost) => Err(BackendError::Refused {
+                server: self.addr.clone(),
+                reason: format!(
+                    "the wait for '{key}' was withdrawn (a reset by source, or the server could not record the grant)"
+                ),
+            }),
+            Some(Granted::Foreign(bytes)) => Err(probe::foreign(&self.addr, &bytes)),
+            None => Err(self.unavailable(
+                "lost the connection while waiting: the server closed it without an answer",
+            )),
+        }
+    }
+
+    /// Half-closes a waiting session request; a grant that crossed it is
+    /// given back under its token.
+    async fn withdraw_session(&self, mut stream: TcpStream, key: &str) -> Result<Acquired> {
+        let _ = stream.shutdown().await;
+        let answer = tokio::time::timeout(WITHDRAW_GRACE, session::read_grant(&mut stream)).await;
+        drop(stream);
+        if let Ok(Some(session::Granted::Session(token, _))) = answer {
+            let release = Request::SessionRelease {
+                key: key.as_bytes().to_vec(),
+                token,
+            };
+            self.call(release).await?;
+        }
+        // Not confirmed in time: a grant that comes later goes to a closed
+        // connection, and the server frees a session hold whose holder is gone.
+        Ok(Acquired::Cancelled)
+    }
+
+    async fn acquire_classic(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {
@@ -202,33 +340,6 @@ impl Backend for LcBackend {
         }
     }
 
-    async fn unlock(&self, key: &str) -> Result<bool> {
-        self.check_key(key)?;
-        self.unlock_key(key).await
-    }
-
-    async fn reset_key(&self, key: &str) -> Result<()> {
-        self.check_key(key)?;
-        self.expect_ok(Request::ResetByKey {
-            key: key.as_bytes().to_vec(),
-        })
-        .await
-    }
-
-    async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
-    }
-
-    async fn reset_source(&self, source: &str) -> Result<()> {
-        check_source(source)?;
-        self.expect_ok(Request::ResetBySource {
-            source: source.as_bytes().to_vec(),
-        })
-        .await
-    }
-}
-
-impl LcBackend {
     async fn expect_ok(&self, request: Request) -> Result<()> {
         match self.call(request).await? {
             Answer::Ok => Ok(()),
@@ -245,13 +356,18 @@ impl LcBackend {
     async fn withdraw(&self, mut stream: TcpStream, key: &str) -> Result<Acquired> {
         let _ = stream.shutdown().await;
         let mut byte = [0u8; 1];
-        let granted = matches!(
-            tokio::time::timeout(WITHDRAW_GRACE, stream.read(&mut byte)).await,
-            Ok(Ok(1)) if byte[0] == b'+'
-        );
+        let read = tokio::time::timeout(WITHDRAW_GRACE, stream.read(&mut byte)).await;
         drop(stream);
-        if granted {
-            self.unlock_key(key).await?;
+        match read {
+            Ok(Ok(1)) if byte[0] == b'+' => {
+                self.unlock_key(key).await?;
+            }
+            Ok(_) => {}
+            Err(_) if self.verbose => eprintln!(
+                "lc-cli: {} did not confirm the withdrawal of the wait for '{key}' within {WITHDRAW_GRACE:?}; gave up waiting. If it grants the key to the closed request later, the key stays held: `lc-cli --server {} unlock {key}` clears it",
+                self.addr, self.addr
+            ),
+            Err(_) => {}
         }
         Ok(Acquired::Cancelled)
     }

@@ -94,6 +94,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 Some("ShareLock") => crate::backend::LockMode::Shared,
                 _ => crate::backend::LockMode::Exclusive,
             },
+            token: None,
         });
     }
     Ok(out)

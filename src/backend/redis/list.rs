@@ -68,6 +68,7 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
                 }),
                 waiting: (*waiting).max(0) as usize,
                 kept: (*detached >= 0).then_some(*detached == 1),
+                token: None,
             },
         )
         .collect()

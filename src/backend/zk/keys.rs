@@ -273,6 +273,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         waiting,
         kept,
         mode: crate::backend::LockMode::Exclusive,
+        token: None,
     }
 }
 

@@ -1,0 +1,394 @@
+//! Session holds on `lc-cli serve` against the classic frames, in one run:
+//!
+//!     cargo build --release && cargo run --release --example bench_sessions
+//!
+//! 1. lock+release pairs/s on distinct keys, 1 and 32 clients: a session pair
+//!    (SessionLock, SessionRelease on the same connection) against a classic
+//!    pair (Lock, then Release on a second connection), in alternation;
+//! 2. `lc-cli lock k -- true` against `flock FILE true` (and the classic
+//!    `lc-cli` path, against a server in reference mode), in alternation;
+//! 3. server RSS per held session with 10,000 session holders;
+//! 4. hand-off latency along a queue of 64 waiters, session and classic.
+//!
+//! `--quick` shortens every phase.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let phase = Duration::from_millis(if quick { 700 } else { 2000 });
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/lc-cli");
+    assert!(bin.exists(), "run `cargo build --release` first");
+    raise_fd_limit(20_000);
+    let server = Serve::start(&bin, &["--reclaim-grace", "60s"], false);
+    println!("lc-cli serve on {}, pid {}", server.addr, server.child.id());
+
+    println!("\n## lock+release pairs/s (distinct keys; medians of 3 alternated runs)");
+    for clients in [1, 32] {
+        let mut session = Vec::new();
+        let mut classic = Vec::new();
+        for _ in 0..3 {
+            session.push(pairs_per_sec(server.addr, clients, phase, Pair::Session));
+            classic.push(pairs_per_sec(server.addr, clients, phase, Pair::Classic));
+        }
+        let (s, c) = (median(&mut session), median(&mut classic));
+        println!(
+            "{clients:>2} client(s): session {s:>8.0}/s, classic {c:>8.0}/s, ratio {:.2}x",
+            s / c
+        );
+    }
+
+    println!("\n## `lc-cli lock k -- true` vs `flock FILE true` (wall time per run)");
+    let reference = Serve::start(&bin, &[], true);
+    let runs = if quick { 100 } else { 400 };
+    let dir = tempfile_dir();
+    let lockfile = dir.join("flock");
+    std::fs::write(&lockfile, b"").unwrap();
+    let server_arg = server.addr.to_string();
+    let reference_arg = reference.addr.to_string();
+    let mut cmds: Vec<(&str, Command)> = vec![
+        ("lc-cli (session)", lc(&bin, &server_arg)),
+        ("lc-cli (classic)", lc(&bin, &reference_arg)),
+        ("flock", {
+            let mut c = Command::new("flock");
+            c.arg(&lockfile).arg("true");
+            c
+        }),
+        ("true", Command::new("true")),
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cmds.len()];
+    for _ in 0..20 {
+        for (_, c) in cmds.iter_mut() {
+            run(c);
+        }
+    }
+    for _ in 0..runs {
+        for (i, (_, c)) in cmds.iter_mut().enumerate() {
+            times[i].push(run(c));
+        }
+    }
+    let means: Vec<f64> = times.iter().map(|t| mean_ms(t)).collect();
+    for (i, (name, _)) in cmds.iter().enumerate() {
+        let mut t = times[i].clone();
+        t.sort();
+        println!(
+            "{name:<18} mean {:.2} ms, median {:.2} ms, min {:.2} ms",
+            means[i],
+            t[t.len() / 2].as_secs_f64() * 1e3,
+            t[0].as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "lc-cli (session) / flock: {:.2}x on the mean; lc-cli (classic) / flock: {:.2}x",
+        means[0] / means[2],
+        means[1] / means[2]
+    );
+    drop(reference);
+
+    println!("\n## 10,000 session holders on one server");
+    let holders = if quick { 2_000 } else { 10_000 };
+    let fresh = Serve::start(&bin, &["--reclaim-grace", "600s"], false);
+    let warm = hold_sessions(fresh.addr, 200, "warm");
+    let before = rss(fresh.child.id());
+    let started = Instant::now();
+    let held = hold_sessions(fresh.addr, holders, "h");
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = rss(fresh.child.id());
+    println!(
+        "{holders} held in {took:.2?}; server RSS {:.1} MiB -> {:.1} MiB: {:.0} bytes per held session",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after.saturating_sub(before)) as f64 / holders as f64
+    );
+    drop((held, warm));
+
+    println!("\n## hand-off latency along 64 queued waiters (median / p99 / max)");
+    for round in 0..3 {
+        for kind in [Pair::Session, Pair::Classic] {
+            let mut lat = handoffs(server.addr, 64, kind, round);
+            lat.sort();
+            println!(
+                "{kind:?}: {:.0} / {:.0} / {:.0} us",
+                us(lat[lat.len() / 2]),
+                us(lat[lat.len() * 99 / 100]),
+                us(*lat.last().unwrap())
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pair {
+    Session,
+    Classic,
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn mean_ms(t: &[Duration]) -> f64 {
+    t.iter().map(Duration::as_secs_f64).sum::<f64>() / t.len() as f64 * 1e3
+}
+
+fn lc(bin: &Path, server: &str) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["--server", server, "lock", "k", "--", "true"]);
+    c.env_remove("LC_SERVER");
+    c
+}
+
+fn run(c: &mut Command) -> Duration {
+    let t = Instant::now();
+    let status = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{c:?}: {status}");
+    t.elapsed()
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bench_sessions.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Serve {
+    addr: SocketAddr,
+    child: Child,
+}
+
+impl Serve {
+    fn start(bin: &Path, extra: &[&str], reference: bool) -> Serve {
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--manager",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        if reference {
+            cmd.env("LC_CLI_SERVE_AS_REFERENCE", "1");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        Serve { addr, child }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn raise_fd_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = want.min(lim.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+}
+
+fn frame(action: u8, key: &[u8], tail: &[u8]) -> Vec<u8> {
+    let mut f = vec![action, key.len() as u8];
+    f.extend_from_slice(key);
+    f.push(tail.len() as u8);
+    f.extend_from_slice(tail);
+    f
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A session lock on a fresh connection: the connection and the token.
+fn session_lock(addr: SocketAddr, key: &[u8]) -> (TcpStream, u64) {
+    let mut s = connect(addr);
+    s.write_all(&frame(8, key, b"b")).unwrap();
+    let token = read_session_grant(&mut s);
+    (s, token)
+}
+
+fn read_session_grant(s: &mut TcpStream) -> u64 {
+    let mut g = [0u8; 13];
+    s.read_exact(&mut g).unwrap();
+    assert_eq!(g[0], b'=');
+    u64::from_be_bytes(g[1..9].try_into().unwrap())
+}
+
+fn session_release(s: &mut TcpStream, key: &[u8], token: u64) {
+    s.write_all(&frame(11, key, &token.to_be_bytes())).unwrap();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b[0], b'+');
+}
+
+fn classic(addr: SocketAddr, bytes: &[u8]) -> u8 {
+    let mut s = connect(addr);
+    s.write_all(bytes).unwrap();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    b[0]
+}
+
+fn one_pair(addr: SocketAddr, key: &[u8], kind: Pair) {
+    match kind {
+        Pair::Session => {
+            let (mut s, token) = session_lock(addr, key);
+            session_release(&mut s, key, token);
+        }
+        Pair::Classic => {
+            assert_eq!(classic(addr, &frame(1, key, b"b")), b'+');
+            let mut release = vec![6, key.len() as u8];
+            release.extend_from_slice(key);
+            assert_eq!(classic(addr, &release), b'+');
+        }
+    }
+}
+
+fn pairs_per_sec(addr: SocketAddr, clients: usize, phase: Duration, kind: Pair) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(clients + 1));
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (stop, done, start) = (stop.clone(), done.clone(), start.clone());
+            std::thread::spawn(move || {
+                let key = format!("pair-{i}").into_bytes();
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    one_pair(addr, &key, kind);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let t = Instant::now();
+    std::thread::sleep(phase);
+    let n = done.load(Ordering::Relaxed);
+    let took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    n as f64 / took.as_secs_f64()
+}
+
+fn hold_sessions(addr: SocketAddr, n: usize, prefix: &str) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| session_lock(addr, format!("{prefix}-{i}").as_bytes()).0)
+        .collect()
+}
+
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+/// One holder and `waiters` queued behind it; each releases as soon as it
+/// is granted. Latency of a hand-off: from the release's send to the next
+/// grant's arrival.
+fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<Duration> {
+    let key = format!("handoff-{kind:?}-{round}").into_bytes();
+    let lock_frame = match kind {
+        Pair::Session => frame(8, &key, b"w"),
+        Pair::Classic => frame(1, &key, b"w"),
+    };
+    let read_grant = move |s: &mut TcpStream| -> u64 {
+        match kind {
+            Pair::Session => read_session_grant(s),
+            Pair::Classic => {
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).unwrap();
+                assert_eq!(b[0], b'+');
+                0
+            }
+        }
+    };
+    let release = move |s: &mut TcpStream, key: &[u8], token: u64| match kind {
+        Pair::Session => session_release(s, key, token),
+        Pair::Classic => {
+            let mut r = vec![6, key.len() as u8];
+            r.extend_from_slice(key);
+            assert_eq!(classic(addr, &r), b'+');
+        }
+    };
+    let mut first = connect(addr);
+    first.write_all(&lock_frame).unwrap();
+    let first_token = read_grant(&mut first);
+    let mut queued: Vec<TcpStream> = Vec::new();
+    for _ in 0..waiters {
+        let mut s = connect(addr);
+        s.write_all(&lock_frame).unwrap();
+        queued.push(s);
+    }
+    // Let every request reach the queue, in order.
+    std::thread::sleep(Duration::from_millis(300));
+    let handles: Vec<_> = queued
+        .into_iter()
+        .map(|mut s| {
+            let key = key.clone();
+            std::thread::spawn(move || {
+                let token = read_grant(&mut s);
+                let granted = Instant::now();
+                let sent = Instant::now();
+                release(&mut s, &key, token);
+                (granted, sent)
+            })
+        })
+        .collect();
+    let sent0 = Instant::now();
+    release(&mut first, &key, first_token);
+    let mut events: Vec<(Instant, Instant)> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
+    events.sort();
+    let mut lat = Vec::new();
+    let mut prev_sent = sent0;
+    for (granted, sent) in events {
+        lat.push(granted.saturating_duration_since(prev_sent));
+        prev_sent = sent;
+    }
+    lat
+}

@@ -1,0 +1,386 @@
+//! A session hold on lc-cli's own server: the connection of the grant stays
+//! open, a keeper task sends a heartbeat on it every quarter of the server's
+//! session timeout, reclaims the hold on a new connection if it breaks, and
+//! reports a loss: the server's `!` (a reset, someone's unlock), a reclaim
+//! refused (the hold expired, or the server restarted without its log), or
+//! no word from the server for two thirds of the timeout.
+//!
+//! The timing rule is ZooKeeper's: the server releases the hold once it has
+//! not heard from us for the timeout, and it last heard from us no earlier
+//! than `contact` (the send time of our last heartbeat it echoed, or of the
+//! reclaim it granted). So SIGTERM goes to the command two thirds of the
+//! timeout after `contact`, and it must be gone a twentieth of the timeout
+//! before the server can release the key.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::LcBackend;
+use crate::backend::{BackendError, HeldLock, LostReason, Result};
+use crate::proto::{self, Answer, Request, HEARTBEAT, SESSION_GRANT_LEN, SESSION_LOST};
+
+/// A `-` followed by nothing for this long is a whole answer.
+const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
+
+/// How long after a failed reconnection the next one is tried.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The command may run this long after the server last heard from us.
+pub fn term_after_contact(timeout: Duration) -> Duration {
+    timeout * 2 / 3
+}
+
+/// The command must be gone this long after the server last heard from us.
+pub fn kill_after_contact(timeout: Duration) -> Duration {
+    timeout - timeout / 20
+}
+
+/// A release asked of the keeper: answered on the session's connection, or
+/// None when it has none (then it is sent on a new one).
+type ReleaseAsk = oneshot::Sender<Option<Result<Answer>>>;
+
+pub(super) struct LcSession {
+    backend: LcBackend,
+    key: String,
+    token: u64,
+    lost: watch::Receiver<Option<LostReason>>,
+    asks: mpsc::Sender<ReleaseAsk>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl LcSession {
+    /// Takes over the connection a session grant came on; `sent` is when
+    /// the request that got it was sent.
+    pub(super) fn start(
+        backend: LcBackend,
+        key: &str,
+        stream: TcpStream,
+        token: u64,
+        timeout: Duration,
+    ) -> LcSession {
+        let (lost_tx, lost) = watch::channel(None);
+        let (asks, ask_rx) = mpsc::channel(1);
+        let keeper = Keeper {
+            addr: backend.addr.clone(),
+            connect_timeout: backend.connect_timeout,
+            key: key.as_bytes().to_vec(),
+            token,
+            timeout,
+            stream: Some(stream),
+            // The server started its clock at the grant, before we read it;
+            // the heartbeat sent at once below gives a true bound within a
+            // round trip.
+            contact: Instant::now(),
+            ping_sent: None,
+            lost: lost_tx,
+        };
+        LcSession {
+            backend,
+            key: key.to_string(),
+            token,
+            lost,
+            asks,
+            keeper: tokio::spawn(keeper.run(ask_rx)),
+        }
+    }
+}
+
+impl Drop for LcSession {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+#[async_trait]
+impl HeldLock for LcSession {
+    fn token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+
+    async fn lost(&mut self) -> LostReason {
+        let lost = match self.lost.wait_for(|l| l.is_some()).await {
+            Ok(l) => l.clone(),
+            Err(_) => None,
+        };
+        match lost {
+            Some(reason) => reason,
+            // The keeper is gone (only after a release): nothing to lose.
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn release(&mut self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let here = match self.asks.send(tx).await {
+            Ok(()) => rx.await.ok().flatten(),
+            Err(_) => None,
+        };
+        let answer = match here {
+            Some(answer) => answer?,
+            None => {
+                self.backend
+                    .call(Request::SessionRelease {
+                        key: self.key.as_bytes().to_vec(),
+                        token: self.token,
+                    })
+                    .await?
+            }
+        };
+        match answer {
+            // `#`: not held under our token (taken away): it is not ours to free.
+            Answer::Ok | Answer::Busy => Ok(()),
+            Answer::Fail => Err(BackendError::NotReleased {
+                server: self.backend.addr.clone(),
+                key: self.key.clone(),
+                reason: "it answered '-' (it could not record the release; the key is still held)"
+                    .to_string(),
+            }),
+        }
+    }
+
+    async fn detach(self: Box<Self>) -> Result<()> {
+        // Never asked for: a detached hold is a classic one.
+        Ok(())
+    }
+}
+
+struct Keeper {
+    addr: String,
+    connect_timeout: Duration,
+    key: Vec<u8>,
+    token: u64,
+    timeout: Duration,
+    /// None while the connection is broken and not yet reclaimed.
+    stream: Option<TcpStream>,
+    /// The server last heard from us no earlier than this.
+    contact: Instant,
+    /// The send time of the oldest heartbeat not yet echoed.
+    ping_sent: Option<Instant>,
+    lost: watch::Sender<Option<LostReason>>,
+}
+
+impl Keeper {
+    async fn run(mut self, mut asks: mpsc::Receiver<ReleaseAsk>) {
+        let every = self.timeout / 4;
+        let mut next_ping = Instant::now();
+        let mut reconnect_at = Instant::now();
+        let mut buf = [0u8; 64];
+        while self.lost.borrow().is_none() {
+            let term_at = self.contact + term_after_contact(self.timeout);
+            let connected = self.stream.is_some();
+            tokio::select! {
+                ask = asks.recv() => {
+                    if let Some(ask) = ask {
+                        let _ = ask.send(self.release_here().await);
+                    }
+                    return;
+                }
+                _ = tokio::time::sleep_until(term_at) => self.silent(),
+                _ = tokio::time::sleep_until(next_ping), if connected => {
+                    next_ping = Instant::now() + every;
+                    self.ping().await;
+                }
+                read = read_some(&mut self.stream, &mut buf), if connected => match read {
+                    Some(n) => self.heard(&buf[..n]),
+                    None => {
+                        self.stream = None;
+                        reconnect_at = Instant::now();
+                    }
+                },
+                _ = tokio::time::sleep_until(reconnect_at), if !connected => {
+                    let deadline = term_at;
+                    if !matches!(tokio::time::timeout_at(deadline, self.reclaim()).await, Ok(true)) {
+                        reconnect_at = Instant::now() + RECONNECT_PAUSE;
+                    } else {
+                        next_ping = Instant::now() + every;
+                    }
+                }
+            }
+        }
+        // Lost: nothing more to keep; a release goes on a new connection.
+        self.stream = None;
+        if let Some(ask) = asks.recv().await {
+            let _ = ask.send(None);
+        }
+    }
+
+    fn lose(&mut self, reason: LostReason) {
+        self.stream = None;
+        let _ = self.lost.send(Some(reason));
+    }
+
+    fn silent(&mut self) {
+        let reason = format!(
+            "no word from the server for two thirds of its session timeout ({:?}), after which it releases the hold",
+            self.timeout
+        );
+        let by = self.contact + kill_after_contact(self.timeout);
+        self.lose(LostReason::kill_by(reason, by.into_std()));
+    }
+
+    async fn ping(&mut self) {
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        let sent = Instant::now();
+        if stream.write_all(&[HEARTBEAT]).await.is_err() {
+            self.stream = None;
+            return;
+        }
+        self.ping_sent.get_or_insert(sent);
+    }
+
+    fn heard(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            match b {
+                HEARTBEAT => {
+                    if let Some(sent) = self.ping_sent.take() {
+                        self.contact = self.contact.max(sent);
+                    }
+                }
+                SESSION_LOST => {
+                    return self.lose(LostReason::new(
+                        "the server took the hold away (a reset, or someone's unlock)",
+                    ))
+                }
+                _ => {
+                    // Not the protocol: drop the connection and reclaim.
+                    self.stream = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt to take the hold back on a new connection. True if the
+    /// session goes on; a refusal is a loss.
+    async fn reclaim(&mut self) -> bool {
+        let sent = Instant::now();
+        let frame = proto::encode(&Request::Reclaim {
+            key: self.key.clone(),
+            token: self.token,
+        })
+        .expect("the key was checked before the grant");
+        let Ok(mut stream) = crate::backend::tcp::connect(&self.addr, self.connect_timeout).await
+        else {
+            return false;
+        };
+        stream.set_nodelay(true).ok();
+        if stream.write_all(&frame).await.is_err() {
+            return false;
+        }
+        match read_grant(&mut stream).await {
+            Some(Granted::Session(..)) => {
+                self.contact = self.contact.max(sent);
+                self.ping_sent = None;
+                self.stream = Some(stream);
+                true
+            }
+            Some(Granted::Lost) => {
+                self.lose(LostReason::new(format!(
+                    "the server no longer holds it under token {}: it was released after the connection had been gone for its session timeout ({:?}), reset, or the server restarted without --data",
+                    self.token, self.timeout
+                )));
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// The release, on the session's connection if it has one.
+    async fn release_here(&mut self) -> Option<Result<Answer>> {
+        let stream = self.stream.as_mut()?;
+        let frame = proto::encode(&Request::SessionRelease {
+            key: self.key.clone(),
+            token: self.token,
+        })
+        .expect("the key was checked before the grant");
+        stream.write_all(&frame).await.ok()?;
+        let limit = self.connect_timeout + Duration::from_secs(1);
+        let answer = tokio::time::timeout(limit, async {
+            let mut b = [0u8; 1];
+            loop {
+                match stream.read(&mut b).await {
+                    Ok(1) if b[0] == HEARTBEAT => continue,
+                    Ok(1) if b[0] == SESSION_LOST => return Some(Answer::Busy),
+                    Ok(1) => return Answer::from_byte(b[0]),
+                    _ => return None,
+                }
+            }
+        });
+        answer.await.ok().flatten().map(Ok)
+    }
+}
+
+/// Some bytes from the connection; None when it ended or broke.
+async fn read_some(stream: &mut Option<TcpStream>, buf: &mut [u8]) -> Option<usize> {
+    match stream.as_mut()?.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+/// What a session frame was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Granted {
+    /// `=`: the token and the server's session timeout.
+    Session(u64, Duration),
+    /// `!`: refused (withdrawn, not recorded, not held any more).
+    Lost,
+    /// `#`: a SessionTryLock found the key held.
+    Busy,
+    /// `-` alone: the server does not know the action (a reference server).
+    Unknown,
+    /// Anything else: not the protocol.
+    Foreign(Vec<u8>),
+}
+
+/// Reads the answer to a session frame; None if the connection ended or
+/// broke first.
+pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
+    let mut buf = [0u8; 48];
+    let mut len = 0;
+    loop {
+        let only_dash = buf[..len] == [b'-'];
+        let read = stream.read(&mut buf[len..]);
+        let n = if only_dash {
+            // A `-` alone and nothing more for a moment: the reference's.
+            // (A reset instead of a close, from a server that closed with
+            // bytes unread, is that too.)
+            match tokio::time::timeout(UNKNOWN_AFTER, read).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) | Err(_) => return Some(Granted::Unknown),
+            }
+        } else {
+            read.await.ok()?
+        };
+        if n == 0 {
+            return match &buf[..len] {
+                [] => None,
+                [b'-'] => Some(Granted::Unknown),
+                other => Some(Granted::Foreign(other.to_vec())),
+            };
+        }
+        len += n;
+        match buf[0] {
+            proto::SESSION_GRANTED if len < SESSION_GRANT_LEN => continue,
+            proto::SESSION_GRANTED => {
+                return Some(match proto::parse_session_grant(&buf[..len]) {
+                    Some((token, timeout)) => Granted::Session(token, timeout),
+                    None => Granted::Foreign(buf[..len].to_vec()),
+                })
+            }
+            SESSION_LOST if len == 1 => return Some(Granted::Lost),
+            b'#' if len == 1 => return Some(Granted::Busy),
+            // A reference server closes after its `-`: wait for the close,
+            // so a `-ERR ...` line is not taken for it.
+            b'-' if len == 1 => continue,
+            _ => return Some(Granted::Foreign(buf[..len].to_vec())),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Session holds (lc-cli's actions 8 to 11): a hold that lasts while its
+//! holder is heard from. After its grant the connection carries heartbeats
+//! (`.` echoed), the holder's SessionRelease, and the server's `!` when the
+//! hold is taken away. A holder not heard from for the session timeout
+//! (connection closed, or silent) loses the key to the next waiter; until
+//! then it may Reclaim it on a new connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::metrics::Counters;
+use super::show::show;
+use super::table::{Expiry, GrantId, LinkEnd, LinkState};
+use super::unlock::{self, Frame};
+use super::Shared;
+use crate::proto::{self, Decoded, Request, HEARTBEAT, SESSION_LOST};
+
+/// Serves session hold `id` of `key` on `stream` until it ends: released by
+/// the holder, taken away (`!` is sent), expired, or moved to another
+/// connection by a reclaim.
+///
+/// Runs as a task of its own (see [`spawn_hold`]), so a held session costs
+/// this future and not also the connection's.
+pub async fn hold(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    key: Vec<u8>,
+    id: GrantId,
+    mut link: LinkEnd,
+) {
+    let timeout = shared.session_timeout;
+    let mut due = Instant::now() + timeout;
+    // Heartbeats and one SessionRelease frame: action, key, token field.
+    let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
+    let mut len = 0;
+    let mut connected = true;
+    loop {
+        tokio::select! {
+            _ = &mut link.changed => {
+                if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
+                    // Taken away (a reset, someone's Unlock): say so.
+                    let _ = Box::pin(stream.write_all(&[SESSION_LOST])).await;
+                }
+                return;
+            }
+            _ = tokio::time::sleep_until(due.into()) => {
+                match shared.table.expire(&key, id, link.gen, timeout) {
+                    Expiry::NotYet(at) => due = at,
+                    Expiry::Gone => return,
+                    Expiry::Released(holder, next) => {
+                        return expired(&shared, &key, &holder.source, peer, next);
+                    }
+                }
+            }
+            read = stream.read(&mut buf[len..]), if connected => {
+                let n = match read {
+                    Ok(0) | Err(_) => 0,
+                    Ok(n) => n,
+                };
+                if n == 0 {
+                    // The holder may reclaim it within the timeout.
+                    connected = false;
+                    shared.events.session(format_args!(
+                        "{peer}: connection of the session hold of '{}' ended; released {timeout:?} after it was last heard from unless reclaimed",
+                        show(&key)
+                    ));
+                    continue;
+                }
+                len += n;
+                // Boxed: what runs only now and then stays out of the
+                // future every held session keeps.
+                let request =
+                    Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
+                match request {
+                    Some(Request::SessionRelease { key: k, token }) => {
+                        let answer =
+                            Box::pin(unlock::release(&shared, peer, &k, Frame::Session(token))).await;
+                        let _ = stream.write_all(&[answer.byte()]).await;
+                        return;
+                    }
+                    Some(_) => connected = false,
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// Answers the heartbeats at the start of `buf`; returns the first whole
+/// request after them (anything but a SessionRelease ends the connection's
+/// part in the session: it is not the protocol).
+async fn take_requests(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    key: &[u8],
+    id: GrantId,
+    gen: u64,
+    buf: &mut [u8],
+    len: &mut usize,
+) -> Option<Request> {
+    let beats = buf[..*len].iter().take_while(|&&b| b == HEARTBEAT).count();
+    if beats > 0 {
+        shared.table.heard(key, id, gen);
+        buf.copy_within(beats..*len, 0);
+        *len -= beats;
+        let _ = stream.write_all(&[HEARTBEAT]).await;
+    }
+    if *len == 0 {
+        return None;
+    }
+    match proto::decode(&buf[..*len]) {
+        Ok(Decoded::Frame(request, _)) => Some(request),
+        Ok(Decoded::Incomplete) if *len < buf.len() => None,
+        _ => Some(Request::Ping),
+    }
+}
+
+fn expired(
+    shared: &Shared,
+    key: &[u8],
+    source: &[u8],
+    peer: SocketAddr,
+    next: Option<super::table::Holder>,
+) {
+    Counters::bump(&shared.counters.releases);
+    shared.events.session(format_args!(
+        "{peer}: session hold of '{}' by '{}' expired (not heard from for {:?}){}",
+        show(key),
+        show(source),
+        shared.session_timeout,
+        next.as_ref()
+            .map(|n| format!(", now held by '{}'", show(&n.source)))
+            .unwrap_or_default()
+    ));
+}
+
+/// Reclaim: a holder whose connection broke takes its hold back on this
+/// one; `!` if it is not held under that token any more.
+pub async fn reclaim(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    token: u64,
+) {
+    let Some(g) = shared.table.reclaim(&key, token) else {
+        let _ = stream.write_all(&[SESSION_LOST]).await;
+        return;
+    };
+    shared.events.session(format_args!(
+        "{peer}: reclaimed the session hold of '{}' (token {token})",
+        show(&key)
+    ));
+    // Nothing new to log: the hold is the one the log has. If the answer
+    // cannot be delivered the hold stays, and this task still expires it.
+    let _ = stream
+        .write_all(&proto::session_grant(token, shared.session_timeout))
+        .await;
+    if let Some(link) = g.link {
+        spawn_hold(stream, peer, shared, key, g.id, link);
+    }
+}
+
+/// Serves a session hold in a task of its own; the connection's task ends.
+pub fn spawn_hold(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    id: GrantId,
+    link: LinkEnd,
+) {
+    tokio::spawn(hold(stream, peer, shared.clone(), key, id, link));
+}
+
+/// Expires a session hold restored from the log unless its holder reclaims
+/// it within the session timeout.
+pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
+    let timeout = shared.session_timeout;
+    let mut due = Instant::now() + timeout;
+    loop {
+        tokio::select! {
+            _ = &mut link.changed => return,
+            _ = tokio::time::sleep_until(due.into()) => {
+                match shared.table.expire(&key, id, link.gen, timeout) {
+                    Expiry::NotYet(at) => due = at,
+                    Expiry::Gone => return,
+                    Expiry::Released(holder, next) => {
+                        let peer = holder.peer;
+                        return expired(&shared, &key, &holder.source, peer, next);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each held session is one parked `hold` future (boxed, behind the
+    /// connection's own): keep it small, it is what 10,000 holders cost.
+    #[tokio::test]
+    async fn a_held_session_stays_small() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let shared = std::sync::Arc::new(super::super::Shared::new(
+            super::super::table::Table::new(),
+            super::super::events::Events { verbose: false },
+            &super::super::ServerOptions::default(),
+        ));
+        let (_tx, rx) = tokio::sync::oneshot::channel();
+        let link = super::LinkEnd {
+            gen: 0,
+            changed: rx,
+        };
+        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link);
+        let size = std::mem::size_of_val(&f);
+        eprintln!("hold future: {size} bytes");
+        assert!(size <= 700, "the session future is {size} bytes");
+    }
+}
