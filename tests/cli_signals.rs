@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use common::cli::*;
@@ -212,7 +213,16 @@ fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
         g = go.display(),
         d = done.display()
     );
-    let mut lc = Guard(server.lc(&["lock", "tstp", "-c", &script]).spawn().unwrap());
+    // In a process group of its own, whose parent (this test) is in
+    // another group of the session: not an orphaned group, whose stops the
+    // kernel discards, however the test runner was started.
+    let mut lc = Guard(
+        server
+            .lc(&["lock", "tstp", "-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
     let child = read_pid(&pid_file);
     signal(lc.pid(), libc::SIGTSTP);
     assert!(

@@ -6,70 +6,25 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{expect_status, BIN};
+use common::{expect_status, Serve, Server, BIN};
 
-struct Serve {
-    child: Child,
-    listen: SocketAddr,
-    manager: SocketAddr,
-    /// Everything on stderr up to and including the start-up line.
-    stderr: Vec<String>,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(args: &[&str]) -> Serve {
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .args(args)
-        .env_remove("BIND_ADDRESS")
-        .env_remove("DATA_PATH")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+/// A server on `listen` (with `extra`), and what it said on stderr up to
+/// and including its start-up line.
+fn serve(listen: &str, extra: &[&str]) -> (Server, Vec<String>) {
+    let s = Serve::new().listen(listen).args(extra).start();
+    s.wait_for(" listening on ", 1, Duration::from_secs(10));
+    let log = s.log();
+    let lines: Vec<String> = log.lines().map(str::to_string).collect();
+    let end = lines
+        .iter()
+        .position(|l| l.contains(" listening on "))
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut field = |prefix: &str| -> SocketAddr {
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        line.trim()
-            .strip_prefix(prefix)
-            .unwrap_or_else(|| panic!("not '{prefix}...': {line:?}"))
-            .parse()
-            .unwrap()
-    };
-    let listen = field("listening on ");
-    let manager = field("manager on ");
-    // The start-up line ends what serve says before it serves.
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut stderr = Vec::new();
-    for _ in 0..5 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        let started = line.contains(" listening on ");
-        stderr.push(line.trim_end().to_string());
-        if started {
-            break;
-        }
-    }
-    Serve {
-        child,
-        listen,
-        manager,
-        stderr,
-    }
+    let start_up = lines[..=end].to_vec();
+    (s, start_up)
 }
 
 fn local(a: SocketAddr) -> String {
@@ -78,18 +33,18 @@ fn local(a: SocketAddr) -> String {
 
 #[test]
 fn a_non_loopback_listener_warns_and_keeps_the_manager_on_loopback() {
-    let s = serve(&["--listen", "0.0.0.0:0"]);
-    assert!(s.listen.ip().is_unspecified(), "{}", s.listen);
+    let (s, stderr) = serve("0.0.0.0:0", &[]);
+    assert!(s.addr.ip().is_unspecified(), "{}", s.addr);
     assert_eq!(s.manager.ip().to_string(), "127.0.0.1", "{}", s.manager);
-    let warnings: Vec<&String> = s.stderr.iter().filter(|l| l.contains("warning")).collect();
-    assert_eq!(warnings.len(), 1, "{:?}", s.stderr);
+    let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr:?}");
     assert!(
         warnings[0].contains("no authentication") && warnings[0].contains("Security"),
         "{}",
         warnings[0]
     );
     // Both ports work from this machine; clients are told where the manager is.
-    let server = format!("lc://{}?manager={}", local(s.listen), local(s.manager));
+    let server = format!("lc://{}?manager={}", local(s.addr), local(s.manager));
     expect_status(
         Command::new(BIN)
             .args(["--server", &server, "lock", "k"])
@@ -103,7 +58,7 @@ fn a_non_loopback_listener_warns_and_keeps_the_manager_on_loopback() {
         0,
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("k "));
-    let start_up = s.stderr.last().unwrap();
+    let start_up = stderr.last().unwrap();
     assert!(
         start_up.contains(&format!("manager={}", s.manager)),
         "{start_up}"
@@ -112,20 +67,14 @@ fn a_non_loopback_listener_warns_and_keeps_the_manager_on_loopback() {
 
 #[test]
 fn an_explicit_manager_address_is_kept_and_loopback_says_nothing() {
-    let s = serve(&["--listen", "0.0.0.0:0", "--manager", "0.0.0.0:0"]);
+    let (s, stderr) = serve("0.0.0.0:0", &["--manager", "0.0.0.0:0"]);
     assert!(s.manager.ip().is_unspecified(), "{}", s.manager);
     assert_eq!(
-        s.stderr.iter().filter(|l| l.contains("warning")).count(),
+        stderr.iter().filter(|l| l.contains("warning")).count(),
         1,
-        "{:?}",
-        s.stderr
+        "{stderr:?}"
     );
-    let quiet = serve(&["--listen", "127.0.0.1:0"]);
+    let (quiet, stderr) = serve("127.0.0.1:0", &[]);
     assert_eq!(quiet.manager.ip().to_string(), "127.0.0.1");
-    assert!(
-        !quiet.stderr.iter().any(|l| l.contains("warning")),
-        "{:?}",
-        quiet.stderr
-    );
-    std::thread::sleep(Duration::from_millis(10));
+    assert!(!stderr.iter().any(|l| l.contains("warning")), "{stderr:?}");
 }

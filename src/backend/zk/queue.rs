@@ -226,18 +226,7 @@ pub(super) async fn wait_turn(
                 }
             }
             _ = cancel.cancelled() => return Ok(None),
-            gone = s.until_gone() => {
-                return Err(match gone {
-                    Gone::Expired => expired(s),
-                    _ => BackendError::Unavailable {
-                        server: s.server.clone(),
-                        reason: format!(
-                            "no contact with ZooKeeper for longer than the session timeout ({:?}) while waiting",
-                            s.retry_for
-                        ),
-                    },
-                })
-            }
+            gone = s.until_gone() => return Err(lost_while_waiting(s, gone)),
         }
     }
 }
@@ -282,6 +271,20 @@ pub(super) fn gone(s: &Session, node: &str) -> BackendError {
     BackendError::Refused {
         server: s.server.clone(),
         reason: format!("our place in the queue ({node}) was deleted (a reset by source?)"),
+    }
+}
+
+/// The error for a session gone while its request waited in line.
+pub(super) fn lost_while_waiting(s: &Session, gone: Gone) -> BackendError {
+    match gone {
+        Gone::Expired => expired(s),
+        _ => BackendError::Unavailable {
+            server: s.server.clone(),
+            reason: format!(
+                "no contact with ZooKeeper for longer than the session timeout ({:?}) while waiting",
+                s.retry_for
+            ),
+        },
     }
 }
 

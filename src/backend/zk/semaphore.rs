@@ -26,8 +26,8 @@ use zookeeper_client as zk;
 use super::held::ZkHeld;
 use super::names::{self, Kind, Mode, NodeData};
 use super::queue::{self, create_node, wait_turn, Place};
-use super::session::{Gone, Session};
-use crate::backend::{Acquired, BackendError, LockMode, LockRequest, Result, WaitProgress};
+use super::session::Session;
+use crate::backend::{Acquired, LockMode, LockRequest, Result, WaitProgress};
 
 pub async fn acquire(
     s: &Arc<Session>,
@@ -184,18 +184,7 @@ async fn wait_for_room(
                 }
             }
             _ = cancel.cancelled() => return Ok(false),
-            gone = s.until_gone() => {
-                return Err(match gone {
-                    Gone::Expired => queue::expired(s),
-                    _ => BackendError::Unavailable {
-                        server: s.server.clone(),
-                        reason: format!(
-                            "no contact with ZooKeeper for longer than the session timeout ({:?}) while waiting",
-                            s.retry_for
-                        ),
-                    },
-                })
-            }
+            gone = s.until_gone() => return Err(queue::lost_while_waiting(s, gone)),
         }
     }
 }
