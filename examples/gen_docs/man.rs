@@ -153,7 +153,7 @@ fn exit_text(code: ExitCode) -> &'static str {
         ExitCode::Software => "internal error",
         ExitCode::ReleaseFailed => "the release was not confirmed: the key may still be held; the message names the reset command that clears it",
         ExitCode::LockLost => "the lock was lost while the command ran; the command was stopped",
-        ExitCode::Protocol => "the service refused the request or answered something unexpected (another protocol on that port)",
+        ExitCode::Protocol => "the service refused the request (a wrong or missing password, a lock node's ACL, a -s or --limit the backend cannot take) or answered something unexpected (another protocol on that port)",
         ExitCode::ModeConflict => "KEY is held or waited for in another mode: as a lock (exclusive or shared) against --limit N, or with another N; refused, nothing was taken",
         ExitCode::CannotExecute => "the command could not be executed",
         ExitCode::NotFound => "the command was not found",
@@ -217,6 +217,26 @@ fn extra_sections() -> Roff {
         "Set for the command: the key it runs under.",
     );
     item(&mut r, "LC_LOCK_TOKEN", "Set for the command where the backend has one: a number that grows with each grant of the key, for fencing.");
+    item(
+        &mut r,
+        "REDISCLI_AUTH",
+        "Redis: the password, when the address has none.",
+    );
+    item(
+        &mut r,
+        "LC_ZK_PASSWORD",
+        "ZooKeeper: the digest password of the user the address names.",
+    );
+    item(
+        &mut r,
+        "ETCDCTL_USER, ETCDCTL_PASSWORD",
+        "etcd: the user (USER or USER:PASSWORD) and password, when the address has none.",
+    );
+    item(
+        &mut r,
+        "PGPASSWORD, PGSSLMODE, PGSSLROOTCERT",
+        "PostgreSQL: as libpq reads them (also ~/.pgpass).",
+    );
 
     section(&mut r, "EXIT STATUS");
     paragraph(&mut r, "The command's own status when it ran; otherwise:");
@@ -244,7 +264,7 @@ fn extra_sections() -> Roff {
     );
 
     section(&mut r, "GUARANTEES AND LIMITS");
-    item(&mut r, "Built-in server (lc://)", "One process, no replication: while it is down nobody locks anything. Without --data a restart forgets every held key; with --data held keys survive a restart and a crash can only leave a key held by nobody, never by two. A hold is not a lease: a holder that dies without releasing keeps its key until unlock or reset. No authentication: trusted networks only.");
+    item(&mut r, "Built-in server (lc://)", "One process, no replication: while it is down nobody locks anything. Without --data a restart forgets every held key; with --data held keys survive a restart and a crash can only leave a key held by nobody, never by two. lock KEY -- CMD holds a session: a holder not heard from for the server's --reclaim-grace (10s) is freed, a short cut is reclaimed with the hold's token, and a lost hold stops the command (lock-lost status); LC_LOCK_TOKEN grows with every grant. A detached hold (lock KEY without a command) is not a session: it stays until unlock or reset. Against a reference Locking-Center server lc-cli holds the classic way, without those. No authentication: loopback, a tunnel or a trusted network only.");
     item(&mut r, "ZooKeeper (zk://)", "Survives the loss of a minority of the ensemble. A holder that dies loses the lock when its session expires (session-timeout); a connection loss that recovers within the session timeout is not a loss. When the session expires or the node is deleted, lc-cli stops the command and exits with the lock-lost status.");
     item(&mut r, "Redis (redis://)", "The lock is a lease (ttl), renewed while the command runs; a holder that dies frees the key when the lease ends, a waiter that dies leaves the line after queue-timeout. If a renewal fails for longer than the lease allows, lc-cli stops the command and exits with the lock-lost status. A lease cannot stop a holder that stalls past it: protect the resource itself with LC_LOCK_TOKEN.");
 
