@@ -60,10 +60,14 @@ fn a_hold_survives_the_leader_and_is_lost_with_quorum() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(code, Some(75));
-    // A leader left alone still renews leases until it steps down (one
-    // election timeout, 1 s): within the TTL of its last renewal.
+    // A leader left alone still renews leases until it steps down: its
+    // quorum check runs once per election timeout (1 s), so it steps down
+    // one to two timeouts after the loss. The command must be gone before
+    // the last lease it renewed can expire: within the TTL of that renewal.
+    // (Measured: 7.09 and 7.17 s after the loss, in two runs on a loaded
+    // machine; the bound was one timeout before, too tight.)
     assert!(
-        lost_at.elapsed() < TTL + Duration::from_secs(1),
+        lost_at.elapsed() < TTL + Duration::from_secs(2),
         "stopped {:?} after quorum was lost (TTL {TTL:?}, election timeout 1s)",
         lost_at.elapsed()
     );

@@ -178,9 +178,10 @@ async fn semaphore_holders(s: &Session, root: &str, dir: &str) -> Result<Vec<Key
         .iter()
         .find_map(|(d, _)| NodeData::decode(d).and_then(|d| d.limit))
         .unwrap_or(data.len() as u32);
-    // Past the first N: the acquirer holding the mutex, waiting for room.
+    // Past the first N: the lease of the acquirer holding the mutex, waiting
+    // for room. That acquirer is in `locks` too: counted once.
     let holding = data.len().min(n as usize);
-    let waiting = waiting + data.len() - holding;
+    let waiting = waiting.max(data.len() - holding);
     Ok(data[..holding]
         .iter()
         .map(|(d, stat)| {
