@@ -92,35 +92,7 @@ fn readers_and_writers(nodes: &[RedisServer], url: &str) {
     let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(nodes, "rw", tag));
     let codes = kids.wait_all(Duration::from_secs(60));
     assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    let spans = spans::read(&log);
-    let s = |t| spans::by_tag(&spans, t);
-    assert!(
-        spans::overlap(s("r1"), s("r2")),
-        "readers did not share: {spans:#?}"
-    );
-    assert!(
-        spans::overlap(s("r3"), s("r4")),
-        "readers did not share: {spans:#?}"
-    );
-    for w in ["w1", "w2"] {
-        for other in &spans {
-            if other.tag != w {
-                assert!(
-                    !spans::overlap(s(w), other),
-                    "{w} overlapped {}: {spans:#?}",
-                    other.tag
-                );
-            }
-        }
-    }
-    assert!(
-        s("w1").start >= s("r2").end && s("w1").end <= s("r3").start,
-        "{spans:#?}"
-    );
-    assert!(
-        s("w2").start >= s("r4").end && s("w2").end <= s("r5").start,
-        "{spans:#?}"
-    );
+    spans::readers_and_writers_in_arrival_order(&spans::read(&log));
 }
 
 fn dead_holders(nodes: &[RedisServer], url: &str) {

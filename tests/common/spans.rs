@@ -341,3 +341,37 @@ pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
         of(&json(), "ksem").iter().all(|r| r["source"] == "c")
     }));
 }
+
+/// The spans of r1 r2 w1 r3 r4 w2 r5, arrived in that order: readers next
+/// to each other share, a writer overlaps nobody, and each writer runs
+/// after the readers ahead of it and before those behind it.
+pub fn readers_and_writers_in_arrival_order(spans: &[Span]) {
+    let s = |t| by_tag(spans, t);
+    assert!(
+        overlap(s("r1"), s("r2")),
+        "readers did not share: {spans:#?}"
+    );
+    assert!(
+        overlap(s("r3"), s("r4")),
+        "readers did not share: {spans:#?}"
+    );
+    for w in ["w1", "w2"] {
+        for other in spans {
+            if other.tag != w {
+                assert!(
+                    !overlap(s(w), other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
+            }
+        }
+    }
+    assert!(
+        s("w1").start >= s("r2").end && s("w1").end <= s("r3").start,
+        "{spans:#?}"
+    );
+    assert!(
+        s("w2").start >= s("r4").end && s("w2").end <= s("r5").start,
+        "{spans:#?}"
+    );
+}
