@@ -1,8 +1,8 @@
 //! lc-cli: a distributed flock(1).
 //!
 //! Dependencies point one way: `cmd -> backend -> {lc -> proto, zk, redis}`,
-//! `cmd::serve -> server -> {proto, wal}`; `cli`, `proto`, `wal` and `exit`
-//! import nothing else of the crate.
+//! `cmd::serve -> server -> {proto, wal}`; `cli`, `proto`, `wal`, `mode` and
+//! `exit` import nothing else of the crate but `mode`.
 //!
 //! - [`cli`]: the clap types, nothing else.
 //! - [`cmd`]: one module per subcommand; turns the command line into config,
@@ -18,6 +18,8 @@
 //! - `proto`: the codecs, no I/O: the one-byte protocol, and
 //!   `proto::manager` (the reference manager protocol on the lock port + 1).
 //! - [`exit`]: every exit status, in one place.
+//! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
+//!   the clients and the server.
 //! - [`duration`]: how durations are written, on the command line and in
 //!   server addresses.
 //! - [`docs`]: completion scripts and man pages generated from [`cli`].
@@ -42,6 +44,7 @@ pub mod cmd;
 pub mod docs;
 pub mod duration;
 pub mod exit;
+pub mod mode;
 pub(crate) mod proto;
 pub(crate) mod server;
 pub(crate) mod signals;

@@ -16,9 +16,24 @@
 //! | SessionTryLock | `[9][keySize][key][sourceSize][source]` (lc-cli extension) |
 //! | Reclaim        | `[10][keySize][key][8][token:u64be]` (lc-cli extension) |
 //! | SessionRelease | `[11][keySize][key][8][token:u64be]` (lc-cli extension) |
+//! | ModeSessionLock    | `[12][keySize][key][sourceSize][source][4][mode:u32be]` (lc-cli extension) |
+//! | ModeSessionTryLock | `[13]` as 12 (lc-cli extension) |
+//! | ModeLock           | `[14]` as 12 (lc-cli extension) |
+//! | ModeTryLock        | `[15]` as 12 (lc-cli extension) |
 //!
-//! Actions 12 to 15 are reserved for shared and limited locks; lc-cli's
-//! server answers `-` to them, as to every action it does not know.
+//! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
+//! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
+//! 8 and 9 are; 14 and 15 are kept holds (until an Unlock), granted `=` with
+//! their token and a timeout of 0 (a client that gives its hold back, or
+//! withdraws, releases it under its token: a plain Unlock of a shared key
+//! ends its oldest kept hold, maybe someone else's). All
+//! four answer `#` (a try found the key taken), `!` (withdrawn: a reset by
+//! source, or the grant could not be logged), or `~` and the key's mode as a
+//! u32be (the key is held or waited for in a mode this request cannot
+//! join). Their `-` is only ever a server that does not know them (a
+//! reference server): the client then says the server cannot take shared
+//! or limited locks. Actions 8 and 9 answer `~` too, for an exclusive
+//! request on a `--limit N` key; actions 1 and 5, the reference's, `-`.
 //!
 //! Ping is an lc-cli extension: `lc-cli serve` answers `+` (and ignores the
 //! key and source), a reference server `-` (an unknown action): one protocol
@@ -41,6 +56,8 @@
 
 use std::fmt;
 
+use crate::mode::LockMode;
+
 pub mod manager;
 
 pub const MAX_FIELD: usize = 127;
@@ -57,8 +74,32 @@ pub const ACTION_SESSION_LOCK: u8 = 8;
 pub const ACTION_SESSION_TRY_LOCK: u8 = 9;
 pub const ACTION_RECLAIM: u8 = 10;
 pub const ACTION_SESSION_RELEASE: u8 = 11;
-/// Reserved for shared and limited locks (issue 14): not sessions.
-pub const RESERVED_ACTIONS: std::ops::RangeInclusive<u8> = 12..=15;
+pub const ACTION_MODE_SESSION_LOCK: u8 = 12;
+pub const ACTION_MODE_SESSION_TRY_LOCK: u8 = 13;
+pub const ACTION_MODE_LOCK: u8 = 14;
+pub const ACTION_MODE_TRY_LOCK: u8 = 15;
+
+/// `~` and the key's mode (u32be): the request's mode cannot join the key's.
+pub const MODE_CONFLICT: u8 = b'~';
+pub const MODE_CONFLICT_LEN: usize = 5;
+
+/// The answer to a request whose mode the key's refuses.
+pub fn mode_conflict(theirs: LockMode) -> [u8; MODE_CONFLICT_LEN] {
+    let mut out = [0u8; MODE_CONFLICT_LEN];
+    out[0] = MODE_CONFLICT;
+    out[1..].copy_from_slice(&theirs.word().to_be_bytes());
+    out
+}
+
+/// The key's mode in a whole conflict answer.
+pub fn parse_mode_conflict(bytes: &[u8]) -> Option<LockMode> {
+    if bytes.len() != MODE_CONFLICT_LEN || bytes[0] != MODE_CONFLICT {
+        return None;
+    }
+    Some(LockMode::from_word(u32::from_be_bytes(
+        bytes[1..].try_into().ok()?,
+    )))
+}
 
 /// The session answers and heartbeat (see the module docs).
 pub const SESSION_GRANTED: u8 = b'=';
@@ -135,6 +176,16 @@ pub enum Request {
         key: Vec<u8>,
         token: u64,
     },
+    /// A lock in a mode (actions 12 to 15).
+    ModeLock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+        mode: LockMode,
+        /// A session hold (12, 13), else a kept one (14, 15).
+        session: bool,
+        /// Only if free now (13, 15), else wait in line (12, 14).
+        try_only: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +234,8 @@ pub enum FrameError {
     EmptyKey,
     /// A token field that is not 8 bytes.
     BadToken(u8),
+    /// A mode field that is not 4 bytes.
+    BadMode(u8),
 }
 
 impl fmt::Display for FrameError {
@@ -192,6 +245,7 @@ impl fmt::Display for FrameError {
             FrameError::NegativeSize(s) => write!(f, "negative size byte 0x{s:02x}"),
             FrameError::EmptyKey => write!(f, "empty key"),
             FrameError::BadToken(n) => write!(f, "a token of {n} byte(s), not 8"),
+            FrameError::BadMode(n) => write!(f, "a mode of {n} byte(s), not 4"),
         }
     }
 }
@@ -256,11 +310,25 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
             };
             Request::Ping
         }
-        // Reserved (shared and limited locks), and unknown: `-`, as the
-        // reference answers an action it does not know.
-        reserved if RESERVED_ACTIONS.contains(&reserved) => {
-            return Err(FrameError::UnknownAction(reserved))
+        ACTION_MODE_SESSION_LOCK..=ACTION_MODE_TRY_LOCK => {
+            let Some(key) = cur.key()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            let Some(source) = cur.field()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            let Some(mode) = cur.mode()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            Request::ModeLock {
+                key,
+                source,
+                mode,
+                session: action <= ACTION_MODE_SESSION_TRY_LOCK,
+                try_only: action == ACTION_MODE_SESSION_TRY_LOCK || action == ACTION_MODE_TRY_LOCK,
+            }
         }
+        // Unknown: `-`, as the reference answers an action it does not know.
         other => return Err(FrameError::UnknownAction(other)),
     };
     Ok(Decoded::Frame(request, cur.pos))
@@ -295,6 +363,15 @@ impl Cursor<'_> {
             return Err(FrameError::EmptyKey);
         }
         self.field()
+    }
+
+    fn mode(&mut self) -> Result<Option<LockMode>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 4 => Err(FrameError::BadMode(n)),
+            _ => Ok(self
+                .field()?
+                .map(|b| LockMode::from_word(u32::from_be_bytes(b.try_into().unwrap())))),
+        }
     }
 
     fn token(&mut self) -> Result<Option<u64>, FrameError> {
@@ -404,6 +481,25 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, key);
             push_field(&mut out, &token.to_be_bytes());
         }
+        Request::ModeLock {
+            key,
+            source,
+            mode,
+            session,
+            try_only,
+        } => {
+            check_key(key)?;
+            check_source(source)?;
+            out.push(match (session, try_only) {
+                (true, false) => ACTION_MODE_SESSION_LOCK,
+                (true, true) => ACTION_MODE_SESSION_TRY_LOCK,
+                (false, false) => ACTION_MODE_LOCK,
+                (false, true) => ACTION_MODE_TRY_LOCK,
+            });
+            push_field(&mut out, key);
+            push_field(&mut out, source);
+            push_field(&mut out, &mode.word().to_be_bytes());
+        }
     }
     Ok(out)
 }
@@ -481,9 +577,45 @@ mod tests {
             Some((42, std::time::Duration::from_secs(10)))
         );
         assert_eq!(parse_session_grant(&grant[..12]), None);
-        for a in RESERVED_ACTIONS {
-            assert_eq!(decode(&[a, 1, b'k', 0]), Err(FrameError::UnknownAction(a)));
+        assert_eq!(
+            decode(&[16, 1, b'k', 0]),
+            Err(FrameError::UnknownAction(16))
+        );
+    }
+
+    #[test]
+    fn mode_frames_and_answers() {
+        for (session, try_only, action) in [
+            (true, false, 12),
+            (true, true, 13),
+            (false, false, 14),
+            (false, true, 15),
+        ] {
+            let req = Request::ModeLock {
+                key: b"k".to_vec(),
+                source: b"s".to_vec(),
+                mode: LockMode::limit(3),
+                session,
+                try_only,
+            };
+            assert_eq!(
+                encode(&req).unwrap(),
+                [action, 1, b'k', 1, b's', 4, 0, 0, 0, 3]
+            );
+            roundtrip(req);
         }
+        roundtrip(Request::ModeLock {
+            key: b"k".to_vec(),
+            source: vec![],
+            mode: LockMode::Shared,
+            session: true,
+            try_only: false,
+        });
+        assert_eq!(decode(&[12, 1, b'k', 0, 8]), Err(FrameError::BadMode(8)));
+        let refused = mode_conflict(LockMode::limit(2));
+        assert_eq!(refused, [b'~', 0, 0, 0, 2]);
+        assert_eq!(parse_mode_conflict(&refused), Some(LockMode::limit(2)));
+        assert_eq!(parse_mode_conflict(&refused[..4]), None);
     }
 
     #[test]

@@ -86,8 +86,9 @@ fn check_keyx(answer: &[u8], expected: &[Keyx], from_ms: i64, to_ms: i64) {
         buf: answer,
         pos: 0,
     };
-    // The high bit: entries with a fencing token and a hold kind.
-    assert_eq!(c.u32() as usize, expected.len() | 0x8000_0000, "{answer:?}");
+    // The high bit: entries with a fencing token and a hold kind; the next
+    // one: and a mode.
+    assert_eq!(c.u32() as usize, expected.len() | 0xC000_0000, "{answer:?}");
     for (key, source, peer, waiting) in expected {
         assert_eq!(c.short(), key.as_bytes());
         assert_eq!(c.short(), source.as_bytes(), "source of {key}");
@@ -97,8 +98,9 @@ fn check_keyx(answer: &[u8], expected: &[Keyx], from_ms: i64, to_ms: i64) {
         assert_eq!(c.u32(), *waiting, "waiters of {key}");
         let token = c.i64();
         assert!(token > 0, "token of {key}");
-        // Raw classic Locks: kept holds, not sessions.
+        // Raw classic Locks: kept holds, not sessions, exclusive.
         assert_eq!(c.take(1), [0], "kind of {key}");
+        assert_eq!(c.u32(), 1, "mode of {key}");
     }
     c.end();
 }
@@ -112,7 +114,7 @@ fn wait_for_waiters(server: &Server, expected: &[(&str, u32)]) {
             buf: &answer,
             pos: 0,
         };
-        let n = c.u32() & !0x8000_0000;
+        let n = c.u32() & !0xC000_0000;
         let mut got = Vec::new();
         for _ in 0..n {
             let key = String::from_utf8(c.short()).unwrap();
@@ -122,6 +124,7 @@ fn wait_for_waiters(server: &Server, expected: &[(&str, u32)]) {
             got.push((key, c.u32()));
             c.i64();
             c.take(1);
+            c.u32();
         }
         let want: Vec<(String, u32)> = expected.iter().map(|(k, w)| (k.to_string(), *w)).collect();
         if got == want {
@@ -354,5 +357,5 @@ fn the_manager_defaults_to_the_next_port_and_can_be_moved() {
     let moved = Server::start_with(&["--manager", "127.0.0.1:0"]);
     let m: SocketAddr = moved.manager;
     assert!(m.ip().is_loopback());
-    assert_eq!(moved.manage(b"KEYX"), b"\0\0\0\x80+");
+    assert_eq!(moved.manage(b"KEYX"), b"\0\0\0\xc0+");
 }

@@ -1,7 +1,8 @@
 //! The backends that cannot take shared or limited locks refuse them with
 //! one line and 76, before anything is granted: never an exclusive lock in
-//! their place (the built-in server for now, etcd; PostgreSQL `--limit`);
-//! PostgreSQL's shared advisory locks keep the order across modes.
+//! their place (etcd; PostgreSQL `--limit`; a reference Locking-Center
+//! server, in `serve_shared.rs`); PostgreSQL's shared advisory locks keep
+//! the order across modes.
 
 mod common;
 
@@ -24,12 +25,6 @@ fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&st
     expect_status(&mut lc(&["trylock", "k", "true"]), 0);
     // --limit 1 is the exclusive lock.
     expect_status(&mut lc(&["trylock", "--limit", "1", "k", "true"]), 0);
-}
-
-#[test]
-fn the_built_in_server_refuses_for_now() {
-    let server = Server::start();
-    refused(|args| server.lc(args), "this server", ALL);
 }
 
 #[test]

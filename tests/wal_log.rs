@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use lc_cli::mode::LockMode;
 use lc_cli::wal::record::{decode, Next};
 use lc_cli::wal::{Held, Options, Record, Wal, WalError};
 
@@ -16,12 +17,37 @@ fn grant(key: &str, source: &str) -> Record {
         since_ms: 1_700_000_000_000,
         token: 7,
         session: false,
+        mode: LockMode::Exclusive,
     }
 }
 
 fn release(key: &str) -> Record {
     Record::Release {
         key: key.as_bytes().to_vec(),
+        token: Some(7),
+    }
+}
+
+/// A shared hold of `key` under `token`.
+fn shared(key: &str, source: &str, token: u64) -> Record {
+    match grant(key, source) {
+        Record::Grant {
+            key,
+            source,
+            peer,
+            since_ms,
+            session,
+            ..
+        } => Record::Grant {
+            key,
+            source,
+            peer,
+            since_ms,
+            token,
+            session,
+            mode: LockMode::Shared,
+        },
+        _ => unreachable!(),
     }
 }
 
@@ -428,4 +454,105 @@ fn a_headerless_log_is_migrated_with_its_holders() {
         Ok(_) => panic!("damage not caught"),
     }
     assert_eq!(std::fs::read(&path).unwrap(), damaged);
+}
+
+/// Several holds of one key (shared, or `--limit N`): each is released by
+/// its token, and those left come back after a reopen and after the
+/// compactions of a long load.
+#[test]
+fn the_holds_of_a_shared_key_are_kept_and_released_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.wal");
+    let options = Options {
+        compact_min: 4096,
+        ..Options::default()
+    };
+    let (wal, _, _) = Wal::open(&path, options.clone()).unwrap();
+    for (source, token) in [("r1", 1), ("r2", 2), ("r3", 3)] {
+        let _ = wal.append(&shared("k", source, token));
+    }
+    let _ = wal.append(&Record::Release {
+        key: b"k".to_vec(),
+        token: Some(2),
+    });
+    wal.sync().unwrap();
+    // Enough traffic on another key for compactions to happen (bounded).
+    for i in 0..5_000u64 {
+        let _ = wal.append(&shared("hot", "w", 100 + i));
+        let _ = wal.append(&Record::Release {
+            key: b"hot".to_vec(),
+            token: Some(100 + i),
+        });
+        if i % 100 == 0 {
+            wal.sync().unwrap();
+        }
+    }
+    wal.sync().unwrap();
+    assert!(wal.stats().compactions > 0, "no compaction happened");
+    drop(wal);
+    let (_, held) = open(&path).unwrap();
+    let got: Vec<(String, u64, LockMode)> = held
+        .iter()
+        .map(|h| {
+            (
+                String::from_utf8_lossy(&h.key).into_owned(),
+                h.token,
+                h.mode,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("k".to_string(), 1, LockMode::Shared),
+            ("k".to_string(), 3, LockMode::Shared)
+        ]
+    );
+}
+
+/// A record as lc-cli wrote it before modes: `payload` framed by hand.
+fn framed(payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_le_bytes();
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
+    let mut out = len.to_vec();
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A log of format version 2 (the release before shared locks: a grant is
+/// the key's only holder, a release ends it) keeps its holders, now
+/// exclusive holds, and gets this build's header before anything is
+/// appended.
+#[test]
+fn a_version_2_log_is_upgraded_with_its_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.wal");
+    let v2_grant = |key: &[u8], token: u64| {
+        let mut p = vec![3, key.len() as u8];
+        p.extend_from_slice(key);
+        p.extend_from_slice(&[1, b's', 1, b'p']);
+        p.extend_from_slice(&5u64.to_le_bytes());
+        p.extend_from_slice(&token.to_le_bytes());
+        p.push(1);
+        framed(&p)
+    };
+    let mut bytes = b"LCCLIWAL".to_vec();
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend(v2_grant(b"a", 10));
+    bytes.extend(v2_grant(b"b", 11));
+    bytes.extend(framed(&[2, 1, b'a']));
+    bytes.extend(v2_grant(b"b", 12));
+    std::fs::write(&path, &bytes).unwrap();
+    let (wal, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert_eq!(recovery.upgraded, Some(2));
+    let got: Vec<(Vec<u8>, u64, bool, LockMode)> = held
+        .iter()
+        .map(|h| (h.key.clone(), h.token, h.session, h.mode))
+        .collect();
+    assert_eq!(got, [(b"b".to_vec(), 12, true, LockMode::Exclusive)]);
+    drop(wal);
+    assert!(std::fs::read(&path)
+        .unwrap()
+        .starts_with(&lc_cli::wal::file::header()));
 }

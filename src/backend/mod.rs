@@ -11,7 +11,6 @@ pub mod secret;
 pub(crate) mod tcp;
 pub mod zk;
 
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -425,37 +424,10 @@ fn host_list(list: &str, default_port: u16) -> std::result::Result<Vec<String>, 
     Ok(out)
 }
 
-/// How a key is held. Every holder and waiter of a key agrees on it
-/// (exclusive and shared requests share one queue; a `--limit N` key takes
-/// only `--limit N` requests with the same N): a backend refuses a request
-/// that disagrees with [`BackendError::ModeConflict`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockMode {
-    Exclusive,
-    /// With other shared holders, never with an exclusive one.
-    Shared,
-    /// At most N holders at once, N >= 2 (`--limit 1` is `Exclusive`).
-    Limit(NonZeroU32),
-}
+pub use crate::mode::LockMode;
 
+/// The refusals of a request's mode, where a backend needs them.
 impl LockMode {
-    /// `--limit N` as a mode: N = 1 is today's exclusive lock.
-    pub fn limit(n: u32) -> LockMode {
-        match NonZeroU32::new(n) {
-            Some(n) if n.get() > 1 => LockMode::Limit(n),
-            _ => LockMode::Exclusive,
-        }
-    }
-
-    /// How many may hold the key at once in this mode (a shared lock: any).
-    pub fn slots(self) -> Option<u32> {
-        match self {
-            LockMode::Exclusive => Some(1),
-            LockMode::Shared => None,
-            LockMode::Limit(n) => Some(n.get()),
-        }
-    }
-
     /// Refuses a shared or limited request on a backend that can take only
     /// exclusive locks: the single spot each such backend calls.
     pub(crate) fn exclusive_only(self, server: &str, why: &str) -> Result<()> {
@@ -467,17 +439,6 @@ impl LockMode {
             }),
         }
     }
-}
-
-impl LockMode {
-    /// How the key is used in this mode, for a refusal: exclusive and shared
-    /// requests are one kind (they queue together), each N another.
-    pub fn phrase(self) -> String {
-        match self {
-            LockMode::Exclusive | LockMode::Shared => "as a lock (exclusive or shared)".into(),
-            LockMode::Limit(n) => format!("with --limit {n}"),
-        }
-    }
 
     /// The refusal of a request in this mode on `key`, used `theirs` way.
     pub(crate) fn conflict(self, key: &str, theirs: LockMode) -> BackendError {
@@ -485,28 +446,6 @@ impl LockMode {
             key: key.to_string(),
             ours: self.phrase(),
             theirs: theirs.phrase(),
-        }
-    }
-
-    /// Whether a request in this mode can queue with one in `other`.
-    pub fn agrees(self, other: LockMode) -> bool {
-        self.slots_kind() == other.slots_kind()
-    }
-
-    fn slots_kind(self) -> Option<u32> {
-        match self {
-            LockMode::Exclusive | LockMode::Shared => None,
-            LockMode::Limit(n) => Some(n.get()),
-        }
-    }
-}
-
-impl std::fmt::Display for LockMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LockMode::Exclusive => f.write_str("an exclusive lock"),
-            LockMode::Shared => f.write_str("a shared lock"),
-            LockMode::Limit(n) => write!(f, "--limit {n}"),
         }
     }
 }

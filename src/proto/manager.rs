@@ -7,15 +7,19 @@
 //! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer `ip:port`, `i64` unix seconds) |
 //! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
 //! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
-//! | `KEYX`  | -                         | `u32 n \| 0x8000_0000`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters, `u64` fencing token, `u8` 1 = session hold / 0 = kept) |
+//! | `KEYX`  | -                         | `u32 n \| 0xC000_0000`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters, `u64` fencing token, `u8` 1 = session hold / 0 = kept, `u32` mode: 0 shared, 1 exclusive, N a limit of N) |
 //!
 //! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference
-//! `KEYS`. The high bit of its count marks entries with a token and a hold
-//! kind; lc-cli also reads the answer of earlier servers, without both (an
-//! earlier lc-cli finds this one malformed and says so).
+//! `KEYS`, one entry per hold (a shared or limited key has several). The
+//! high bit of its count marks entries with a token and a hold kind, the
+//! next bit entries with a mode; lc-cli also reads the answers of earlier
+//! servers, without them (an earlier lc-cli finds this one malformed and
+//! says so).
 //! `KEYS` stays as the reference writes it: no token, no kind.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::mode::LockMode;
 
 /// The manager listens on the lock port + 1, as the reference server's
 /// does; None when there is no next port.
@@ -43,10 +47,16 @@ pub struct KeyReport {
     /// A session hold (ends with its holder) rather than a kept one (until
     /// Unlock); None from a server before sessions.
     pub session: Option<bool>,
+    /// How the key is held; None from a server before shared locks (there,
+    /// exclusive).
+    pub mode: Option<LockMode>,
 }
 
 /// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
 const WITH_TOKENS: u32 = 0x8000_0000;
+/// The next bit: entries carry a mode too.
+const WITH_MODES: u32 = 0x4000_0000;
+const COUNT: u32 = !(WITH_TOKENS | WITH_MODES);
 
 /// Unix milliseconds of `t`, negative before the epoch.
 fn unix_ms(t: SystemTime) -> i64 {
@@ -85,7 +95,7 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
 
 /// The answer to `KEYX` (final `+` included).
 pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
-    let n = (reports.len() as u32).min(!WITH_TOKENS) | WITH_TOKENS;
+    let n = (reports.len() as u32).min(COUNT) | WITH_TOKENS | WITH_MODES;
     let mut out = n.to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
@@ -95,6 +105,8 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
         out.extend_from_slice(&r.waiting.to_le_bytes());
         out.extend_from_slice(&r.token.unwrap_or(0).to_le_bytes());
         out.push(u8::from(r.session == Some(true)));
+        let mode = r.mode.unwrap_or(LockMode::Exclusive);
+        out.extend_from_slice(&mode.word().to_le_bytes());
     }
     out.push(b'+');
     out
@@ -105,7 +117,11 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
     let mut cur = Reader { buf, pos: 0 };
     let n = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
     let with_tokens = n & WITH_TOKENS != 0;
-    let n = n & !WITH_TOKENS;
+    let with_modes = n & WITH_MODES != 0;
+    if with_modes && !with_tokens {
+        return None;
+    }
+    let n = n & COUNT;
     let mut out = Vec::with_capacity(n.min(4096) as usize);
     for _ in 0..n {
         let key = cur.short()?;
@@ -125,6 +141,12 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
         } else {
             (None, None)
         };
+        let mode = match with_modes {
+            true => Some(LockMode::from_word(u32::from_le_bytes(
+                cur.take(4)?.try_into().ok()?,
+            ))),
+            false => None,
+        };
         out.push(KeyReport {
             key,
             source,
@@ -133,6 +155,7 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             waiting,
             token,
             session,
+            mode,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -180,6 +203,7 @@ mod tests {
             waiting: 3,
             token: Some(1_700_000_000_123_456),
             session: Some(true),
+            mode: Some(LockMode::limit(3)),
         }
     }
 
@@ -195,6 +219,7 @@ mod tests {
         let got = decode_keys_extended(&bytes).unwrap();
         assert_eq!(got[0].token, None);
         assert_eq!(got[0].session, None);
+        assert_eq!(got[0].mode, None);
         assert_eq!(got[0].waiting, 2);
     }
 
@@ -219,6 +244,11 @@ mod tests {
             KeyReport {
                 waiting: 0,
                 session: Some(false),
+                mode: Some(LockMode::Shared),
+                ..report()
+            },
+            KeyReport {
+                mode: Some(LockMode::Exclusive),
                 ..report()
             },
         ];

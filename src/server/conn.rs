@@ -7,8 +7,11 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::grant::Frames;
 use super::metrics::Counters;
+use super::table::Ask;
 use super::{lock, reset, session, trylock, unlock, Shared};
+use crate::mode::LockMode;
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
@@ -31,12 +34,47 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             source
         }
     };
+    let exclusive = |source, session| Ask {
+        source: or_peer(source),
+        peer,
+        session,
+        mode: LockMode::Exclusive,
+    };
     match request {
         Request::Lock { key, source } => {
-            lock::serve(stream, peer, &shared, key, or_peer(source), false).await
+            lock::serve(
+                stream,
+                &shared,
+                key,
+                exclusive(source, false),
+                Frames::Classic,
+            )
+            .await
         }
         Request::SessionLock { key, source } if shared.extensions => {
-            lock::serve(stream, peer, &shared, key, or_peer(source), true).await
+            lock::serve(
+                stream,
+                &shared,
+                key,
+                exclusive(source, true),
+                Frames::Session,
+            )
+            .await
+        }
+        Request::ModeLock {
+            key,
+            source,
+            mode,
+            session,
+            try_only: false,
+        } if shared.extensions => {
+            let ask = Ask {
+                source: or_peer(source),
+                peer,
+                session,
+                mode,
+            };
+            lock::serve(stream, &shared, key, ask, Frames::new(session)).await
         }
         other => Box::pin(other_request(stream, peer, &shared, other, or_peer)).await,
     }
@@ -87,15 +125,37 @@ async fn other_request(
         let _ = stream.write_all(&[Answer::Fail.byte()]).await;
         return;
     }
+    let ask = |source, session, mode| Ask {
+        source: or_peer(source),
+        peer,
+        session,
+        mode,
+    };
     let answer = match request {
-        Request::Lock { .. } | Request::SessionLock { .. } => {
+        Request::Lock { .. }
+        | Request::SessionLock { .. }
+        | Request::ModeLock {
+            try_only: false, ..
+        } => {
             unreachable!("Lock is served by lock::serve")
         }
         Request::TryLock { key, source } => {
-            return trylock::serve(stream, peer, shared, key, &or_peer(source), false).await
+            let ask = ask(source, false, LockMode::Exclusive);
+            return trylock::serve(stream, shared, key, ask, Frames::Classic).await;
         }
         Request::SessionTryLock { key, source } => {
-            return trylock::serve(stream, peer, shared, key, &or_peer(source), true).await
+            let ask = ask(source, true, LockMode::Exclusive);
+            return trylock::serve(stream, shared, key, ask, Frames::Session).await;
+        }
+        Request::ModeLock {
+            key,
+            source,
+            mode,
+            session,
+            try_only: true,
+        } => {
+            let ask = ask(source, session, mode);
+            return trylock::serve(stream, shared, key, ask, Frames::new(session)).await;
         }
         Request::Reclaim { key, token } => {
             return session::reclaim(stream, peer, shared, key, token).await

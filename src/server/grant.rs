@@ -2,43 +2,84 @@
 //! only to a client still there to take it; otherwise the key is released
 //! again, so neither a failed log write nor a closed connection keeps a key.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
 use super::show::show;
-use super::table::{Durable, GrantId, Token};
-use super::Shared;
+use super::table::{Durable, Grant, GrantId, Token};
+use super::{session, Shared};
+use crate::mode::LockMode;
 use crate::proto::{self, Answer};
 
-/// How a grant is answered: the classic `+`, or a session's `=` with its
-/// token and the session timeout.
+/// Which answers a request's action has (see `proto.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reply {
+pub enum Frames {
+    /// The reference's Lock and TryLock: `+` granted, `-` anything else.
     Classic,
-    Session(Token),
+    /// A kept hold in a mode (actions 14, 15): `=` with the token and a
+    /// session timeout of 0, `!` refused.
+    Kept,
+    /// A session hold (actions 8, 9, 12, 13): `=` with the token and the
+    /// session timeout, `!` refused.
+    Session,
 }
 
-impl Reply {
+impl Frames {
+    pub fn new(session: bool) -> Frames {
+        match session {
+            true => Frames::Session,
+            false => Frames::Kept,
+        }
+    }
+
     /// The answer of a request that got no grant.
     pub fn refused(self) -> u8 {
         match self {
-            Reply::Classic => Answer::Fail.byte(),
-            Reply::Session(_) => proto::SESSION_LOST,
+            Frames::Classic => Answer::Fail.byte(),
+            Frames::Kept | Frames::Session => proto::SESSION_LOST,
         }
+    }
+
+    /// The answer of a request whose mode the key's (`theirs`) refuses.
+    pub fn conflict(self, theirs: LockMode) -> Vec<u8> {
+        match self {
+            Frames::Classic => vec![Answer::Fail.byte()],
+            Frames::Kept | Frames::Session => proto::mode_conflict(theirs).to_vec(),
+        }
+    }
+}
+
+/// Answers grant `g` (see [`answer`]); a delivered session grant is then
+/// served as a session, in a task of its own.
+pub async fn hand_over(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    g: Grant,
+    frames: Frames,
+) {
+    let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, frames).await;
+    if let (true, Some(link)) = (delivered, g.link) {
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }
 
 /// Waits until the grant is durable, then answers it; if the log failed, the
 /// key is released again and the client refused. True if the grant was
 /// delivered (the client holds the key).
-pub async fn answer(
+async fn answer(
     stream: &mut TcpStream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
+    token: Token,
     durable: Durable,
-    reply: Reply,
+    frames: Frames,
 ) -> bool {
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
@@ -47,34 +88,39 @@ pub async fn answer(
             "grant of '{}' not recorded in the log, refused: {e}",
             show(key)
         ));
-        let _ = stream.write_all(&[reply.refused()]).await;
+        let _ = stream.write_all(&[frames.refused()]).await;
         return false;
     }
-    answer_grant(stream, shared, key, id, reply).await
+    let with_token;
+    let bytes: &[u8] = match frames {
+        Frames::Classic => b"+",
+        // A kept hold has no session timeout, but its token all the same.
+        Frames::Kept => {
+            with_token = proto::session_grant(token, std::time::Duration::ZERO);
+            &with_token
+        }
+        Frames::Session => {
+            with_token = proto::session_grant(token, shared.session_timeout);
+            &with_token
+        }
+    };
+    deliver(stream, shared, key, id, bytes).await
 }
 
-/// Sends `+` for a grant; a grant that cannot be delivered is released again,
-/// so a closed connection never keeps a key.
+/// Sends the grant; a grant that cannot be delivered is released again, so
+/// a closed connection never keeps a key.
 ///
 /// A write to a socket whose peer has already closed usually succeeds (the
 /// peer answers with a reset later), so the connection is checked for a
 /// hang-up first: a client that went away before its `+` could be written is
 /// never left holding the key.
-async fn answer_grant(
+async fn deliver(
     stream: &mut TcpStream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
-    reply: Reply,
+    bytes: &[u8],
 ) -> bool {
-    let session;
-    let bytes: &[u8] = match reply {
-        Reply::Classic => b"+",
-        Reply::Session(token) => {
-            session = proto::session_grant(token, shared.session_timeout);
-            &session
-        }
-    };
     let delivered = !peer_gone(stream) && stream.write_all(bytes).await.is_ok();
     if !delivered && shared.table.release_grant(key, id) {
         shared.events.error(format_args!(

@@ -1,10 +1,9 @@
-//! Lock and SessionLock: granted at once if the key is free, else queued in
-//! arrival order until its turn or until the client hangs up (which
-//! withdraws it). A session grant then serves the hold on the same
-//! connection (`session.rs`).
+//! Lock, SessionLock and the mode locks (12, 14): granted at once if the
+//! request may hold the key now, else queued in arrival order until its turn
+//! or until the client hangs up (which withdraws it). A session grant then
+//! serves the hold on the same connection (`session.rs`).
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -12,30 +11,34 @@ use std::task::Poll;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grant::{self, Reply};
+use super::grant::{self, Frames};
 use super::metrics::Counters;
-use super::table::{Grant, LockOutcome, Notice, Withdrawal};
-use super::{session, Shared};
+use super::table::{Ask, LockOutcome, Notice, Withdrawal};
+use super::Shared;
 
 /// Serves a Lock on its connection. A queued waiter is this future parked
 /// in the wait below, so what it keeps across the wait is what each waiter
 /// costs (see `conn::handle`).
 pub async fn serve(
     mut stream: TcpStream,
-    peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
-    source: Vec<u8>,
-    session: bool,
+    ask: Ask,
+    frames: Frames,
 ) {
-    let (id, notice) = match shared.table.lock(&key, &source, peer, session) {
+    let peer = ask.peer;
+    let (id, notice) = match shared.table.lock(&key, &ask) {
         LockOutcome::Granted(g) => {
-            shared.events.grant(&key, &source, peer);
-            return Box::pin(granted(stream, peer, shared, key, g)).await;
+            shared.events.grant(&key, &ask.source, peer);
+            return Box::pin(grant::hand_over(stream, peer, shared, key, g, frames)).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
+        LockOutcome::Conflict(theirs) => {
+            let _ = Box::pin(stream.write_all(&frames.conflict(theirs))).await;
+            return;
+        }
     };
-    shared.events.queued(&key, &source, peer);
+    shared.events.queued(&key, &ask.source, peer);
     // Wait for the turn or the hang-up, whichever comes first. Written as a
     // poll function so a parked waiter keeps no buffer and no extra future.
     let mut notice = notice;
@@ -62,41 +65,25 @@ pub async fn serve(
     })
     .await;
     let Some(notice) = notice else {
-        match shared.table.withdraw(&key, id) {
+        // Waiters it stood in front of and who may hold now are told by
+        // the table, and log their own grants.
+        match shared.table.withdraw(&key, id).0 {
             Withdrawal::Dequeued | Withdrawal::Released => {
                 Counters::bump(&shared.counters.withdrawals);
-                shared.events.withdrawal(&key, &source, peer)
+                shared.events.withdrawal(&key, &ask.source, peer)
             }
             Withdrawal::Gone => {}
         }
         return;
     };
     match notice {
-        Ok(Notice::Granted(g)) => Box::pin(granted(stream, peer, shared, key, g)).await,
-        Ok(Notice::Withdrawn) | Err(_) => {
-            let reply = match session {
-                true => Reply::Session(0),
-                false => Reply::Classic,
-            };
-            let _ = stream.write_all(&[reply.refused()]).await;
+        Ok(Notice::Granted(g)) => {
+            // A hand-off: logged here, by the one it went to.
+            shared.events.grant(&key, &ask.source, peer);
+            Box::pin(grant::hand_over(stream, peer, shared, key, g, frames)).await
         }
-    }
-}
-
-/// Answers a grant; a delivered session grant is then served as a session.
-async fn granted(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    shared: &Arc<Shared>,
-    key: Vec<u8>,
-    g: Grant,
-) {
-    let reply = match g.link {
-        Some(_) => Reply::Session(g.token),
-        None => Reply::Classic,
-    };
-    let delivered = grant::answer(&mut stream, shared, &key, g.id, g.durable, reply).await;
-    if let (true, Some(link)) = (delivered, g.link) {
-        session::spawn_hold(stream, peer, shared, key, g.id, link);
+        Ok(Notice::Withdrawn) | Err(_) => {
+            let _ = stream.write_all(&[frames.refused()]).await;
+        }
     }
 }

@@ -40,7 +40,7 @@ pub struct ServerOptions {
     pub data: Option<PathBuf>,
     /// How long a session hold outlives the last word from its holder.
     pub session_timeout: Duration,
-    /// Serve lc-cli's own actions (6 to 11); off only in the test-only
+    /// Serve lc-cli's own actions (6 to 15); off only in the test-only
     /// reference mode, which answers them `-` as the reference server does.
     pub extensions: bool,
 }
@@ -160,9 +160,9 @@ impl Server {
         })?;
         let table = Table::with_wal(wal);
         table.raise_token_floor(recovery.token_floor);
-        if recovery.upgraded {
+        if let Some(version) = recovery.upgraded {
             events.info(format_args!(
-                "{}: log of format version 1 upgraded to version {} in place",
+                "{}: log of format version {version} upgraded to version {} in place",
                 path.display(),
                 wal::file::VERSION
             ));
@@ -193,13 +193,16 @@ impl Server {
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             let since = h.since;
             let restored = table.restore(h, peer);
-            let kind = match &restored {
+            let mut kind = match &restored {
                 Some(_) => format!(
                     "session hold, token {}, released in {:?} unless its holder reclaims it",
                     h.token, options.session_timeout
                 ),
                 None => format!("token {}", h.token),
             };
+            if h.mode != crate::mode::LockMode::Exclusive {
+                kind = format!("{}, {kind}", h.mode);
+            }
             if let Some((id, link)) = restored {
                 orphans.push((h.key.clone(), id, link));
             }
@@ -211,7 +214,7 @@ impl Server {
             ));
         }
         events.info(format_args!(
-            "{}: {} record(s) read, {} key(s) held",
+            "{}: {} record(s) read, {} hold(s) restored",
             path.display(),
             recovery.records,
             held.len()
@@ -277,9 +280,10 @@ impl Server {
         for task in side_tasks {
             task.abort();
         }
-        let (held, waiting) = shared.table.counts();
+        let g = shared.table.gauges();
         shared.events.info(format_args!(
-            "shutting down: {held} key(s) held, {waiting} waiter(s) queued"
+            "shutting down: {} key(s) held, {} waiter(s) queued",
+            g.held, g.waiting
         ));
         let closing = shared.clone();
         if let Ok(Some(st)) = tokio::task::spawn_blocking(move || closing.table.close_wal()).await {

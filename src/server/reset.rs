@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
-use super::show::show;
+use super::show::{now_held_by, show};
 use super::table::Durable;
 use super::Shared;
 use crate::proto::Answer;
@@ -16,13 +16,12 @@ pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
+            let holders: Vec<String> = r.holders.iter().map(|h| show(&h.source)).collect();
             shared.events.reset(format_args!(
                 "{peer}: reset key '{}' held by '{}'{}",
                 show(key),
-                show(&r.holder.source),
-                r.next
-                    .map(|n| format!(", now held by '{}'", show(&n.source)))
-                    .unwrap_or_default()
+                holders.join("', '"),
+                now_held_by(&r.next)
             ));
             confirmed(shared, durable, "reset", key).await
         }

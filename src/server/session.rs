@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
-use super::show::show;
+use super::show::{now_held_by, show};
 use super::table::{Expiry, GrantId, LinkEnd, LinkState};
 use super::unlock::{self, Frame};
 use super::Shared;
@@ -49,12 +49,9 @@ pub async fn hold(
                 return;
             }
             _ = tokio::time::sleep_until(due.into()) => {
-                match shared.table.expire(&key, id, link.gen, timeout) {
-                    Expiry::NotYet(at) => due = at,
-                    Expiry::Gone => return,
-                    Expiry::Released(holder, next) => {
-                        return expired(&shared, &key, &holder.source, peer, next);
-                    }
+                match check_expiry(&shared, &key, id, link.gen) {
+                    Some(at) => due = at,
+                    None => return,
                 }
             }
             read = stream.read(&mut buf[len..]), if connected => {
@@ -77,13 +74,13 @@ pub async fn hold(
                 let request =
                     Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
                 match request {
-                    Some(Request::SessionRelease { key: k, token }) => {
+                    Some(Next::Release { key: k, token }) => {
                         let answer =
                             Box::pin(unlock::release(&shared, peer, &k, Frame::Session(token))).await;
                         let _ = stream.write_all(&[answer.byte()]).await;
                         return;
                     }
-                    Some(_) => connected = false,
+                    Some(Next::Stop) => connected = false,
                     None => {}
                 }
             }
@@ -91,9 +88,20 @@ pub async fn hold(
     }
 }
 
-/// Answers the heartbeats at the start of `buf`; returns the first whole
-/// request after them (anything but a SessionRelease ends the connection's
-/// part in the session: it is not the protocol).
+/// What a session's connection asks after its heartbeats (kept small: it is
+/// part of every held session's future).
+enum Next {
+    Release {
+        key: Vec<u8>,
+        token: u64,
+    },
+    /// Anything but a SessionRelease ends the connection's part in the
+    /// session: it is not the protocol.
+    Stop,
+}
+
+/// Answers the heartbeats at the start of `buf`; returns what the first
+/// whole request after them asks.
 async fn take_requests(
     stream: &mut TcpStream,
     shared: &Shared,
@@ -102,7 +110,7 @@ async fn take_requests(
     gen: u64,
     buf: &mut [u8],
     len: &mut usize,
-) -> Option<Request> {
+) -> Option<Next> {
     let beats = buf[..*len].iter().take_while(|&&b| b == HEARTBEAT).count();
     if beats > 0 {
         shared.table.heard(key, id, gen);
@@ -114,29 +122,33 @@ async fn take_requests(
         return None;
     }
     match proto::decode(&buf[..*len]) {
-        Ok(Decoded::Frame(request, _)) => Some(request),
+        Ok(Decoded::Frame(Request::SessionRelease { key, token }, _)) => {
+            Some(Next::Release { key, token })
+        }
         Ok(Decoded::Incomplete) if *len < buf.len() => None,
-        _ => Some(Request::Ping),
+        _ => Some(Next::Stop),
     }
 }
 
-fn expired(
-    shared: &Shared,
-    key: &[u8],
-    source: &[u8],
-    peer: SocketAddr,
-    next: Option<super::table::Holder>,
-) {
+/// Expires session hold `id` if its holder has been silent for the
+/// session timeout; when to check again, or None once the hold is gone.
+/// (Not async: what it handles stays out of the futures that call it.)
+fn check_expiry(shared: &Shared, key: &[u8], id: GrantId, gen: u64) -> Option<Instant> {
+    let (holder, next) = match shared.table.expire(key, id, gen, shared.session_timeout) {
+        Expiry::NotYet(at) => return Some(at),
+        Expiry::Gone => return None,
+        Expiry::Released(holder, next) => (holder, next),
+    };
     Counters::bump(&shared.counters.releases);
     shared.events.session(format_args!(
-        "{peer}: session hold of '{}' by '{}' expired (not heard from for {:?}){}",
+        "{}: session hold of '{}' by '{}' expired (not heard from for {:?}){}",
+        holder.peer,
         show(key),
-        show(source),
+        show(&holder.source),
         shared.session_timeout,
-        next.as_ref()
-            .map(|n| format!(", now held by '{}'", show(&n.source)))
-            .unwrap_or_default()
+        now_held_by(&next)
     ));
+    None
 }
 
 /// Reclaim: a holder whose connection broke takes its hold back on this
@@ -187,13 +199,9 @@ pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: Li
         tokio::select! {
             _ = &mut link.changed => return,
             _ = tokio::time::sleep_until(due.into()) => {
-                match shared.table.expire(&key, id, link.gen, timeout) {
-                    Expiry::NotYet(at) => due = at,
-                    Expiry::Gone => return,
-                    Expiry::Released(holder, next) => {
-                        let peer = holder.peer;
-                        return expired(&shared, &key, &holder.source, peer, next);
-                    }
+                match check_expiry(&shared, &key, id, link.gen) {
+                    Some(at) => due = at,
+                    None => return,
                 }
             }
         }

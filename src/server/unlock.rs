@@ -23,7 +23,8 @@ pub enum Frame {
     Session(Token),
 }
 
-/// Releases `key` whoever holds it and hands it to the next waiter.
+/// Releases a hold of `key` (the one under the token, else the oldest kept
+/// one, else the oldest) and lets the next waiters in.
 ///
 /// The key stays held until its release is durable: if the log cannot record
 /// it, nothing changes (a restart would bring the holder back anyway) and the
@@ -49,12 +50,10 @@ pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame
     }
     // None: a reset (or another Unlock) released this holder meanwhile;
     // that release is as durable as ours.
-    if let Some((holder, next)) = shared.table.finish_release(key, id) {
+    // The holders let in log their own grants.
+    if let Some((holder, _)) = shared.table.finish_release(key, id) {
         Counters::bump(&shared.counters.releases);
         shared.events.release(key, &holder.source, peer);
-        if let Some(next) = next {
-            shared.events.grant(key, &next.source, next.peer);
-        }
     }
     Answer::Ok
 }

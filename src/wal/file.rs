@@ -16,11 +16,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
-/// The format this build writes and reads (2: grants carry a fencing token
-/// and a session flag; version 1 is still read, and its header rewritten).
-pub const VERSION: u32 = 2;
-/// The previous format, read and upgraded in place.
-pub const VERSION_1: u32 = 1;
+/// The format this build writes and reads (3: grants carry a mode, and a
+/// release names the hold's token; versions 1 and 2 are still read, and
+/// their header rewritten).
+pub const VERSION: u32 = 3;
+/// The earlier formats, read and upgraded in place: 1 (grants without
+/// tokens), 2 (grants with a token and a session flag, one hold per key).
+pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=2;
 pub const HEADER_LEN: usize = 12;
 
 /// The header of a log in this build's format.
@@ -38,8 +40,8 @@ pub enum Kind {
     New,
     /// This build's format; records start after the header.
     Current,
-    /// Version 1: the same framing, grants without tokens; readable.
-    Previous,
+    /// An earlier version: the same framing, records this build reads.
+    Earlier(u32),
     /// A log of an lc-cli release before the header: records from byte 0.
     Headerless,
     /// The header of a format this build does not know.
@@ -59,7 +61,7 @@ pub fn classify(bytes: &[u8], first_record: bool) -> Kind {
         let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
         return match version {
             VERSION => Kind::Current,
-            VERSION_1 => Kind::Previous,
+            v if EARLIER.contains(&v) => Kind::Earlier(v),
             _ => Kind::Version(version),
         };
     }
@@ -141,11 +143,13 @@ mod tests {
         assert_eq!(classify(&h[..5], false), Kind::New);
         assert_eq!(classify(&h, false), Kind::Current);
         let mut newer = h;
-        newer[8] = 3;
-        assert_eq!(classify(&newer, false), Kind::Version(3));
-        let mut previous = h;
-        previous[8] = 1;
-        assert_eq!(classify(&previous, false), Kind::Previous);
+        newer[8] = 4;
+        assert_eq!(classify(&newer, false), Kind::Version(4));
+        for v in [1, 2] {
+            let mut earlier = h;
+            earlier[8] = v;
+            assert_eq!(classify(&earlier, false), Kind::Earlier(u32::from(v)));
+        }
         assert_eq!(classify(b"hello world, not a log", false), Kind::Foreign);
         assert_eq!(classify(&[9, 0, 0, 0], true), Kind::Headerless);
         // A prefix of the header that goes wrong is not a new log.

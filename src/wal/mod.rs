@@ -14,9 +14,9 @@
 //! See `src/wal/README.md` for the format and the crash windows.
 
 pub mod file;
+mod live;
 pub mod record;
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -29,6 +29,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 pub use record::Record;
+
+use self::live::Live;
+use crate::mode::LockMode;
 use record::{decode, Next};
 
 /// A key held according to the log.
@@ -40,6 +43,7 @@ pub struct Held {
     pub since: SystemTime,
     pub token: u64,
     pub session: bool,
+    pub mode: LockMode,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,8 +132,8 @@ pub struct Recovery {
     pub migrated: bool,
     /// The highest fencing token the log knows of (grants and floors).
     pub token_floor: u64,
-    /// A log of format version 1 now has a version 2 header.
-    pub upgraded: bool,
+    /// A log of this earlier format version now has this build's header.
+    pub upgraded: Option<u32>,
 }
 
 /// Counters since start-up.
@@ -176,12 +180,11 @@ struct State {
     pending_grants: u64,
     pending_releases: u64,
     batch: watch::Sender<Outcome>,
-    /// Framed grant record of every live holder.
-    live: HashMap<Vec<u8>, Vec<u8>>,
+    /// Every live hold, for a compaction.
+    live: Live,
     /// The highest token appended or replayed: a compacted log starts with
     /// it, so no token is given twice after the grant that had it is gone.
     max_token: u64,
-    live_bytes: u64,
     closing: bool,
     /// The writer has stopped (only the test hook stops it early).
     stopped: bool,
@@ -244,9 +247,6 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The held keys a replay found, each with its framed Grant record.
-type Live = HashMap<Vec<u8>, (Held, Vec<u8>)>;
-
 /// What a replay found.
 struct Replayed {
     live: Live,
@@ -258,7 +258,7 @@ struct Replayed {
 
 /// Replays the records of `bytes` from `start`.
 fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
-    let mut live = Live::new();
+    let mut live = Live::default();
     let mut max_token = 0;
     let mut records = 0;
     let mut offset = start;
@@ -267,34 +267,15 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
         match decode(rest) {
             Next::Record(record, used) => {
                 records += 1;
-                match record {
-                    Record::Grant {
-                        key,
-                        source,
-                        peer,
-                        since_ms,
-                        token,
-                        session,
-                    } => {
-                        max_token = max_token.max(token);
-                        let held = Held {
-                            key: key.clone(),
-                            source,
-                            peer,
-                            since: UNIX_EPOCH + Duration::from_millis(since_ms),
-                            token,
-                            session,
-                        };
-                        // Kept as written, in this build's format, for a
-                        // compaction (a version 1 grant gains its fields).
-                        let framed = held.record().encode();
-                        live.insert(key, (held, framed));
+                match &record {
+                    Record::Grant { token, .. } | Record::Floor { token } => {
+                        max_token = max_token.max(*token)
                     }
-                    Record::Release { key } => {
-                        live.remove(&key);
-                    }
-                    Record::Floor { token } => max_token = max_token.max(token),
+                    Record::Release { .. } => {}
                 }
+                // Kept in this build's format, for a compaction (a grant of
+                // an earlier version gains its fields).
+                live.apply(&record, &record.encode());
                 offset += used;
             }
             // A crash after the size grew but before the data landed
@@ -332,14 +313,43 @@ impl Held {
                 .unwrap_or(0),
             token: self.token,
             session: self.session,
+            mode: self.mode,
         }
+    }
+
+    /// The hold a framed Grant record describes.
+    fn from_frame(framed: &[u8]) -> Option<Held> {
+        let Next::Record(
+            Record::Grant {
+                key,
+                source,
+                peer,
+                since_ms,
+                token,
+                session,
+                mode,
+            },
+            _,
+        ) = decode(framed)
+        else {
+            return None;
+        };
+        Some(Held {
+            key,
+            source,
+            peer,
+            since: UNIX_EPOCH + Duration::from_millis(since_ms),
+            token,
+            session,
+            mode,
+        })
     }
 }
 
 /// The records of a compacted log: the token floor, then every live grant.
-fn snapshot(max_token: u64, live: &HashMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
+fn snapshot(max_token: u64, live: &Live) -> Vec<u8> {
     let mut snap = Record::Floor { token: max_token }.encode();
-    for framed in live.values() {
+    for framed in live.frames() {
         snap.extend_from_slice(framed);
     }
     snap
@@ -418,14 +428,14 @@ impl Wal {
                 file::HEADER_LEN
             }
             file::Kind::Current => file::HEADER_LEN,
-            file::Kind::Previous => {
-                // Same framing; from now on records of version 2 follow, so
+            file::Kind::Earlier(version) => {
+                // Same framing; from now on records of this version follow, so
                 // the header must say so before any is appended (an older
                 // lc-cli then refuses the file instead of misreading it).
                 file.write_all_at(&file::header(), 0)
                     .map_err(io(path, "upgrade the header of"))?;
                 file.sync_all().map_err(io(path, "sync"))?;
-                recovery.upgraded = true;
+                recovery.upgraded = Some(version);
                 file::HEADER_LEN
             }
             file::Kind::Headerless => 0,
@@ -464,21 +474,14 @@ impl Wal {
             // The previous release's format: rewritten with a header and
             // the live holders only, as a compaction would, so no held key
             // is lost.
-            let frames = snapshot(
-                max_token,
-                &live
-                    .iter()
-                    .map(|(k, (_, f))| (k.clone(), f.clone()))
-                    .collect(),
-            );
+            let frames = snapshot(max_token, &live);
             file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
             offset = file::HEADER_LEN + frames.len();
             recovery.migrated = true;
         }
 
-        let mut held: Vec<Held> = live.values().map(|(h, _)| h.clone()).collect();
-        held.sort_by(|a, b| a.key.cmp(&b.key));
-        let live: HashMap<Vec<u8>, Vec<u8>> = live.into_iter().map(|(k, (_, f))| (k, f)).collect();
+        let mut held: Vec<Held> = live.frames().filter_map(Held::from_frame).collect();
+        held.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
         let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
         Ok((wal, held, recovery))
     }
@@ -488,11 +491,10 @@ impl Wal {
         path: &Path,
         file: File,
         len: u64,
-        (live, max_token): (HashMap<Vec<u8>, Vec<u8>>, u64),
+        (live, max_token): (Live, u64),
         options: Options,
         lock: file::LogLock,
     ) -> Result<Wal, WalError> {
-        let live_bytes = live.values().map(|f| f.len() as u64).sum();
         let (batch, _) = watch::channel(None);
         let shared = Arc::new(Batches {
             state: Mutex::new(State {
@@ -501,7 +503,6 @@ impl Wal {
                 pending_releases: 0,
                 batch,
                 live,
-                live_bytes,
                 max_token,
                 closing: false,
                 stopped: false,
@@ -545,22 +546,16 @@ impl Wal {
         let start = st.pending.len();
         record.encode_into(&mut st.pending);
         match record {
-            Record::Grant { key, token, .. } => {
+            Record::Grant { token, .. } => {
                 st.max_token = st.max_token.max(*token);
-                let framed = st.pending[start..].to_vec();
-                st.live_bytes += framed.len() as u64;
-                if let Some(old) = st.live.insert(key.clone(), framed) {
-                    st.live_bytes -= old.len() as u64;
-                }
                 st.pending_grants += 1;
             }
-            Record::Release { key } => {
-                if let Some(old) = st.live.remove(key) {
-                    st.live_bytes -= old.len() as u64;
-                }
-                st.pending_releases += 1;
-            }
+            Record::Release { .. } => st.pending_releases += 1,
             Record::Floor { token } => st.max_token = st.max_token.max(*token),
+        }
+        if !matches!(record, Record::Floor { .. }) {
+            let State { pending, live, .. } = &mut *st;
+            live.apply(record, &pending[start..]);
         }
         let ticket = Ticket(st.batch.subscribe());
         if start == 0 {
@@ -645,7 +640,7 @@ impl Writer {
             let (next, _) = watch::channel(None);
             let batch = std::mem::replace(&mut st.batch, next);
             st.taken += 1;
-            let threshold = (2 * st.live_bytes).max(self.options.compact_min);
+            let threshold = (2 * st.live.bytes()).max(self.options.compact_min);
             let snapshot = (self.len + bytes.len() as u64 > threshold)
                 .then(|| snapshot(st.max_token, &st.live));
             drop(st);

@@ -3,25 +3,31 @@
 //! The checksum covers the four length bytes and the payload, so a flipped
 //! bit in either is caught. Payloads:
 //!
-//! - Grant   `[3][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le][token:u64le][session:u8]`
-//! - Release `[2][keyLen][key]`
+//! - Grant   `[5][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le][token:u64le][session:u8][mode:u32le]`
+//! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
 //!   records it removes)
 //!
-//! Tag 1, a Grant of format version 1 (no token, not a session), is still
-//! read: `[1][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le]`.
+//! Read from logs of earlier versions: tag 3, a Grant of version 2 (no mode:
+//! exclusive, the key's only hold), `[3]...[session:u8]`; tag 2, a Release of
+//! every hold of the key, `[2][keyLen][key]`; tag 1, a Grant of version 1
+//! (no token, not a session), `[1][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le]`.
+
+use crate::mode::LockMode;
 
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
-/// token, session flag).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1;
+/// token, session flag, mode).
+pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4;
 
 const TAG_GRANT_V1: u8 = 1;
-const TAG_RELEASE: u8 = 2;
-const TAG_GRANT: u8 = 3;
+const TAG_RELEASE_ALL: u8 = 2;
+const TAG_GRANT_V2: u8 = 3;
 const TAG_FLOOR: u8 = 4;
+const TAG_GRANT: u8 = 5;
+const TAG_RELEASE: u8 = 6;
 
 /// One change to the table of held keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,9 +42,12 @@ pub enum Record {
         token: u64,
         /// A session hold (released when its holder is not heard from).
         session: bool,
+        /// Exclusive (then the key's only hold), shared or limited.
+        mode: LockMode,
     },
-    /// `key` is free.
-    Release { key: Vec<u8> },
+    /// The hold of `key` under `token` ended; with no token (logs of
+    /// earlier versions), every hold of `key`.
+    Release { key: Vec<u8>, token: Option<u64> },
     /// Every token given so far is at most `token`.
     Floor { token: u64 },
 }
@@ -47,7 +56,7 @@ impl Record {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            Record::Grant { key, .. } | Record::Release { key } => key,
+            Record::Grant { key, .. } | Record::Release { key, .. } => key,
             Record::Floor { .. } => &[],
         }
     }
@@ -64,6 +73,7 @@ impl Record {
                 since_ms,
                 token,
                 session,
+                mode,
             } => {
                 out.push(TAG_GRANT);
                 for field in [key, source, peer] {
@@ -74,16 +84,24 @@ impl Record {
                 out.extend_from_slice(&since_ms.to_le_bytes());
                 out.extend_from_slice(&token.to_le_bytes());
                 out.push(u8::from(*session));
+                out.extend_from_slice(&mode.word().to_le_bytes());
             }
             Record::Floor { token } => {
                 out.push(TAG_FLOOR);
                 out.extend_from_slice(&token.to_le_bytes());
             }
-            Record::Release { key } => {
+            Record::Release { key, token } => {
                 let key = &key[..key.len().min(255)];
-                out.push(TAG_RELEASE);
+                out.push(if token.is_some() {
+                    TAG_RELEASE
+                } else {
+                    TAG_RELEASE_ALL
+                });
                 out.push(key.len() as u8);
                 out.extend_from_slice(key);
+                if let Some(token) = token {
+                    out.extend_from_slice(&token.to_le_bytes());
+                }
             }
         }
         let len = (out.len() - start - HEADER) as u32;
@@ -146,29 +164,37 @@ fn parse(payload: &[u8]) -> Option<Record> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT_V1 | TAG_GRANT => {
+        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
-            let (since, token, session) = if tag == TAG_GRANT_V1 {
-                (cur.try_into().ok()?, [0; 8], 0)
-            } else {
-                if cur.len() != 17 || cur[16] > 1 {
-                    return None;
-                }
-                (
-                    cur[..8].try_into().ok()?,
+            let (since, token, session, mode) = match (tag, cur.len()) {
+                (TAG_GRANT_V1, 8) => (&cur[..8], [0; 8], 0, LockMode::Exclusive),
+                (TAG_GRANT_V2, 17) => (
+                    &cur[..8],
                     cur[8..16].try_into().ok()?,
                     cur[16],
-                )
+                    LockMode::Exclusive,
+                ),
+                (TAG_GRANT, 21) => (
+                    &cur[..8],
+                    cur[8..16].try_into().ok()?,
+                    cur[16],
+                    LockMode::from_word(u32::from_le_bytes(cur[17..].try_into().ok()?)),
+                ),
+                _ => return None,
             };
+            if session > 1 {
+                return None;
+            }
             Record::Grant {
                 key,
                 source,
                 peer,
-                since_ms: u64::from_le_bytes(since),
+                since_ms: u64::from_le_bytes(since.try_into().ok()?),
                 token: u64::from_le_bytes(token),
                 session: session == 1,
+                mode,
             }
         }
         TAG_FLOOR => {
@@ -177,12 +203,14 @@ fn parse(payload: &[u8]) -> Option<Record> {
                 token: u64::from_le_bytes(token),
             });
         }
-        TAG_RELEASE => {
+        TAG_RELEASE_ALL | TAG_RELEASE => {
             let key = field()?;
-            if !cur.is_empty() {
-                return None;
-            }
-            Record::Release { key }
+            let token = match (tag, cur.len()) {
+                (TAG_RELEASE_ALL, 0) => None,
+                (TAG_RELEASE, 8) => Some(u64::from_le_bytes(cur.try_into().ok()?)),
+                _ => return None,
+            };
+            Record::Release { key, token }
         }
         _ => return None,
     };
@@ -205,6 +233,7 @@ mod tests {
             since_ms: 1_700_000_000_123,
             token: 1_700_000_000_123_456,
             session: true,
+            mode: LockMode::limit(3),
         }
     }
 
@@ -212,10 +241,7 @@ mod tests {
     fn a_version_1_grant_reads_as_a_kept_hold_without_token() {
         let mut payload = vec![TAG_GRANT_V1, 1, b'k', 1, b's', 1, b'p'];
         payload.extend_from_slice(&5u64.to_le_bytes());
-        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
-        let crc = checksum(&framed, &payload);
-        framed.extend_from_slice(&crc.to_le_bytes());
-        framed.extend_from_slice(&payload);
+        let framed = framed(&payload);
         let want = Record::Grant {
             key: b"k".to_vec(),
             source: b"s".to_vec(),
@@ -223,15 +249,63 @@ mod tests {
             since_ms: 5,
             token: 0,
             session: false,
+            mode: LockMode::Exclusive,
         };
         assert_eq!(decode(&framed), Next::Record(want, framed.len()));
+    }
+
+    #[test]
+    fn a_version_2_grant_reads_as_exclusive_and_release_all_as_every_hold() {
+        let mut payload = vec![TAG_GRANT_V2, 1, b'k', 1, b's', 1, b'p'];
+        payload.extend_from_slice(&5u64.to_le_bytes());
+        payload.extend_from_slice(&7u64.to_le_bytes());
+        payload.push(1);
+        let Next::Record(
+            Record::Grant {
+                token,
+                session,
+                mode,
+                ..
+            },
+            _,
+        ) = decode(&framed(&payload))
+        else {
+            panic!("not read")
+        };
+        assert_eq!((token, session, mode), (7, true, LockMode::Exclusive));
+        let release = decode(&framed(&[TAG_RELEASE_ALL, 1, b'k']));
+        assert_eq!(
+            release,
+            Next::Record(
+                Record::Release {
+                    key: b"k".to_vec(),
+                    token: None
+                },
+                HEADER + 3
+            )
+        );
+    }
+
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
+        let crc = checksum(&framed, payload);
+        framed.extend_from_slice(&crc.to_le_bytes());
+        framed.extend_from_slice(payload);
+        framed
     }
 
     #[test]
     fn roundtrip_and_every_cut_is_incomplete() {
         for r in [
             grant(),
-            Record::Release { key: b"k".to_vec() },
+            Record::Release {
+                key: b"k".to_vec(),
+                token: Some(42),
+            },
+            Record::Release {
+                key: b"k".to_vec(),
+                token: None,
+            },
             Record::Floor { token: 99 },
         ] {
             let bytes = r.encode();

@@ -68,7 +68,7 @@ pub async fn list(
             // A server before sessions cannot tell.
             kept: r.session.map(|session| !session),
             token: r.token,
-            mode: crate::backend::LockMode::Exclusive,
+            mode: r.mode.unwrap_or(crate::backend::LockMode::Exclusive),
         })
         .collect())
 }

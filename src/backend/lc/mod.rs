@@ -4,8 +4,10 @@
 //! from the server's queue. A classic hold is not tied to a connection: the
 //! key stays held until an Unlock or a reset, so there is no lease to lose.
 //! A hold for a command is asked as a session (lc-cli's own SessionLock):
-//! tied to its connection, with a fencing token; a server that answers `-`
-//! to it (a reference server) is asked the classic way instead.
+//! tied to its connection, with a fencing token; a kept hold, or a hold in
+//! another mode (shared, `--limit N`), with lc-cli's mode actions. A server
+//! that answers `-` to them (a reference server) is asked the classic way
+//! instead, for an exclusive lock; it cannot take the other modes.
 //!
 //! - `keys`: `keys` over the manager port (lc-cli's `KEYX`).
 //! - `probe`: telling a server that does not speak the protocol from one
@@ -26,8 +28,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockRequest, LostReason, Result,
-    ServerSpec, WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, HeldLock, LockMode, LockRequest, LostReason,
+    Result, ServerSpec, WaitProgress,
 };
 use crate::proto::{self, Answer, Request};
 
@@ -143,11 +145,23 @@ impl LcBackend {
         }
     }
 
-    fn held(&self, key: &str) -> Box<dyn HeldLock> {
+    /// A kept hold; with its token, released under it.
+    fn held(&self, key: &str, token: Option<u64>) -> Box<dyn HeldLock> {
         Box::new(LcHeld {
             backend: self.clone(),
             key: key.to_string(),
+            token,
         })
+    }
+
+    /// A shared or limited lock asked of a server that does not know them.
+    fn no_modes(&self, mode: LockMode) -> BackendError {
+        BackendError::Unsupported {
+            server: self.addr.clone(),
+            reason: format!(
+                "this server cannot take shared or limited locks (asked for {mode}; it answered '-', as a reference Locking-Center server does)"
+            ),
+        }
     }
 }
 
@@ -165,21 +179,21 @@ impl Backend for LcBackend {
     ) -> Result<Acquired> {
         self.check_key(&request.key)?;
         check_source(&request.source)?;
-        // The one spot that tells the built-in protocol's modes apart.
-        request
-            .mode
-            .exclusive_only(&self.addr, "this server (the built-in protocol)")?;
-        if !request.detached && !self.classic_only.load(Ordering::Relaxed) {
-            if let Some(acquired) = self.acquire_session(request, &cancel, progress).await? {
+        if !self.classic_only.load(Ordering::Relaxed) {
+            if let Some(acquired) = self.acquire_extended(request, &cancel, progress).await? {
                 return Ok(acquired);
             }
             self.classic_only.store(true, Ordering::Relaxed);
-            if self.verbose {
+            if self.verbose && request.mode == LockMode::Exclusive {
                 eprintln!(
                     "lc-cli: {} does not know session locks (it answered '-', as a reference Locking-Center server does): holding '{}' the classic way, without loss detection or a fencing token",
                     self.addr, request.key
                 );
             }
+        }
+        // Never an exclusive lock in place of the mode asked for.
+        if request.mode != LockMode::Exclusive {
+            return Err(self.no_modes(request.mode));
         }
         self.acquire_classic(request, cancel, progress).await
     }
@@ -211,25 +225,41 @@ impl Backend for LcBackend {
 }
 
 impl LcBackend {
-    /// A session lock; None if the server does not know the action.
-    async fn acquire_session(
+    /// The frame of a request with lc-cli's actions: a session lock (8, 9)
+    /// for an exclusive hold of a command, else a mode lock (12 to 15).
+    fn extended_frame(request: &LockRequest) -> Request {
+        let key = request.key.as_bytes().to_vec();
+        let source = request.source.as_bytes().to_vec();
+        match (request.mode, request.detached, request.nonblock) {
+            (LockMode::Exclusive, false, false) => Request::SessionLock { key, source },
+            (LockMode::Exclusive, false, true) => Request::SessionTryLock { key, source },
+            (mode, detached, nonblock) => Request::ModeLock {
+                key,
+                source,
+                mode,
+                session: !detached,
+                try_only: nonblock,
+            },
+        }
+    }
+
+    /// A lock with lc-cli's actions; None if the server does not know them.
+    async fn acquire_extended(
         &self,
         request: &LockRequest,
         cancel: &CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Option<Acquired>> {
-        let key = request.key.as_bytes().to_vec();
-        let source = request.source.as_bytes().to_vec();
         let started = std::time::Instant::now();
+        let lock = Self::extended_frame(request);
         if request.nonblock {
-            let mut stream = self.send(&Request::SessionTryLock { key, source }).await?;
+            let mut stream = self.send(&lock).await?;
             let limit = self.connect_timeout + started.elapsed();
             let answer = tokio::time::timeout(limit, session::read_grant(&mut stream))
                 .await
                 .map_err(|_| probe::silent(&self.addr, limit))?;
-            return self.session_answer(answer, stream, &request.key);
+            return self.session_answer(answer, stream, request);
         }
-        let lock = Request::SessionLock { key, source };
         let mut stream = tokio::select! {
             s = self.send(&lock) => s?,
             _ = cancel.cancelled() => return Ok(Some(Acquired::Cancelled)),
@@ -241,21 +271,27 @@ impl LcBackend {
             a = session::read_grant(&mut stream) => a,
             _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
         };
-        self.session_answer(answer, stream, &request.key)
+        self.session_answer(answer, stream, request)
     }
 
     fn session_answer(
         &self,
         answer: Option<session::Granted>,
         stream: TcpStream,
-        key: &str,
+        request: &LockRequest,
     ) -> Result<Option<Acquired>> {
         use session::Granted;
+        let key = &request.key;
         match answer {
+            // A kept hold's grant carries its token too.
+            Some(Granted::Session(token, _)) if request.detached => {
+                Ok(Some(Acquired::Held(self.held(key, Some(token)))))
+            }
             Some(Granted::Session(token, timeout)) => Ok(Some(Acquired::Held(Box::new(
                 session::LcSession::start(self.clone(), key, stream, token, timeout),
             )))),
             Some(Granted::Busy) => Ok(Some(Acquired::Busy)),
+            Some(Granted::Conflict(theirs)) => Err(request.mode.conflict(key, theirs)),
             Some(Granted::Unknown) => Ok(None),
             Some(Granted::Lost) => Err(BackendError::Refused {
                 server: self.addr.clone(),
@@ -277,11 +313,7 @@ impl LcBackend {
         let answer = tokio::time::timeout(WITHDRAW_GRACE, session::read_grant(&mut stream)).await;
         drop(stream);
         if let Ok(Some(session::Granted::Session(token, _))) = answer {
-            let release = Request::SessionRelease {
-                key: key.as_bytes().to_vec(),
-                token,
-            };
-            self.call(release).await?;
+            self.release_token(key, token).await?;
         }
         // Not confirmed in time: a grant that comes later goes to a closed
         // connection, and the server frees a session hold whose holder is gone.
@@ -298,7 +330,7 @@ impl LcBackend {
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {
             return match self.call(Request::TryLock { key, source }).await? {
-                Answer::Ok => Ok(Acquired::Held(self.held(&request.key))),
+                Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None))),
                 Answer::Busy => Ok(Acquired::Busy),
                 Answer::Fail => Err(BackendError::Refused {
                     server: self.addr.clone(),
@@ -328,7 +360,7 @@ impl LcBackend {
             _ = cancel.cancelled() => return self.withdraw(stream, &request.key).await,
         };
         match answer {
-            Answer::Ok => Ok(Acquired::Held(self.held(&request.key))),
+            Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None))),
             Answer::Fail => Err(BackendError::Refused {
                 server: self.addr.clone(),
                 reason: format!(
@@ -337,6 +369,24 @@ impl LcBackend {
                 ),
             }),
             Answer::Busy => Err(self.protocol("'#' to a Lock")),
+        }
+    }
+
+    /// Releases the hold of `key` under `token`, if it is still held
+    /// (`#`: not any more, which is as good).
+    async fn release_token(&self, key: &str, token: u64) -> Result<()> {
+        let release = Request::SessionRelease {
+            key: key.as_bytes().to_vec(),
+            token,
+        };
+        match self.call(release).await? {
+            Answer::Ok | Answer::Busy => Ok(()),
+            Answer::Fail => Err(BackendError::NotReleased {
+                server: self.addr.clone(),
+                key: key.to_string(),
+                reason: "it answered '-' (it could not record the release; the key is still held)"
+                    .to_string(),
+            }),
         }
     }
 
@@ -381,9 +431,13 @@ fn check_source(source: &str) -> Result<()> {
     })
 }
 
+/// A kept hold: it stays until an Unlock or a reset, so there is no loss
+/// to notice.
 struct LcHeld {
     backend: LcBackend,
     key: String,
+    /// The hold's token, where the server gave one (lc-cli's own server).
+    token: Option<u64>,
 }
 
 #[async_trait]
@@ -394,7 +448,10 @@ impl HeldLock for LcHeld {
 
     async fn release(&mut self) -> Result<()> {
         // Not held any more (an operator reset it): free either way.
-        self.backend.unlock_key(&self.key).await.map(|_| ())
+        match self.token {
+            Some(token) => self.backend.release_token(&self.key, token).await,
+            None => self.backend.unlock_key(&self.key).await.map(|_| ()),
+        }
     }
 
     async fn detach(self: Box<Self>) -> Result<()> {

@@ -334,14 +334,17 @@ pub(super) enum Granted {
     Lost,
     /// `#`: a SessionTryLock found the key held.
     Busy,
+    /// `~`: the key is held or waited for in this mode, which ours cannot
+    /// join.
+    Conflict(crate::mode::LockMode),
     /// `-` alone: the server does not know the action (a reference server).
     Unknown,
     /// Anything else: not the protocol.
     Foreign(Vec<u8>),
 }
 
-/// Reads the answer to a session frame; None if the connection ended or
-/// broke first.
+/// Reads the answer to a session or mode frame; None if the connection
+/// ended or broke first.
 pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
     let mut buf = [0u8; 48];
     let mut len = 0;
@@ -372,6 +375,13 @@ pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
             proto::SESSION_GRANTED => {
                 return Some(match proto::parse_session_grant(&buf[..len]) {
                     Some((token, timeout)) => Granted::Session(token, timeout),
+                    None => Granted::Foreign(buf[..len].to_vec()),
+                })
+            }
+            proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => continue,
+            proto::MODE_CONFLICT => {
+                return Some(match proto::parse_mode_conflict(&buf[..len]) {
+                    Some(theirs) => Granted::Conflict(theirs),
                     None => Granted::Foreign(buf[..len].to_vec()),
                 })
             }

@@ -1,0 +1,125 @@
+//! One key's state and the rules of its line: who may hold it together,
+//! and who is next.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+use tokio::sync::oneshot;
+
+use super::{GrantId, Notice, Token};
+use crate::mode::LockMode;
+
+/// Who asks for a key, and how.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub source: Vec<u8>,
+    pub peer: SocketAddr,
+    /// Held only while its holder is heard from (a session), not until an
+    /// Unlock.
+    pub session: bool,
+    pub mode: LockMode,
+}
+
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub id: GrantId,
+    pub token: Token,
+    pub source: Vec<u8>,
+    pub peer: SocketAddr,
+    pub since: SystemTime,
+    pub session: bool,
+    pub mode: LockMode,
+}
+
+/// The live end of a session hold.
+pub(super) struct Link {
+    /// Bumped by each reclaim: which connection serves the hold now.
+    pub gen: u64,
+    pub heard: Instant,
+    /// Dropped when the hold ends or moves to another connection, which
+    /// wakes the task holding the receiver.
+    _changed: oneshot::Sender<()>,
+}
+
+/// What the task serving a session hold keeps.
+#[derive(Debug)]
+pub struct LinkEnd {
+    pub gen: u64,
+    /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
+    pub changed: oneshot::Receiver<()>,
+}
+
+impl Link {
+    pub fn new(gen: u64) -> (Link, LinkEnd) {
+        let (tx, rx) = oneshot::channel();
+        let link = Link {
+            gen,
+            heard: Instant::now(),
+            _changed: tx,
+        };
+        (link, LinkEnd { gen, changed: rx })
+    }
+}
+
+/// One hold of a key: its holder and, for a session hold, its link.
+pub(super) struct Hold {
+    pub holder: Holder,
+    pub link: Option<Link>,
+}
+
+pub(super) struct Waiter {
+    pub id: GrantId,
+    pub ask: Ask,
+    pub notify: oneshot::Sender<Notice>,
+}
+
+#[derive(Default)]
+pub(super) struct KeyState {
+    /// In grant order, the oldest first: one, or several shared or limited.
+    pub holds: Vec<Hold>,
+    /// In arrival order, across modes.
+    pub waiters: VecDeque<Waiter>,
+}
+
+impl KeyState {
+    /// The mode the key is used in while anyone holds or waits for it.
+    pub fn mode(&self) -> Option<LockMode> {
+        self.holds
+            .first()
+            .map(|h| h.holder.mode)
+            .or_else(|| self.waiters.front().map(|w| w.ask.mode))
+    }
+
+    /// Whether a request in `mode` may hold the key beside its holders now.
+    /// (Nobody may pass a waiter: callers also check the line is empty.)
+    pub fn admits(&self, mode: LockMode) -> bool {
+        match mode {
+            LockMode::Exclusive => self.holds.is_empty(),
+            LockMode::Shared => self.holds.iter().all(|h| h.holder.mode == LockMode::Shared),
+            LockMode::Limit(n) => self.holds.len() < n.get() as usize,
+        }
+    }
+
+    pub fn hold(&self, id: GrantId) -> Option<&Hold> {
+        self.holds.iter().find(|h| h.holder.id == id)
+    }
+
+    pub fn hold_mut(&mut self, id: GrantId) -> Option<&mut Hold> {
+        self.holds.iter_mut().find(|h| h.holder.id == id)
+    }
+
+    /// The hold a plain Unlock (`lc-cli unlock KEY`) ends: the oldest kept
+    /// hold, else the oldest hold.
+    pub fn unlock_target(&self) -> Option<&Holder> {
+        self.holds
+            .iter()
+            .find(|h| !h.holder.session)
+            .or_else(|| self.holds.first())
+            .map(|h| &h.holder)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.holds.is_empty() && self.waiters.is_empty()
+    }
+}

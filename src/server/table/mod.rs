@@ -1,0 +1,715 @@
+//! The lock table: who holds each key and who waits for it, in arrival order.
+//!
+//! All state changes happen under one short mutex; a waiter is a queue entry
+//! and a oneshot sender, woken only when it is its turn. Grants are numbered
+//! so a late release (a grant that could not be delivered) can never free a
+//! key that has since passed to someone else.
+//!
+//! A key has one line across modes (`key.rs` has its rules): the head of the
+//! line is granted as soon as it may hold beside the current holders, so
+//! consecutive shared waiters are granted together, an exclusive waiter
+//! blocks the shared ones behind it, and with `--limit N` each release
+//! grants exactly the next one. Nobody else is woken.
+//!
+//! With a write-ahead log, every grant and release is appended to it inside
+//! the same mutex, so the log's order is the table's order. The change takes
+//! effect in memory at once, but nobody outside can observe it before it is
+//! durable: every answer that depends on it (the `+` of a grant, of an
+//! Unlock, of a reset) waits first for the [`Durable`] the call returned,
+//! and any later grant of the key sits after it in the log.
+//!
+//! Every grant carries a fencing token, greater than every earlier one (see
+//! [`Inner::fresh_token`]). A session hold also has a link: when its
+//! holder was last heard from, and a sender whose drop wakes the connection
+//! task serving it when the hold is taken away or reclaimed elsewhere.
+
+mod key;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+
+pub use self::key::{Ask, Holder, LinkEnd};
+use self::key::{Hold, KeyState, Link, Waiter};
+use super::metrics::Counters;
+
+use crate::mode::LockMode;
+use crate::proto::manager::KeyReport;
+use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
+
+/// Identifies one lock request for its whole life: queued, then maybe held.
+pub type GrantId = u64;
+
+/// The fencing token of a grant.
+pub type Token = u64;
+
+/// A grant, as the request that got it sees it.
+#[derive(Debug)]
+pub struct Grant {
+    pub id: GrantId,
+    pub token: Token,
+    pub durable: Durable,
+    /// For a session hold.
+    pub link: Option<LinkEnd>,
+}
+
+/// Where the task serving a session hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// It still serves the hold.
+    Mine,
+    /// A reclaim moved the hold to another connection.
+    Moved,
+    /// The hold has ended (released, reset, expired).
+    Gone,
+}
+
+/// What an expiry check found.
+#[derive(Debug)]
+pub enum Expiry {
+    /// Heard from recently: check again then.
+    NotYet(Instant),
+    /// Not this task's hold any more.
+    Gone,
+    /// Released, and the holders it let in.
+    Released(Holder, Vec<Holder>),
+}
+
+/// What must be durable before a change may be reported (nothing without a
+/// log).
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Durable(Vec<Ticket>);
+
+impl Durable {
+    pub async fn wait(self) -> Result<(), NotDurable> {
+        for ticket in self.0 {
+            ticket.wait().await?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, other: Durable) {
+        self.0.extend(other.0);
+    }
+}
+
+/// What a queued request is told.
+#[derive(Debug)]
+pub enum Notice {
+    /// It is now a holder, once its grant is durable.
+    Granted(Grant),
+    /// A reset by its source removed it from the queue.
+    Withdrawn,
+}
+
+#[derive(Default)]
+struct Inner {
+    keys: HashMap<Vec<u8>, KeyState>,
+    next_id: GrantId,
+    /// The last fencing token given.
+    last_token: Token,
+    /// The write-ahead log, owned here: every append happens under this
+    /// mutex, so the log's order is the table's.
+    wal: Option<Wal>,
+    /// Grants are counted here, where every one of them (hand-offs included)
+    /// happens.
+    counters: Arc<Counters>,
+}
+
+pub enum LockOutcome {
+    Granted(Grant),
+    Queued(GrantId, oneshot::Receiver<Notice>),
+    /// The key is held or waited for in a mode this one cannot join.
+    Conflict(LockMode),
+}
+
+/// What a TryLock found.
+pub enum TryOutcome {
+    Granted(Grant),
+    /// Held (or waited for) by others: it would have to queue.
+    Busy,
+    Conflict(LockMode),
+}
+
+/// What became of a request whose client hung up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// It left the queue.
+    Dequeued,
+    /// It had been granted meanwhile: the key was released again.
+    Released,
+    /// Nothing to do (a reset already took it out).
+    Gone,
+}
+
+/// The holds of one key ended by a reset, and who held them.
+#[derive(Debug, Clone)]
+pub struct Released {
+    pub key: Vec<u8>,
+    pub holders: Vec<Holder>,
+    /// The grants that followed, if waiters were next.
+    pub next: Vec<Holder>,
+}
+
+/// What a metrics scrape reads from the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Keys with at least one holder.
+    pub held: usize,
+    pub waiting: usize,
+    /// When the longest-standing hold began.
+    pub oldest_since: Option<SystemTime>,
+}
+
+#[derive(Default)]
+pub struct Table {
+    inner: Mutex<Inner>,
+}
+
+impl Table {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A table whose grants and releases are recorded in `wal` first.
+    pub fn with_wal(wal: Wal) -> Self {
+        let table = Self::default();
+        table.lock_inner().wal = Some(wal);
+        table
+    }
+
+    /// The log's counters, with a log.
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.lock_inner().wal.as_ref().map(Wal::stats)
+    }
+
+    /// Writes what is pending to the log and stops its writer (shutdown);
+    /// returns its final counters. Blocks: run it off the async threads.
+    pub fn close_wal(&self) -> Option<WalStats> {
+        let inner = self.lock_inner();
+        let wal = inner.wal.as_ref()?;
+        wal.close();
+        Some(wal.stats())
+    }
+
+    fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere must not take every key down with it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// No token given from now on is at or below `floor` (the log's).
+    pub fn raise_token_floor(&self, floor: Token) {
+        let mut inner = self.lock_inner();
+        inner.last_token = inner.last_token.max(floor);
+    }
+
+    /// Takes the key if `ask` may hold it now and nobody waits, else queues
+    /// behind the current waiters.
+    pub fn lock(&self, key: &[u8], ask: &Ask) -> LockOutcome {
+        let mut inner = self.lock_inner();
+        let state = inner.keys.get(key);
+        if let Some(theirs) = state.and_then(KeyState::mode) {
+            if !ask.mode.agrees(theirs) {
+                return LockOutcome::Conflict(theirs);
+            }
+        }
+        let free = state.is_none_or(|s| s.waiters.is_empty() && s.admits(ask.mode));
+        let id = inner.fresh_id();
+        if free {
+            return LockOutcome::Granted(inner.grant(key, id, ask));
+        }
+        let (tx, rx) = oneshot::channel();
+        let state = inner.keys.get_mut(key).expect("held, so present");
+        state.waiters.push_back(Waiter {
+            id,
+            ask: ask.clone(),
+            notify: tx,
+        });
+        LockOutcome::Queued(id, rx)
+    }
+
+    /// Takes the key only if `ask` may hold it now and nobody waits for it.
+    pub fn try_lock(&self, key: &[u8], ask: &Ask) -> TryOutcome {
+        let mut inner = self.lock_inner();
+        if let Some(state) = inner.keys.get(key) {
+            if let Some(theirs) = state.mode().filter(|&m| !ask.mode.agrees(m)) {
+                return TryOutcome::Conflict(theirs);
+            }
+            if !state.waiters.is_empty() || !state.admits(ask.mode) {
+                return TryOutcome::Busy;
+            }
+        }
+        let id = inner.fresh_id();
+        TryOutcome::Granted(inner.grant(key, id, ask))
+    }
+
+    /// A session holder is heard from (a heartbeat on its connection).
+    pub fn heard(&self, key: &[u8], id: GrantId, gen: u64) {
+        let mut inner = self.lock_inner();
+        if let Some(link) = inner.link_mut(key, id, gen) {
+            link.heard = Instant::now();
+        }
+    }
+
+    /// Whether the task of connection `gen` still serves session hold `id`.
+    pub fn link_state(&self, key: &[u8], id: GrantId, gen: u64) -> LinkState {
+        let inner = self.lock_inner();
+        match inner.keys.get(key).and_then(|s| s.hold(id)) {
+            Some(Hold {
+                link: Some(link), ..
+            }) if link.gen == gen => LinkState::Mine,
+            Some(Hold { link: Some(_), .. }) => LinkState::Moved,
+            _ => LinkState::Gone,
+        }
+    }
+
+    /// Releases session hold `id` if its holder has not been heard from for
+    /// `timeout`, and hands the key on.
+    pub fn expire(&self, key: &[u8], id: GrantId, gen: u64, timeout: Duration) -> Expiry {
+        let mut inner = self.lock_inner();
+        let Some(link) = inner.link_mut(key, id, gen) else {
+            return Expiry::Gone;
+        };
+        let due = link.heard + timeout;
+        if Instant::now() < due {
+            return Expiry::NotYet(due);
+        }
+        match inner.release(key, id, true) {
+            Some((holder, next, _)) => Expiry::Released(holder, next),
+            None => Expiry::Gone,
+        }
+    }
+
+    /// Moves session hold `token` of `key` to a new connection, if it is
+    /// still held under that token.
+    pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
+        let mut inner = self.lock_inner();
+        let hold = inner
+            .keys
+            .get_mut(key)?
+            .holds
+            .iter_mut()
+            .find(|h| h.holder.session && h.holder.token == token)?;
+        let gen = hold.link.as_ref().map_or(0, |l| l.gen) + 1;
+        let (link, end) = Link::new(gen);
+        hold.link = Some(link);
+        Some(Grant {
+            id: hold.holder.id,
+            token,
+            durable: Durable::default(),
+            link: Some(end),
+        })
+    }
+
+    /// Releases the hold a plain Unlock ends (see [`Table::begin_release`])
+    /// and hands the key on.
+    #[cfg(test)]
+    pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Vec<Holder>, Durable)> {
+        let mut inner = self.lock_inner();
+        let id = inner.keys.get(key)?.unlock_target()?.id;
+        inner.release(key, id, true)
+    }
+
+    /// First half of a client's Unlock: records the release of a hold but
+    /// leaves it in place, so that a release the log cannot record leaves
+    /// the table as the log (and a restart) has it. Returns the hold's
+    /// grant, or None if the key is free.
+    ///
+    /// Nothing else can be recorded for that hold meanwhile except another
+    /// release of it (a reset, a second Unlock), after which
+    /// [`Table::finish_release`] finds it gone and does nothing.
+    ///
+    /// With `token`, only the hold under that token is released (a
+    /// session's own release: a stale token frees nothing); without, the
+    /// oldest kept hold, else the oldest hold.
+    pub fn begin_release(&self, key: &[u8], token: Option<Token>) -> Option<(GrantId, Durable)> {
+        let inner = self.lock_inner();
+        let state = inner.keys.get(key)?;
+        let h = match token {
+            Some(t) => state
+                .holds
+                .iter()
+                .map(|h| &h.holder)
+                .find(|h| h.token == t)?,
+            None => state.unlock_target()?,
+        };
+        Some((h.id, inner.record_release(key, h.token)))
+    }
+
+    /// Second half, once the release is durable: ends hold `id` in memory
+    /// if it is still there (its release is in the log already) and hands
+    /// the key on.
+    pub fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Vec<Holder>)> {
+        self.lock_inner()
+            .release(key, id, false)
+            .map(|(h, next, _)| (h, next))
+    }
+
+    /// Ends hold `id` of the key, if it is still there.
+    pub fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
+        self.lock_inner().release(key, id, true).is_some()
+    }
+
+    /// The client of request `id` hung up. A waiter leaving the head of the
+    /// line may let the ones behind it in (shared requests behind an
+    /// exclusive one): they are returned with it.
+    pub fn withdraw(&self, key: &[u8], id: GrantId) -> (Withdrawal, Vec<Holder>) {
+        let mut inner = self.lock_inner();
+        let Some(state) = inner.keys.get_mut(key) else {
+            return (Withdrawal::Gone, Vec::new());
+        };
+        if let Some(pos) = state.waiters.iter().position(|w| w.id == id) {
+            state.waiters.remove(pos);
+            let next = inner.promote(key);
+            return (Withdrawal::Dequeued, next);
+        }
+        if state.hold(id).is_some() {
+            let next = inner
+                .release(key, id, true)
+                .map(|(_, next, _)| next)
+                .unwrap_or_default();
+            return (Withdrawal::Released, next);
+        }
+        (Withdrawal::Gone, Vec::new())
+    }
+
+    /// Ends every hold of the key; the waiters at the head of the line that
+    /// may hold together get it, the rest keep their places.
+    pub fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
+        let mut inner = self.lock_inner();
+        let ids: Vec<GrantId> = inner
+            .keys
+            .get(key)?
+            .holds
+            .iter()
+            .map(|h| h.holder.id)
+            .collect();
+        inner.release_each(key, &ids)
+    }
+
+    /// Ends every hold of `source` (each key passes to its next waiters)
+    /// and withdraws that source's waiters. Returns the keys released and
+    /// how many waiters were withdrawn.
+    pub fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
+        let mut inner = self.lock_inner();
+        let mut withdrawn = 0;
+        let mut touched = Vec::new();
+        // Withdraw first, so a released key never goes to a waiter of the
+        // source being cleared.
+        for (key, state) in inner.keys.iter_mut() {
+            let before = state.waiters.len();
+            state.waiters.retain_mut(|w| {
+                if w.ask.source != source {
+                    return true;
+                }
+                // Swap the sender out to notify; the entry is dropped anyway.
+                let (dummy, _) = oneshot::channel();
+                let notify = std::mem::replace(&mut w.notify, dummy);
+                let _ = notify.send(Notice::Withdrawn);
+                false
+            });
+            if state.waiters.len() != before {
+                withdrawn += before - state.waiters.len();
+                touched.push(key.clone());
+            }
+        }
+        let holds: Vec<(Vec<u8>, Vec<GrantId>)> = inner
+            .keys
+            .iter()
+            .filter_map(|(k, s)| {
+                let ids: Vec<GrantId> = s
+                    .holds
+                    .iter()
+                    .filter(|h| h.holder.source == source)
+                    .map(|h| h.holder.id)
+                    .collect();
+                (!ids.is_empty()).then(|| (k.clone(), ids))
+            })
+            .collect();
+        let mut released = Vec::with_capacity(holds.len());
+        let mut durable = Durable::default();
+        for (key, ids) in holds {
+            if let Some((r, d)) = inner.release_each(&key, &ids) {
+                durable.add(d);
+                released.push(r);
+            }
+        }
+        // A withdrawn waiter may have stood in front of ones who can hold
+        // now: they get the key.
+        for key in touched {
+            inner.promote(&key);
+        }
+        (released, withdrawn, durable)
+    }
+
+    /// Every hold as the operator sees it, sorted by key, then oldest first.
+    pub fn held(&self) -> Vec<KeyReport> {
+        let inner = self.lock_inner();
+        let mut out: Vec<KeyReport> = inner
+            .keys
+            .iter()
+            .flat_map(|(k, s)| {
+                let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
+                s.holds.iter().map(move |h| {
+                    let h = &h.holder;
+                    KeyReport {
+                        key: k.clone(),
+                        source: h.source.clone(),
+                        peer: h.peer.to_string().into_bytes(),
+                        since: h.since,
+                        waiting,
+                        token: Some(h.token),
+                        session: Some(h.session),
+                        mode: Some(h.mode),
+                    }
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
+        out
+    }
+
+    /// Adds a hold without a client (restored from the log at start-up). A
+    /// session hold is heard from "now", so its holder has the session
+    /// timeout to reclaim it; its grant id and link are returned for the
+    /// task that expires it otherwise.
+    pub fn restore(&self, held: &Held, peer: SocketAddr) -> Option<(GrantId, LinkEnd)> {
+        let mut inner = self.lock_inner();
+        let id = inner.fresh_id();
+        inner.last_token = inner.last_token.max(held.token);
+        let (link, end) = match held.session {
+            true => {
+                let (link, end) = Link::new(0);
+                (Some(link), Some(end))
+            }
+            false => (None, None),
+        };
+        let holder = Holder {
+            id,
+            token: held.token,
+            source: held.source.clone(),
+            peer,
+            since: held.since,
+            session: held.session,
+            mode: held.mode,
+        };
+        let state = inner.keys.entry(held.key.clone()).or_default();
+        state.holds.push(Hold { holder, link });
+        end.map(|end| (id, end))
+    }
+
+    /// The event counters of this table's server (grants are bumped here).
+    pub fn counters(&self) -> Arc<Counters> {
+        self.lock_inner().counters.clone()
+    }
+
+    /// Keys held, waiters queued and the oldest hold's start, in one pass
+    /// under the mutex and without copying any key (for a metrics scrape).
+    pub fn gauges(&self) -> Gauges {
+        let inner = self.lock_inner();
+        let mut g = Gauges::default();
+        for s in inner.keys.values() {
+            g.waiting += s.waiters.len();
+            g.held += usize::from(!s.holds.is_empty());
+            for h in &s.holds {
+                let since = h.holder.since;
+                g.oldest_since = Some(g.oldest_since.map_or(since, |o| o.min(since)));
+            }
+        }
+        g
+    }
+
+    /// Holds and waiters.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock_inner();
+        let held = inner.keys.values().map(|s| s.holds.len()).sum();
+        let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();
+        (held, waiting)
+    }
+}
+
+impl Inner {
+    fn fresh_id(&mut self) -> GrantId {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The next fencing token: one more than the last, and at least the
+    /// wall clock in microseconds, so that a server restarted without a
+    /// log (which remembers no token) still gives larger ones than before,
+    /// unless it gave more than a million a second or the clock went back.
+    fn fresh_token(&mut self) -> Token {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as Token)
+            .unwrap_or(0);
+        self.last_token = (self.last_token + 1).max(now_us);
+        self.last_token
+    }
+
+    /// Adds request `id` to the holders of `key` (its caller checked that
+    /// it may hold now), logged.
+    fn grant(&mut self, key: &[u8], id: GrantId, ask: &Ask) -> Grant {
+        let token = self.fresh_token();
+        let holder = Holder {
+            id,
+            token,
+            source: ask.source.clone(),
+            peer: ask.peer,
+            since: SystemTime::now(),
+            session: ask.session,
+            mode: ask.mode,
+        };
+        let durable = self.record_grant(key, &holder);
+        let (link, end) = match ask.session {
+            true => {
+                let (link, end) = Link::new(0);
+                (Some(link), Some(end))
+            }
+            false => (None, None),
+        };
+        let state = self.keys.entry(key.to_vec()).or_default();
+        state.holds.push(Hold { holder, link });
+        Counters::bump(&self.counters.grants);
+        Grant {
+            id,
+            token,
+            durable,
+            link: end,
+        }
+    }
+
+    fn link_mut(&mut self, key: &[u8], id: GrantId, gen: u64) -> Option<&mut Link> {
+        let hold = self.keys.get_mut(key)?.hold_mut(id)?;
+        hold.link.as_mut().filter(|l| l.gen == gen)
+    }
+
+    /// Records `holder`'s grant of `key`, with the same start time the
+    /// table keeps (so a restart restores the time `keys` showed).
+    fn record_grant(&self, key: &[u8], holder: &Holder) -> Durable {
+        let Some(wal) = &self.wal else {
+            return Durable::default();
+        };
+        // The log's record of a hold is written in one place: `Held::record`.
+        let held = Held {
+            key: key.to_vec(),
+            source: holder.source.clone(),
+            peer: holder.peer.to_string().into_bytes(),
+            since: holder.since,
+            token: holder.token,
+            session: holder.session,
+            mode: holder.mode,
+        };
+        Durable(vec![wal.append(&held.record())])
+    }
+
+    fn record_release(&self, key: &[u8], token: Token) -> Durable {
+        match &self.wal {
+            Some(wal) => Durable(vec![wal.append(&Record::Release {
+                key: key.to_vec(),
+                token: Some(token),
+            })]),
+            None => Durable::default(),
+        }
+    }
+
+    /// Ends hold `id` of `key` and lets the next waiters in. The release is
+    /// logged (unless `record` is false: it already is) before the grants
+    /// that follow it. Returns the holder and the holders let in.
+    fn release(
+        &mut self,
+        key: &[u8],
+        id: GrantId,
+        record: bool,
+    ) -> Option<(Holder, Vec<Holder>, Durable)> {
+        let state = self.keys.get_mut(key)?;
+        let pos = state.holds.iter().position(|h| h.holder.id == id)?;
+        // Dropping the hold's link wakes the task serving a session hold.
+        let Hold { holder, .. } = state.holds.remove(pos);
+        let durable = if record {
+            self.record_release(key, holder.token)
+        } else {
+            Durable::default()
+        };
+        let next = self.promote(key);
+        Some((holder, next, durable))
+    }
+
+    /// Ends the holds `ids` of `key` (a reset), then lets the next waiters in.
+    fn release_each(&mut self, key: &[u8], ids: &[GrantId]) -> Option<(Released, Durable)> {
+        let mut durable = Durable::default();
+        let mut holders = Vec::with_capacity(ids.len());
+        let mut next = Vec::new();
+        for &id in ids {
+            // Only the holds found: waiters let in by an earlier release
+            // of this reset keep the key.
+            if let Some((h, n, d)) = self.release(key, id, true) {
+                holders.push(h);
+                next.extend(n);
+                durable.add(d);
+            }
+        }
+        (!holders.is_empty()).then(|| {
+            (
+                Released {
+                    key: key.to_vec(),
+                    holders,
+                    next,
+                },
+                durable,
+            )
+        })
+    }
+
+    /// Grants the key to the waiters at the head of its line while they may
+    /// hold beside its holders; drops the key's entry once nobody holds or
+    /// wants it. Returns the holders let in.
+    fn promote(&mut self, key: &[u8]) -> Vec<Holder> {
+        let mut next = Vec::new();
+        loop {
+            let Some(state) = self.keys.get_mut(key) else {
+                return next;
+            };
+            let Some(w) = state.waiters.front() else {
+                break;
+            };
+            // A waiter whose task is gone cannot take the key: skip it.
+            if w.notify.is_closed() {
+                state.waiters.pop_front();
+                continue;
+            }
+            if !state.admits(w.ask.mode) {
+                break;
+            }
+            let w = state.waiters.pop_front().expect("just seen");
+            let grant = self.grant(key, w.id, &w.ask);
+            let token = grant.token;
+            if w.notify.send(Notice::Granted(grant)).is_ok() {
+                if let Some(h) = self.keys.get(key).and_then(|s| s.hold(w.id)) {
+                    next.push(h.holder.clone());
+                }
+                continue;
+            }
+            // It went away just now: undo its grant, in the log and the
+            // count too.
+            self.counters
+                .grants
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(state) = self.keys.get_mut(key) {
+                state.holds.retain(|h| h.holder.id != w.id);
+            }
+            let _ = self.record_release(key, token);
+        }
+        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            self.keys.remove(key);
+        }
+        next
+    }
+}

@@ -1,0 +1,315 @@
+//! The table's rules, without a network: hand-offs, modes, sessions.
+
+use super::*;
+
+fn peer() -> SocketAddr {
+    "127.0.0.1:1".parse().unwrap()
+}
+
+fn ask(source: &[u8], session: bool) -> Ask {
+    in_mode(source, session, LockMode::Exclusive)
+}
+
+fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
+    Ask {
+        source: source.to_vec(),
+        peer: peer(),
+        session,
+        mode,
+    }
+}
+
+#[test]
+fn fifo_handoff() {
+    let t = Table::new();
+    let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", &ask(b"a", false)) else {
+        panic!()
+    };
+    let mut rxs = Vec::new();
+    for _ in 0..3 {
+        let LockOutcome::Queued(id, rx) = t.lock(b"k", &ask(b"b", false)) else {
+            panic!()
+        };
+        rxs.push((id, rx));
+    }
+    assert_eq!(t.gauges().held, 1);
+    assert_eq!(t.gauges().waiting, 3);
+    assert!(t.release_grant(b"k", first));
+    for (i, (id, mut rx)) in rxs.into_iter().enumerate() {
+        assert!(
+            matches!(rx.try_recv(), Ok(Notice::Granted(_))),
+            "waiter {i}"
+        );
+        assert!(t.release_grant(b"k", id));
+    }
+    assert_eq!(t.counts(), (0, 0));
+    assert_eq!(t.gauges(), Gauges::default());
+    let grants = t
+        .counters()
+        .grants
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(grants, 4, "one direct grant and three hand-offs");
+}
+
+#[test]
+fn a_stale_release_does_not_free_the_next_holder() {
+    let t = Table::new();
+    let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", &ask(b"a", false)) else {
+        panic!()
+    };
+    let LockOutcome::Queued(_, _rx) = t.lock(b"k", &ask(b"b", false)) else {
+        panic!()
+    };
+    assert!(t.unlock(b"k").is_some());
+    assert!(!t.release_grant(b"k", first));
+    assert_eq!(t.counts(), (1, 0));
+}
+
+#[test]
+fn dead_waiters_are_skipped() {
+    let t = Table::new();
+    assert!(matches!(
+        t.lock(b"k", &ask(b"a", false)),
+        LockOutcome::Granted(..)
+    ));
+    let LockOutcome::Queued(_, rx) = t.lock(b"k", &ask(b"b", false)) else {
+        panic!()
+    };
+    drop(rx);
+    let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", &ask(b"c", false)) else {
+        panic!()
+    };
+    let (_, next, _) = t.unlock(b"k").unwrap();
+    assert_eq!(next[0].source, b"c");
+    assert!(matches!(rx2.try_recv(), Ok(Notice::Granted(_))));
+}
+
+#[test]
+fn withdrawal_after_grant_releases() {
+    let t = Table::new();
+    assert!(matches!(
+        t.lock(b"k", &ask(b"a", false)),
+        LockOutcome::Granted(..)
+    ));
+    let LockOutcome::Queued(id, _rx) = t.lock(b"k", &ask(b"b", false)) else {
+        panic!()
+    };
+    t.unlock(b"k");
+    assert_eq!(t.withdraw(b"k", id).0, Withdrawal::Released);
+    assert_eq!(t.counts(), (0, 0));
+}
+
+#[test]
+fn reset_source_withdraws_and_releases() {
+    let t = Table::new();
+    assert!(matches!(
+        t.lock(b"k1", &ask(b"dead", false)),
+        LockOutcome::Granted(..)
+    ));
+    assert!(matches!(
+        t.lock(b"k2", &ask(b"live", false)),
+        LockOutcome::Granted(..)
+    ));
+    let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", &ask(b"dead", false)) else {
+        panic!()
+    };
+    let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", &ask(b"live", false)) else {
+        panic!()
+    };
+    let (released, withdrawn, _) = t.reset_source(b"dead");
+    assert_eq!(withdrawn, 1);
+    assert_eq!(released.len(), 1);
+    assert!(matches!(dead_rx.try_recv(), Ok(Notice::Withdrawn)));
+    assert!(matches!(live_rx.try_recv(), Ok(Notice::Granted(_))));
+}
+
+fn granted(o: LockOutcome) -> Grant {
+    match o {
+        LockOutcome::Granted(g) => g,
+        LockOutcome::Queued(..) => panic!("queued"),
+        LockOutcome::Conflict(m) => panic!("refused: {m}"),
+    }
+}
+
+#[test]
+fn tokens_grow_with_every_grant() {
+    let t = Table::new();
+    let a = granted(t.lock(b"k", &ask(b"a", true)));
+    assert!(t.release_grant(b"k", a.id));
+    let b = granted(t.lock(b"k", &ask(b"b", false)));
+    assert!(b.token > a.token);
+    t.raise_token_floor(u64::MAX / 2);
+    assert!(t.release_grant(b"k", b.id));
+    let c = granted(t.lock(b"k", &ask(b"c", true)));
+    assert!(c.token > u64::MAX / 2);
+}
+
+#[test]
+fn a_stale_token_frees_nothing_and_a_reset_wakes_the_session() {
+    let t = Table::new();
+    let mut a = granted(t.lock(b"k", &ask(b"a", true)));
+    let mut link = a.link.take().unwrap();
+    assert!(link
+        .changed
+        .try_recv()
+        .is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
+    assert!(t.begin_release(b"k", Some(a.token + 1)).is_none());
+    let _ = t.reset_key(b"k").unwrap();
+    assert_eq!(
+        link.changed.try_recv(),
+        Err(oneshot::error::TryRecvError::Closed)
+    );
+    assert_eq!(t.link_state(b"k", a.id, link.gen), LinkState::Gone);
+    assert!(t.begin_release(b"k", Some(a.token)).is_none());
+}
+
+#[test]
+fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
+    let t = Table::new();
+    let mut a = granted(t.lock(b"k", &ask(b"a", true)));
+    let mut old = a.link.take().unwrap();
+    assert!(t.reclaim(b"k", a.token + 1).is_none());
+    let new = t.reclaim(b"k", a.token).unwrap().link.unwrap();
+    assert_eq!(
+        old.changed.try_recv(),
+        Err(oneshot::error::TryRecvError::Closed)
+    );
+    assert_eq!(t.link_state(b"k", a.id, old.gen), LinkState::Moved);
+    assert!(matches!(
+        t.expire(b"k", a.id, old.gen, Duration::ZERO),
+        Expiry::Gone
+    ));
+    assert!(matches!(
+        t.expire(b"k", a.id, new.gen, Duration::from_secs(60)),
+        Expiry::NotYet(_)
+    ));
+    let LockOutcome::Queued(_, mut rx) = t.lock(b"k", &ask(b"b", false)) else {
+        panic!()
+    };
+    assert!(matches!(
+        t.expire(b"k", a.id, new.gen, Duration::ZERO),
+        Expiry::Released(..)
+    ));
+    assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
+}
+
+fn queued(o: LockOutcome) -> (GrantId, oneshot::Receiver<Notice>) {
+    match o {
+        LockOutcome::Queued(id, rx) => (id, rx),
+        LockOutcome::Granted(_) => panic!("granted"),
+        LockOutcome::Conflict(m) => panic!("refused: {m}"),
+    }
+}
+
+fn was_granted(rx: &mut oneshot::Receiver<Notice>) -> bool {
+    matches!(rx.try_recv(), Ok(Notice::Granted(_)))
+}
+
+const SHARED: LockMode = LockMode::Shared;
+const EXCLUSIVE: LockMode = LockMode::Exclusive;
+
+#[test]
+fn readers_share_and_a_writer_waits_its_turn_then_blocks_later_readers() {
+    let t = Table::new();
+    let r1 = granted(t.lock(b"k", &in_mode(b"r1", true, SHARED)));
+    let r2 = granted(t.lock(b"k", &in_mode(b"r2", true, SHARED)));
+    let (_, mut w1) = queued(t.lock(b"k", &in_mode(b"w1", true, EXCLUSIVE)));
+    // Behind a writer, a reader waits even though readers hold.
+    let (_, mut r3) = queued(t.lock(b"k", &in_mode(b"r3", true, SHARED)));
+    let (_, mut r4) = queued(t.lock(b"k", &in_mode(b"r4", true, SHARED)));
+    assert!(matches!(
+        t.try_lock(b"k", &in_mode(b"t", false, SHARED)),
+        TryOutcome::Busy
+    ));
+    assert_eq!(t.counts(), (2, 3));
+    assert!(t.release_grant(b"k", r1.id));
+    assert!(!was_granted(&mut w1), "a reader still holds");
+    assert!(t.release_grant(b"k", r2.id));
+    assert!(was_granted(&mut w1));
+    assert!(!was_granted(&mut r3));
+    // The writer's release lets both readers behind it in, together.
+    let (_, next, _) = t.unlock(b"k").unwrap();
+    assert_eq!(next.len(), 2);
+    assert!(was_granted(&mut r3) && was_granted(&mut r4));
+    assert_eq!(t.counts(), (2, 0));
+}
+
+#[test]
+fn a_limit_grants_n_and_each_release_exactly_the_next() {
+    let t = Table::new();
+    let three = LockMode::limit(3);
+    let holds: Vec<Grant> = (0..3)
+        .map(|i| granted(t.lock(b"k", &in_mode(format!("h{i}").as_bytes(), true, three))))
+        .collect();
+    let mut line: Vec<_> = (0..3)
+        .map(|i| queued(t.lock(b"k", &in_mode(format!("w{i}").as_bytes(), true, three))))
+        .collect();
+    for (i, h) in holds.iter().enumerate() {
+        assert!(t.release_grant(b"k", h.id));
+        for (j, (_, rx)) in line.iter_mut().enumerate().skip(i) {
+            assert_eq!(was_granted(rx), j == i, "after release {i}, waiter {j}");
+        }
+    }
+    assert_eq!(t.counts(), (3, 0));
+    let tokens: Vec<Token> = holds.iter().map(|g| g.token).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_mode_the_key_is_not_used_in_is_refused_until_it_is_idle() {
+    let t = Table::new();
+    let two = LockMode::limit(2);
+    let a = granted(t.lock(b"k", &in_mode(b"a", true, two)));
+    for other in [EXCLUSIVE, SHARED, LockMode::limit(3)] {
+        assert!(matches!(
+            t.lock(b"k", &in_mode(b"b", true, other)),
+            LockOutcome::Conflict(m) if m == two
+        ));
+        assert!(matches!(
+            t.try_lock(b"k", &in_mode(b"b", true, other)),
+            TryOutcome::Conflict(m) if m == two
+        ));
+    }
+    assert!(t.release_grant(b"k", a.id));
+    granted(t.lock(b"k", &in_mode(b"b", true, SHARED)));
+    granted(t.lock(b"k", &in_mode(b"c", true, SHARED)));
+    assert_eq!(t.held().len(), 2);
+}
+
+#[test]
+fn a_writer_leaving_the_head_lets_the_readers_behind_it_in() {
+    let t = Table::new();
+    granted(t.lock(b"k", &in_mode(b"r1", true, SHARED)));
+    let (w, _w_rx) = queued(t.lock(b"k", &in_mode(b"w", true, EXCLUSIVE)));
+    let (_, mut r2) = queued(t.lock(b"k", &in_mode(b"r2", true, SHARED)));
+    let (withdrawal, next) = t.withdraw(b"k", w);
+    assert_eq!((withdrawal, next.len()), (Withdrawal::Dequeued, 1));
+    assert!(was_granted(&mut r2));
+}
+
+#[test]
+fn resets_end_every_hold_of_the_key_or_only_the_sources() {
+    let t = Table::new();
+    for s in [b"a", b"b", b"a"] {
+        granted(t.lock(b"k", &in_mode(s, false, SHARED)));
+    }
+    let (_, mut w) = queued(t.lock(b"k", &in_mode(b"w", false, EXCLUSIVE)));
+    let (released, _, _) = t.reset_source(b"a");
+    assert_eq!(released[0].holders.len(), 2);
+    assert!(!was_granted(&mut w), "b still holds");
+    let (r, _) = t.reset_key(b"k").unwrap();
+    assert_eq!((r.holders.len(), r.next.len()), (1, 1));
+    assert!(was_granted(&mut w));
+}
+
+#[test]
+fn a_plain_unlock_ends_the_oldest_kept_hold_first() {
+    let t = Table::new();
+    granted(t.lock(b"k", &in_mode(b"session", true, SHARED)));
+    granted(t.lock(b"k", &in_mode(b"kept", false, SHARED)));
+    let (h, _, _) = t.unlock(b"k").unwrap();
+    assert_eq!(h.source, b"kept");
+    let (h, _, _) = t.unlock(b"k").unwrap();
+    assert_eq!(h.source, b"session");
+    assert!(t.unlock(b"k").is_none());
+}

@@ -1,0 +1,319 @@
+//! Shared locks and `--limit N` on the built-in server: at most N at once
+//! and exactly N while enough wait, first come first served, readers
+//! together and writers alone, dead holders freed by the session grace,
+//! holds kept across a SIGKILL and restart of the server with its log,
+//! disagreeing requests refused (78), and a reference server's refusal
+//! (76) instead of an exclusive lock in their place.
+//! Who held the key when is read from the commands' own logged times.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::serve::data_arg;
+use common::spans;
+use common::*;
+
+const GRACE: &str = "2s";
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The manager on the lock port + 1, where `keys` looks for it.
+fn server() -> Server {
+    Serve::new()
+        .args(&["--reclaim-grace", GRACE])
+        .port_pair()
+        .start()
+}
+
+/// Whether the server has queued or granted `tag`'s request on `key`.
+fn queued(server: &Server, key: &str, tag: &str) -> bool {
+    ["queue", "grant"]
+        .iter()
+        .any(|what| server.count(&format!("{what} '{key}' source '{tag}'")) > 0)
+}
+
+fn contender(
+    server: &Server,
+    log: &std::path::Path,
+    mode: &[&str],
+    key: &str,
+    tag: &str,
+    secs: f64,
+) -> (String, Command) {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(mode);
+    let script = spans::script(log, tag, secs);
+    args.extend_from_slice(&[key, "--source", tag, "-c", &script]);
+    (tag.to_string(), server.lc(&args))
+}
+
+#[test]
+fn limit_n_runs_n_at_once_in_arrival_order() {
+    let server = server();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let n = 3;
+    let cmds: Vec<_> = (0..2 * n)
+        .map(|i| {
+            contender(
+                &server,
+                &log,
+                &["--limit", "3"],
+                "sem",
+                &format!("c{i}"),
+                1.0,
+            )
+        })
+        .collect();
+    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&server, "sem", tag));
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let spans = spans::read(&log);
+    assert_eq!(spans::max_overlap(&spans), n, "{spans:#?}");
+    let gap = spans::longest_shortfall_ms(&spans, n);
+    assert!(
+        gap < 400.0,
+        "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
+    );
+    let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
+    assert_eq!(spans::tags(&spans), order, "not first come, first served");
+    spans::assert_tokens_grow(&log, &spans);
+    eprintln!("built-in server, limit 3, 6 contenders: longest hand-off {gap:.1} ms");
+}
+
+#[test]
+fn readers_share_writers_exclude_in_arrival_order() {
+    let server = server();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let plan = [
+        ("r1", "-s"),
+        ("r2", "-s"),
+        ("w1", "-x"),
+        ("r3", "-s"),
+        ("r4", "-s"),
+        ("w2", "-x"),
+        ("r5", "-s"),
+    ];
+    let cmds: Vec<_> = plan
+        .iter()
+        .map(|(tag, m)| contender(&server, &log, &[m], "rw", tag, 0.8))
+        .collect();
+    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&server, "rw", tag));
+    let codes = kids.wait_all(Duration::from_secs(60));
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    spans::readers_and_writers_in_arrival_order(&spans::read(&log));
+}
+
+/// SIGKILLed holders (lc-cli and its command) of a semaphore and of a
+/// shared key: the waiter behind them runs once the grace has passed
+/// since they were last heard from, not before.
+#[test]
+fn dead_shared_and_semaphore_holders_are_freed_by_the_grace() {
+    let server = server();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    for (mode, waiter_mode, key) in [
+        (&["--limit", "2"][..], &["--limit", "2"][..], "dead-sem"),
+        (&["-s"][..], &["-x"][..], "dead-rw"),
+    ] {
+        let holders: Vec<_> = (0..2)
+            .map(|i| contender(&server, &log, mode, key, &format!("{key}-h{i}"), 120.0))
+            .collect();
+        let mut held = spans::arrive_in_order(&log, holders, |tag| queued(&server, key, tag));
+        assert!(wait_until(LIMIT, || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches(&format!("start {key}-h"))
+                .count()
+                == 2
+        }));
+        let waiter = vec![contender(
+            &server,
+            &log,
+            waiter_mode,
+            key,
+            &format!("{key}-w"),
+            0.1,
+        )];
+        let mut waiting = spans::arrive_in_order(&log, waiter, |tag| queued(&server, key, tag));
+        let killed = timeline::now_ns();
+        for h in &mut held.0 {
+            h.kill().unwrap(); // SIGKILL of lc-cli: silent, its grace runs out
+        }
+        assert_eq!(waiting.wait_all(LIMIT), [Some(0)]);
+        let spans = spans::read(&log);
+        let after = (spans::by_tag(&spans, &format!("{key}-w")).start - killed) as f64 / 1e9;
+        assert!(
+            (1.4..4.5).contains(&after),
+            "{key}: the waiter ran {after} s after the kill (grace {GRACE})"
+        );
+        eprintln!("built-in server, {key}: waiter ran {after:.2} s after SIGKILL of the holders (grace {GRACE})");
+        drop(held);
+    }
+}
+
+#[test]
+fn disagreeing_modes_and_limits_are_refused() {
+    let server = server();
+    let lc = |args: &[&str]| server.lc(args);
+    let holder = spans::Kids(vec![lc(&["lock", "--limit", "2", "m", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(LIMIT, || {
+        let out = lc(&["keys", "--json"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("\"m\"")
+    }));
+    for args in [
+        &["trylock", "--limit", "3", "m", "true"][..],
+        &["lock", "m", "true"],
+        &["lock", "-s", "m", "true"],
+        &["wait", "-x", "m"],
+        // A kept hold (no command) is refused the same way.
+        &["lock", "-s", "m"],
+    ] {
+        let out = expect_status(&mut lc(args), 78);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--limit 2"), "{args:?}: {err}");
+    }
+    expect_status(&mut lc(&["trylock", "--limit", "2", "m", "true"]), 0);
+    drop(holder);
+    let holder = spans::Kids(vec![lc(&["lock", "-s", "r", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(wait_until(LIMIT, || {
+        lc(&["trylock", "r", "true"]).status().unwrap().code() == Some(1)
+    }));
+    let out = expect_status(&mut lc(&["lock", "--limit", "2", "r", "true"]), 78);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
+    expect_status(&mut lc(&["trylock", "-s", "r", "true"]), 0);
+    drop(holder);
+    // Once nobody holds or waits, the key takes any mode again.
+    assert!(wait_until(LIMIT, || lc(&[
+        "trylock", "--limit", "5", "r", "true"
+    ])
+    .status()
+    .unwrap()
+    .success()));
+}
+
+#[test]
+fn keys_and_resets_of_shared_and_limited_keys() {
+    let server = server();
+    spans::keys_and_resets(&|args| server.lc(args));
+}
+
+/// The server is SIGKILLed while two readers hold and a writer waits, and
+/// restarted with its log: both shared holds come back, the readers'
+/// commands run on and release normally, and then the writer runs.
+#[test]
+fn shared_holds_survive_a_server_restart_with_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = data_arg(&dir.path().join("wal"));
+    // A longer grace: the readers must reclaim before their commands are
+    // stopped, two thirds of it after the server was last heard from.
+    let grace = "3s";
+    let mut server = Serve::new()
+        .args(&["--reclaim-grace", grace, "--data", &data])
+        .start();
+    let port = server.addr.port();
+    let log = dir.path().join("log");
+    let readers: Vec<_> = ["r1", "r2"]
+        .iter()
+        .map(|tag| contender(&server, &log, &["-s"], "k", tag, 4.0))
+        .collect();
+    let mut readers = spans::arrive_in_order(&log, readers, |tag| queued(&server, "k", tag));
+    assert!(wait_until(LIMIT, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("start r1 ") && text.contains("start r2 ")
+    }));
+    server.stop_with(libc::SIGKILL, LIMIT);
+    drop(server);
+    let restarted = restart_on(port, &["--reclaim-grace", grace, "--data", &data]);
+    restarted.wait_for("restored 'k'", 2, LIMIT);
+    assert_eq!(restarted.count("a shared lock"), 2, "{}", restarted.log());
+    restarted.wait_for("reclaimed the session hold of 'k'", 2, LIMIT);
+    let writer = vec![contender(&restarted, &log, &["-x"], "k", "w", 0.1)];
+    let mut writer = spans::arrive_in_order(&log, writer, |tag| queued(&restarted, "k", tag));
+    assert_eq!(readers.wait_all(LIMIT), [Some(0), Some(0)]);
+    assert_eq!(writer.wait_all(LIMIT), [Some(0)]);
+    let spans = spans::read(&log);
+    let s = |t| spans::by_tag(&spans, t);
+    assert!(spans::overlap(s("r1"), s("r2")), "{spans:#?}");
+    assert!(
+        s("w").start >= s("r1").end && s("w").start >= s("r2").end,
+        "the writer ran beside a reader restored from the log: {spans:#?}"
+    );
+}
+
+fn restart_on(port: u16, args: &[&str]) -> Server {
+    let serve = Serve::new()
+        .listen(&format!("127.0.0.1:{port}"))
+        .args(&["--manager", "127.0.0.1:0"])
+        .args(args);
+    // The port may not be free again at once after the SIGKILL.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        match serve.clone().try_start() {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err((status, log)) => panic!("no restart ({status:?}):\n{log}"),
+        }
+    }
+}
+
+/// A server that answers lc-cli's own actions `-`, as the reference does:
+/// a shared or limited request is refused with one line and 76, never
+/// granted as an exclusive lock, and the key is left free.
+#[test]
+fn a_reference_server_refuses_shared_and_limited_locks() {
+    let server = Serve::new().env("LC_CLI_SERVE_AS_REFERENCE", "1").start();
+    for args in [
+        &["lock", "-s", "k", "true"][..],
+        &["trylock", "--limit", "2", "k", "true"],
+        &["wait", "--shared", "k"],
+        &["lock", "--limit", "3", "k"],
+    ] {
+        let out = expect_status(&mut server.lc(args), 76);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("cannot take shared or limited locks"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(server.count("grant 'k'"), 0, "{}", server.log());
+    expect_status(&mut server.lc(&["trylock", "k", "true"]), 0);
+}
+
+/// Kept holds (`lock KEY` without a command) of a shared key: each is
+/// listed as kept, `unlock KEY` ends one at a time (the oldest first), and
+/// a writer gets the key once both are gone.
+#[test]
+fn kept_shared_holds_are_unlocked_one_at_a_time() {
+    let server = server();
+    let lc = |args: &[&str]| server.lc(args);
+    for source in ["a", "b"] {
+        expect_status(&mut lc(&["lock", "-s", "k", "--source", source, "-q"]), 0);
+    }
+    let out = lc(&["keys", "--json"]).output().unwrap();
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["mode"] == "shared" && r["kept"] == true),
+        "{rows:?}"
+    );
+    expect_status(&mut lc(&["trylock", "k", "true"]), 1);
+    expect_status(&mut lc(&["unlock", "k"]), 0);
+    expect_status(&mut lc(&["trylock", "k", "true"]), 1);
+    expect_status(&mut lc(&["trylock", "-s", "k", "true"]), 0);
+    expect_status(&mut lc(&["unlock", "k"]), 0);
+    expect_status(&mut lc(&["unlock", "k"]), 1);
+    expect_status(&mut lc(&["trylock", "k", "true"]), 0);
+}
