@@ -9,7 +9,9 @@
 //! backend of its own (its own connections, as separate lc-cli processes
 //! would have). A cycle releases the oldest holder; exactly one waiter, the
 //! head of the line, is granted; the releaser queues again with the same
-//! backend, so W are in line at every grant. The cycle's window ends once
+//! backend, so W are in line at every grant. The lines of W = 1, 16 and 64
+//! are open at once, on three keys, and take their cycles in turn, one at
+//! a time, so that every row sees the same load. The cycle's window ends once
 //! the server shows every waiter blocked on its wake-up list and no
 //! connection left over; Redis counts the commands of the window (`INFO
 //! commandstats`: the commands run inside the scripts as well as EVALSHA
@@ -412,82 +414,137 @@ impl Figures {
     }
 }
 
-/// One round of controlled cycles on a key of its own.
+/// One key's controlled line: its holders, oldest first, and its W waiters,
+/// in the order they queued.
+struct Line {
+    key: String,
+    shape: Shape,
+    requests: usize,
+    holders: VecDeque<Member>,
+    waiting: VecDeque<JoinHandle<Option<Member>>>,
+    cancel: CancellationToken,
+}
+
+impl Line {
+    async fn new(config: &BackendConfig, shape: Shape, waiters: usize, round: usize) -> Line {
+        let mut line = Line {
+            key: format!("ctl-{}-{waiters}-{round}", shape.name()),
+            shape,
+            requests: 0,
+            holders: VecDeque::new(),
+            waiting: VecDeque::new(),
+            cancel: CancellationToken::new(),
+        };
+        for _ in 0..shape.holders() {
+            let b = backend::connect(config).await.unwrap();
+            let req = line.next_request();
+            let got = b.acquire(&req, line.cancel.clone(), &|_| {}).await;
+            let Ok(Acquired::Held(h)) = got else {
+                panic!("holder not granted");
+            };
+            line.holders.push_back((b, h));
+        }
+        for _ in 0..waiters {
+            let b = backend::connect(config).await.unwrap();
+            let req = line.next_request();
+            line.waiting
+                .push_back(queue_in(b, req, line.cancel.clone()).await);
+        }
+        line
+    }
+
+    fn next_request(&mut self) -> LockRequest {
+        self.requests += 1;
+        let i = self.requests - 1;
+        request(&self.key, self.shape.nth(i), i)
+    }
+
+    /// Server connections: one per holder and waiter, and a BLPOP one per
+    /// waiter.
+    fn connections(&self) -> u64 {
+        (self.holders.len() + 2 * self.waiting.len()) as u64
+    }
+
+    /// One cycle: the oldest holder releases, the head waiter is granted,
+    /// the releaser queues again. Returns the hand-off latency.
+    async fn cycle(&mut self) -> Duration {
+        let t = Instant::now();
+        let (b, mut h) = self.holders.pop_front().unwrap();
+        h.release().await.expect("release");
+        drop(h);
+        let head = self.waiting.pop_front().unwrap();
+        let granted = head.await.unwrap().expect("granted");
+        let latency = t.elapsed();
+        self.holders.push_back(granted);
+        let req = self.next_request();
+        self.waiting
+            .push_back(queue_in(b, req, self.cancel.clone()).await);
+        latency
+    }
+
+    async fn close(self) {
+        self.cancel.cancel();
+        for w in self.waiting {
+            let _ = w.await;
+        }
+        for (_, mut h) in self.holders {
+            h.release().await.expect("release");
+        }
+    }
+}
+
+/// One round of one shape: a line of each size on a key of its own, all
+/// open at once, their cycles taken in turn (1, 16, 64, 1, 16, 64, ...),
+/// so that the machine's load, the number of clients and the server's
+/// memory are alike for every size.
 async fn controlled_round(
     url: &str,
     con: &mut redis::Connection,
     shape: Shape,
-    waiters: usize,
     round: usize,
     cycles: usize,
-    into: &mut Figures,
+    rows: &mut [Figures],
 ) {
     let config = config(url);
-    let key = format!("ctl-{}-{waiters}-{round}", shape.name());
-    let cancel = CancellationToken::new();
-    let mut n = 0;
-    let mut next = |backend| {
-        n += 1;
-        (backend, request(&key, shape.nth(n - 1), n - 1))
-    };
-    let mut holders: VecDeque<Member> = VecDeque::new();
-    for _ in 0..shape.holders() {
-        let b = backend::connect(&config).await.unwrap();
-        let (b, req) = next(b);
-        let Acquired::Held(h) = b.acquire(&req, cancel.clone(), &|_| {}).await.unwrap() else {
-            panic!("holder not granted");
-        };
-        holders.push_back((b, h));
+    let mut lines = Vec::new();
+    for &waiters in &SIZES {
+        lines.push(Line::new(&config, shape, waiters, round).await);
     }
-    let mut line: VecDeque<JoinHandle<Option<Member>>> = VecDeque::new();
-    for _ in 0..waiters {
-        let b = backend::connect(&config).await.unwrap();
-        let (b, req) = next(b);
-        line.push_back(queue_in(b, req, cancel.clone()).await);
-    }
-    // This connection, one per holder and waiter, and a BLPOP one per waiter.
-    let connected = 1 + (shape.holders() + 2 * waiters) as u64;
-    settle(con, connected, waiters as u64).await;
+    // This connection, and the lines'.
+    let connected = 1 + lines.iter().map(Line::connections).sum::<u64>();
+    let blocked: u64 = SIZES.iter().map(|&w| w as u64).sum();
+    settle(con, connected, blocked).await;
     // The end of the last window: what happens from there to the next
-    // window is not the cycle's work (heartbeats), counted apart.
+    // window is not a cycle's work (heartbeats), counted apart.
     let mut last: Option<(Instant, Counts)> = None;
     for cycle in 0..WARM_UP + cycles {
-        let before = command_stats(con);
-        let t = Instant::now();
-        if let Some((end, after)) = last.take() {
-            add(&mut into.between, &minus(&before, &after));
-            into.between_secs += (t - end).as_secs_f64();
-        }
-        let (b, mut h) = holders.pop_front().unwrap();
-        h.release().await.expect("release");
-        drop(h);
-        let granted = line.pop_front().unwrap().await.unwrap().expect("granted");
-        let latency = t.elapsed();
-        holders.push_back(granted);
-        let (b, req) = next(b);
-        line.push_back(queue_in(b, req, cancel.clone()).await);
-        settle(con, connected, waiters as u64).await;
-        let after = command_stats(con);
-        let window = minus(&after, &before);
-        // No herd, and the cycle is what it claims: one grant, one wake-up.
-        assert_eq!(
-            window.get("lpush").map(|v| v[0]),
-            Some(1),
-            "wake-ups in one cycle"
-        );
-        if cycle >= WARM_UP {
-            into.grants += 1;
-            into.latencies.push(latency);
-            add(&mut into.commands, &window);
-            last = Some((Instant::now(), after));
+        for (line, into) in lines.iter_mut().zip(rows.iter_mut()) {
+            let before = command_stats(con);
+            let t = Instant::now();
+            if let Some((end, after)) = last.take() {
+                add(&mut into.between, &minus(&before, &after));
+                into.between_secs += (t - end).as_secs_f64();
+            }
+            let latency = line.cycle().await;
+            settle(con, connected, blocked).await;
+            let after = command_stats(con);
+            let window = minus(&after, &before);
+            // No herd, and the cycle is what it claims: one grant, one wake-up.
+            assert_eq!(
+                window.get("lpush").map(|v| v[0]),
+                Some(1),
+                "wake-ups in one cycle"
+            );
+            if cycle >= WARM_UP {
+                into.grants += 1;
+                into.latencies.push(latency);
+                add(&mut into.commands, &window);
+                last = Some((Instant::now(), after));
+            }
         }
     }
-    cancel.cancel();
-    for w in line {
-        let _ = w.await;
-    }
-    for (_, mut h) in holders {
-        h.release().await.expect("release");
+    for line in lines {
+        line.close().await;
     }
 }
 
@@ -648,22 +705,12 @@ async fn main() {
         .iter()
         .map(|_| SIZES.iter().map(|_| Figures::default()).collect())
         .collect();
-    // Rounds interleaved (every shape and size, then again), so that a change
-    // in the machine's load hits every row alike.
+    // Rounds interleaved (every shape, then again), and within a round the
+    // sizes cycle in turn, so that a change in the machine's load hits every
+    // row alike.
     for round in 0..ROUNDS {
         for (s, (shape, _)) in shapes.iter().enumerate() {
-            for (i, &waiters) in SIZES.iter().enumerate() {
-                controlled_round(
-                    &url,
-                    &mut con,
-                    *shape,
-                    waiters,
-                    round,
-                    cycles,
-                    &mut rows[s][i],
-                )
-                .await;
-            }
+            controlled_round(&url, &mut con, *shape, round, cycles, &mut rows[s]).await;
         }
     }
     println!(
