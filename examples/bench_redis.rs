@@ -720,7 +720,12 @@ async fn main() {
         print_controlled(title, rows);
     }
     let all = std::env::args().any(|a| a == "--free-running");
-    for (shape, title) in shapes.iter().take(if all { 3 } else { 1 }) {
+    let free = [
+        (Shape::Exclusive, "exclusive"),
+        (Shape::Limit4, "--limit 4 (4 holders)"),
+        (Shape::Shared, "--shared (every other task exclusive)"),
+    ];
+    for (shape, title) in free.iter().take(if all { 3 } else { 1 }) {
         println!("free-running loops (the first method): {title}");
         measure(&url, &mut con, *shape).await;
     }
