@@ -1,27 +1,56 @@
-//! Redis work per acquisition and handoff latency with 1, 16 and 64 waiters
-//! queued, in one run against a private redis-server.
+//! Redis work per grant and hand-off latency with 1, 16 and 64 waiters
+//! queued, for the exclusive lock, `--limit 4` and `--shared`, in one run
+//! against a private redis-server.
 //!
-//!     cargo run --release --example bench_redis
+//!     cargo run --release --example bench_redis [-- CYCLES [--free-running]]
 //!
-//! Each waiter is a backend of its own (its own connections, as separate
-//! lc-cli processes would have). Every task loops: wait in line, take the
-//! key, release it, queue again, so the line stays N deep. Handoff latency is
-//! the time from the start of a release to the moment the next waiter holds
-//! the key (each holder keeps the key 1 ms, so the previous holder is back
-//! in line before every handoff). Commands are counted by Redis itself (`INFO commandstats`, which
-//! counts the commands run inside scripts as well as EVALSHA and BLPOP).
+//! Controlled cycles (the method of `bench_zk`): per row, the holders (4
+//! with `--limit 4`, else 1) hold and exactly W waiters are queued, each a
+//! backend of its own (its own connections, as separate lc-cli processes
+//! would have). A cycle releases the oldest holder; exactly one waiter, the
+//! head of the line, is granted; the releaser queues again with the same
+//! backend, so W are in line at every grant. The lines of W = 1, 16 and 64
+//! are open at once, on three keys, and take their cycles in turn, one at
+//! a time, so that every row sees the same load. The cycle's window ends once
+//! the server shows every waiter blocked on its wake-up list and no
+//! connection left over; Redis counts the commands of the window (`INFO
+//! commandstats`: the commands run inside the scripts as well as EVALSHA
+//! and BLPOP; `INFO`/`CONFIG` excluded) and the time it spent in the
+//! scripts. Every window must hold exactly one wake-up push (LPUSH), or the
+//! program stops. Hand-off latency: from the start of the release to the
+//! moment the next waiter holds the key. The waiters' heartbeats (a CHECK
+//! every 10 s each) are work per waiter per second, not per grant: those
+//! that fall between windows are reported apart, as a rate (a round is
+//! shorter than 10 s, so there are few).
+//!
+//! Then, for comparison with earlier figures, the free-running loop of the
+//! first version of this program, exclusive lock only (all three shapes
+//! with `--free-running`): every task loops wait in line, hold 1 ms,
+//! release, queue again.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lc_cli::backend::{self, Acquired, BackendConfig, LockMode, LockRequest, ServerSpec};
+use lc_cli::backend::{
+    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerSpec,
+    WaitProgress,
+};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Free-running loop: acquisitions measured per round, rounds per row.
 const MEASURED: usize = 600;
 const REPEATS: usize = 5;
 const HOLD: Duration = Duration::from_millis(1);
+
+/// Controlled cycles: rounds per row (interleaved across rows), cycles
+/// per round left out as a warm-up.
+const ROUNDS: usize = 3;
+const WARM_UP: usize = 10;
+const SIZES: [usize; 3] = [1, 16, 64];
 
 /// The server and its AOF directory, both gone when dropped.
 struct Redis(Child, #[allow(dead_code)] tempfile::TempDir);
@@ -70,10 +99,11 @@ fn start_redis() -> (Redis, u16) {
     panic!("redis-server did not start");
 }
 
-fn command_calls(con: &mut redis::Connection) -> (u64, Vec<(String, u64)>) {
+/// Per command (`INFO commandstats`, less `INFO` and `CONFIG`): calls and
+/// microseconds the server spent in it.
+fn command_stats(con: &mut redis::Connection) -> BTreeMap<String, [u64; 2]> {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    let mut total = 0;
-    let mut per = Vec::new();
+    let mut per = BTreeMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
             continue;
@@ -82,17 +112,26 @@ fn command_calls(con: &mut redis::Connection) -> (u64, Vec<(String, u64)>) {
         if name == "info" || name == "config" {
             continue;
         }
-        let calls: u64 = stats
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("calls="))
-            .unwrap()
-            .parse()
-            .unwrap();
-        total += calls;
-        per.push((name.to_string(), calls));
+        let field = |f: &str| -> u64 {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        per.insert(name.to_string(), [field("calls"), field("usec")]);
     }
+    per
+}
+
+fn command_calls(con: &mut redis::Connection) -> (u64, Vec<(String, u64)>) {
+    let mut per: Vec<(String, u64)> = command_stats(con)
+        .into_iter()
+        .map(|(n, [calls, _])| (n, calls))
+        .collect();
     per.sort_by_key(|p| std::cmp::Reverse(p.1));
-    (total, per)
+    (per.iter().map(|p| p.1).sum(), per)
 }
 
 struct Round {
@@ -221,21 +260,363 @@ async fn run_round(
     (lat, calls, done, per)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let (_redis, port) = start_redis();
-    let url = format!("redis://127.0.0.1:{port}");
-    let client = redis::Client::open(format!("{url}/")).unwrap();
-    let mut con = client.get_connection().unwrap();
-    // The rows are interleaved (1, 16, 64, 1, 16, 64, ...) so that a change
-    // in the machine's load during the run hits every row alike.
-    for (shape, title) in [
-        (Shape::Exclusive, "exclusive"),
-        (Shape::Limit4, "--limit 4 (4 holders)"),
-        (Shape::Shared, "--shared (every other task exclusive)"),
-    ] {
-        println!("{title}");
-        measure(&url, &mut con, shape).await;
+type Counts = BTreeMap<String, [u64; 2]>;
+
+fn minus(after: &Counts, before: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(n, [c, u])| {
+            let [c0, u0] = before.get(n).copied().unwrap_or_default();
+            (n.clone(), [c - c0, u - u0])
+        })
+        .filter(|(_, [c, _])| *c > 0)
+        .collect()
+}
+
+fn add(into: &mut Counts, from: &Counts) {
+    for (n, [c, u]) in from {
+        let e = into.entry(n.clone()).or_default();
+        e[0] += c;
+        e[1] += u;
+    }
+}
+
+fn calls(c: &Counts) -> u64 {
+    c.values().map(|v| v[0]).sum()
+}
+
+/// `connected_clients` and `blocked_clients` of `INFO clients`.
+fn clients(con: &mut redis::Connection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("INFO clients has no {name}"))
+    };
+    (field("connected_clients"), field("blocked_clients"))
+}
+
+/// Waits until the server has exactly `connected` clients, `blocked` of
+/// them in BLPOP: every waiter listening, the granted waiter's listener
+/// gone. Bounded: 5 s.
+async fn settle(con: &mut redis::Connection, connected: u64, blocked: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = clients(con);
+        if now == (connected, blocked) {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "the line did not settle: (clients, blocked) {now:?}, expected {:?}",
+                (connected, blocked)
+            );
+        }
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+}
+
+type Member = (Box<dyn Backend>, Box<dyn HeldLock>);
+
+fn config(url: &str) -> BackendConfig {
+    BackendConfig {
+        access: Default::default(),
+        server: url.parse::<ServerSpec>().unwrap(),
+        session_timeout: Duration::from_secs(10),
+        ttl: Duration::from_secs(30),
+        queue_timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(5),
+        verbose: false,
+    }
+}
+
+fn request(key: &str, mode: LockMode, i: usize) -> LockRequest {
+    LockRequest {
+        key: key.to_string(),
+        mode,
+        source: format!("bench-{i}"),
+        nonblock: false,
+        detached: false,
+    }
+}
+
+/// Queues `backend` and returns once the server has put it in line (its
+/// first answer said "waiting"; a grant instead panics: the cycle must not
+/// run dry); the handle resolves when it holds the key.
+async fn queue_in(
+    backend: Box<dyn Backend>,
+    request: LockRequest,
+    cancel: CancellationToken,
+) -> JoinHandle<Option<Member>> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let tx = Mutex::new(Some(tx));
+        let progress = move |_: WaitProgress| {
+            if let Some(tx) = tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        };
+        match backend.acquire(&request, cancel, &progress).await {
+            Ok(Acquired::Held(h)) => Some((backend, h)),
+            Ok(_) => None,
+            Err(e) => panic!("acquire: {e}"),
+        }
+    });
+    rx.await.expect("queued, not granted at once");
+    handle
+}
+
+impl Shape {
+    /// The mode of the i-th request of a controlled row: with `--shared`, a
+    /// reader holds first and the line alternates writer, reader, ... so
+    /// that each release grants exactly the next one.
+    fn nth(self, i: usize) -> LockMode {
+        match self {
+            Shape::Shared if i.is_multiple_of(2) => LockMode::Shared,
+            Shape::Shared => LockMode::Exclusive,
+            _ => self.mode(i),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Exclusive => "exclusive",
+            Shape::Limit4 => "limit4",
+            Shape::Shared => "shared",
+        }
+    }
+}
+
+/// What one row measured, over all its rounds.
+#[derive(Default)]
+struct Figures {
+    grants: usize,
+    commands: Counts,
+    latencies: Vec<Duration>,
+    /// Commands and seconds between the windows: the heartbeats.
+    between: Counts,
+    between_secs: f64,
+}
+
+impl Figures {
+    fn total(&self) -> u64 {
+        calls(&self.commands)
+    }
+
+    /// Server time in the scripts (EVALSHA), per grant.
+    fn script_usec(&self) -> f64 {
+        self.commands.get("evalsha").map_or(0, |v| v[1]) as f64 / self.grants as f64
+    }
+
+    fn per_grant(&self) -> f64 {
+        self.total() as f64 / self.grants as f64
+    }
+}
+
+/// One key's controlled line: its holders, oldest first, and its W waiters,
+/// in the order they queued.
+struct Line {
+    key: String,
+    shape: Shape,
+    requests: usize,
+    holders: VecDeque<Member>,
+    waiting: VecDeque<JoinHandle<Option<Member>>>,
+    cancel: CancellationToken,
+}
+
+impl Line {
+    async fn new(config: &BackendConfig, shape: Shape, waiters: usize, round: usize) -> Line {
+        let mut line = Line {
+            key: format!("ctl-{}-{waiters}-{round}", shape.name()),
+            shape,
+            requests: 0,
+            holders: VecDeque::new(),
+            waiting: VecDeque::new(),
+            cancel: CancellationToken::new(),
+        };
+        for _ in 0..shape.holders() {
+            let b = backend::connect(config).await.unwrap();
+            let req = line.next_request();
+            let got = b.acquire(&req, line.cancel.clone(), &|_| {}).await;
+            let Ok(Acquired::Held(h)) = got else {
+                panic!("holder not granted");
+            };
+            line.holders.push_back((b, h));
+        }
+        for _ in 0..waiters {
+            let b = backend::connect(config).await.unwrap();
+            let req = line.next_request();
+            line.waiting
+                .push_back(queue_in(b, req, line.cancel.clone()).await);
+        }
+        line
+    }
+
+    fn next_request(&mut self) -> LockRequest {
+        self.requests += 1;
+        let i = self.requests - 1;
+        request(&self.key, self.shape.nth(i), i)
+    }
+
+    /// Server connections: one per holder and waiter, and a BLPOP one per
+    /// waiter.
+    fn connections(&self) -> u64 {
+        (self.holders.len() + 2 * self.waiting.len()) as u64
+    }
+
+    /// One cycle: the oldest holder releases, the head waiter is granted,
+    /// the releaser queues again. Returns the hand-off latency.
+    async fn cycle(&mut self) -> Duration {
+        let t = Instant::now();
+        let (b, mut h) = self.holders.pop_front().unwrap();
+        h.release().await.expect("release");
+        drop(h);
+        let head = self.waiting.pop_front().unwrap();
+        let granted = head.await.unwrap().expect("granted");
+        let latency = t.elapsed();
+        self.holders.push_back(granted);
+        let req = self.next_request();
+        self.waiting
+            .push_back(queue_in(b, req, self.cancel.clone()).await);
+        latency
+    }
+
+    async fn close(self) {
+        self.cancel.cancel();
+        for w in self.waiting {
+            let _ = w.await;
+        }
+        for (_, mut h) in self.holders {
+            h.release().await.expect("release");
+        }
+    }
+}
+
+/// One round of one shape: a line of each size on a key of its own, all
+/// open at once, their cycles taken in turn (1, 16, 64, 1, 16, 64, ...),
+/// so that the machine's load, the number of clients and the server's
+/// memory are alike for every size.
+async fn controlled_round(
+    url: &str,
+    con: &mut redis::Connection,
+    shape: Shape,
+    round: usize,
+    cycles: usize,
+    rows: &mut [Figures],
+) {
+    let config = config(url);
+    let mut lines = Vec::new();
+    for &waiters in &SIZES {
+        lines.push(Line::new(&config, shape, waiters, round).await);
+    }
+    // This connection, and the lines'.
+    let connected = 1 + lines.iter().map(Line::connections).sum::<u64>();
+    let blocked: u64 = SIZES.iter().map(|&w| w as u64).sum();
+    settle(con, connected, blocked).await;
+    // The end of the last window: what happens from there to the next
+    // window is not a cycle's work (heartbeats), counted apart.
+    let mut last: Option<(Instant, Counts)> = None;
+    for cycle in 0..WARM_UP + cycles {
+        for (line, into) in lines.iter_mut().zip(rows.iter_mut()) {
+            let before = command_stats(con);
+            let t = Instant::now();
+            if let Some((end, after)) = last.take() {
+                add(&mut into.between, &minus(&before, &after));
+                into.between_secs += (t - end).as_secs_f64();
+            }
+            let latency = line.cycle().await;
+            settle(con, connected, blocked).await;
+            let after = command_stats(con);
+            let window = minus(&after, &before);
+            // No herd, and the cycle is what it claims: one grant, one wake-up.
+            assert_eq!(
+                window.get("lpush").map(|v| v[0]),
+                Some(1),
+                "wake-ups in one cycle"
+            );
+            if cycle >= WARM_UP {
+                into.grants += 1;
+                into.latencies.push(latency);
+                add(&mut into.commands, &window);
+                last = Some((Instant::now(), after));
+            }
+        }
+    }
+    for line in lines {
+        line.close().await;
+    }
+}
+
+fn print_controlled(title: &str, rows: &mut [Figures]) {
+    println!("{title}");
+    println!(
+        "{:>8} {:>11} {:>8} {:>9} {:>9} {:>12} {:>12} {:>9} {:>11}",
+        "waiters",
+        "cmds/grant",
+        "vs 1",
+        "evalsha",
+        "script us",
+        "handoff p50",
+        "handoff p90",
+        "p50 vs 1",
+        "between/s"
+    );
+    let quantile = |f: &Figures, x: f64| {
+        let l = &f.latencies;
+        l[((l.len() as f64 * x) as usize).min(l.len() - 1)]
+    };
+    for f in rows.iter_mut() {
+        f.latencies.sort();
+    }
+    let base = rows[0].per_grant();
+    let base_p50 = quantile(&rows[0], 0.5).as_secs_f64();
+    for (w, f) in SIZES.iter().zip(rows.iter()) {
+        let p50 = quantile(f, 0.5).as_secs_f64();
+        println!(
+            "{w:>8} {:>11.2} {:>7.3}x {:>9.2} {:>9.1} {:>10.3}ms {:>10.3}ms {:>8.2}x {:>11.1}",
+            f.per_grant(),
+            f.per_grant() / base,
+            f.commands.get("evalsha").map_or(0, |v| v[0]) as f64 / f.grants as f64,
+            f.script_usec(),
+            p50 * 1e3,
+            quantile(f, 0.9).as_secs_f64() * 1e3,
+            p50 / base_p50,
+            calls(&f.between) as f64 / f.between_secs,
+        );
+    }
+    let (one, sixteen, many) = (
+        rows[0].per_grant(),
+        rows[1].per_grant(),
+        rows[2].per_grant(),
+    );
+    println!(
+        "  64 vs 1: {:.3}x, 64 vs 16: {:.3}x ({} grants per row)",
+        many / one,
+        many / sixteen,
+        rows[2].grants
+    );
+    for (w, f) in SIZES.iter().zip(rows.iter()) {
+        let mut per: Vec<(&String, u64)> = f.commands.iter().map(|(n, v)| (n, v[0])).collect();
+        per.sort_by_key(|p| std::cmp::Reverse(p.1));
+        let top: Vec<String> = per
+            .iter()
+            .take(10)
+            .map(|(n, c)| format!("{n} {:.2}", *c as f64 / f.grants as f64))
+            .collect();
+        println!("  {w:>2} waiters, per grant: {}", top.join(", "));
+        if !f.between.is_empty() {
+            let between: Vec<String> = f
+                .between
+                .iter()
+                .map(|(n, v)| format!("{n} {}", v[0]))
+                .collect();
+            println!(
+                "  {w:>2} waiters, between windows ({:.2} s): {}",
+                f.between_secs,
+                between.join(", ")
+            );
+        }
     }
 }
 
@@ -296,5 +677,56 @@ async fn measure(url: &str, con: &mut redis::Connection, shape: Shape) {
             "  {waiters:>2} waiters, per acquisition: {}",
             top.join(", ")
         );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let cycles: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("CYCLES is a number"))
+        .unwrap_or(200);
+    let (_redis, port) = start_redis();
+    let url = format!("redis://127.0.0.1:{port}");
+    let client = redis::Client::open(format!("{url}/")).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let shapes = [
+        (Shape::Exclusive, "exclusive"),
+        (
+            Shape::Limit4,
+            "--limit 4 (4 holders, each release grants the next waiter)",
+        ),
+        (
+            Shape::Shared,
+            "--shared (a reader holds; the line alternates writer, reader, ...)",
+        ),
+    ];
+    let mut rows: Vec<Vec<Figures>> = shapes
+        .iter()
+        .map(|_| SIZES.iter().map(|_| Figures::default()).collect())
+        .collect();
+    // Rounds interleaved (every shape, then again), and within a round the
+    // sizes cycle in turn, so that a change in the machine's load hits every
+    // row alike.
+    for round in 0..ROUNDS {
+        for (s, (shape, _)) in shapes.iter().enumerate() {
+            controlled_round(&url, &mut con, *shape, round, cycles, &mut rows[s]).await;
+        }
+    }
+    println!(
+        "redis-server {port}: controlled cycles, {ROUNDS} x {cycles} measured grants per row (rounds interleaved)"
+    );
+    for ((_, title), rows) in shapes.iter().zip(rows.iter_mut()) {
+        print_controlled(title, rows);
+    }
+    let all = std::env::args().any(|a| a == "--free-running");
+    let free = [
+        (Shape::Exclusive, "exclusive"),
+        (Shape::Limit4, "--limit 4 (4 holders)"),
+        (Shape::Shared, "--shared (every other task exclusive)"),
+    ];
+    for (shape, title) in free.iter().take(if all { 3 } else { 1 }) {
+        println!("free-running loops (the first method): {title}");
+        measure(&url, &mut con, *shape).await;
     }
 }
