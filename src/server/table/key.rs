@@ -21,6 +21,12 @@ pub struct Ask {
     pub mode: LockMode,
 }
 
+/// A hold as the live table keeps it: its grant id and the holder's socket
+/// address. Its two other forms each carry what this one cannot: the log's
+/// `wal::Held` (its key, the peer as text: what a restart reads back; built
+/// from this in one place, `Inner::record_grant`) and the manager's
+/// `KeyReport` (what `keys` reads, with the fields older servers lack as
+/// options). All three keep the start as a `SystemTime`.
 #[derive(Debug, Clone)]
 pub struct Holder {
     pub id: GrantId,
