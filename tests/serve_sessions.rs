@@ -262,19 +262,11 @@ fn token_of(addr: &str, key: &str) -> u64 {
 }
 
 fn restart_on(port: u16, extra: &[&str]) -> Server {
-    let serve = Serve::new()
+    Serve::new()
         .listen(&format!("127.0.0.1:{port}"))
         .args(&["--manager", "127.0.0.1:0", "--reclaim-grace", SESSION])
-        .args(extra);
-    // The port may not be free again at once after the SIGKILL.
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        match serve.clone().try_start() {
-            Ok(s) => return s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err((status, log)) => panic!("no restart ({status:?}):\n{log}"),
-        }
-    }
+        .args(extra)
+        .restart()
 }
 
 #[test]

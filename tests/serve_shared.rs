@@ -9,7 +9,7 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::serve::data_arg;
 use common::spans;
@@ -231,7 +231,17 @@ fn shared_holds_survive_a_server_restart_with_its_log() {
     }));
     server.stop_with(libc::SIGKILL, LIMIT);
     drop(server);
-    let restarted = restart_on(port, &["--reclaim-grace", grace, "--data", &data]);
+    let restarted = Serve::new()
+        .listen(&format!("127.0.0.1:{port}"))
+        .args(&[
+            "--manager",
+            "127.0.0.1:0",
+            "--reclaim-grace",
+            grace,
+            "--data",
+            &data,
+        ])
+        .restart();
     restarted.wait_for("restored 'k'", 2, LIMIT);
     assert_eq!(restarted.count("a shared lock"), 2, "{}", restarted.log());
     restarted.wait_for("reclaimed the session hold of 'k'", 2, LIMIT);
@@ -246,22 +256,6 @@ fn shared_holds_survive_a_server_restart_with_its_log() {
         s("w").start >= s("r1").end && s("w").start >= s("r2").end,
         "the writer ran beside a reader restored from the log: {spans:#?}"
     );
-}
-
-fn restart_on(port: u16, args: &[&str]) -> Server {
-    let serve = Serve::new()
-        .listen(&format!("127.0.0.1:{port}"))
-        .args(&["--manager", "127.0.0.1:0"])
-        .args(args);
-    // The port may not be free again at once after the SIGKILL.
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        match serve.clone().try_start() {
-            Ok(s) => return s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err((status, log)) => panic!("no restart ({status:?}):\n{log}"),
-        }
-    }
 }
 
 /// A server that answers lc-cli's own actions `-`, as the reference does:

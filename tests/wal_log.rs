@@ -30,25 +30,11 @@ fn release(key: &str) -> Record {
 
 /// A shared hold of `key` under `token`.
 fn shared(key: &str, source: &str, token: u64) -> Record {
-    match grant(key, source) {
-        Record::Grant {
-            key,
-            source,
-            peer,
-            since_ms,
-            session,
-            ..
-        } => Record::Grant {
-            key,
-            source,
-            peer,
-            since_ms,
-            token,
-            session,
-            mode: LockMode::Shared,
-        },
-        _ => unreachable!(),
+    let mut r = grant(key, source);
+    if let Record::Grant { token: t, mode, .. } = &mut r {
+        (*t, *mode) = (token, LockMode::Shared);
     }
+    r
 }
 
 fn keys(held: &[Held]) -> Vec<(String, String)> {

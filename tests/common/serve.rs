@@ -62,6 +62,21 @@ impl Serve {
         self
     }
 
+    /// Starts it again on a port a server just had (it may not be free
+    /// at once after a SIGKILL): tries for at most 20 s.
+    pub fn restart(self) -> Server {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.clone().try_start() {
+                Ok(s) => return s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err((status, log)) => panic!("no restart ({status:?}):\n{log}"),
+            }
+        }
+    }
+
     pub fn start(self) -> Server {
         if !self.port_pair {
             return self.try_start().unwrap_or_else(|(status, log)| {
