@@ -225,13 +225,7 @@ fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
     );
     let child = read_pid(&pid_file);
     signal(lc.pid(), libc::SIGTSTP);
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
-            && proc_state(lc.pid()) == Some('T')),
-        "not both stopped: command {:?}, lc-cli {:?}",
-        proc_state(child),
-        proc_state(lc.pid())
-    );
+    assert_both_stopped(child, lc.pid(), String::new);
     std::fs::write(&go, "").unwrap();
     assert!(
         holds_for(QUIET, || !done.exists()),
