@@ -229,6 +229,21 @@ impl Zk {
         kids.into_iter().map(|(_, c)| c).collect()
     }
 
+    /// Waits up to 20 s for the lock queue under `path` to hold `n` nodes.
+    pub fn wait_queue_len(&self, path: &str, n: usize) {
+        // Polled here: examples/bench_zk.rs includes this file without the
+        // rest of tests/common.
+        let start = Instant::now();
+        while self.queue(path).len() != n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "queue {path}: {:?}, not {n} long",
+                self.queue(path)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Data and ephemeral owner of a node.
     pub fn node(&self, path: &str) -> Option<(Vec<u8>, i64)> {
         let path = path.to_string();
