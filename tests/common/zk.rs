@@ -266,6 +266,31 @@ impl Zk {
     }
 }
 
+/// A zookeeper-client session (4 s) to `zk` on a runtime of its own, for
+/// the Curator-compatible lock recipe.
+pub fn curator_client(zk: &Zk) -> (tokio::runtime::Runtime, zkc::Client) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(async {
+        zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&zk.hosts())
+            .await
+            .unwrap()
+    });
+    (rt, client)
+}
+
+/// The lock options Curator uses: open ACLs, container parents.
+pub fn curator_lock_options() -> zkc::LockOptions<'static> {
+    zkc::LockOptions::new(zkc::Acls::anyone_all())
+        .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
+        .unwrap()
+}
+
 /// A lock of zookeeper-client's Curator-compatible recipe, dropped inside
 /// its runtime (its drop spawns the deletion), also when a test fails:
 /// dropped outside one it panics, and a panic while unwinding aborts the
