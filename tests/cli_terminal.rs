@@ -24,8 +24,7 @@ fn lc_at_terminal(server: &Server, args: &[&str]) -> (Pty, Guard) {
 #[test]
 fn ctrl_c_reaches_the_command_exactly_once() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, ints) = (dir.path().join("ready"), dir.path().join("ints"));
+    let (_dir, [ready, ints]) = temp_files(["ready", "ints"]);
     // Counts SIGINTs; after the first, waits a while so that a duplicate
     // would be counted too, then exits 7 (lc-cli passes that through only
     // if it was not interrupted itself).
@@ -52,8 +51,7 @@ fn ctrl_c_reaches_the_command_exactly_once() {
 #[test]
 fn the_command_can_read_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let (_dir, [ready, got]) = temp_files(["ready", "got"]);
     let script = format!(
         "touch '{r}'; read line; echo \"$line\" > '{g}'",
         r = ready.display(),
@@ -104,12 +102,7 @@ fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
 #[test]
 fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, done) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("done"),
-    );
+    let (_dir, [pid_file, go, done]) = temp_files(["pid", "go", "done"]);
     let script = format!(
         "while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
         g = go.display(),
@@ -182,8 +175,7 @@ fn is_dead_child_of(pid: i32) -> bool {
 #[test]
 fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
+    let (_dir, [pid_file, got]) = temp_files(["pid", "got"]);
     // Reading the terminal from the background stops the command (SIGTTIN),
     // and lc-cli with it.
     let script = read_a_line_into(&got);
@@ -198,12 +190,7 @@ fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
 #[test]
 fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, got) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("got"),
-    );
+    let (_dir, [pid_file, go, got]) = temp_files(["pid", "go", "got"]);
     let script = go_then_read_a_line(&go, &got);
     let mut job = Job::typed(&server, "tty-fg", &script, &pid_file, Run::Background);
     // Running in the background: the shell keeps the terminal.
@@ -320,12 +307,7 @@ fn ctrl_z_while_lc_cli_has_the_terminal_stops_the_command_too() {
     // A running background job brought back with `fg`: lc-cli's group has
     // the terminal, the command's does not, so Ctrl-Z reaches lc-cli.
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, got) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("got"),
-    );
+    let (_dir, [pid_file, go, got]) = temp_files(["pid", "go", "got"]);
     let script = go_then_read_a_line(&go, &got);
     let mut job = Job::typed(&server, "tty-z2", &script, &pid_file, Run::Background);
     job.pty.type_bytes(b"fg\n");

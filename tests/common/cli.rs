@@ -184,3 +184,13 @@ pub fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) 
         context()
     );
 }
+
+/// A temporary directory and the paths of files named `names` in it (not
+/// created): the pid files, gates and marks a test's scripts write.
+pub fn temp_files<const N: usize>(
+    names: [&str; N],
+) -> (tempfile::TempDir, [std::path::PathBuf; N]) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = names.map(|n| dir.path().join(n));
+    (dir, paths)
+}
