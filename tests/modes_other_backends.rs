@@ -15,9 +15,7 @@ use common::*;
 
 fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&str]]) {
     for args in requests {
-        let out = expect_status(&mut lc(args), 76);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut lc(args), 76);
         assert!(err.contains(what) && err.contains("cannot take"), "{err}");
     }
     // The key was never taken: an exclusive trylock gets it.

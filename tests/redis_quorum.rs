@@ -6,9 +6,9 @@ use std::fs;
 use std::time::Duration;
 
 use common::redis::{
-    keys_json, keys_table, lc, quorum_url, serve_a_line, until_exists, RedisServer, Running,
+    hold_k, keys_json, keys_table, lc, quorum_url, serve_a_line, until_exists, RedisServer, Running,
 };
-use common::{expect_status, wait_until};
+use common::{expect_error_line, expect_status, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -127,15 +127,13 @@ fn two_nodes_down_fails_with_a_clear_error() {
     let url = quorum_url(&nodes);
     nodes[0].stop();
     nodes[2].stop();
-    let out = expect_status(
+    let err = expect_error_line(
         &mut lc(
             &url,
             &["--connect-timeout", "1s", "lock", "k", "--", "true"],
         ),
         69,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("quorum lost: 1 of 3 Redis nodes answered, 2 needed"),
         "{err}"
@@ -164,22 +162,7 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
 /// Holds `k` with lease `ttl` running `sleep SECS` (a loss stops it within
 /// a second); returns once every node records the hold.
 fn hold_everywhere(nodes: &[RedisServer], url: &str, ttl: &str, secs: &str) -> Running {
-    let holder = Running::spawn(&mut lc(
-        url,
-        &[
-            "--ttl",
-            ttl,
-            "--connect-timeout",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            secs,
-        ],
-    ));
+    let holder = hold_k(url, &["--connect-timeout", "1s"], ttl, secs);
     assert!(wait_until(LIMIT, || nodes
         .iter()
         .all(|r| r.holder("k").is_some())));
@@ -295,9 +278,7 @@ fn keys_on_a_quorum_with_one_node_down() {
     assert!(keys_json(&url, &fast, &[]).is_empty());
 
     nodes[1].stop();
-    let out = expect_status(&mut lc(&url, &["--connect-timeout", "1s", "keys"]), 69);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = expect_error_line(&mut lc(&url, &["--connect-timeout", "1s", "keys"]), 69);
     assert!(
         err.contains("quorum lost: 1 of 3 Redis nodes answered"),
         "{err}"

@@ -67,9 +67,7 @@ fn refusals(url: &str) {
         &["lock", "-s", "m", "true"],
         &["wait", "-x", "m"],
     ] {
-        let out = expect_status(&mut lc(url, args), 78);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut lc(url, args), 78);
         assert!(err.contains("--limit 2"), "{err}");
     }
     expect_status(&mut lc(url, &["trylock", "--limit", "2", "m", "true"]), 0);

@@ -98,9 +98,7 @@ fn disagreeing_modes_and_limits_are_refused() {
         &["lock", "-s", "m", "true"],
         &["wait", "-x", "m"],
     ] {
-        let out = expect_status(&mut zk.lc("/s", args), 78);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut zk.lc("/s", args), 78);
         assert!(err.contains("--limit 2"), "{err}");
     }
     // The same N is not refused: the second lease is free.

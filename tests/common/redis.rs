@@ -268,6 +268,24 @@ impl Running {
     }
 }
 
+/// `lc-cli [OPTS...] --ttl TTL lock k --kill-after 1s -- sleep SECS` at
+/// `url`, started: a loss of `k` stops its command within a second.
+pub fn hold_k(url: &str, opts: &[&str], ttl: &str, secs: &str) -> Running {
+    let mut args = opts.to_vec();
+    args.extend_from_slice(&[
+        "--ttl",
+        ttl,
+        "lock",
+        "k",
+        "--kill-after",
+        "1s",
+        "--",
+        "sleep",
+        secs,
+    ]);
+    Running::spawn(&mut lc(url, &args))
+}
+
 /// Holds `k` detached at `url`, starts `n` waiters `waiter(i)` one after
 /// another, each once `queued(i + 1)` says the ones before it and it are in
 /// line, then unlocks `k`: every waiter ends with 0 within `limit`.
