@@ -13,7 +13,7 @@
 
 mod bench_common;
 
-use bench_common::{connect, median, raise_fd_limit, rss, us, Proc};
+use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -296,14 +296,8 @@ fn handoff(addr: SocketAddr, waiters: usize, rounds: usize) -> (Duration, Durati
             b'+'
         );
         let (tx, rx) = mpsc::channel::<Instant>();
-        let mut conns = Vec::new();
-        for _ in 0..waiters {
-            let mut s = connect(addr);
-            s.write_all(&frame(1, key.as_bytes(), Some(b"w"))).unwrap();
-            conns.push(s);
-        }
-        // Let every request reach the queue.
-        std::thread::sleep(Duration::from_millis(100));
+        let wait = frame(1, key.as_bytes(), Some(b"w"));
+        let conns = queue_waiters(addr, waiters, &wait, Duration::from_millis(100));
         let handles: Vec<_> = conns
             .into_iter()
             .map(|mut s| {

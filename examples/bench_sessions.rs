@@ -14,7 +14,7 @@
 
 mod bench_common;
 
-use bench_common::{connect, median, raise_fd_limit, rss, us, Proc};
+use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -299,14 +299,8 @@ fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<D
     let mut first = connect(addr);
     first.write_all(&lock_frame).unwrap();
     let first_token = read_grant(&mut first);
-    let mut queued: Vec<TcpStream> = Vec::new();
-    for _ in 0..waiters {
-        let mut s = connect(addr);
-        s.write_all(&lock_frame).unwrap();
-        queued.push(s);
-    }
-    // Let every request reach the queue, in order.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every request in the queue, in order.
+    let queued = queue_waiters(addr, waiters, &lock_frame, Duration::from_millis(300));
     let handles: Vec<_> = queued
         .into_iter()
         .map(|mut s| {

@@ -4,7 +4,7 @@
 //! example of its own.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
@@ -70,6 +70,25 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
     s.set_nodelay(true).unwrap();
     s
+}
+
+/// `n` connections that each send `request` (a lock that will wait), then
+/// `settle` for every request to reach the server's queue.
+pub fn queue_waiters(
+    addr: SocketAddr,
+    n: usize,
+    request: &[u8],
+    settle: Duration,
+) -> Vec<TcpStream> {
+    let conns = (0..n)
+        .map(|_| {
+            let mut s = connect(addr);
+            s.write_all(request).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(settle);
+    conns
 }
 
 /// Resident memory of a process, bytes (`VmRSS`).
