@@ -33,7 +33,7 @@ fn kill_orphan(pidfile: &std::path::Path) {
 /// Holds `k` with lease `ttl` while running `sleep 30`; a loss stops the
 /// command within a second.
 fn spawn_holder(server: &RedisServer, ttl: &str) -> Running {
-    hold_k(&server.url(), &[], ttl, "30")
+    hold_k(&server.url(), &[], ttl, &["--", "sleep", "30"])
 }
 
 #[test]
@@ -210,19 +210,7 @@ fn lock_key_overwritten_from_outside_stops_the_command() {
 fn hold_on_volatile(r: &RedisServer, ttl: &str, dir: &std::path::Path) -> Running {
     let started = dir.join("started");
     let script = format!("touch {}; sleep 30", started.display());
-    let holder = spawn(
-        r,
-        &[
-            "--ttl",
-            ttl,
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "-c",
-            &script,
-        ],
-    );
+    let holder = hold_k(&r.url(), &[], ttl, &["-c", &script]);
     assert!(wait_until(LIMIT, || started.exists()), "never held");
     holder
 }

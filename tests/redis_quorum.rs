@@ -162,7 +162,12 @@ fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
 /// Holds `k` with lease `ttl` running `sleep SECS` (a loss stops it within
 /// a second); returns once every node records the hold.
 fn hold_everywhere(nodes: &[RedisServer], url: &str, ttl: &str, secs: &str) -> Running {
-    let holder = hold_k(url, &["--connect-timeout", "1s"], ttl, secs);
+    let holder = hold_k(
+        url,
+        &["--connect-timeout", "1s"],
+        ttl,
+        &["--", "sleep", secs],
+    );
     assert!(wait_until(LIMIT, || nodes
         .iter()
         .all(|r| r.holder("k").is_some())));

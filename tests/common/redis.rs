@@ -268,21 +268,12 @@ impl Running {
     }
 }
 
-/// `lc-cli [OPTS...] --ttl TTL lock k --kill-after 1s -- sleep SECS` at
+/// `lc-cli [OPTS...] --ttl TTL lock k --kill-after 1s COMMAND...` at
 /// `url`, started: a loss of `k` stops its command within a second.
-pub fn hold_k(url: &str, opts: &[&str], ttl: &str, secs: &str) -> Running {
+pub fn hold_k(url: &str, opts: &[&str], ttl: &str, command: &[&str]) -> Running {
     let mut args = opts.to_vec();
-    args.extend_from_slice(&[
-        "--ttl",
-        ttl,
-        "lock",
-        "k",
-        "--kill-after",
-        "1s",
-        "--",
-        "sleep",
-        secs,
-    ]);
+    args.extend_from_slice(&["--ttl", ttl, "lock", "k", "--kill-after", "1s"]);
+    args.extend_from_slice(command);
     Running::spawn(&mut lc(url, &args))
 }
 
