@@ -12,16 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use common::action::{LOCK, RESET_KEY, RESET_SOURCE, TRY, UNLOCK};
 use common::disk::SmallDisk;
 use common::serve::*;
 use common::wal::record_starts;
 use common::*;
 
-const LOCK: u8 = 1;
-const UNLOCK: u8 = 2;
-const RESET_KEY: u8 = 3;
-const RESET_SOURCE: u8 = 4;
-const TRY: u8 = 5;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn serve_on(path: &Path) -> Server {

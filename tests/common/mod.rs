@@ -22,6 +22,16 @@ pub fn lc_at(server: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// The one-byte protocol's action bytes, for tests that speak it raw.
+pub mod action {
+    pub const LOCK: u8 = 1;
+    pub const UNLOCK: u8 = 2;
+    pub const RESET_KEY: u8 = 3;
+    pub const RESET_SOURCE: u8 = 4;
+    pub const TRY: u8 = 5;
+    pub const RELEASE: u8 = 6;
+}
+
 pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
     let mut b = [0u8; 1];
     match s.read(&mut b) {
