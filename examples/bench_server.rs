@@ -11,10 +11,13 @@
 //! grants/s and grants per fsync. `--quick` shortens every phase;
 //! `--only mem|wal` runs one part.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod bench_common;
+
+use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -40,11 +43,11 @@ fn main() {
         "{} is missing: run `cargo build --release` first",
         bin.display()
     );
-    raise_fd_limit();
+    raise_fd_limit(u64::MAX);
 
-    let echo = Proc::echo();
+    let echo = echo();
     println!("floor: 1-byte echo server on {}", echo.addr);
-    let mem = Proc::serve(&bin, &[]);
+    let mem = serve(&bin, &[]);
     println!(
         "lc-cli serve (in memory) on {}, pid {}",
         mem.addr,
@@ -125,7 +128,7 @@ fn wal_bench(bin: &Path, phase: Duration) {
             extra.push(dir.join("locks.wal").to_str().unwrap().to_string());
         }
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        servers.push((name, Proc::serve(bin, &extra), Vec::new(), Vec::new()));
+        servers.push((name, serve(bin, &extra), Vec::new(), Vec::new()));
     }
     println!(
         "--data on disk: {} ; on tmpfs: {}",
@@ -140,13 +143,13 @@ fn wal_bench(bin: &Path, phase: Duration) {
         }
     }
     let mut rows = Vec::new();
-    for (name, mut server, r1, r32) in servers {
-        let log = server.stop_and_read_log();
+    for (name, mut server, mut r1, mut r32) in servers {
+        let log = stop_and_read_log(&mut server);
         let stats = log
             .lines()
             .find_map(|l| l.split_once(" wal: ").map(|(_, s)| s.to_string()))
             .unwrap_or_else(|| "no log".into());
-        rows.push((name, median(r1), median(r32), stats));
+        rows.push((name, median(&mut r1), median(&mut r32), stats));
     }
     let _ = std::fs::remove_dir_all(&disk_dir);
     let _ = std::fs::remove_dir_all(&shm_dir);
@@ -172,95 +175,36 @@ fn alternate(reps: usize, a: impl Fn() -> f64, b: impl Fn() -> f64) -> (f64, f64
         xs.push(a());
         ys.push(b());
     }
-    (median(xs), median(ys))
+    (median(&mut xs), median(&mut ys))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+/// The server under test, or the echo server that stands for the floor.
+fn serve(bin: &Path, extra: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(extra);
+    start(cmd)
 }
 
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+fn echo() -> Proc {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.arg("--echo-server");
+    start(cmd)
 }
 
-struct Proc {
-    addr: SocketAddr,
-    child: Child,
-    stderr: Option<ChildStderr>,
+fn start(mut cmd: Command) -> Proc {
+    cmd.env_remove("DATA_PATH").stderr(Stdio::piped());
+    Proc::start(cmd)
 }
 
-impl Proc {
-    fn serve(bin: &Path, extra: &[&str]) -> Proc {
-        let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(extra);
-        Proc::start(cmd)
+/// SIGTERM, wait, return everything it logged.
+fn stop_and_read_log(p: &mut Proc) -> String {
+    unsafe { libc::kill(p.pid() as i32, libc::SIGTERM) };
+    let mut log = String::new();
+    if let Some(mut e) = p.stderr.take() {
+        let _ = e.read_to_string(&mut log);
     }
-
-    fn echo() -> Proc {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.arg("--echo-server");
-        Proc::start(cmd)
-    }
-
-    fn start(mut cmd: Command) -> Proc {
-        let mut child = cmd
-            .env_remove("DATA_PATH")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        let stderr = child.stderr.take();
-        Proc {
-            addr,
-            child,
-            stderr,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGTERM, wait, return everything it logged.
-    fn stop_and_read_log(&mut self) -> String {
-        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
-        let mut log = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            let _ = e.read_to_string(&mut log);
-        }
-        let _ = self.child.wait();
-        log
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = lim.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-    }
+    let _ = p.child.wait();
+    log
 }
 
 fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
@@ -271,12 +215,6 @@ fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
         f.extend_from_slice(s);
     }
     f
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_nodelay(true).unwrap();
-    s
 }
 
 /// Connect, send, read the one-byte answer, close.
@@ -358,14 +296,8 @@ fn handoff(addr: SocketAddr, waiters: usize, rounds: usize) -> (Duration, Durati
             b'+'
         );
         let (tx, rx) = mpsc::channel::<Instant>();
-        let mut conns = Vec::new();
-        for _ in 0..waiters {
-            let mut s = connect(addr);
-            s.write_all(&frame(1, key.as_bytes(), Some(b"w"))).unwrap();
-            conns.push(s);
-        }
-        // Let every request reach the queue.
-        std::thread::sleep(Duration::from_millis(100));
+        let wait = frame(1, key.as_bytes(), Some(b"w"));
+        let conns = queue_waiters(addr, waiters, &wait, Duration::from_millis(100));
         let handles: Vec<_> = conns
             .into_iter()
             .map(|mut s| {
@@ -397,13 +329,6 @@ fn handoff(addr: SocketAddr, waiters: usize, rounds: usize) -> (Duration, Durati
     )
 }
 
-fn vm_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 /// RSS growth of the server per queued waiter.
 fn rss_per_waiter(server: &Proc, waiters: usize) -> f64 {
     let addr = server.addr;
@@ -417,7 +342,7 @@ fn rss_per_waiter(server: &Proc, waiters: usize) -> f64 {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let before = vm_rss(server.pid());
+    let before = rss(server.pid());
     let conns: Vec<TcpStream> = (0..waiters)
         .map(|i| {
             let mut s = connect(addr);
@@ -430,13 +355,13 @@ fn rss_per_waiter(server: &Proc, waiters: usize) -> f64 {
     let mut last = 0;
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(200));
-        let now = vm_rss(server.pid());
+        let now = rss(server.pid());
         if now == last {
             break;
         }
         last = now;
     }
-    let after = vm_rss(server.pid());
+    let after = rss(server.pid());
     drop(conns);
     drop(warm);
     std::thread::sleep(Duration::from_millis(300));

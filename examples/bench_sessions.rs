@@ -12,10 +12,13 @@
 //!
 //! `--quick` shortens every phase.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod bench_common;
+
+use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -26,7 +29,7 @@ fn main() {
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/lc-cli");
     assert!(bin.exists(), "run `cargo build --release` first");
     raise_fd_limit(20_000);
-    let server = Serve::start(&bin, &["--reclaim-grace", "60s"], false);
+    let server = serve(&bin, &["--reclaim-grace", "60s"], false);
     println!("lc-cli serve on {}, pid {}", server.addr, server.child.id());
 
     println!("\n## lock+release pairs/s (distinct keys; medians of 3 alternated runs)");
@@ -45,7 +48,7 @@ fn main() {
     }
 
     println!("\n## `lc-cli lock k -- true` vs `flock FILE true` (wall time per run)");
-    let reference = Serve::start(&bin, &[], true);
+    let reference = serve(&bin, &[], true);
     let runs = if quick { 100 } else { 400 };
     let dir = tempfile_dir();
     let lockfile = dir.join("flock");
@@ -93,7 +96,7 @@ fn main() {
 
     println!("\n## 10,000 session holders on one server");
     let holders = if quick { 2_000 } else { 10_000 };
-    let fresh = Serve::start(&bin, &["--reclaim-grace", "600s"], false);
+    let fresh = serve(&bin, &["--reclaim-grace", "600s"], false);
     let warm = hold_sessions(fresh.addr, 200, "warm");
     let before = rss(fresh.child.id());
     let started = Instant::now();
@@ -130,15 +133,6 @@ enum Pair {
     Classic,
 }
 
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn mean_ms(t: &[Duration]) -> f64 {
     t.iter().map(Duration::as_secs_f64).sum::<f64>() / t.len() as f64 * 1e3
 }
@@ -167,59 +161,23 @@ fn tempfile_dir() -> PathBuf {
     dir
 }
 
-struct Serve {
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl Serve {
-    fn start(bin: &Path, extra: &[&str], reference: bool) -> Serve {
-        let mut cmd = Command::new(bin);
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--manager",
-            "127.0.0.1:0",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-        if reference {
-            cmd.env("LC_CLI_SERVE_AS_REFERENCE", "1");
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .parse()
-            .unwrap();
-        Serve { addr, child }
+/// `lc-cli serve` with a manager port and `extra`; `reference`: as the
+/// reference Locking-Center server behaves.
+fn serve(bin: &Path, extra: &[&str], reference: bool) -> Proc {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--manager",
+        "127.0.0.1:0",
+    ])
+    .args(extra)
+    .stderr(Stdio::null());
+    if reference {
+        cmd.env("LC_CLI_SERVE_AS_REFERENCE", "1");
     }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn raise_fd_limit(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = want.min(lim.rlim_max);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-    }
+    Proc::start(cmd)
 }
 
 fn frame(action: u8, key: &[u8], tail: &[u8]) -> Vec<u8> {
@@ -228,12 +186,6 @@ fn frame(action: u8, key: &[u8], tail: &[u8]) -> Vec<u8> {
     f.push(tail.len() as u8);
     f.extend_from_slice(tail);
     f
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    s
 }
 
 /// A session lock on a fresh connection: the connection and the token.
@@ -316,17 +268,6 @@ fn hold_sessions(addr: SocketAddr, n: usize, prefix: &str) -> Vec<TcpStream> {
         .collect()
 }
 
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024
-}
-
 /// One holder and `waiters` queued behind it; each releases as soon as it
 /// is granted. Latency of a hand-off: from the release's send to the next
 /// grant's arrival.
@@ -358,14 +299,8 @@ fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<D
     let mut first = connect(addr);
     first.write_all(&lock_frame).unwrap();
     let first_token = read_grant(&mut first);
-    let mut queued: Vec<TcpStream> = Vec::new();
-    for _ in 0..waiters {
-        let mut s = connect(addr);
-        s.write_all(&lock_frame).unwrap();
-        queued.push(s);
-    }
-    // Let every request reach the queue, in order.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every request in the queue, in order.
+    let queued = queue_waiters(addr, waiters, &lock_frame, Duration::from_millis(300));
     let handles: Vec<_> = queued
         .into_iter()
         .map(|mut s| {

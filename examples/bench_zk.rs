@@ -108,12 +108,54 @@ struct Figures {
     latency_p90: Duration,
 }
 
+/// The measured handoffs so far: the server's work (from `mntr` before
+/// and after each) and their wall times.
+#[derive(Default)]
+struct Tally {
+    requests: f64,
+    notifications: f64,
+    latencies: Vec<Duration>,
+}
+
+impl Tally {
+    fn add(&mut self, before: &HashMap<String, f64>, after: &HashMap<String, f64>, took: Duration) {
+        // The second mntr is itself one received packet.
+        self.requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
+        self.notifications += fired(after) - fired(before);
+        self.latencies.push(took);
+    }
+
+    /// Per handoff: the means of the work, the median and p90 time.
+    fn figures(mut self) -> Figures {
+        let handoffs = self.latencies.len();
+        self.latencies.sort();
+        Figures {
+            requests: self.requests / handoffs as f64,
+            notifications: self.notifications / handoffs as f64,
+            latency_median: self.latencies[handoffs / 2],
+            latency_p90: self.latencies[handoffs * 9 / 10],
+        }
+    }
+}
+
+/// Releases the key and closes the holder's session.
+async fn release(mut holder: Holder) {
+    holder.1.release().await.expect("release");
+    holder.0.close().await;
+}
+
+/// Releases each waiter left in the queue once it is granted.
+async fn drain(queue: VecDeque<JoinHandle<Holder>>) {
+    for next in queue {
+        release(next.await.unwrap()).await;
+    }
+}
+
 async fn run(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
     let config = config(zk, &format!("/bench{waiters}"));
     let mut holder = queue_one(&config).await.await.unwrap();
     let mut queue: VecDeque<JoinHandle<Holder>> = VecDeque::new();
-    let (mut requests, mut notifications) = (0.0, 0.0);
-    let mut latencies = Vec::new();
+    let mut tally = Tally::default();
     for _ in 0..handoffs {
         while queue.len() < waiters {
             queue.push_back(queue_one(&config).await);
@@ -122,29 +164,14 @@ async fn run(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let before = zk.mntr();
         let t = Instant::now();
-        holder.1.release().await.expect("release");
-        holder.0.close().await;
+        release(holder).await;
         holder = queue.pop_front().unwrap().await.unwrap();
-        latencies.push(t.elapsed());
-        let after = zk.mntr();
-        // The second mntr is itself one received packet.
-        requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
-        notifications += fired(&after) - fired(&before);
+        let took = t.elapsed();
+        tally.add(&before, &zk.mntr(), took);
     }
-    holder.1.release().await.expect("release");
-    holder.0.close().await;
-    while let Some(next) = queue.pop_front() {
-        let (b, mut h) = next.await.unwrap();
-        h.release().await.expect("release");
-        b.close().await;
-    }
-    latencies.sort();
-    Figures {
-        requests: requests / handoffs as f64,
-        notifications: notifications / handoffs as f64,
-        latency_median: latencies[latencies.len() / 2],
-        latency_p90: latencies[latencies.len() * 9 / 10],
-    }
+    release(holder).await;
+    drain(queue).await;
+    tally.figures()
 }
 
 /// The shapes of issue 14: `--limit 4` (4 holders, each release grants the
@@ -182,8 +209,7 @@ async fn run_shape(zk: &zk::Zk, waiters: usize, handoffs: usize, shape: Shape) -
         holders.push_back(queue_in(&config, next_mode()).await.await.unwrap());
     }
     let mut queue: VecDeque<JoinHandle<Holder>> = VecDeque::new();
-    let (mut requests, mut notifications) = (0.0, 0.0);
-    let mut latencies = Vec::new();
+    let mut tally = Tally::default();
     // Every cycle counts one waiter joining and one grant, and waits for
     // the work they trigger to settle: with --limit, the grant lets the
     // next acquirer take the mutex and create its lease, which with one
@@ -198,32 +224,17 @@ async fn run_shape(zk: &zk::Zk, waiters: usize, handoffs: usize, shape: Shape) -
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t = Instant::now();
-        let mut oldest = holders.pop_front().unwrap();
-        oldest.1.release().await.expect("release");
-        oldest.0.close().await;
+        release(holders.pop_front().unwrap()).await;
         holders.push_back(queue.pop_front().unwrap().await.unwrap());
-        latencies.push(t.elapsed());
+        let took = t.elapsed();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let after = zk.mntr();
-        requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
-        notifications += fired(&after) - fired(&before);
+        tally.add(&before, &zk.mntr(), took);
     }
-    for mut h in holders {
-        h.1.release().await.expect("release");
-        h.0.close().await;
+    for h in holders {
+        release(h).await;
     }
-    while let Some(next) = queue.pop_front() {
-        let (b, mut h) = next.await.unwrap();
-        h.release().await.expect("release");
-        b.close().await;
-    }
-    latencies.sort();
-    Figures {
-        requests: requests / handoffs as f64,
-        notifications: notifications / handoffs as f64,
-        latency_median: latencies[latencies.len() / 2],
-        latency_p90: latencies[latencies.len() * 9 / 10],
-    }
+    drain(queue).await;
+    tally.figures()
 }
 
 /// The naive recipe: same nodes, but every waiter lists and watches the
@@ -295,8 +306,7 @@ async fn run_herd(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
     let hosts = zk.hosts();
     let mut holder = herd::queue_one(&hosts, &dir).await.await.unwrap();
     let mut queue: VecDeque<JoinHandle<herd::Held>> = VecDeque::new();
-    let (mut requests, mut notifications) = (0.0, 0.0);
-    let mut latencies = Vec::new();
+    let mut tally = Tally::default();
     for _ in 0..handoffs {
         while queue.len() < waiters {
             queue.push_back(herd::queue_one(&hosts, &dir).await);
@@ -307,24 +317,16 @@ async fn run_herd(zk: &zk::Zk, waiters: usize, handoffs: usize) -> Figures {
         let t = Instant::now();
         holder.release().await;
         holder = queue.pop_front().unwrap().await.unwrap();
-        latencies.push(t.elapsed());
+        let took = t.elapsed();
         // The other waiters' re-lists land after the winner's: wait for them.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let after = zk.mntr();
-        requests += after["zk_packets_received"] - before["zk_packets_received"] - 1.0;
-        notifications += fired(&after) - fired(&before);
+        tally.add(&before, &zk.mntr(), took);
     }
     holder.release().await;
     while let Some(next) = queue.pop_front() {
         next.await.unwrap().release().await;
     }
-    latencies.sort();
-    Figures {
-        requests: requests / handoffs as f64,
-        notifications: notifications / handoffs as f64,
-        latency_median: latencies[latencies.len() / 2],
-        latency_p90: latencies[latencies.len() * 9 / 10],
-    }
+    tally.figures()
 }
 
 fn print_row(waiters: usize, f: &Figures, base: &Option<Figures>) {

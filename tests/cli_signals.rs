@@ -13,8 +13,7 @@ use common::*;
 #[test]
 fn sigterm_reaches_child_and_grandchild_and_its_status_is_ours() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (child_pid, grandchild_pid) = (dir.path().join("child"), dir.path().join("grandchild"));
+    let (_dir, [child_pid, grandchild_pid]) = temp_files(["child", "grandchild"]);
     let script = format!(
         "sleep 300 & echo $! > '{g}'; echo $$ > '{c}'; wait",
         g = grandchild_pid.display(),
@@ -72,8 +71,7 @@ fn a_child_that_handles_the_signal_gives_its_own_status() {
 #[test]
 fn usr1_usr2_and_winch_are_forwarded_too() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, seen) = (dir.path().join("ready"), dir.path().join("seen"));
+    let (_dir, [ready, seen]) = temp_files(["ready", "seen"]);
     let script = format!(
         "trap 'echo USR1 >> {s}' USR1; trap 'echo USR2 >> {s}' USR2; trap 'echo WINCH >> {s}; exit 0' WINCH; \
          touch '{r}'; while :; do sleep 0.05; done",
@@ -102,8 +100,7 @@ fn usr1_usr2_and_winch_are_forwarded_too() {
 #[test]
 fn sigint_while_waiting_withdraws_and_the_next_waiter_gets_the_key() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ran_a, ran_b) = (dir.path().join("a"), dir.path().join("b"));
+    let (_dir, [ran_a, ran_b]) = temp_files(["a", "b"]);
     expect_status(&mut server.lc(&["lock", "--source", "holder", "sig"]), 0);
     let touch = |p: &std::path::Path| format!("touch '{}'", p.display());
     let mut a = Guard(
@@ -168,8 +165,7 @@ fn sigterm_while_waiting_exits_143_without_running_anything() {
 #[test]
 fn sigkill_of_lc_cli_sends_sigterm_to_the_child() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let (_dir, [ready, got]) = temp_files(["ready", "got"]);
     let script = format!(
         "trap 'echo TERM > \"{g}\"; exit 0' TERM; echo $$ > '{r}'; while :; do sleep 0.05; done",
         g = got.display(),
@@ -201,12 +197,7 @@ fn sigkill_of_lc_cli_sends_sigterm_to_the_child() {
 #[test]
 fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, done) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("done"),
-    );
+    let (_dir, [pid_file, go, done]) = temp_files(["pid", "go", "done"]);
     let script = format!(
         "echo $$ > '{p}'; while [ ! -e '{g}' ]; do sleep 0.05; done; touch '{d}'",
         p = pid_file.display(),
@@ -225,13 +216,7 @@ fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
     );
     let child = read_pid(&pid_file);
     signal(lc.pid(), libc::SIGTSTP);
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
-            && proc_state(lc.pid()) == Some('T')),
-        "not both stopped: command {:?}, lc-cli {:?}",
-        proc_state(child),
-        proc_state(lc.pid())
-    );
+    assert_both_stopped(child, lc.pid(), String::new);
     std::fs::write(&go, "").unwrap();
     assert!(
         holds_for(QUIET, || !done.exists()),

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -23,8 +24,7 @@ fn lc_at_terminal(server: &Server, args: &[&str]) -> (Pty, Guard) {
 #[test]
 fn ctrl_c_reaches_the_command_exactly_once() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, ints) = (dir.path().join("ready"), dir.path().join("ints"));
+    let (_dir, [ready, ints]) = temp_files(["ready", "ints"]);
     // Counts SIGINTs; after the first, waits a while so that a duplicate
     // would be counted too, then exits 7 (lc-cli passes that through only
     // if it was not interrupted itself).
@@ -51,8 +51,7 @@ fn ctrl_c_reaches_the_command_exactly_once() {
 #[test]
 fn the_command_can_read_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let (_dir, [ready, got]) = temp_files(["ready", "got"]);
     let script = format!(
         "touch '{r}'; read line; echo \"$line\" > '{g}'",
         r = ready.display(),
@@ -103,60 +102,42 @@ fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
 #[test]
 fn ctrl_z_stops_command_and_lc_cli_and_fg_resumes_both() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, done) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("done"),
-    );
-    let (mut pty, _bash) = bash_at_terminal();
+    let (_dir, [pid_file, go, done]) = temp_files(["pid", "go", "done"]);
     let script = format!(
-        "echo $$ > \"{p}\"; while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
-        p = pid_file.display(),
+        "while [ ! -e \"{g}\" ]; do sleep 0.05; done; echo done > \"{d}\"",
         g = go.display(),
         d = done.display()
     );
-    let line = format!("{BIN} --server {} lock tty-z -c '{script}'\n", server.addr);
-    pty.type_bytes(line.as_bytes());
-    let child = read_pid(&pid_file);
-    let lc = proc_field(child, 4).expect("the command's parent") as i32;
-    let _lc_guard = KillOnDrop(lc);
-    pty.type_bytes(&[0x1a]);
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
-            && proc_state(lc) == Some('T')),
-        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
-        proc_state(child),
-        proc_state(lc),
-        pty.output()
-    );
+    let mut job = Job::typed(&server, "tty-z", &script, &pid_file, Run::Foreground);
+    job.pty.type_bytes(&[0x1a]);
+    job.assert_both_stopped();
     // Stopped means stopped: it does not finish meanwhile.
     std::fs::write(&go, "").unwrap();
     assert!(holds_for(QUIET, || !done.exists()));
-    pty.type_bytes(b"fg\n");
+    job.pty.type_bytes(b"fg\n");
     assert!(
-        wait_until(Duration::from_secs(15), || done.exists() && is_dead(lc)),
+        wait_until(Duration::from_secs(15), || done.exists() && is_dead(job.lc)),
         "not resumed: command {:?}, lc-cli {:?}; terminal: {:?}",
-        proc_state(child),
-        proc_state(lc),
-        pty.output()
+        proc_state(job.command),
+        proc_state(job.lc),
+        job.pty.output()
     );
     // `$?` after `fg` is the job's status.
-    pty.type_bytes(b"echo \"status=$?\"\n");
+    job.pty.type_bytes(b"echo \"status=$?\"\n");
     assert!(
-        pty.wait_for_output("status=0", Duration::from_secs(10)),
+        job.pty.wait_for_output("status=0", Duration::from_secs(10)),
         "terminal: {:?}",
-        pty.output()
+        job.pty.output()
     );
     // lc-cli gave the terminal back to the shell, which reads commands again.
-    pty.type_bytes(b"echo back-$((40+2))\n");
+    job.pty.type_bytes(b"echo back-$((40+2))\n");
     assert!(
-        pty.wait_for_output("back-42", Duration::from_secs(10)),
+        job.pty.wait_for_output("back-42", Duration::from_secs(10)),
         "terminal: {:?}",
-        pty.output()
+        job.pty.output()
     );
     expect_status(&mut server.lc(&["trylock", "tty-z", "--", "true"]), 0);
-    pty.type_bytes(b"exit\n");
+    job.pty.type_bytes(b"exit\n");
 }
 
 #[test]
@@ -194,94 +175,32 @@ fn is_dead_child_of(pid: i32) -> bool {
 #[test]
 fn started_in_the_background_then_fg_the_command_gets_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
-    let (mut pty, _bash) = bash_at_terminal();
+    let (_dir, [pid_file, got]) = temp_files(["pid", "got"]);
     // Reading the terminal from the background stops the command (SIGTTIN),
     // and lc-cli with it.
-    let script = format!(
-        "echo $$ > \"{p}\"; read line; echo \"$line\" > \"{g}\"",
-        p = pid_file.display(),
-        g = got.display()
-    );
-    let line = format!(
-        "{BIN} --server {} lock tty-bg -c '{script}' &\n",
-        server.addr
-    );
-    pty.type_bytes(line.as_bytes());
-    let child = read_pid(&pid_file);
-    let lc = proc_field(child, 4).expect("the command's parent") as i32;
-    let _lc_guard = KillOnDrop(lc);
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
-            && proc_state(lc) == Some('T')),
-        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
-        proc_state(child),
-        proc_state(lc),
-        pty.output()
-    );
-    pty.type_bytes(b"fg\n");
+    let script = read_a_line_into(&got);
+    let mut job = Job::typed(&server, "tty-bg", &script, &pid_file, Run::Background);
+    job.assert_both_stopped();
+    job.pty.type_bytes(b"fg\n");
     // In the foreground now: the command reads what is typed.
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
-            == Some(child as i64)),
-        "the command never got the terminal; terminal: {:?}",
-        pty.output()
-    );
-    pty.type_bytes(b"typed\n");
-    assert!(
-        wait_until(Duration::from_secs(10), || is_dead(lc)),
-        "terminal: {:?}",
-        pty.output()
-    );
-    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
-    pty.type_bytes(b"exit\n");
+    job.assert_foreground(job.command, "the command never got the terminal");
+    job.type_the_line_read_into(&got);
 }
 
 #[test]
 fn fg_of_a_running_background_job_lets_the_command_read_the_terminal() {
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, got) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("got"),
-    );
-    let (mut pty, _bash) = bash_at_terminal();
-    let script = format!(
-        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
-        p = pid_file.display(),
-        go = go.display(),
-        g = got.display()
-    );
-    let line = format!(
-        "{BIN} --server {} lock tty-fg -c '{script}' &\n",
-        server.addr
-    );
-    pty.type_bytes(line.as_bytes());
-    let child = read_pid(&pid_file);
-    let lc = proc_field(child, 4).expect("the command's parent") as i32;
-    let _lc_guard = KillOnDrop(lc);
+    let (_dir, [pid_file, go, got]) = temp_files(["pid", "go", "got"]);
+    let script = go_then_read_a_line(&go, &got);
+    let mut job = Job::typed(&server, "tty-fg", &script, &pid_file, Run::Background);
     // Running in the background: the shell keeps the terminal.
-    assert_ne!(proc_field(lc, 8), Some(child as i64));
+    assert_ne!(proc_field(job.lc, 8), Some(job.command as i64));
     // `fg` of a running job gives lc-cli's group the terminal but sends no
     // SIGCONT; when the command reads the terminal, lc-cli hands it on.
-    pty.type_bytes(b"fg\n");
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
-            == Some(lc as i64)),
-        "the shell never gave lc-cli the terminal; terminal: {:?}",
-        pty.output()
-    );
+    job.pty.type_bytes(b"fg\n");
+    job.assert_foreground(job.lc, "the shell never gave lc-cli the terminal");
     std::fs::write(&go, "").unwrap();
-    pty.type_bytes(b"typed\n");
-    assert!(
-        wait_until(Duration::from_secs(10), || is_dead(lc)),
-        "terminal: {:?}",
-        pty.output()
-    );
-    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
-    pty.type_bytes(b"exit\n");
+    job.type_the_line_read_into(&got);
 }
 
 /// An interactive bash (job control on) at a new pseudo-terminal, with a
@@ -296,60 +215,109 @@ fn bash_at_terminal() -> (Pty, Guard) {
     Pty::spawn(bash)
 }
 
+/// How the line is typed at the shell: `lc-cli ...` or `lc-cli ... &`.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    Foreground,
+    Background,
+}
+
+/// `lc-cli lock KEY -c SCRIPT` typed at an interactive bash at a new
+/// terminal, the script writing its pid to a file first so that the test
+/// finds the command and lc-cli (its parent).
+struct Job {
+    // Dropped in this order: lc-cli, then the shell, then the terminal.
+    _lc_guard: KillOnDrop,
+    _bash: Guard,
+    pty: Pty,
+    /// The command's pid.
+    command: i32,
+    /// lc-cli's pid.
+    lc: i32,
+}
+
+impl Job {
+    fn typed(server: &Server, key: &str, script: &str, pid_file: &Path, run: Run) -> Job {
+        let (mut pty, bash) = bash_at_terminal();
+        let amp = if run == Run::Background { " &" } else { "" };
+        let line = format!(
+            "{BIN} --server {} lock {key} -c 'echo $$ > \"{p}\"; {script}'{amp}\n",
+            server.addr,
+            p = pid_file.display()
+        );
+        pty.type_bytes(line.as_bytes());
+        let command = read_pid(pid_file);
+        let lc = proc_field(command, 4).expect("the command's parent") as i32;
+        Job {
+            _lc_guard: KillOnDrop(lc),
+            _bash: bash,
+            pty,
+            command,
+            lc,
+        }
+    }
+
+    fn assert_both_stopped(&self) {
+        assert_both_stopped(self.command, self.lc, || {
+            format!("; terminal: {:?}", self.pty.output())
+        });
+    }
+
+    /// Waits for the terminal's foreground group (field 8 of
+    /// /proc/PID/stat) to be `group`.
+    fn assert_foreground(&self, group: i32, failure: &str) {
+        assert!(
+            wait_until(Duration::from_secs(10), || proc_field(self.lc, 8)
+                == Some(group as i64)),
+            "{failure}; terminal: {:?}",
+            self.pty.output()
+        );
+    }
+
+    /// Types the line a `read_a_line_into(got)` command reads: lc-cli ends
+    /// with it, the line is in `got`; then leaves the shell.
+    fn type_the_line_read_into(&mut self, got: &Path) {
+        self.pty.type_bytes(b"typed\n");
+        assert!(
+            wait_until(Duration::from_secs(10), || is_dead(self.lc)),
+            "terminal: {:?}",
+            self.pty.output()
+        );
+        assert_eq!(std::fs::read_to_string(got).unwrap(), "typed\n");
+        self.pty.type_bytes(b"exit\n");
+    }
+}
+
+/// A script that reads a line from the terminal into `got`.
+fn read_a_line_into(got: &Path) -> String {
+    format!("read line; echo \"$line\" > \"{}\"", got.display())
+}
+
+/// A script that waits for `go` to exist, then reads a line into `got`.
+fn go_then_read_a_line(go: &Path, got: &Path) -> String {
+    format!(
+        "while [ ! -e \"{}\" ]; do sleep 0.05; done; {}",
+        go.display(),
+        read_a_line_into(got)
+    )
+}
+
 #[test]
 fn ctrl_z_while_lc_cli_has_the_terminal_stops_the_command_too() {
     // A running background job brought back with `fg`: lc-cli's group has
     // the terminal, the command's does not, so Ctrl-Z reaches lc-cli.
     let server = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (pid_file, go, got) = (
-        dir.path().join("pid"),
-        dir.path().join("go"),
-        dir.path().join("got"),
-    );
-    let (mut pty, _bash) = bash_at_terminal();
-    let script = format!(
-        "echo $$ > \"{p}\"; while [ ! -e \"{go}\" ]; do sleep 0.05; done; read line; echo \"$line\" > \"{g}\"",
-        p = pid_file.display(),
-        go = go.display(),
-        g = got.display()
-    );
-    let line = format!(
-        "{BIN} --server {} lock tty-z2 -c '{script}' &\n",
-        server.addr
-    );
-    pty.type_bytes(line.as_bytes());
-    let child = read_pid(&pid_file);
-    let lc = proc_field(child, 4).expect("the command's parent") as i32;
-    let _lc_guard = KillOnDrop(lc);
-    pty.type_bytes(b"fg\n");
-    assert!(wait_until(Duration::from_secs(10), || proc_field(lc, 8)
-        == Some(lc as i64)));
-    pty.type_bytes(&[0x1a]);
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_state(child) == Some('T')
-            && proc_state(lc) == Some('T')),
-        "not both stopped: command {:?}, lc-cli {:?}; terminal: {:?}",
-        proc_state(child),
-        proc_state(lc),
-        pty.output()
-    );
-    pty.type_bytes(b"fg\n");
-    assert!(
-        wait_until(Duration::from_secs(10), || proc_field(lc, 8)
-            == Some(child as i64)),
-        "the command did not get the terminal after fg; terminal: {:?}",
-        pty.output()
-    );
+    let (_dir, [pid_file, go, got]) = temp_files(["pid", "go", "got"]);
+    let script = go_then_read_a_line(&go, &got);
+    let mut job = Job::typed(&server, "tty-z2", &script, &pid_file, Run::Background);
+    job.pty.type_bytes(b"fg\n");
+    job.assert_foreground(job.lc, "the shell never gave lc-cli the terminal");
+    job.pty.type_bytes(&[0x1a]);
+    job.assert_both_stopped();
+    job.pty.type_bytes(b"fg\n");
+    job.assert_foreground(job.command, "the command did not get the terminal after fg");
     std::fs::write(&go, "").unwrap();
-    pty.type_bytes(b"typed\n");
-    assert!(
-        wait_until(Duration::from_secs(10), || is_dead(lc)),
-        "terminal: {:?}",
-        pty.output()
-    );
-    assert_eq!(std::fs::read_to_string(&got).unwrap(), "typed\n");
-    pty.type_bytes(b"exit\n");
+    job.type_the_line_read_into(&got);
 }
 
 #[test]

@@ -38,22 +38,7 @@ fn lc(url: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String, D
 #[test]
 fn user_and_password_from_the_address_or_etcdctl_variables() {
     let etcd = Etcd::start();
-    for args in [
-        &[
-            "user",
-            "add",
-            "root",
-            "--new-user-password",
-            PW,
-            "--interactive=false",
-        ][..],
-        &["role", "add", "root"],
-        &["user", "grant-role", "root", "root"],
-        &["auth", "enable"],
-    ] {
-        let out = etcd.ctl(args).output().unwrap();
-        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
-    }
+    etcd.enable_auth(PW);
     let ep = etcd.endpoint();
     let good = format!("etcd://root:{PW}@{ep}");
     let (code, out, err, _) = lc(&good, &[], &["-v", "lock", "k", "--", "echo", "ran"]);
@@ -83,81 +68,11 @@ fn user_and_password_from_the_address_or_etcdctl_variables() {
     }
 }
 
-/// etcd serving clients over TLS only, with the test CA's certificate,
-/// asking clients for theirs; killed when dropped.
-struct TlsEtcd {
-    port: u16,
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for TlsEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tls_etcd(ca: &common::tls::TestCa) -> TlsEtcd {
-    let port = common::redis::free_port();
-    let peer = common::redis::free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let client_url = format!("https://127.0.0.1:{port}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args(["--listen-client-urls", &client_url])
-        .args(["--advertise-client-urls", &client_url])
-        .args(["--listen-peer-urls", &peer_url])
-        .args(["--initial-advertise-peer-urls", &peer_url])
-        .args(["--initial-cluster", &format!("t={peer_url}")])
-        .args(["--cert-file", &ca.file("server.pem")])
-        .args(["--key-file", &ca.file("server.key")])
-        .args([
-            "--client-cert-auth",
-            "--trusted-ca-file",
-            &ca.file("ca.pem"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start etcd");
-    let etcd = TlsEtcd {
-        port,
-        child,
-        _dir: dir,
-    };
-    let start = Instant::now();
-    loop {
-        let ok = Command::new("etcdctl")
-            .args(["--endpoints", &client_url])
-            .args(["--cacert", &ca.file("ca.pem")])
-            .args([
-                "--cert",
-                &ca.file("client.pem"),
-                "--key",
-                &ca.file("client.key"),
-            ])
-            .args(["endpoint", "health"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return etcd;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "etcd over TLS did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn tls_with_the_ca_file_and_a_client_certificate() {
     let ca = common::tls::TestCa::new();
-    let etcd = tls_etcd(&ca);
+    // Over TLS only, asking clients for a certificate.
+    let etcd = Etcd::start_tls(&ca);
     let base = format!("etcd://127.0.0.1:{}", etcd.port);
     let good = format!(
         "{base}?cacert={}&cert={}&key={}",

@@ -16,9 +16,7 @@ use common::*;
 
 fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&str]]) {
     for args in requests {
-        let out = expect_status(&mut lc(args), 76);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut lc(args), 76);
         assert!(err.contains(what) && err.contains("cannot take"), "{err}");
     }
     // The key was never taken: an exclusive trylock gets it.
@@ -58,48 +56,7 @@ fn postgres_refuses_limits_and_shares_in_order() {
         "PostgreSQL",
         &[&["lock", "--limit", "2", "k", "true"]],
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    let plan = [
-        ("r1", "-s"),
-        ("r2", "-s"),
-        ("w1", "-x"),
-        ("r3", "-s"),
-        ("r4", "-s"),
-        ("w2", "-x"),
-    ];
-    let cmds: Vec<_> = plan
-        .iter()
-        .map(|(tag, m)| {
-            let script = spans::script(&log, tag, 0.8);
-            (
-                tag.to_string(),
-                pg.lc(&["lock", m, "rw", "--source", tag, "-c", &script]),
-            )
-        })
-        .collect();
-    let mut kids = spans::arrive_in_order(&log, cmds, |tag| pg_queued(&pg, tag));
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    let spans = spans::read(&log);
-    let s = |t| spans::by_tag(&spans, t);
-    assert!(spans::overlap(s("r1"), s("r2")), "{spans:#?}");
-    assert!(spans::overlap(s("r3"), s("r4")), "{spans:#?}");
-    for w in ["w1", "w2"] {
-        for other in &spans {
-            if other.tag != w {
-                assert!(
-                    !spans::overlap(s(w), other),
-                    "{w} overlapped {}: {spans:#?}",
-                    other.tag
-                );
-            }
-        }
-    }
-    assert!(
-        s("w1").end <= s("r3").start && s("w1").start >= s("r2").end,
-        "{spans:#?}"
-    );
+    spans::readers_and_writers(&|args| pg.lc(args), |tag| pg_queued(&pg, tag));
     // keys shows both shared holders.
     let mut holder = spans::Kids(vec![pg
         .lc(&["lock", "-s", "k2", "sleep", "30"])

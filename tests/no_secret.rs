@@ -169,22 +169,7 @@ fn no_refused_or_accepted_password_is_shown() {
 
     // etcd with authentication on: a wrong and a right password.
     let etcd = Etcd::start();
-    for args in [
-        &[
-            "user",
-            "add",
-            "root",
-            "--new-user-password",
-            PW,
-            "--interactive=false",
-        ][..],
-        &["role", "add", "root"],
-        &["user", "grant-role", "root", "root"],
-        &["auth", "enable"],
-    ] {
-        let out = etcd.ctl(args).output().unwrap();
-        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
-    }
+    etcd.enable_auth(PW);
     runs += check(&format!("etcd://root:{PW}x@{}", etcd.endpoint()), &[]);
     runs += check(&format!("etcd://root:{PW}@{}", etcd.endpoint()), &[]);
     runs += check(

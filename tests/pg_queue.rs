@@ -8,19 +8,9 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pg::PgServer;
+use common::spans::Kids;
 use common::timeline::{gone_at, now_ns};
 use common::*;
-
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn wait_exit(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let start = Instant::now();

@@ -5,8 +5,12 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::redis::{keys_json, keys_table, lc, until_exists, RedisServer, Running};
-use common::{expect_status, wait_until};
+use common::redis::{
+    hold_k, keys_json, keys_table, lc, serve_a_line, until_exists, RedisServer, Running,
+};
+use common::{expect_error_line, expect_status, wait_until};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -14,23 +18,22 @@ fn spawn(server: &RedisServer, args: &[&str]) -> Running {
     Running::spawn(&mut lc(&server.url(), args))
 }
 
+fn signal(pid: i32, sig: Signal) {
+    nix::sys::signal::kill(Pid::from_raw(pid), sig).unwrap();
+}
+
+/// Kills the command whose pid a killed lc-cli's command wrote to
+/// `pidfile` (an orphan now, ours to clean up).
+fn kill_orphan(pidfile: &std::path::Path) {
+    if let Ok(pid) = fs::read_to_string(pidfile).unwrap().trim().parse::<i32>() {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
 /// Holds `k` with lease `ttl` while running `sleep 30`; a loss stops the
 /// command within a second.
 fn spawn_holder(server: &RedisServer, ttl: &str) -> Running {
-    spawn(
-        server,
-        &[
-            "--ttl",
-            ttl,
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    )
+    hold_k(&server.url(), &[], ttl, &["--", "sleep", "30"])
 }
 
 #[test]
@@ -59,21 +62,11 @@ fn fifo_across_eight_processes() {
     let r = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("order");
-    expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
-    let mut waiters = Vec::new();
-    for i in 0..8 {
+    let waiter = |i| {
         let script = format!("echo {i} >> {}", out.display());
-        waiters.push(spawn(&r, &["lock", "k", "-c", &script]));
-        assert!(
-            wait_until(LIMIT, || r.queued("k") == i + 1),
-            "waiter {i} never queued"
-        );
-    }
-    expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
-    for w in waiters {
-        let (code, err) = w.finish(LIMIT);
-        assert_eq!(code, 0, "{err}");
-    }
+        lc(&r.url(), &["lock", "k", "-c", &script])
+    };
+    serve_a_line(&r.url(), 8, waiter, |n| r.queued("k") == n, LIMIT);
     let order: Vec<String> = fs::read_to_string(&out)
         .unwrap()
         .lines()
@@ -97,25 +90,15 @@ fn fifo_with_skewed_client_clocks() {
     let r = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("order");
-    expect_status(&mut lc(&r.url(), &["lock", "k"]), 0);
-    let mut waiters = Vec::new();
-    for i in 0..8 {
+    let waiter = |i| {
         let skew = if i % 2 == 0 { "+1h" } else { "-1h" };
         // The command runs under the same clock, so it records the skew it saw.
         let script = format!("echo {i} $(date +%s) >> {}", out.display());
         let mut cmd = lc(&r.url(), &["lock", "k", "-c", &script]);
         cmd.env("LD_PRELOAD", FAKETIME_LIB).env("FAKETIME", skew);
-        waiters.push(Running::spawn(&mut cmd));
-        assert!(
-            wait_until(LIMIT, || r.queued("k") == i + 1),
-            "waiter {i} never queued"
-        );
-    }
-    expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
-    for w in waiters {
-        let (code, err) = w.finish(LIMIT);
-        assert_eq!(code, 0, "{err}");
-    }
+        cmd
+    };
+    serve_a_line(&r.url(), 8, waiter, |n| r.queued("k") == n, LIMIT);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -152,8 +135,7 @@ fn mutual_exclusion_counter() {
         .map(|_| spawn(&r, &["lock", "counter", "-c", &script]))
         .collect();
     for p in procs {
-        let (code, err) = p.finish(Duration::from_secs(60));
-        assert_eq!(code, 0, "{err}");
+        p.expect_exit(0, Duration::from_secs(60));
     }
     assert_eq!(fs::read_to_string(&counter).unwrap().trim(), "10");
 }
@@ -166,20 +148,10 @@ fn a_killed_holder_frees_the_key_after_its_ttl() {
     let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
     let holder = spawn(&r, &["--ttl", "1s", "lock", "k", "-c", &script]);
     assert!(wait_until(LIMIT, || pidfile.exists() && r.holder("k").is_some()));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(holder.pid()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let (code, _) = holder.finish(LIMIT);
-    assert_eq!(code, 128 + 9, "killed by SIGKILL");
-    // The orphaned command is ours to clean up.
-    if let Ok(pid) = fs::read_to_string(&pidfile).unwrap().trim().parse::<i32>() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    signal(holder.pid(), Signal::SIGKILL);
+    holder.expect_exit(128 + 9, LIMIT); // killed by SIGKILL
+                                        // The orphaned command is ours to clean up.
+    kill_orphan(&pidfile);
     // A waiter gets the key once the lease (1 s) runs out.
     expect_status(
         &mut lc(&r.url(), &["lock", "-w", "15", "k", "--", "true"]),
@@ -198,11 +170,7 @@ fn a_killed_waiter_leaves_the_line_after_the_queue_timeout() {
     let script = format!("echo second >> {}", out.display());
     let second = spawn(&r, &["--queue-timeout", "1s", "lock", "k", "-c", &script]);
     assert!(wait_until(LIMIT, || r.queued("k") == 2));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(doomed.pid()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    signal(doomed.pid(), Signal::SIGKILL);
     drop(doomed);
     // The living waiter's heartbeat clears the dead entry.
     assert!(
@@ -212,8 +180,7 @@ fn a_killed_waiter_leaves_the_line_after_the_queue_timeout() {
     let waiters: i64 = r.query(&["HLEN", "lc-cli:{k}:waiters"]);
     assert_eq!(waiters, 1);
     expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
-    let (code, err) = second.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    second.expect_exit(0, LIMIT);
     assert_eq!(fs::read_to_string(&out).unwrap(), "second\n");
 }
 
@@ -223,8 +190,7 @@ fn lost_when(change: &[&str]) {
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let _: redis::Value = r.query(change);
     let started = Instant::now();
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
+    let err = holder.expect_exit(75, LIMIT);
     assert!(err.contains("lost the lock 'k'"), "{err}");
     assert!(started.elapsed() < LIMIT);
 }
@@ -244,19 +210,7 @@ fn lock_key_overwritten_from_outside_stops_the_command() {
 fn hold_on_volatile(r: &RedisServer, ttl: &str, dir: &std::path::Path) -> Running {
     let started = dir.join("started");
     let script = format!("touch {}; sleep 30", started.display());
-    let holder = spawn(
-        r,
-        &[
-            "--ttl",
-            ttl,
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "-c",
-            &script,
-        ],
-    );
+    let holder = hold_k(&r.url(), &[], ttl, &["-c", &script]);
     assert!(wait_until(LIMIT, || started.exists()), "never held");
     holder
 }
@@ -267,8 +221,7 @@ fn redis_restart_during_a_hold_is_detected() {
     let dir = tempfile::tempdir().unwrap();
     let holder = hold_on_volatile(&r, "2s", dir.path());
     r.restart();
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
+    let err = holder.expect_exit(75, LIMIT);
     assert!(err.contains("lost the lock 'k'"), "{err}");
 }
 
@@ -299,18 +252,12 @@ fn a_signal_while_waiting_leaves_the_line() {
     let next = format!("echo next >> {}", out.display());
     let second = spawn(&r, &["lock", "k", "-c", &next]);
     assert!(wait_until(LIMIT, || r.queued("k") == 2));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(interrupted.pid()),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let (code, err) = interrupted.finish(LIMIT);
-    assert_eq!(code, 130, "{err}");
+    signal(interrupted.pid(), Signal::SIGINT);
+    interrupted.expect_exit(130, LIMIT);
     // Gone from the line at once, not after the queue timeout.
     assert_eq!(r.queued("k"), 1);
     expect_status(&mut lc(&r.url(), &["unlock", "k"]), 0);
-    let (code, err) = second.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    second.expect_exit(0, LIMIT);
     assert_eq!(fs::read_to_string(&out).unwrap(), "next\n");
     assert_eq!(r.holder("k"), None);
 }
@@ -351,8 +298,7 @@ fn reset_of_a_running_holder_nobody_waits_for_is_not_undone() {
     let holder = spawn_holder(&r, "1s");
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     expect_status(&mut lc(&r.url(), &["reset", "k"]), 0);
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
+    holder.expect_exit(75, LIMIT);
     assert_eq!(r.holder("k"), None);
 }
 
@@ -363,8 +309,7 @@ fn unlock_refuses_a_running_hold() {
     assert!(wait_until(LIMIT, || r.holder("k").is_some()));
     let out = expect_status(&mut lc(&r.url(), &["unlock", "k"]), 76);
     assert!(String::from_utf8_lossy(&out.stderr).contains("reset k"));
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    holder.expect_exit(0, LIMIT);
 }
 
 #[test]
@@ -378,11 +323,9 @@ fn reset_key_frees_it_and_the_first_waiter_gets_it() {
     let waiter = spawn(&r, &["lock", "k", "-c", &script]);
     assert!(wait_until(LIMIT, || r.queued("k") == 1));
     expect_status(&mut lc(&r.url(), &["reset", "k"]), 0);
-    let (code, err) = waiter.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    waiter.expect_exit(0, LIMIT);
     assert_eq!(fs::read_to_string(&out).unwrap(), "2\n");
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
+    holder.expect_exit(75, LIMIT);
 }
 
 #[test]
@@ -393,8 +336,7 @@ fn reset_source_frees_its_keys_and_withdraws_its_waiters() {
     let waiter = spawn(&r, &["lock", "--source", "alpha", "b1", "--", "true"]);
     assert!(wait_until(LIMIT, || r.queued("b1") == 1));
     expect_status(&mut lc(&r.url(), &["reset", "--source", "alpha"]), 0);
-    let (code, err) = waiter.finish(LIMIT);
-    assert_eq!(code, 76, "{err}");
+    let err = waiter.expect_exit(76, LIMIT);
     assert!(err.contains("withdrawn"), "{err}");
     assert_eq!(r.queued("b1"), 0);
     expect_status(&mut lc(&r.url(), &["trylock", "a1", "--", "true"]), 0);
@@ -407,15 +349,13 @@ fn reset_source_frees_its_keys_and_withdraws_its_waiters() {
 fn unreachable_server_fails_cleanly() {
     let port = common::redis::free_port();
     let url = format!("redis://127.0.0.1:{port}");
-    let out = expect_status(
+    let err = expect_error_line(
         &mut lc(
             &url,
             &["--connect-timeout", "2s", "lock", "k", "--", "true"],
         ),
         69,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
     // The key is named only when cmd/lock.rs adds it to connection errors.
     assert!(err.contains(&url) && err.contains("cannot reach"), "{err}");
 }
@@ -432,10 +372,8 @@ fn a_waiter_survives_a_redis_restart() {
     let waiter = spawn(&r, &["--ttl", "1s", "lock", "k", "-c", &script]);
     assert!(wait_until(LIMIT, || r.queued("k") == 1));
     r.restart();
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
-    let (code, err) = waiter.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    holder.expect_exit(75, LIMIT);
+    waiter.expect_exit(0, LIMIT);
     assert_eq!(fs::read_to_string(&out).unwrap(), "got\n");
 }
 
@@ -554,11 +492,9 @@ fn keys_lists_holders_sources_and_waiters() {
     // Everything released: nothing is listed.
     expect_status(&mut lc(&url, &["unlock", "deploy/prod"]), 0);
     fs::write(&gate, "").unwrap();
-    let (code, err) = running.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    running.expect_exit(0, LIMIT);
     for w in waiters {
-        let (code, err) = w.finish(LIMIT);
-        assert_eq!(code, 0, "{err}");
+        w.expect_exit(0, LIMIT);
     }
     assert!(keys_json(&url, &[], &[]).is_empty());
     assert_eq!(keys_table(&url, &[], &[]).len(), 1);
@@ -591,21 +527,11 @@ fn keys_forgets_a_killed_holder_and_a_killed_waiter() {
     assert_eq!(listed[1]["source"], "doomed");
 
     for pid in [holder.pid(), waiter.pid()] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        signal(pid, Signal::SIGKILL);
     }
-    let (code, _) = holder.finish(LIMIT);
-    assert_eq!(code, 128 + 9, "killed by SIGKILL");
+    holder.expect_exit(128 + 9, LIMIT); // killed by SIGKILL
     drop(waiter);
-    if let Ok(pid) = fs::read_to_string(&pidfile).unwrap().trim().parse::<i32>() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    kill_orphan(&pidfile);
     let mut last = Vec::new();
     let gone = wait_until(LIMIT, || {
         last = keys_json(&url, &[], &[]);

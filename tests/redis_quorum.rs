@@ -5,8 +5,10 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use common::redis::{keys_json, keys_table, lc, quorum_url, until_exists, RedisServer, Running};
-use common::{expect_status, wait_until};
+use common::redis::{
+    hold_k, keys_json, keys_table, lc, quorum_url, serve_a_line, until_exists, RedisServer, Running,
+};
+use common::{expect_error_line, expect_status, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -29,21 +31,13 @@ fn fifo_on_a_quorum_with_diverging_counters() {
     let _: () = nodes[1].query(&["SET", "lc-cli:{k}:seq", "7"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("order");
-    expect_status(&mut lc(&url, &["lock", "k"]), 0);
-    let mut waiters = Vec::new();
-    for i in 0..6 {
+    let waiter = |i| {
         let script = format!("echo {i} >> {}", out.display());
-        waiters.push(Running::spawn(&mut lc(&url, &["lock", "k", "-c", &script])));
-        assert!(
-            wait_until(LIMIT, || queued_everywhere(&nodes, "k", i + 1)),
-            "waiter {i} never queued on every node"
-        );
-    }
-    expect_status(&mut lc(&url, &["unlock", "k"]), 0);
-    for w in waiters {
-        let (code, err) = w.finish(LIMIT);
-        assert_eq!(code, 0, "{err}");
-    }
+        lc(&url, &["lock", "k", "-c", &script])
+    };
+    // Each in line on every node before the next comes.
+    let queued = |n| queued_everywhere(&nodes, "k", n);
+    serve_a_line(&url, 6, waiter, queued, LIMIT);
     let order = fs::read_to_string(&out).unwrap();
     assert_eq!(order, "0\n1\n2\n3\n4\n5\n");
     for r in &nodes {
@@ -72,8 +66,7 @@ fn mutual_exclusion_on_a_quorum() {
         .map(|_| Running::spawn(&mut lc(&url, &["lock", "c", "-c", &script])))
         .collect();
     for p in procs {
-        let (code, err) = p.finish(Duration::from_secs(60));
-        assert_eq!(code, 0, "{err}");
+        p.expect_exit(0, Duration::from_secs(60));
     }
     assert_eq!(fs::read_to_string(&counter).unwrap().trim(), "6");
     // Fencing tokens grow with each grant.
@@ -134,15 +127,13 @@ fn two_nodes_down_fails_with_a_clear_error() {
     let url = quorum_url(&nodes);
     nodes[0].stop();
     nodes[2].stop();
-    let out = expect_status(
+    let err = expect_error_line(
         &mut lc(
             &url,
             &["--connect-timeout", "1s", "lock", "k", "--", "true"],
         ),
         69,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("quorum lost: 1 of 3 Redis nodes answered, 2 needed"),
         "{err}"
@@ -156,54 +147,31 @@ fn two_nodes_down_fails_with_a_clear_error() {
 fn a_hold_survives_one_lost_node_and_is_lost_with_two() {
     let mut nodes = three();
     let url = quorum_url(&nodes);
-    let holder = Running::spawn(&mut lc(
-        &url,
-        &[
-            "--ttl",
-            "2s",
-            "--connect-timeout",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "4",
-        ],
-    ));
-    assert!(wait_until(LIMIT, || nodes
-        .iter()
-        .all(|r| r.holder("k").is_some())));
+    let holder = hold_everywhere(&nodes, &url, "2s", "4");
     let _: i64 = nodes[0].query(&["DEL", "lc-cli:{k}:lock"]);
     // Still held on a majority: the command runs to its end.
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 0, "{err}");
+    holder.expect_exit(0, LIMIT);
 
-    let holder = Running::spawn(&mut lc(
-        &url,
-        &[
-            "--ttl",
-            "1s",
-            "--connect-timeout",
-            "1s",
-            "lock",
-            "k",
-            "--kill-after",
-            "1s",
-            "--",
-            "sleep",
-            "30",
-        ],
-    ));
+    let holder = hold_everywhere(&nodes, &url, "1s", "30");
+    nodes[1].stop();
+    nodes[2].stop();
+    let err = holder.expect_exit(75, LIMIT);
+    assert!(err.contains("lost the lock 'k'"), "{err}");
+}
+
+/// Holds `k` with lease `ttl` running `sleep SECS` (a loss stops it within
+/// a second); returns once every node records the hold.
+fn hold_everywhere(nodes: &[RedisServer], url: &str, ttl: &str, secs: &str) -> Running {
+    let holder = hold_k(
+        url,
+        &["--connect-timeout", "1s"],
+        ttl,
+        &["--", "sleep", secs],
+    );
     assert!(wait_until(LIMIT, || nodes
         .iter()
         .all(|r| r.holder("k").is_some())));
-    nodes[1].stop();
-    nodes[2].stop();
-    let (code, err) = holder.finish(LIMIT);
-    assert_eq!(code, 75, "{err}");
-    assert!(err.contains("lost the lock 'k'"), "{err}");
+    holder
 }
 
 /// A grant on a minority is rolled back: trylock answers busy and leaves
@@ -310,15 +278,12 @@ fn keys_on_a_quorum_with_one_node_down() {
     );
     fs::write(&gate, "").unwrap();
     for p in [running, waiter] {
-        let (code, err) = p.finish(LIMIT);
-        assert_eq!(code, 0, "{err}");
+        p.expect_exit(0, LIMIT);
     }
     assert!(keys_json(&url, &fast, &[]).is_empty());
 
     nodes[1].stop();
-    let out = expect_status(&mut lc(&url, &["--connect-timeout", "1s", "keys"]), 69);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = expect_error_line(&mut lc(&url, &["--connect-timeout", "1s", "keys"]), 69);
     assert!(
         err.contains("quorum lost: 1 of 3 Redis nodes answered"),
         "{err}"

@@ -36,6 +36,11 @@ fn with_token(tl: &Timeline, name: &str, script: &str) -> String {
     )
 }
 
+/// `lock k` with the lease TTL running `script`.
+fn lock_k(url: &str, script: &str) -> Running {
+    Running::spawn(lc(url, &["--ttl", TTL, "lock", "k", "-c", script]).stdin(Stdio::null()))
+}
+
 fn scenario(restart: Restart) {
     let mut nodes: Vec<RedisServer> = (0..if restart == Restart::Single { 1 } else { 3 })
         .map(|_| RedisServer::start_volatile())
@@ -43,19 +48,9 @@ fn scenario(restart: Restart) {
     let url = quorum_url(&nodes);
     let tmp = tempfile::tempdir().unwrap();
     let tl = Timeline::new(tmp.path());
-    let a = Running::spawn(
-        lc(
-            &url,
-            &[
-                "--ttl",
-                TTL,
-                "lock",
-                "k",
-                "-c",
-                &with_token(&tl, "a", &tl.holder("a", OnTerm::LogAndExit)),
-            ],
-        )
-        .stdin(Stdio::null()),
+    let a = lock_k(
+        &url,
+        &with_token(&tl, "a", &tl.holder("a", OnTerm::LogAndExit)),
     );
     assert!(
         wait_until(LIMIT, || tl.start_of("a").is_some()),
@@ -80,20 +75,7 @@ fn scenario(restart: Restart) {
     }
     let restarted = now_ns();
     let started = Instant::now();
-    let c = Running::spawn(
-        lc(
-            &url,
-            &[
-                "--ttl",
-                TTL,
-                "lock",
-                "k",
-                "-c",
-                &with_token(&tl, "c", &tl.one_shot("c")),
-            ],
-        )
-        .stdin(Stdio::null()),
-    );
+    let c = lock_k(&url, &with_token(&tl, "c", &tl.one_shot("c")));
     let c_started = wait_until(LIMIT, || tl.start_of("c").is_some());
     let a_gone = gone_at(a_pid, LIMIT).expect("the first holder's command never ended");
     assert!(c_started, "the newcomer never got the key:\n{}", tl.text());

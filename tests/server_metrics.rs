@@ -200,31 +200,10 @@ fn the_alert_rules_use_live_metric_names() {
     assert_eq!(checked, 2, "both rules' metrics were checked");
 }
 
-/// A small tmpfs mounted for a test, unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_failed_log_write_counts_as_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "lc-test-tmpfs"])
-        .arg(&mnt)
-        .status()
-        .expect("run mount");
-    assert!(
-        status.success(),
-        "mount -t tmpfs failed (the test needs root)"
-    );
-    let _tmpfs = Tmpfs(mnt.clone());
-    let path = mnt.join("locks.wal");
+    let disk = common::disk::SmallDisk::mount("64k");
+    let path = disk.mnt.join("locks.wal");
     let server =
         Server::start_with(&["--metrics", "127.0.0.1:0", "--data", path.to_str().unwrap()]);
     // A long key: its Release record (137 bytes) cannot fit where a short
@@ -232,15 +211,7 @@ fn a_failed_log_write_counts_as_refused() {
     let held_key = [b'h'; 127];
     let mut held = server.send_lock(&held_key, b"s");
     assert_eq!(read_byte(&mut held), Some(b'+'));
-    // Fill the file system.
-    let filler = mnt.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    for _ in 0..100_000 {
-        if f.write_all(&[0xab; 4096]).is_err() {
-            break;
-        }
-    }
-    drop(f);
+    let filler = disk.fill();
     let ask = |bytes: &[u8]| {
         let mut s = server.connect();
         s.write_all(bytes).unwrap();

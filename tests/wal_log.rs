@@ -2,11 +2,13 @@
 //! bytes, compaction under a long load and a crash injected mid-compaction.
 //! (The same behaviour through the real binary is in `wal_server.rs`.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use common::wal::record_starts;
 use lc_cli::mode::LockMode;
-use lc_cli::wal::record::{decode, Next};
 use lc_cli::wal::{Held, Options, Record, Wal, WalError};
 
 fn grant(key: &str, source: &str) -> Record {
@@ -62,15 +64,7 @@ fn build(path: &Path, records: &[Record]) -> (Vec<u8>, Vec<usize>) {
     }
     drop(wal);
     let bytes = std::fs::read(path).unwrap();
-    let mut starts = Vec::new();
-    let mut at = lc_cli::wal::file::HEADER_LEN;
-    while at < bytes.len() {
-        starts.push(at);
-        match decode(&bytes[at..]) {
-            Next::Record(_, used) => at += used,
-            other => panic!("bad log at {at}: {other:?}"),
-        }
-    }
+    let starts = record_starts(&bytes);
     (bytes, starts)
 }
 

@@ -12,14 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use common::action::{LOCK, RESET_KEY, RESET_SOURCE, TRY, UNLOCK};
+use common::disk::SmallDisk;
 use common::serve::*;
+use common::wal::record_starts;
 use common::*;
 
-const LOCK: u8 = 1;
-const UNLOCK: u8 = 2;
-const RESET_KEY: u8 = 3;
-const RESET_SOURCE: u8 = 4;
-const TRY: u8 = 5;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn serve_on(path: &Path) -> Server {
@@ -88,21 +86,6 @@ fn held_keys_survive_a_restart_with_their_source() {
     );
     assert_eq!(server.raw(&frame(TRY, b"db", Some(b"x"))), Some(b'+'));
     assert_eq!(server.raw(&frame(TRY, b"handed", Some(b"x"))), Some(b'#'));
-}
-
-/// Record start offsets of a log file.
-fn record_starts(bytes: &[u8]) -> Vec<usize> {
-    use lc_cli::wal::record::{decode, Next};
-    let mut starts = Vec::new();
-    let mut at = lc_cli::wal::file::HEADER_LEN;
-    while at < bytes.len() {
-        starts.push(at);
-        match decode(&bytes[at..]) {
-            Next::Record(_, used) => at += used,
-            other => panic!("bad log at {at}: {other:?}"),
-        }
-    }
-    starts
 }
 
 #[test]
@@ -189,60 +172,13 @@ fn torn_tail_is_cut_and_a_corrupt_record_refuses_to_start() {
     assert_eq!(out.status.code(), Some(65));
 }
 
-/// A small tmpfs mounted for this test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size}"),
-                "lc-test-tmpfs",
-            ])
-            .arg(dir)
-            .status()
-            .expect("run mount");
-        assert!(
-            status.success(),
-            "mount -t tmpfs failed (the test needs root)"
-        );
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// Fills the file system of `dir` with one file, until it refuses.
-fn fill(dir: &Path) -> PathBuf {
-    let p = dir.join("filler");
-    let mut f = std::fs::File::create(&p).unwrap();
-    let block = [0xabu8; 4096];
-    for _ in 0..100_000 {
-        if f.write_all(&block).is_err() {
-            break;
-        }
-    }
-    let _ = f.flush();
-    p
-}
-
 #[test]
 fn a_full_disk_refuses_grants_and_keeps_serving() {
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let _tmpfs = Tmpfs::mount(&mnt, "64k");
-    let path = mnt.join("locks.wal");
+    let disk = SmallDisk::mount("64k");
+    let path = disk.mnt.join("locks.wal");
     let server = serve_on(&path);
     assert_eq!(server.raw(&frame(LOCK, b"before", Some(b"s"))), Some(b'+'));
-    let filler = fill(&mnt);
+    let filler = disk.fill();
     // Appends fit in the log's last page until they cross into a new one.
     let mut refused = None;
     for i in 0..2000 {
@@ -469,8 +405,8 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
 
 /// Fills the disk, then grows the log with short grants until one is
 /// refused: the log's last page is then too full for a long key's release.
-fn fill_to_the_page(server: &Server, mnt: &Path) -> PathBuf {
-    let filler = fill(mnt);
+fn fill_to_the_page(server: &Server, disk: &SmallDisk) -> PathBuf {
+    let filler = disk.fill();
     for i in 0..4000 {
         match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {
             Some(b'+') => continue,
@@ -489,10 +425,8 @@ fn fill_to_the_page(server: &Server, mnt: &Path) -> PathBuf {
 #[test]
 fn a_release_on_a_full_disk_is_not_reported_as_done() {
     let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let _tmpfs = Tmpfs::mount(&mnt, "64k");
-    let path = mnt.join("locks.wal");
+    let disk = SmallDisk::mount("64k");
+    let path = disk.mnt.join("locks.wal");
     let server = serve_on(&path);
     // Long keys: their release records (~110 bytes) cannot fit in what a
     // refused short grant (~40 bytes) left of the page.
@@ -511,7 +445,7 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
         .spawn()
         .unwrap();
     server.wait_for(&format!("grant '{run_key}'"), 1, LIMIT);
-    let filler = fill_to_the_page(&server, &mnt);
+    let filler = fill_to_the_page(&server, &disk);
     std::fs::remove_file(&gate).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {

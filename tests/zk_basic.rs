@@ -3,23 +3,12 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::zk::{CuratorHold, Zk};
+use common::spans::Kids;
+use common::zk::{curator_client, curator_lock_options, CuratorHold, Zk};
 use common::*;
-
-/// Children killed (by PID) when the test ends, also on failure.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn data(zk: &Zk, path: &str) -> String {
     String::from_utf8_lossy(&zk.node(path).expect("node exists").0).into_owned()
@@ -73,37 +62,25 @@ fn trylock_timeout_detached_hold_and_unlock() {
     expect_status(&mut zk.lc("/t", &["unlock", "deploy/prod"]), 1);
 
     // Free now: the child gets the node's czxid as its fencing token.
-    let out = expect_status(
-        &mut zk.lc(
-            "/t",
-            &[
-                "trylock",
-                "deploy/prod",
-                "--",
-                "sh",
-                "-c",
-                "echo $LC_LOCK_TOKEN",
-            ],
-        ),
-        0,
-    );
-    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let token = || -> u64 {
+        let out = expect_status(
+            &mut zk.lc(
+                "/t",
+                &[
+                    "trylock",
+                    "deploy/prod",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo $LC_LOCK_TOKEN",
+                ],
+            ),
+            0,
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let (token, token2) = (token(), token());
     assert!(token > 0);
-    let out = expect_status(
-        &mut zk.lc(
-            "/t",
-            &[
-                "trylock",
-                "deploy/prod",
-                "--",
-                "sh",
-                "-c",
-                "echo $LC_LOCK_TOKEN",
-            ],
-        ),
-        0,
-    );
-    let token2: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(token2 > token, "tokens must grow: {token} then {token2}");
     assert!(zk.queue(dir).is_empty(), "release deletes the node");
     // `wait` takes and releases at once.
@@ -219,23 +196,8 @@ fn reset_by_source() {
 fn curator_recipe_and_lc_cli_exclude_each_other() {
     use zookeeper_client as zkc;
     let zk = Zk::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = rt.block_on(async {
-        zkc::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(&zk.hosts())
-            .await
-            .unwrap()
-    });
-    let options = || {
-        zkc::LockOptions::new(zkc::Acls::anyone_all())
-            .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
-            .unwrap()
-    };
+    let (rt, client) = curator_client(&zk);
+    let options = curator_lock_options;
     // The Curator-style client holds: lc-cli conflicts, then waits its turn.
     // Dropping the guard deletes the node (in the background).
     let guard = CuratorHold::new(

@@ -6,25 +6,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
-use common::zk::{CuratorHold, Zk};
+use common::spans::Kids;
+use common::zk::{curator_client, curator_lock_options, CuratorHold, Zk};
 use common::*;
 use serde_json::Value;
 use zookeeper_client as zkc;
-
-/// Children killed (by PID) when the test ends, also on failure.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 const ROOT: &str = "/k";
 
@@ -137,27 +126,13 @@ fn keys_lists_holders_sources_and_waiters() {
     // A Curator-style holder (zookeeper-client's Curator-compatible recipe),
     // whose data is an IP address as Curator writes it, and an lc-cli
     // waiter behind it.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = rt.block_on(async {
-        zkc::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(&zk.hosts())
-            .await
-            .unwrap()
-    });
+    let (rt, client) = curator_client(&zk);
     let lock = rt.block_on(async {
-        let options = zkc::LockOptions::new(zkc::Acls::anyone_all())
-            .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
-            .unwrap();
         client
             .lock(
                 zkc::LockPrefix::new_curator("/k/c/k", "lock-").unwrap(),
                 b"10.0.0.1",
-                options,
+                curator_lock_options(),
             )
             .await
             .unwrap()

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::zk::Zk;
@@ -53,6 +53,16 @@ impl Kids {
     }
 }
 
+/// Starts lc-cli (stderr piped, for `finish`) and waits for its command
+/// to mark its start in `dir`.
+fn started(mut lc: Command, dir: &Path) -> Kids {
+    let kids = Kids(vec![lc.stderr(Stdio::piped()).spawn().unwrap()]);
+    assert!(wait_until(Duration::from_secs(20), || dir
+        .join("started")
+        .exists()));
+    kids
+}
+
 /// A command that marks its start, and on SIGTERM marks that too and exits.
 fn guarded_child(dir: &Path) -> String {
     format!(
@@ -83,15 +93,10 @@ fn assert_lost_stopped(out: &Output, why: &str) {
 fn holder_node_deleted_from_outside_stops_the_child() {
     let zk = Zk::start();
     let tmp = tempfile::tempdir().unwrap();
-    let mut kids = Kids(vec![zk
-        .lc("/l", &["lock", "k", "-c", &guarded_child(tmp.path())])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp
-        .path()
-        .join("started")
-        .exists()));
+    let mut kids = started(
+        zk.lc("/l", &["lock", "k", "-c", &guarded_child(tmp.path())]),
+        tmp.path(),
+    );
     let q = zk.queue("/l/k");
     assert_eq!(q.len(), 1);
     zk.delete(&format!("/l/k/{}", q[0]));
@@ -106,15 +111,10 @@ fn holder_node_deleted_from_outside_stops_the_child() {
 fn session_expiry_stops_the_child() {
     let zk = Zk::start();
     let tmp = tempfile::tempdir().unwrap();
-    let mut kids = Kids(vec![zk
-        .lc_session("/l", "1s", &["lock", "k", "-c", &guarded_child(tmp.path())])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp
-        .path()
-        .join("started")
-        .exists()));
+    let mut kids = started(
+        zk.lc_session("/l", "1s", &["lock", "k", "-c", &guarded_child(tmp.path())]),
+        tmp.path(),
+    );
     let pid = Pid::from_raw(kids.0[0].id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
     // The server expires the session and deletes the node while we sleep.
@@ -142,15 +142,10 @@ fn session_expiry_stops_the_child() {
 fn server_gone_longer_than_the_session_timeout_stops_the_child() {
     let mut zk = Zk::start();
     let tmp = tempfile::tempdir().unwrap();
-    let mut kids = Kids(vec![zk
-        .lc_session("/g", "2s", &["lock", "k", "-c", &guarded_child(tmp.path())])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp
-        .path()
-        .join("started")
-        .exists()));
+    let mut kids = started(
+        zk.lc_session("/g", "2s", &["lock", "k", "-c", &guarded_child(tmp.path())]),
+        tmp.path(),
+    );
     zk.stop();
     let out = kids.finish(0, Duration::from_secs(40));
     assert_lost(&out, tmp.path(), "no contact");
@@ -168,16 +163,9 @@ fn server_restart_within_the_session_timeout_keeps_the_lock() {
         d = tmp.path().display(),
         go = go.display()
     );
-    let mut kids = Kids(vec![zk
-        .lc_session("/r", "8s", &["lock", "k", "-c", &script])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || tmp
-        .path()
-        .join("started")
-        .exists()));
+    let mut cmd = zk.lc_session("/r", "8s", &["lock", "k", "-c", &script]);
+    cmd.stdout(Stdio::null());
+    let mut kids = started(cmd, tmp.path());
     let before = zk.queue("/r/k");
     assert_eq!(before.len(), 1);
     zk.restart_after(Duration::from_millis(500));
@@ -213,20 +201,14 @@ fn killed_waiter_leaves_the_queue_when_its_session_expires() {
             .spawn()
             .unwrap(),
     );
-    assert!(wait_until(Duration::from_secs(20), || zk
-        .queue("/w/k")
-        .len()
-        == 2));
+    zk.wait_queue_len("/w/k", 2);
     kids.0.push(
         zk.lc("/w", &["lock", "k", "--", "touch"])
             .arg(&ran)
             .spawn()
             .unwrap(),
     );
-    assert!(wait_until(Duration::from_secs(20), || zk
-        .queue("/w/k")
-        .len()
-        == 3));
+    zk.wait_queue_len("/w/k", 3);
     kids.0[0].kill().unwrap();
     kids.0[0].wait().unwrap();
     let killed_at = Instant::now();
@@ -260,10 +242,7 @@ fn signal_while_waiting_removes_the_node_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || zk
-        .queue("/s/k")
-        .len()
-        == 2));
+    zk.wait_queue_len("/s/k", 2);
     kill(Pid::from_raw(kids.0[0].id() as i32), Signal::SIGTERM).unwrap();
     let out = kids.finish(0, Duration::from_secs(20));
     use std::os::unix::process::ExitStatusExt;

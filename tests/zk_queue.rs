@@ -3,41 +3,12 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
+use common::spans::Kids;
 use common::zk::Zk;
 use common::*;
-
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Kids {
-    fn wait_all(&mut self, limit: Duration) -> Vec<Option<i32>> {
-        let start = std::time::Instant::now();
-        self.0
-            .iter_mut()
-            .map(|c| loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break s.code();
-                }
-                assert!(
-                    start.elapsed() < limit,
-                    "a process did not finish in {limit:?}"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            })
-            .collect()
-    }
-}
 
 /// 8 lc-cli processes, each started once the previous one's node exists,
 /// run their commands in that order.
@@ -63,8 +34,7 @@ fn fifo_across_eight_processes() {
         );
     }
     expect_status(&mut zk.lc("/f", &["unlock", "q"]), 0);
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    kids.all_succeed(Duration::from_secs(60));
     let got = std::fs::read_to_string(&order).unwrap();
     let expected: String = (0..8).map(|i| format!("{i}\n")).collect();
     assert_eq!(got, expected);
@@ -90,8 +60,7 @@ fn mutual_exclusion_counter() {
                 .unwrap(),
         );
     }
-    let codes = kids.wait_all(Duration::from_secs(90));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    kids.all_succeed(Duration::from_secs(90));
     assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "10");
     assert!(zk.queue("/m/counter").is_empty());
 }

@@ -46,11 +46,7 @@ fn contender(
     tag: &str,
     secs: f64,
 ) -> (String, Command) {
-    let mut args = vec!["lock"];
-    args.extend_from_slice(mode);
-    let script = spans::script(log, tag, secs);
-    args.extend_from_slice(&[key, "--source", tag, "-c", &script]);
-    (tag.to_string(), zk.lc("/s", &args))
+    spans::contender(&|args| zk.lc("/s", args), log, mode, key, tag, secs)
 }
 
 /// 2N contenders with `--limit N` (N = 3): never more than N run, exactly N
@@ -59,25 +55,7 @@ fn contender(
 #[test]
 fn limit_n_runs_n_at_once_in_arrival_order() {
     let zk = Zk::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    let n = 3;
-    let cmds: Vec<_> = (0..2 * n)
-        .map(|i| contender(&zk, &log, &["--limit", "3"], "sem", &format!("c{i}"), 1.0))
-        .collect();
-    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&zk, "/s/sem", tag));
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    let spans = spans::read(&log);
-    assert_eq!(spans::max_overlap(&spans), n, "{spans:#?}");
-    let gap = spans::longest_shortfall_ms(&spans, n);
-    assert!(
-        gap < 400.0,
-        "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
-    );
-    let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
-    assert_eq!(spans::tags(&spans), order, "not first come, first served");
-    spans::assert_tokens_grow(&log, &spans);
+    let gap = spans::limit_n(&|args| zk.lc("/s", args), |tag| queued(&zk, "/s/sem", tag));
     eprintln!("limit 3, 6 contenders: longest hand-off {gap:.1} ms");
 }
 
@@ -87,25 +65,7 @@ fn limit_n_runs_n_at_once_in_arrival_order() {
 #[test]
 fn readers_share_writers_exclude_in_arrival_order() {
     let zk = Zk::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    let plan = [
-        ("r1", "-s"),
-        ("r2", "-s"),
-        ("w1", "-x"),
-        ("r3", "-s"),
-        ("r4", "--shared"),
-        ("w2", "--exclusive"),
-        ("r5", "-s"),
-    ];
-    let cmds: Vec<_> = plan
-        .iter()
-        .map(|(tag, m)| contender(&zk, &log, &[m], "rw", tag, 0.8))
-        .collect();
-    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&zk, "/s/rw", tag));
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    spans::readers_and_writers_in_arrival_order(&spans::read(&log));
+    spans::readers_and_writers(&|args| zk.lc("/s", args), |tag| queued(&zk, "/s/rw", tag));
 }
 
 /// A `--limit 2` holder and a shared holder killed with SIGKILL: their
@@ -113,57 +73,11 @@ fn readers_share_writers_exclude_in_arrival_order() {
 #[test]
 fn dead_semaphore_and_shared_holders_are_freed_by_the_session() {
     let zk = Zk::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    for (mode, waiter_mode) in [
-        (&["--limit", "2"][..], &["--limit", "2"][..]),
-        (&["-s"][..], &["-x"][..]),
-    ] {
-        let key = if mode[0] == "-s" {
-            "dead-rw"
-        } else {
-            "dead-sem"
-        };
-        let dir = format!("/s/{key}");
-        let holders: Vec<_> = (0..2)
-            .map(|i| contender(&zk, &log, mode, key, &format!("{key}-h{i}"), 120.0))
-            .collect();
-        let mut held = spans::arrive_in_order(&log, holders, |tag| queued(&zk, &dir, tag));
-        assert!(wait_until(Duration::from_secs(10), || {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .matches(&format!("start {key}-h"))
-                .count()
-                == held.0.len()
-        }));
-        let waiter = vec![contender(
-            &zk,
-            &log,
-            waiter_mode,
-            key,
-            &format!("{key}-w"),
-            0.1,
-        )];
-        let mut waiting = spans::arrive_in_order(&log, waiter, |tag| queued(&zk, &dir, tag));
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(!std::fs::read_to_string(&log)
-            .unwrap()
-            .contains(&format!("start {key}-w ")));
-        let killed = common::timeline::now_ns();
-        for h in &mut held.0 {
-            h.kill().unwrap(); // SIGKILL of lc-cli: its session times out (2 s)
-        }
-        assert_eq!(waiting.wait_all(Duration::from_secs(20)), [Some(0)]);
-        let spans = spans::read(&log);
-        let start = spans::by_tag(&spans, &format!("{key}-w")).start;
-        let after = (start - killed) as f64 / 1e9;
-        assert!(
-            after < 6.0,
-            "{key}: the waiter ran {after} s after the kill"
-        );
-        eprintln!("{key}: waiter ran {after:.2} s after SIGKILL of the holders (session 2 s)");
-        drop(held);
-    }
+    spans::dead_holders_freed(
+        &|args| zk.lc("/s", args),
+        |key, tag| queued(&zk, &format!("/s/{key}"), tag),
+        "session 2 s",
+    );
 }
 
 /// Disagreeing requests are refused with 78 and one line; the key's N
@@ -184,9 +98,7 @@ fn disagreeing_modes_and_limits_are_refused() {
         &["lock", "-s", "m", "true"],
         &["wait", "-x", "m"],
     ] {
-        let out = expect_status(&mut zk.lc("/s", args), 78);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut zk.lc("/s", args), 78);
         assert!(err.contains("--limit 2"), "{err}");
     }
     // The same N is not refused: the second lease is free.
@@ -267,8 +179,7 @@ fn curator_read_write_lock_and_lc_cli_queue_together() {
     java(Recipe::Read, 800, "jr2", &mut kids);
     java(Recipe::Write, 800, "jw1", &mut kids);
     lc("-s", "lr2", &mut kids);
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    kids.all_succeed(Duration::from_secs(60));
     let spans = spans::read(&log);
     assert_eq!(
         spans::tags(&spans),
@@ -277,17 +188,7 @@ fn curator_read_write_lock_and_lc_cli_queue_together() {
     );
     let s = |t| spans::by_tag(&spans, t);
     assert!(spans::overlap(s("jr1"), s("lr1")), "{spans:#?}");
-    for w in ["lw1", "jw1"] {
-        for other in &spans {
-            if other.tag != w {
-                assert!(
-                    !spans::overlap(s(w), other),
-                    "{w} overlapped {}: {spans:#?}",
-                    other.tag
-                );
-            }
-        }
-    }
+    spans::assert_alone(&spans, &["lw1", "jw1"]);
     // Every node, lc-cli's and Curator's, is gone.
     let left = zk.children("/s/crw");
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -336,8 +237,7 @@ fn curator_semaphore_and_lc_cli_share_the_leases() {
             .unwrap_or_default()
             .contains("start j3")));
     spans::note(&log, "arrive", "j3");
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    kids.all_succeed(Duration::from_secs(60));
     let spans = spans::read(&log);
     assert_eq!(spans::max_overlap(&spans), 2, "{spans:#?}");
     let order = spans::tags(&spans);

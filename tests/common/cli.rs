@@ -170,3 +170,27 @@ impl Pty {
         wait_until(limit, || self.output().contains(text))
     }
 }
+
+/// Waits up to 10 s for both the command and lc-cli (its parent) to be
+/// stopped (state T); the failure names both states and what `context`
+/// adds (the terminal's output, say).
+pub fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) {
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(command) == Some('T')
+            && proc_state(lc) == Some('T')),
+        "not both stopped: command {:?}, lc-cli {:?}{}",
+        proc_state(command),
+        proc_state(lc),
+        context()
+    );
+}
+
+/// A temporary directory and the paths of files named `names` in it (not
+/// created): the pid files, gates and marks a test's scripts write.
+pub fn temp_files<const N: usize>(
+    names: [&str; N],
+) -> (tempfile::TempDir, [std::path::PathBuf; N]) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = names.map(|n| dir.path().join(n));
+    (dir, paths)
+}

@@ -11,6 +11,9 @@ pub struct Etcd {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Child,
+    /// What `etcdctl` is given: the endpoint, and for TLS the CA file and
+    /// a client certificate.
+    ctl_args: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -23,9 +26,47 @@ fn free_port() -> u16 {
 
 impl Etcd {
     pub fn start() -> Etcd {
+        Etcd::start_with("http", &[], |port| {
+            vec!["--endpoints".into(), format!("127.0.0.1:{port}")]
+        })
+    }
+
+    /// Serving clients over TLS only, with `ca`'s server certificate, and
+    /// asking clients for theirs.
+    pub fn start_tls(ca: &super::tls::TestCa) -> Etcd {
+        let server = [
+            "--cert-file".into(),
+            ca.file("server.pem"),
+            "--key-file".into(),
+            ca.file("server.key"),
+            "--client-cert-auth".into(),
+            "--trusted-ca-file".into(),
+            ca.file("ca.pem"),
+        ];
+        Etcd::start_with("https", &server, |port| {
+            vec![
+                "--endpoints".into(),
+                format!("https://127.0.0.1:{port}"),
+                "--cacert".into(),
+                ca.file("ca.pem"),
+                "--cert".into(),
+                ca.file("client.pem"),
+                "--key".into(),
+                ca.file("client.key"),
+            ]
+        })
+    }
+
+    /// Starts etcd with clients on `scheme://127.0.0.1:PORT` and `extra`
+    /// flags; ready once `etcdctl ctl_args(PORT) endpoint health` says so.
+    fn start_with(
+        scheme: &str,
+        extra: &[String],
+        ctl_args: impl FnOnce(u16) -> Vec<String>,
+    ) -> Etcd {
         let dir = tempfile::tempdir().expect("temp dir for etcd");
         let (port, peer) = (free_port(), free_port());
-        let client_url = format!("http://127.0.0.1:{port}");
+        let client_url = format!("{scheme}://127.0.0.1:{port}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
         let child = Command::new("etcd")
@@ -36,11 +77,17 @@ impl Etcd {
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start etcd (apt-get install etcd-server)");
-        let etcd = Etcd { port, dir, child };
+        let etcd = Etcd {
+            port,
+            dir,
+            child,
+            ctl_args: ctl_args(port),
+        };
         let start = Instant::now();
         loop {
             let ok = etcd
@@ -62,16 +109,36 @@ impl Etcd {
         etcd
     }
 
+    /// Adds the user `root` with `password` and the role `root`, and turns
+    /// authentication on: `ctl` without credentials is refused from then on.
+    pub fn enable_auth(&self, password: &str) {
+        for args in [
+            &[
+                "user",
+                "add",
+                "root",
+                "--new-user-password",
+                password,
+                "--interactive=false",
+            ][..],
+            &["role", "add", "root"],
+            &["user", "grant-role", "root", "root"],
+            &["auth", "enable"],
+        ] {
+            let out = self.ctl(args).output().unwrap();
+            assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        }
+    }
+
     pub fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// `etcdctl --endpoints 127.0.0.1:PORT ARGS...` (API v3).
+    /// `etcdctl --endpoints 127.0.0.1:PORT ARGS...` (API v3), with the TLS
+    /// flags of a `start_tls` etcd.
     pub fn ctl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");
-        cmd.env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint()])
-            .args(args);
+        cmd.env("ETCDCTL_API", "3").args(&self.ctl_args).args(args);
         cmd
     }
 

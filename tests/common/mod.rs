@@ -22,6 +22,16 @@ pub fn lc_at(server: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// The one-byte protocol's action bytes, for tests that speak it raw.
+pub mod action {
+    pub const LOCK: u8 = 1;
+    pub const UNLOCK: u8 = 2;
+    pub const RESET_KEY: u8 = 3;
+    pub const RESET_SOURCE: u8 = 4;
+    pub const TRY: u8 = 5;
+    pub const RELEASE: u8 = 6;
+}
+
 pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
     let mut b = [0u8; 1];
     match s.read(&mut b) {
@@ -64,6 +74,15 @@ pub fn expect_status(cmd: &mut Command, expected: i32) -> Output {
     out
 }
 
+/// Runs a command that must fail with `expected` and say why in one line
+/// on stderr; that line.
+pub fn expect_error_line(cmd: &mut Command, expected: i32) -> String {
+    let out = expect_status(cmd, expected);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -77,6 +96,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 pub mod cli;
 pub mod curator;
+pub mod disk;
 pub mod etcd;
 pub mod manager;
 pub mod partition;
@@ -86,6 +106,7 @@ pub mod redis;
 pub mod spans;
 pub mod timeline;
 pub mod tls;
+pub mod wal;
 pub mod zk;
 
 /// How long a negative check watches for something that must not happen

@@ -255,8 +255,50 @@ impl Running {
         }
     }
 
+    /// Waits at most `limit` for the exit, which must be `code`; returns
+    /// stderr.
+    pub fn expect_exit(self, code: i32, limit: Duration) -> String {
+        let (got, err) = self.finish(limit);
+        assert_eq!(got, code, "{err}");
+        err
+    }
+
     pub fn pid(&self) -> i32 {
         self.0.id() as i32
+    }
+}
+
+/// `lc-cli [OPTS...] --ttl TTL lock k --kill-after 1s COMMAND...` at
+/// `url`, started: a loss of `k` stops its command within a second.
+pub fn hold_k(url: &str, opts: &[&str], ttl: &str, command: &[&str]) -> Running {
+    let mut args = opts.to_vec();
+    args.extend_from_slice(&["--ttl", ttl, "lock", "k", "--kill-after", "1s"]);
+    args.extend_from_slice(command);
+    Running::spawn(&mut lc(url, &args))
+}
+
+/// Holds `k` detached at `url`, starts `n` waiters `waiter(i)` one after
+/// another, each once `queued(i + 1)` says the ones before it and it are in
+/// line, then unlocks `k`: every waiter ends with 0 within `limit`.
+pub fn serve_a_line(
+    url: &str,
+    n: usize,
+    mut waiter: impl FnMut(usize) -> Command,
+    queued: impl Fn(i64) -> bool,
+    limit: Duration,
+) {
+    super::expect_status(&mut lc(url, &["lock", "k"]), 0);
+    let mut waiters = Vec::new();
+    for i in 0..n {
+        waiters.push(Running::spawn(&mut waiter(i)));
+        assert!(
+            super::wait_until(limit, || queued(i as i64 + 1)),
+            "waiter {i} never queued"
+        );
+    }
+    super::expect_status(&mut lc(url, &["unlock", "k"]), 0);
+    for w in waiters {
+        w.expect_exit(0, limit);
     }
 }
 

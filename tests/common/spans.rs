@@ -80,6 +80,32 @@ impl Kids {
             })
             .collect()
     }
+
+    /// Waits at most `limit` in all for every process to exit 0.
+    pub fn all_succeed(&mut self, limit: Duration) {
+        let codes = self.wait_all(limit);
+        assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    }
+}
+
+/// lc-cli with the service's address in front of `args`.
+pub type Lc<'a> = &'a dyn Fn(&[&str]) -> Command;
+
+/// A contender `lock MODE... KEY --source TAG -c script(log, TAG, secs)`,
+/// with its tag, for `arrive_in_order`.
+pub fn contender(
+    lc: Lc,
+    log: &Path,
+    mode: &[&str],
+    key: &str,
+    tag: &str,
+    secs: f64,
+) -> (String, Command) {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(mode);
+    let script = script(log, tag, secs);
+    args.extend_from_slice(&[key, "--source", tag, "-c", &script]);
+    (tag.to_string(), lc(&args))
 }
 
 /// Starts each command in turn, the next once `queued(tag)` says this one's
@@ -347,6 +373,121 @@ pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
     }));
 }
 
+/// 2N contenders for `sem` with `--limit N` (N = 3), each queued
+/// (`queued(tag)`) before the next comes: never more than N run, exactly N
+/// while N or more are there (each hand-off well under the run time), in
+/// the order they queued, with growing tokens. The longest hand-off, ms.
+pub fn limit_n(lc: Lc, queued: impl Fn(&str) -> bool) -> f64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let n = 3;
+    let cmds: Vec<_> = (0..2 * n)
+        .map(|i| contender(lc, &log, &["--limit", "3"], "sem", &format!("c{i}"), 1.0))
+        .collect();
+    arrive_in_order(&log, cmds, queued).all_succeed(Duration::from_secs(60));
+    let spans = read(&log);
+    assert_eq!(max_overlap(&spans), n, "{spans:#?}");
+    let gap = longest_shortfall_ms(&spans, n);
+    assert!(
+        gap < 400.0,
+        "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
+    );
+    let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
+    assert_eq!(tags(&spans), order, "not first come, first served");
+    assert_tokens_grow(&log, &spans);
+    gap
+}
+
+/// r1 r2 w1 r3 r4 w2 r5 for `rw`, each queued (`queued(tag)`) before the
+/// next comes, both spellings of each mode: checked by
+/// `readers_and_writers_in_arrival_order`.
+pub fn readers_and_writers(lc: Lc, queued: impl Fn(&str) -> bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let plan = [
+        ("r1", "-s"),
+        ("r2", "-s"),
+        ("w1", "-x"),
+        ("r3", "-s"),
+        ("r4", "--shared"),
+        ("w2", "--exclusive"),
+        ("r5", "-s"),
+    ];
+    let cmds: Vec<_> = plan
+        .iter()
+        .map(|(tag, m)| contender(lc, &log, &[m], "rw", tag, 0.8))
+        .collect();
+    arrive_in_order(&log, cmds, queued).all_succeed(Duration::from_secs(60));
+    readers_and_writers_in_arrival_order(&read(&log));
+}
+
+/// For a `--limit 2` key and a shared one (`dead-sem`, `dead-rw`): two
+/// holders, a waiter that cannot run beside them (`--limit 2`, `-x`); the
+/// holders' lc-cli killed with SIGKILL, the waiter runs within 6 s, once
+/// the service frees the dead holds (`freed_by`: a lease, a session).
+/// `queued(key, tag)` says whether TAG's request for KEY is in line.
+pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    for (mode, waiter_mode, key) in [
+        (&["--limit", "2"][..], &["--limit", "2"][..], "dead-sem"),
+        (&["-s"][..], &["-x"][..], "dead-rw"),
+    ] {
+        let holders: Vec<_> = (0..2)
+            .map(|i| contender(lc, &log, mode, key, &format!("{key}-h{i}"), 120.0))
+            .collect();
+        let mut held = arrive_in_order(&log, holders, |tag| queued(key, tag));
+        assert!(super::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches(&format!("start {key}-h"))
+                .count()
+                == held.0.len()
+        }));
+        let waiter = vec![contender(
+            lc,
+            &log,
+            waiter_mode,
+            key,
+            &format!("{key}-w"),
+            0.1,
+        )];
+        let mut waiting = arrive_in_order(&log, waiter, |tag| queued(key, tag));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!std::fs::read_to_string(&log)
+            .unwrap()
+            .contains(&format!("start {key}-w ")));
+        let killed = now_ns();
+        for h in &mut held.0 {
+            h.kill().unwrap(); // SIGKILL of lc-cli: the service frees its hold
+        }
+        assert_eq!(waiting.wait_all(Duration::from_secs(20)), [Some(0)]);
+        let spans = read(&log);
+        let after = (by_tag(&spans, &format!("{key}-w")).start - killed) as f64 / 1e9;
+        assert!(
+            after < 6.0,
+            "{key}: the waiter ran {after} s after the kill"
+        );
+        eprintln!("{key}: waiter ran {after:.2} s after SIGKILL of the holders ({freed_by})");
+    }
+}
+
+/// Each of `writers` ran alone: its span overlaps no other.
+pub fn assert_alone(spans: &[Span], writers: &[&str]) {
+    for w in writers {
+        let ws = by_tag(spans, w);
+        for other in spans {
+            if other.tag != *w {
+                assert!(
+                    !overlap(ws, other),
+                    "{w} overlapped {}: {spans:#?}",
+                    other.tag
+                );
+            }
+        }
+    }
+}
+
 /// The spans of r1 r2 w1 r3 r4 w2 r5, arrived in that order: readers next
 /// to each other share, a writer overlaps nobody, and each writer runs
 /// after the readers ahead of it and before those behind it.
@@ -360,17 +501,7 @@ pub fn readers_and_writers_in_arrival_order(spans: &[Span]) {
         overlap(s("r3"), s("r4")),
         "readers did not share: {spans:#?}"
     );
-    for w in ["w1", "w2"] {
-        for other in spans {
-            if other.tag != w {
-                assert!(
-                    !overlap(s(w), other),
-                    "{w} overlapped {}: {spans:#?}",
-                    other.tag
-                );
-            }
-        }
-    }
+    assert_alone(spans, &["w1", "w2"]);
     assert!(
         s("w1").start >= s("r2").end && s("w1").end <= s("r3").start,
         "{spans:#?}"

@@ -229,6 +229,21 @@ impl Zk {
         kids.into_iter().map(|(_, c)| c).collect()
     }
 
+    /// Waits up to 20 s for the lock queue under `path` to hold `n` nodes.
+    pub fn wait_queue_len(&self, path: &str, n: usize) {
+        // Polled here: examples/bench_zk.rs includes this file without the
+        // rest of tests/common.
+        let start = Instant::now();
+        while self.queue(path).len() != n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "queue {path}: {:?}, not {n} long",
+                self.queue(path)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Data and ephemeral owner of a node.
     pub fn node(&self, path: &str) -> Option<(Vec<u8>, i64)> {
         let path = path.to_string();
@@ -249,6 +264,31 @@ impl Zk {
             Box::pin(async move { c.delete(&path, None).await.expect("delete node") })
         })
     }
+}
+
+/// A zookeeper-client session (4 s) to `zk` on a runtime of its own, for
+/// the Curator-compatible lock recipe.
+pub fn curator_client(zk: &Zk) -> (tokio::runtime::Runtime, zkc::Client) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(async {
+        zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&zk.hosts())
+            .await
+            .unwrap()
+    });
+    (rt, client)
+}
+
+/// The lock options Curator uses: open ACLs, container parents.
+pub fn curator_lock_options() -> zkc::LockOptions<'static> {
+    zkc::LockOptions::new(zkc::Acls::anyone_all())
+        .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
+        .unwrap()
 }
 
 /// A lock of zookeeper-client's Curator-compatible recipe, dropped inside
