@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::serve::data_arg;
@@ -33,124 +32,35 @@ fn queued(server: &Server, key: &str, tag: &str) -> bool {
         .any(|what| server.count(&format!("{what} '{key}' source '{tag}'")) > 0)
 }
 
-fn contender(
-    server: &Server,
-    log: &std::path::Path,
-    mode: &[&str],
-    key: &str,
-    tag: &str,
-    secs: f64,
-) -> (String, Command) {
-    let mut args = vec!["lock"];
-    args.extend_from_slice(mode);
-    let script = spans::script(log, tag, secs);
-    args.extend_from_slice(&[key, "--source", tag, "-c", &script]);
-    (tag.to_string(), server.lc(&args))
-}
-
 #[test]
 fn limit_n_runs_n_at_once_in_arrival_order() {
     let server = server();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    let n = 3;
-    let cmds: Vec<_> = (0..2 * n)
-        .map(|i| {
-            contender(
-                &server,
-                &log,
-                &["--limit", "3"],
-                "sem",
-                &format!("c{i}"),
-                1.0,
-            )
-        })
-        .collect();
-    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&server, "sem", tag));
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    let spans = spans::read(&log);
-    assert_eq!(spans::max_overlap(&spans), n, "{spans:#?}");
-    let gap = spans::longest_shortfall_ms(&spans, n);
-    assert!(
-        gap < 400.0,
-        "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
-    );
-    let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
-    assert_eq!(spans::tags(&spans), order, "not first come, first served");
-    spans::assert_tokens_grow(&log, &spans);
+    let gap = spans::limit_n(&|args| server.lc(args), |tag| queued(&server, "sem", tag));
     eprintln!("built-in server, limit 3, 6 contenders: longest hand-off {gap:.1} ms");
 }
 
 #[test]
 fn readers_share_writers_exclude_in_arrival_order() {
     let server = server();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    let plan = [
-        ("r1", "-s"),
-        ("r2", "-s"),
-        ("w1", "-x"),
-        ("r3", "-s"),
-        ("r4", "-s"),
-        ("w2", "-x"),
-        ("r5", "-s"),
-    ];
-    let cmds: Vec<_> = plan
-        .iter()
-        .map(|(tag, m)| contender(&server, &log, &[m], "rw", tag, 0.8))
-        .collect();
-    let mut kids = spans::arrive_in_order(&log, cmds, |tag| queued(&server, "rw", tag));
-    let codes = kids.wait_all(Duration::from_secs(60));
-    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
-    spans::readers_and_writers_in_arrival_order(&spans::read(&log));
+    spans::readers_and_writers(&|args| server.lc(args), |tag| queued(&server, "rw", tag));
 }
 
-/// SIGKILLed holders (lc-cli and its command) of a semaphore and of a
-/// shared key: the waiter behind them runs once the grace has passed
-/// since they were last heard from, not before.
+/// SIGKILLed holders (lc-cli) of a semaphore and of a shared key: the
+/// waiter behind them runs once the grace has passed since they were last
+/// heard from (at most a quarter of it before the kill), not before.
 #[test]
 fn dead_shared_and_semaphore_holders_are_freed_by_the_grace() {
     let server = server();
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("log");
-    for (mode, waiter_mode, key) in [
-        (&["--limit", "2"][..], &["--limit", "2"][..], "dead-sem"),
-        (&["-s"][..], &["-x"][..], "dead-rw"),
-    ] {
-        let holders: Vec<_> = (0..2)
-            .map(|i| contender(&server, &log, mode, key, &format!("{key}-h{i}"), 120.0))
-            .collect();
-        let mut held = spans::arrive_in_order(&log, holders, |tag| queued(&server, key, tag));
-        assert!(wait_until(LIMIT, || {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .matches(&format!("start {key}-h"))
-                .count()
-                == 2
-        }));
-        let waiter = vec![contender(
-            &server,
-            &log,
-            waiter_mode,
-            key,
-            &format!("{key}-w"),
-            0.1,
-        )];
-        let mut waiting = spans::arrive_in_order(&log, waiter, |tag| queued(&server, key, tag));
-        let killed = timeline::now_ns();
-        for h in &mut held.0 {
-            h.kill().unwrap(); // SIGKILL of lc-cli: silent, its grace runs out
-        }
-        assert_eq!(waiting.wait_all(LIMIT), [Some(0)]);
-        let spans = spans::read(&log);
-        let after = (spans::by_tag(&spans, &format!("{key}-w")).start - killed) as f64 / 1e9;
+    let waited = spans::dead_holders_freed(
+        &|args| server.lc(args),
+        |key, tag| queued(&server, key, tag),
+        &format!("built-in server, grace {GRACE}"),
+    );
+    for after in waited {
         assert!(
             (1.4..4.5).contains(&after),
-            "{key}: the waiter ran {after} s after the kill (grace {GRACE})"
+            "the waiter ran {after} s after the kill (grace {GRACE})"
         );
-        eprintln!("built-in server, {key}: waiter ran {after:.2} s after SIGKILL of the holders (grace {GRACE})");
-        drop(held);
     }
 }
 
@@ -173,9 +83,7 @@ fn disagreeing_modes_and_limits_are_refused() {
         // A kept hold (no command) is refused the same way.
         &["lock", "-s", "m"],
     ] {
-        let out = expect_status(&mut lc(args), 78);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut lc(args), 78);
         assert!(err.contains("--limit 2"), "{args:?}: {err}");
     }
     expect_status(&mut lc(&["trylock", "--limit", "2", "m", "true"]), 0);
@@ -222,7 +130,7 @@ fn shared_holds_survive_a_server_restart_with_its_log() {
     let log = dir.path().join("log");
     let readers: Vec<_> = ["r1", "r2"]
         .iter()
-        .map(|tag| contender(&server, &log, &["-s"], "k", tag, 4.0))
+        .map(|tag| spans::contender(&|args| server.lc(args), &log, &["-s"], "k", tag, 4.0))
         .collect();
     let mut readers = spans::arrive_in_order(&log, readers, |tag| queued(&server, "k", tag));
     assert!(wait_until(LIMIT, || {
@@ -245,7 +153,8 @@ fn shared_holds_survive_a_server_restart_with_its_log() {
     restarted.wait_for("restored 'k'", 2, LIMIT);
     assert_eq!(restarted.count("a shared lock"), 2, "{}", restarted.log());
     restarted.wait_for("reclaimed the session hold of 'k'", 2, LIMIT);
-    let writer = vec![contender(&restarted, &log, &["-x"], "k", "w", 0.1)];
+    let lc = |args: &[&str]| restarted.lc(args);
+    let writer = vec![spans::contender(&lc, &log, &["-x"], "k", "w", 0.1)];
     let mut writer = spans::arrive_in_order(&log, writer, |tag| queued(&restarted, "k", tag));
     assert_eq!(readers.wait_all(LIMIT), [Some(0), Some(0)]);
     assert_eq!(writer.wait_all(LIMIT), [Some(0)]);
@@ -270,9 +179,7 @@ fn a_reference_server_refuses_shared_and_limited_locks() {
         &["wait", "--shared", "k"],
         &["lock", "--limit", "3", "k"],
     ] {
-        let out = expect_status(&mut server.lc(args), 76);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = expect_error_line(&mut server.lc(args), 76);
         assert!(
             err.contains("cannot take shared or limited locks"),
             "{args:?}: {err}"

@@ -426,9 +426,11 @@ pub fn readers_and_writers(lc: Lc, queued: impl Fn(&str) -> bool) {
 /// holders' lc-cli killed with SIGKILL, the waiter runs within 6 s, once
 /// the service frees the dead holds (`freed_by`: a lease, a session).
 /// `queued(key, tag)` says whether TAG's request for KEY is in line.
-pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by: &str) {
+/// Returns, per key, how long after the kill the waiter started (s).
+pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by: &str) -> Vec<f64> {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
+    let mut waited = Vec::new();
     for (mode, waiter_mode, key) in [
         (&["--limit", "2"][..], &["--limit", "2"][..], "dead-sem"),
         (&["-s"][..], &["-x"][..], "dead-rw"),
@@ -469,7 +471,9 @@ pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by:
             "{key}: the waiter ran {after} s after the kill"
         );
         eprintln!("{key}: waiter ran {after:.2} s after SIGKILL of the holders ({freed_by})");
+        waited.push(after);
     }
+    waited
 }
 
 /// Each of `writers` ran alone: its span overlaps no other.
