@@ -5,11 +5,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::redis::{lc, quorum_url, RedisServer};
 use common::spans;
-use common::*;
 
 /// Whether a waiter or holder with source `tag` is recorded for `key` on
 /// a majority of `nodes`.
@@ -54,34 +51,7 @@ fn dead_holders(nodes: &[RedisServer], url: &str) {
 }
 
 fn refusals(url: &str) {
-    let mut holder = spans::Kids(vec![lc(url, &["lock", "--limit", "2", "m", "sleep", "30"])
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(10), || {
-        let out = lc(url, &["keys", "--json"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).contains("\"m\"")
-    }));
-    for args in [
-        &["trylock", "--limit", "3", "m", "true"][..],
-        &["lock", "m", "true"],
-        &["lock", "-s", "m", "true"],
-        &["wait", "-x", "m"],
-    ] {
-        let err = expect_error_line(&mut lc(url, args), 78);
-        assert!(err.contains("--limit 2"), "{err}");
-    }
-    expect_status(&mut lc(url, &["trylock", "--limit", "2", "m", "true"]), 0);
-    drop(holder);
-    holder = spans::Kids(vec![lc(url, &["lock", "-s", "r", "sleep", "30"])
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(Duration::from_secs(10), || {
-        lc(url, &["trylock", "r", "true"]).status().unwrap().code() == Some(1)
-    }));
-    let out = expect_status(&mut lc(url, &["lock", "--limit", "2", "r", "true"]), 78);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
-    expect_status(&mut lc(url, &["trylock", "-s", "r", "true"]), 0);
-    drop(holder);
+    spans::refusals(&|args| lc(url, args));
 }
 
 #[test]

@@ -68,36 +68,7 @@ fn dead_shared_and_semaphore_holders_are_freed_by_the_grace() {
 fn disagreeing_modes_and_limits_are_refused() {
     let server = server();
     let lc = |args: &[&str]| server.lc(args);
-    let holder = spans::Kids(vec![lc(&["lock", "--limit", "2", "m", "sleep", "30"])
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(LIMIT, || {
-        let out = lc(&["keys", "--json"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).contains("\"m\"")
-    }));
-    for args in [
-        &["trylock", "--limit", "3", "m", "true"][..],
-        &["lock", "m", "true"],
-        &["lock", "-s", "m", "true"],
-        &["wait", "-x", "m"],
-        // A kept hold (no command) is refused the same way.
-        &["lock", "-s", "m"],
-    ] {
-        let err = expect_error_line(&mut lc(args), 78);
-        assert!(err.contains("--limit 2"), "{args:?}: {err}");
-    }
-    expect_status(&mut lc(&["trylock", "--limit", "2", "m", "true"]), 0);
-    drop(holder);
-    let holder = spans::Kids(vec![lc(&["lock", "-s", "r", "sleep", "30"])
-        .spawn()
-        .unwrap()]);
-    assert!(wait_until(LIMIT, || {
-        lc(&["trylock", "r", "true"]).status().unwrap().code() == Some(1)
-    }));
-    let out = expect_status(&mut lc(&["lock", "--limit", "2", "r", "true"]), 78);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
-    expect_status(&mut lc(&["trylock", "-s", "r", "true"]), 0);
-    drop(holder);
+    spans::refusals(&lc);
     // Once nobody holds or waits, the key takes any mode again.
     assert!(wait_until(LIMIT, || lc(&[
         "trylock", "--limit", "5", "r", "true"

@@ -7,15 +7,10 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::action::*;
 use common::serve::*;
 use common::*;
 
-const LOCK: u8 = 1;
-const UNLOCK: u8 = 2;
-const RESET_KEY: u8 = 3;
-const RESET_SOURCE: u8 = 4;
-const TRY: u8 = 5;
-const RELEASE: u8 = 6;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn answer(s: &mut TcpStream) -> Option<u8> {

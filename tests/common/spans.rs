@@ -515,3 +515,40 @@ pub fn readers_and_writers_in_arrival_order(spans: &[Span]) {
         "{spans:#?}"
     );
 }
+
+/// Disagreeing requests, through `lc`: on a `--limit 2` key an exclusive,
+/// a shared (also a kept one, without a command) and a `--limit 3`
+/// request, and on a shared key a `--limit 2` one, are each refused with
+/// one line and 78, while agreeing ones are granted.
+pub fn refusals(lc: Lc) {
+    let limit = Duration::from_secs(10);
+    let holder = Kids(vec![lc(&["lock", "--limit", "2", "m", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(super::wait_until(limit, || {
+        let out = lc(&["keys", "--json"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("\"m\"")
+    }));
+    for args in [
+        &["trylock", "--limit", "3", "m", "true"][..],
+        &["lock", "m", "true"],
+        &["lock", "-s", "m", "true"],
+        &["wait", "-x", "m"],
+        &["lock", "-s", "m"],
+    ] {
+        let err = super::expect_error_line(&mut lc(args), 78);
+        assert!(err.contains("--limit 2"), "{args:?}: {err}");
+    }
+    super::expect_status(&mut lc(&["trylock", "--limit", "2", "m", "true"]), 0);
+    drop(holder);
+    let holder = Kids(vec![lc(&["lock", "-s", "r", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
+    assert!(super::wait_until(limit, || {
+        lc(&["trylock", "r", "true"]).status().unwrap().code() == Some(1)
+    }));
+    let err = super::expect_error_line(&mut lc(&["lock", "--limit", "2", "r", "true"]), 78);
+    assert!(err.contains("as a lock"), "{err}");
+    super::expect_status(&mut lc(&["trylock", "-s", "r", "true"]), 0);
+    drop(holder);
+}
