@@ -177,15 +177,7 @@ async fn run_round(
     con: &mut redis::Connection,
     shape: Shape,
 ) -> (Vec<Duration>, u64, usize, Vec<(String, u64)>) {
-    let config = BackendConfig {
-        access: Default::default(),
-        server: url.parse::<ServerSpec>().unwrap(),
-        session_timeout: Duration::from_secs(10),
-        ttl: Duration::from_secs(30),
-        queue_timeout: Duration::from_secs(60),
-        connect_timeout: Duration::from_secs(5),
-        verbose: false,
-    };
+    let config = config(url);
     let round = Arc::new(Round {
         latencies: Mutex::new(Vec::new()),
         release_started: Mutex::new(None),

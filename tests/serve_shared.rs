@@ -189,3 +189,53 @@ fn kept_shared_holds_are_unlocked_one_at_a_time() {
     expect_status(&mut lc(&["unlock", "k"]), 1);
     expect_status(&mut lc(&["trylock", "k", "true"]), 0);
 }
+
+/// The mode actions byte by byte: a session grant is `=`, its token and the
+/// grace; a kept one `=`, its token and 0; a request whose mode the key's
+/// refuses is answered `~` and the key's mode (lc-cli's actions), or `-`
+/// (the reference's Lock and TryLock).
+#[test]
+fn the_mode_actions_on_the_wire() {
+    use std::io::{Read, Write};
+    let server = server();
+    let mode_frame = |action: u8, source: &[u8], word: u32| {
+        let mut f = frame(action, b"k", Some(source));
+        f.push(4);
+        f.extend_from_slice(&word.to_be_bytes());
+        f
+    };
+    let answer = |bytes: &[u8]| {
+        let mut s = server.connect();
+        s.write_all(bytes).unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        out
+    };
+    // A session hold of a --limit 2 key: its connection stays open.
+    let mut held = server.connect();
+    held.write_all(&mode_frame(12, b"a", 2)).unwrap();
+    let mut grant = [0u8; 13];
+    held.read_exact(&mut grant).unwrap();
+    assert_eq!(grant[0], b'=');
+    assert_eq!(u32::from_be_bytes(grant[9..].try_into().unwrap()), 2000);
+    let refused = [b'~', 0, 0, 0, 2];
+    assert_eq!(answer(&mode_frame(15, b"b", 0)), refused, "shared");
+    assert_eq!(answer(&mode_frame(13, b"b", 3)), refused, "--limit 3");
+    assert_eq!(
+        answer(&frame(9, b"k", Some(b"b"))),
+        refused,
+        "exclusive session"
+    );
+    assert_eq!(answer(&frame(action::TRY, b"k", Some(b"b"))), b"-");
+    assert_eq!(answer(&frame(action::LOCK, b"k", Some(b"b"))), b"-");
+    // The second slot, kept: its token, a grace of 0, then the close.
+    let kept = answer(&mode_frame(15, b"c", 2));
+    assert_eq!((kept.len(), kept[0]), (13, b'='), "{kept:?}");
+    assert_eq!(kept[9..], [0, 0, 0, 0]);
+    assert!(
+        u64::from_be_bytes(kept[1..9].try_into().unwrap())
+            > u64::from_be_bytes(grant[1..9].try_into().unwrap())
+    );
+    // Both slots taken: a try finds no room.
+    assert_eq!(answer(&mode_frame(15, b"d", 2)), b"#");
+}
