@@ -57,6 +57,17 @@ pub struct LinkEnd {
 }
 
 impl Link {
+    /// The link of a new hold: a session hold has one, a kept hold none.
+    pub fn for_hold(session: bool) -> (Option<Link>, Option<LinkEnd>) {
+        match session {
+            true => {
+                let (link, end) = Link::new(0);
+                (Some(link), Some(end))
+            }
+            false => (None, None),
+        }
+    }
+
     pub fn new(gen: u64) -> (Link, LinkEnd) {
         let (tx, rx) = oneshot::channel();
         let link = Link {

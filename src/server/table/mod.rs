@@ -483,13 +483,7 @@ impl Table {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
         inner.last_token = inner.last_token.max(held.token);
-        let (link, end) = match held.session {
-            true => {
-                let (link, end) = Link::new(0);
-                (Some(link), Some(end))
-            }
-            false => (None, None),
-        };
+        let (link, end) = Link::for_hold(held.session);
         let holder = Holder {
             id,
             token: held.token,
@@ -568,13 +562,7 @@ impl Inner {
             mode: ask.mode,
         };
         let durable = self.record_grant(key, &holder);
-        let (link, end) = match ask.session {
-            true => {
-                let (link, end) = Link::new(0);
-                (Some(link), Some(end))
-            }
-            false => (None, None),
-        };
+        let (link, end) = Link::for_hold(ask.session);
         let state = self.keys.entry(key.to_vec()).or_default();
         state.holds.push(Hold { holder, link });
         Counters::bump(&self.counters.grants);
