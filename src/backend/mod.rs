@@ -533,6 +533,17 @@ impl LostReason {
     }
 }
 
+/// Until when a held key is safe, from the service's last confirmed word
+/// (a renewal, a heartbeat it answered): the command must be stopped at
+/// `term_at` and gone by `kill_at`, before the service can hand the key to
+/// anyone else. A watchdog outside lc-cli's process enforces it, so a
+/// frozen lc-cli cannot let its command run on past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub term_at: std::time::Instant,
+    pub kill_at: std::time::Instant,
+}
+
 /// Typed errors, because callers branch on the kind (exit status, retries).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -633,6 +644,13 @@ pub trait HeldLock: Send {
 
     /// Resolves when the lock is lost; never, for services without leases.
     async fn lost(&mut self) -> LostReason;
+
+    /// The deadlines of the hold as last confirmed, asked again after each
+    /// renewal; None where the hold does not run out while this process
+    /// lives (a PostgreSQL session).
+    fn expiry(&self) -> Option<Expiry> {
+        None
+    }
 
     /// Releases the lock; when this returns Ok the key is free. May be
     /// called again after an error (the service was unreachable).

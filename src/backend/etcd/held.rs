@@ -11,7 +11,7 @@ use super::lease::{Gone, Lease};
 use super::names::KeyData;
 use super::queue::Place;
 use super::rpc::Rpc;
-use crate::backend::{BackendError, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 pub struct EtcdHeld {
     rpc: Rpc,
@@ -139,6 +139,14 @@ impl HeldLock for EtcdHeld {
             ("ETCD_LOCK_KEY".into(), self.place.key.clone()),
             ("ETCD_LOCK_REV".into(), self.header_rev.to_string()),
         ]
+    }
+
+    fn expiry(&self) -> Option<Expiry> {
+        let contact = self.lease.last_contact();
+        Some(Expiry {
+            term_at: (contact + term_after_contact(self.lease.ttl)).into_std(),
+            kill_at: (contact + kill_after_contact(self.lease.ttl)).into_std(),
+        })
     }
 
     async fn lost(&mut self) -> LostReason {

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::node::{NodeError, NodeResult};
 use super::Quorum;
-use crate::backend::{BackendError, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
 /// `valid_until` is when the lease can first run out on a node: the TTL
@@ -19,9 +19,10 @@ use crate::backend::{BackendError, HeldLock, LostReason, Result};
 pub(super) async fn renew_loop(
     sh: Arc<Quorum>,
     args: Vec<String>,
-    mut valid_until: Instant,
+    valid: watch::Sender<Instant>,
     lost: watch::Sender<Option<LostReason>>,
 ) {
+    let mut valid_until = *valid.borrow();
     let key = args[0].clone();
     let every = sh.ttl / 3;
     let mut next = Instant::now() + every;
@@ -59,6 +60,7 @@ pub(super) async fn renew_loop(
         let Renewal { confirmed, denied } = Renewal::of(&sh, &answers);
         if confirmed >= sh.majority() {
             valid_until = start + sh.ttl - sh.drift();
+            valid.send_replace(valid_until);
             next = start + every;
         } else if sh.nodes.len() - denied < sh.majority() {
             // Fewer than a majority can still confirm it: lost at once.
@@ -147,6 +149,8 @@ pub(super) struct RedisHeld {
     pub(super) id: String,
     pub(super) fence: u64,
     pub(super) lost: watch::Receiver<Option<LostReason>>,
+    /// When the lease can first run out, as of the last confirmed renewal.
+    pub(super) valid_until: watch::Receiver<Instant>,
     pub(super) renewer: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -168,6 +172,14 @@ impl Drop for RedisHeld {
 impl HeldLock for RedisHeld {
     fn token(&self) -> Option<u64> {
         Some(self.fence)
+    }
+
+    fn expiry(&self) -> Option<Expiry> {
+        let valid_until = *self.valid_until.borrow();
+        Some(Expiry {
+            term_at: valid_until - stop_before_expiry(self.quorum.ttl),
+            kill_at: kill_by(valid_until, self.quorum.ttl),
+        })
     }
 
     async fn lost(&mut self) -> LostReason {

@@ -461,6 +461,7 @@ impl RedisBackend {
         valid_until: Instant,
     ) -> Box<dyn HeldLock> {
         let (tx, rx) = watch::channel(None);
+        let (valid_tx, valid_rx) = watch::channel(valid_until);
         let renewer = tokio::spawn(renew_loop(
             self.quorum.clone(),
             held::renew_args(
@@ -471,7 +472,7 @@ impl RedisBackend {
                 &request.source,
                 request.mode,
             ),
-            valid_until,
+            valid_tx,
             tx,
         ));
         Box::new(RedisHeld {
@@ -480,6 +481,7 @@ impl RedisBackend {
             id: id.to_string(),
             fence,
             lost: rx,
+            valid_until: valid_rx,
             renewer: Some(renewer),
         })
     }

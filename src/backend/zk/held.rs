@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
 use super::session::{Gone, OwnWatch, Session};
-use crate::backend::{BackendError, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 pub struct ZkHeld {
     s: Arc<Session>,
@@ -111,6 +111,14 @@ async fn expired_meanwhile(s: &Session, node: &str) -> bool {
 impl HeldLock for ZkHeld {
     fn token(&self) -> Option<u64> {
         u64::try_from(self.czxid).ok()
+    }
+
+    fn expiry(&self) -> Option<Expiry> {
+        let contact = self.s.last_contact();
+        Some(Expiry {
+            term_at: (contact + term_after_contact(self.s.retry_for)).into_std(),
+            kill_at: (contact + kill_after_contact(self.s.retry_for)).into_std(),
+        })
     }
 
     async fn lost(&mut self) -> LostReason {
