@@ -5,14 +5,6 @@
 #   bash scripts/demo.sh ./deploy.sh      # runs your command instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Building the etcd client needs protoc (Debian's protobuf-compiler).
-if ! command -v protoc >/dev/null 2>&1; then
-  echo "installing protobuf-compiler (protoc, to build the etcd client)..." >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q protobuf-compiler
-fi
 # Cargo's own progress: a first build takes a minute or two.
 echo "building lc-cli (cargo build --release)..." >&2
 cargo build --release
