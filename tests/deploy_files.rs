@@ -32,12 +32,15 @@ fn alert_rules_pass_promtool() {
 fn systemd_unit_verifies() {
     // verify insists the binary exists: point a copy of the unit at the one we built.
     let unit = std::fs::read_to_string(root().join("deploy/lc-cli-serve.service")).unwrap();
-    assert!(unit.contains("ExecStart=/usr/local/bin/lc-cli serve --data /var/lib/"));
+    assert!(unit.contains("ExecStart=lc-cli serve --data /var/lib/"));
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("lc-cli-serve.service");
     std::fs::write(
         &copy,
-        unit.replace("/usr/local/bin/lc-cli", env!("CARGO_BIN_EXE_lc-cli")),
+        unit.replace(
+            "ExecStart=lc-cli",
+            &format!("ExecStart={}", env!("CARGO_BIN_EXE_lc-cli")),
+        ),
     )
     .unwrap();
     let out = run(Command::new("systemd-analyze")

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A release archive: dist/lc-cli-VERSION-x86_64-linux.tar.gz (the binary,
+# its man pages, completions, README, LICENSE and the systemd unit) and
+# dist/SHA256SUMS.
+#   bash scripts/dist.sh                # the usual glibc build (target/release)
+#   STATIC=1 bash scripts/dist.sh       # a static-pie build: see "Static build" in docs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+name="lc-cli-$version-x86_64-linux"
+if [ "${STATIC:-0}" = 1 ]; then
+  # glibc linked in: name lookups through /etc/hosts and DNS work (glibc
+  # 2.34+ has both built in), other NSS modules (LDAP, mDNS) do not.
+  RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --target x86_64-unknown-linux-gnu
+  bin=target/x86_64-unknown-linux-gnu/release/lc-cli
+  name="$name-static"
+else
+  cargo build --release --locked
+  bin=target/release/lc-cli
+fi
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root="$stage/$name"
+mkdir -p "$root/man" "$root/completions"
+install -m 0755 "$bin" "$root/lc-cli"
+install -m 0644 man/*.1 "$root/man/"
+install -m 0644 completions/lc-cli.bash completions/_lc-cli completions/lc-cli.fish "$root/completions/"
+install -m 0644 README.md LICENSE deploy/lc-cli-serve.service "$root/"
+mkdir -p dist
+# Reproducible: sorted names, fixed owner and times.
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' \
+  -C "$stage" -czf "dist/$name.tar.gz" "$name"
+(cd dist && sha256sum ./*.tar.gz | sed 's| \./| |' > SHA256SUMS)
+echo "dist/$name.tar.gz"
