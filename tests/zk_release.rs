@@ -148,3 +148,56 @@ fn release_never_confirmed_exits_74_with_the_reset_line() {
         eprintln!("trial {i}: command ended {end:.0} ms after the kill, lc-cli exited 74 at {exit:.0} ms: {line}");
     }
 }
+
+/// The session expires on the server before lc-cli can confirm the delete
+/// (lc-cli stopped while ZooKeeper restarts): the server took the node with
+/// the session, which is a confirmed release: exit 0, not 74.
+#[test]
+fn a_session_expired_meanwhile_is_a_confirmed_release() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut zk = Zk::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    for i in 0..3 {
+        let tag = format!("e{i}");
+        let key = format!("k{i}");
+        let dir = format!("/e/{key}");
+        let script = spans::script(&log, &tag, 0.3);
+        let mut holder = spans::Kids(vec![zk
+            .lc("/e", &["lock", &key, "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()]);
+        let pid = Pid::from_raw(holder.0[0].id() as i32);
+        assert!(started(&log, &tag), "{tag} never ran");
+        zk.stop();
+        let ended = wait_until(Duration::from_secs(5), || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains(&format!("end {tag} "))
+        });
+        assert!(ended, "{tag}'s command did not end");
+        kill(pid, Signal::SIGSTOP).unwrap();
+        zk.start_again();
+        let node_back = zk.queue(&dir).len();
+        // Restored with the session, then expired with it.
+        let expired = wait_until(Duration::from_secs(20), || zk.queue(&dir).is_empty());
+        kill(pid, Signal::SIGCONT).unwrap();
+        let code = holder.wait_all(Duration::from_secs(30))[0];
+        let mut stderr = String::new();
+        let _ = holder.0[0]
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr);
+        assert_eq!(
+            node_back, 1,
+            "{tag}: the node did not come back with ZooKeeper"
+        );
+        assert!(expired, "{tag}: the session never expired");
+        assert_eq!(code, Some(0), "{tag}: stderr: {stderr}");
+        assert!(stderr.is_empty(), "{stderr}");
+    }
+}
