@@ -122,6 +122,14 @@ impl Zk {
         self.spawn();
     }
 
+    /// Starts it again after `stop` (same port, same dataDir: the sessions
+    /// and ephemeral nodes it had persisted come back); returns once it
+    /// answers `ruok`.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "ZooKeeper is still running");
+        self.spawn();
+    }
+
     pub fn hosts(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }

@@ -169,22 +169,12 @@ impl HeldLock for ZkHeld {
         }
     }
 
+    /// Ok once the server confirmed our node gone (deleted, or with our
+    /// session expired): only then is the key free. Unconfirmed, an
+    /// `Unavailable` error that the caller retries.
     async fn release(&mut self) -> Result<()> {
         if !self.released {
-            let node = self.node.as_str();
-            match self
-                .s
-                .retry(|c| async move { c.delete(node, None).await })
-                .await
-            {
-                // Gone already: deleted by a reset, or with an expired or
-                // closed session.
-                Ok(())
-                | Err(zk::Error::NoNode)
-                | Err(zk::Error::SessionExpired)
-                | Err(zk::Error::ClientClosed) => {}
-                Err(e) => return Err(self.s.error(&format!("deleting {}", self.node), e)),
-            }
+            self.s.delete_confirmed(&self.node).await?;
             self.released = true;
         }
         self.s.close().await;

@@ -41,10 +41,21 @@ pub async fn acquire(
     let node = place.path.clone();
     let check = Some((request.key.as_str(), request.mode));
     match wait_turn(s, &place, request.nonblock, &cancel, progress, check).await {
-        // A grant that raced with the cancellation is given back.
+        // A grant that raced with the cancellation is given back, and
+        // said so if that is not confirmed: the key may still be held.
         Ok(Some(_)) if cancel.is_cancelled() => {
-            withdraw(s, &node).await;
-            Ok(Acquired::Cancelled)
+            if withdraw(s, &node).await {
+                Ok(Acquired::Cancelled)
+            } else {
+                Err(BackendError::Unavailable {
+                    server: s.server.clone(),
+                    reason: format!(
+                        "granted as the wait ended, and giving {node} back was not confirmed: \
+                         it may hold the key until ZooKeeper expires the session ({:?})",
+                        s.retry_for
+                    ),
+                })
+            }
         }
         Ok(Some((czxid, own_watch))) => Ok(Acquired::Held(Box::new(ZkHeld::new(
             s.clone(),
@@ -295,9 +306,11 @@ pub(super) fn expired(s: &Session) -> BackendError {
     }
 }
 
-/// Leaves the queue: deletes our node and ends the session (which removes
-/// the node anyway, even if the delete could not be sent).
-pub async fn withdraw(s: &Session, node: &str) {
-    let _ = s.retry(|c| async move { c.delete(node, None).await }).await;
+/// Leaves the queue: deletes our node, waiting (for at most a session
+/// timeout) for the server to confirm it, and ends the session. False when
+/// unconfirmed: the node then goes when ZooKeeper expires the session.
+pub async fn withdraw(s: &Session, node: &str) -> bool {
+    let deleted = tokio::time::timeout(s.retry_for, s.delete_confirmed(node)).await;
     s.close().await;
+    matches!(deleted, Ok(Ok(())))
 }

@@ -56,11 +56,12 @@ pub async fn acquire(
             // A grant that raced with the cancellation is given back.
             let mut held = held;
             use crate::backend::HeldLock;
-            let _ = held.release().await;
+            held.release().await?;
             Ok(Acquired::Cancelled)
         }
         Ok(Some(held)) => Ok(Acquired::Held(Box::new(held))),
         Ok(None) => {
+            // Only a waiter's node: unconfirmed, it goes with the session.
             queue::withdraw(s, &mutex.path).await;
             Ok(if cancel.is_cancelled() {
                 Acquired::Cancelled

@@ -1,7 +1,7 @@
 //! One ZooKeeper session: requests with retries on connection loss, error
-//! mapping, a heartbeat that tells when the server last answered, and a
-//! close that waits until the server has ended the session (only then are
-//! our ephemeral nodes gone for sure).
+//! mapping, a heartbeat that tells when the server last answered, a delete
+//! that returns only once the server confirmed the node gone (reattaching
+//! to the session if the client library gave up on it), and a close.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +29,8 @@ pub struct Session {
     /// CloseSession request.
     client: Arc<Mutex<Option<zk::Client>>>,
     state: zk::StateWatcher,
+    /// What it takes to reattach to this session (`delete_confirmed`).
+    reattach: Reattach,
     /// For messages: `zk://hosts/root`.
     pub server: String,
     /// The negotiated session timeout. Operations that fail with a
@@ -42,6 +44,15 @@ pub struct Session {
     /// rights for our identity and read for the world, so anyone can list
     /// and watch the queue but only that identity can join or delete it.
     pub acls: zk::Acls<'static>,
+}
+
+/// The session's id and password and how we reached the ensemble: enough
+/// to ask the server, with a new connection, whether the session lives.
+struct Reattach {
+    info: zk::SessionInfo,
+    cluster: String,
+    digest: Option<Vec<u8>>,
+    connect_timeout: Duration,
 }
 
 /// Digest identity: every right; everyone else: read (list, watch, `keys`).
@@ -204,6 +215,12 @@ impl Session {
         .await?;
         let state = client.state_watcher();
         let retry_for = client.session_timeout();
+        let reattach = Reattach {
+            info: client.session().clone(),
+            cluster,
+            digest: digest.map(String::into_bytes),
+            connect_timeout,
+        };
         let client = Arc::new(Mutex::new(Some(client)));
         let contact = Arc::new(Contact(Mutex::new(asked)));
         let beat = tokio::spawn(heartbeat(
@@ -214,6 +231,7 @@ impl Session {
         Ok(Session {
             client,
             state,
+            reattach,
             server,
             retry_for,
             contact,
@@ -262,8 +280,76 @@ impl Session {
         }
     }
 
-    /// Ends the session and waits (boundedly) until the server confirmed it,
-    /// so our ephemeral nodes are gone when this returns. Safe to call again.
+    /// Deletes `node`; Ok only once the server confirmed that it is gone:
+    /// deleted now, absent, or taken with our session, which the server
+    /// says has expired or closed. The client library's own "expired" (it
+    /// gives up 1.4 session timeouts after its last reply) is no such word:
+    /// a server restarted from its dataDir brings the session and the node
+    /// back. Then (or once closed) the session is asked for again on a new
+    /// connection. Unconfirmed: `Unavailable`, worth another attempt.
+    pub async fn delete_confirmed(&self, node: &str) -> Result<()> {
+        match self
+            .retry(|c| async move { c.delete(node, None).await })
+            .await
+        {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+                self.delete_reattached(node).await
+            }
+            Err(e) => Err(self.error(&format!("deleting {node}"), e)),
+        }
+    }
+
+    /// Reattaches to our session (its id and password) and deletes `node`
+    /// there. The answer "no such session" is the server's word that the
+    /// session, and with it our ephemeral node, is gone. Only called once
+    /// our own client has given up, so two clients never share the session.
+    async fn delete_reattached(&self, node: &str) -> Result<()> {
+        let r = &self.reattach;
+        let unconfirmed = |why: String| BackendError::Unavailable {
+            server: self.server.clone(),
+            reason: format!("deleting {node}: not confirmed by ZooKeeper ({why})"),
+        };
+        let mut connector = zk::Client::connector()
+            .with_session(r.info.clone())
+            .with_session_timeout(self.retry_for)
+            .with_connection_timeout(r.connect_timeout.min(self.retry_for));
+        if let Some(digest) = &r.digest {
+            connector = connector.with_auth("digest", digest);
+        }
+        let client = match tokio::time::timeout(self.retry_for, connector.connect(&r.cluster)).await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(zk::Error::SessionExpired)) => return Ok(()),
+            Ok(Err(e)) => return Err(unconfirmed(e.to_string())),
+            Err(_) => return Err(unconfirmed("no session".into())),
+        };
+        let deleted = tokio::time::timeout(self.retry_for, client.delete(node, None)).await;
+        let mut state = client.state_watcher();
+        drop(client);
+        // The node is what matters; the close of this second handle is
+        // waited for only briefly.
+        let _ = tokio::time::timeout(CLOSE_GRACE, async {
+            while !state.state().is_terminated() {
+                state.changed().await;
+            }
+        })
+        .await;
+        match deleted {
+            // (An expiry here is asked about again by the next attempt.)
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => Ok(()),
+            Ok(Err(e)) => Err(match self.error(&format!("deleting {node}"), e) {
+                BackendError::Unavailable { reason, .. } => unconfirmed(reason),
+                other => other,
+            }),
+            Err(_) => Err(unconfirmed("no answer".into())),
+        }
+    }
+
+    /// Ends the session and waits (boundedly) until it is over. Best effort:
+    /// the library cannot tell the server's confirmation from its own
+    /// timeout, so whoever needs a node gone confirms that with
+    /// `delete_confirmed` first. Safe to call again.
     pub async fn close(&self) {
         let beat = self.heartbeat.lock().unwrap().take();
         if let Some(beat) = beat {
