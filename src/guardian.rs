@@ -375,3 +375,72 @@ fn read_lines(fd: BorrowedFd<'_>, wait: Duration, pending: &mut Vec<u8>) -> Read
         Err(_) => Read::Eof,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch() -> Watch {
+        Watch {
+            pgid: None,
+            term_at: None,
+            kill_at: None,
+            termed: false,
+            killed_at: None,
+            gone: false,
+        }
+    }
+
+    #[test]
+    fn lines_set_the_group_and_the_deadlines() {
+        let mut w = watch();
+        assert!(w.take("P 4242"));
+        assert!(w.take("E 100 200"));
+        assert_eq!(w.pgid, Some(Pid::from_raw(4242)));
+        assert_eq!((w.term_at, w.kill_at), (Some(100), Some(200)));
+        // A newer word moves both; a torn or unknown line changes nothing.
+        assert!(w.take("E 300 400"));
+        assert!(w.take("E 5"));
+        assert!(w.take("X"));
+        assert_eq!((w.term_at, w.kill_at), (Some(300), Some(400)));
+        assert!(w.take("S"));
+        assert!(w.termed);
+        assert!(!w.take("G"));
+    }
+
+    #[test]
+    fn an_orphan_is_stopped_now_and_killed_at_the_earlier_deadline() {
+        let mut w = watch();
+        w.take("S");
+        let now = boottime_ns();
+        let kill_at = now + 1_000_000_000;
+        w.take(&format!("E {now} {kill_at}"));
+        // --kill-after later than the hold's deadline: the deadline wins.
+        w.orphaned(Duration::from_secs(10));
+        assert_eq!(w.kill_at, Some(kill_at));
+        assert_eq!(w.term_at, Some(0));
+        assert!(!w.termed, "SIGTERM is sent again, now");
+        // With no deadline (PostgreSQL), --kill-after from now.
+        let mut w = watch();
+        w.orphaned(Duration::from_millis(500));
+        let k = w.kill_at.unwrap();
+        assert!(k >= now + 500_000_000 && k < boottime_ns() + 600_000_000);
+    }
+
+    #[test]
+    fn instants_become_boottime_deadlines() {
+        let at = Instant::now() + Duration::from_secs(2);
+        let left = on_boottime(at) as i128 - boottime_ns() as i128;
+        assert!((1_900_000_000..=2_000_000_000).contains(&left), "{left}");
+        // A deadline already past is now.
+        let past = Instant::now() - Duration::from_millis(10);
+        assert!(on_boottime(past) <= boottime_ns());
+    }
+
+    #[test]
+    fn a_group_of_our_own_is_a_live_member() {
+        let me = nix::unistd::getpgrp();
+        assert!(live_member(me));
+        assert!(!live_member(Pid::from_raw(i32::MAX - 1)));
+    }
+}

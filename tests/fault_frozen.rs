@@ -240,6 +240,26 @@ fn zookeeper_frozen_holder() {
 }
 
 #[test]
+fn zookeeper_paused_machine() {
+    let zk = Zk::start_with_tick(250);
+    let lc = |args: &[&str]| zk.lc_session("/paused", "2s", args);
+    report(
+        "ZooKeeper, command gone after the continue",
+        &paused_machine(&lc),
+    );
+}
+
+#[test]
+fn etcd_paused_machine() {
+    let etcd = Etcd::start();
+    let lc = |args: &[&str]| etcd.lc("?ttl=2s", args);
+    report(
+        "etcd, command gone after the continue",
+        &paused_machine(&lc),
+    );
+}
+
+#[test]
 fn etcd_frozen_holder() {
     let etcd = Etcd::start();
     let lc = |args: &[&str]| etcd.lc("?ttl=2s", args);

@@ -357,7 +357,7 @@ fn frozen_past(expiry: Option<Expiry>) -> Option<LostReason> {
     (now >= e.term_at).then(|| {
         LostReason::kill_by(
             format!(
-                "lc-cli did not run for {:.1} s past its stop deadline (it was stopped or starved), where its guardian stops the command",
+                "lc-cli was stopped or starved: no contact with the service confirmed for {:.1} s past its stop deadline, where its guardian stops the command",
                 now.saturating_duration_since(e.term_at).as_secs_f64()
             ),
             e.kill_at,
