@@ -164,6 +164,11 @@ pub fn spawn<'t>(
 }
 
 impl Running<'_> {
+    /// The command's process group (its pid).
+    pub fn pgid(&self) -> Pid {
+        self.pid
+    }
+
     /// Forwards signals and follows the child's stops until it has ended and
     /// its process group is empty; returns how the child ended.
     /// Cancel-safe: nothing is lost when dropped between signals.

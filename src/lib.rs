@@ -12,7 +12,8 @@
 //!   one-byte protocol, over `proto`), [`backend::zk`], [`backend::redis`].
 //! - `child`, `signals` and `terminal`: running the command while the lock
 //!   is held (its process group, job control at a terminal); `status_line`:
-//!   the wait.
+//!   the wait; `guardian`: the process outside lc-cli's that stops the
+//!   command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one file per
 //!   request kind, the lock table, and with [`wal`] its write-ahead log.
 //! - `proto`: the codecs, no I/O: the one-byte protocol, and
@@ -44,6 +45,8 @@ pub mod cmd;
 pub mod docs;
 pub mod duration;
 pub mod exit;
+#[doc(hidden)]
+pub mod guardian;
 pub mod mode;
 pub(crate) mod proto;
 pub(crate) mod server;

@@ -167,8 +167,13 @@ fn lc_cli_takes_the_terminal_back_when_the_command_ends() {
 
 /// lc-cli has no living child any more.
 fn is_dead_child_of(pid: i32) -> bool {
+    // lc-cli's guardian (src/guardian.rs) stays until lc-cli is done.
+    let guardian = |child: &str| {
+        std::fs::read(format!("/proc/{child}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"lc-cli-guardian\0"))
+    };
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .map(|c| c.trim().is_empty())
+        .map(|c| c.split_whitespace().all(guardian))
         .unwrap_or(false)
 }
 

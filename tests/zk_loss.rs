@@ -105,8 +105,9 @@ fn holder_node_deleted_from_outside_stops_the_child() {
     assert!(zk.queue("/l/k").is_empty());
 }
 
-/// lc-cli stopped past its session timeout: when it runs again the session
-/// is over and the SIGKILL deadline passed, so the command is killed at once.
+/// lc-cli stopped past its session timeout: its guardian stops the command
+/// meanwhile, before the server expires the session; when lc-cli runs again
+/// it reports the loss.
 #[test]
 fn session_expiry_stops_the_child() {
     let zk = Zk::start();
@@ -122,7 +123,10 @@ fn session_expiry_stops_the_child() {
         wait_until(Duration::from_secs(20), || zk.queue("/l/k").is_empty()),
         "the session did not expire"
     );
-    assert!(!tmp.path().join("term").exists());
+    assert!(
+        tmp.path().join("term").exists(),
+        "the command of a frozen lc-cli ran on past its session"
+    );
     kill(pid, Signal::SIGCONT).unwrap();
     let out = kids.finish(0, Duration::from_secs(30));
     // Whichever lc-cli notices first on waking: the server's word that the

@@ -652,6 +652,13 @@ pub trait HeldLock: Send {
         None
     }
 
+    /// The connection whose end frees the key (a PostgreSQL session): the
+    /// guardian keeps a copy open until the command's group is gone, so a
+    /// killed lc-cli does not free the key before its command ends.
+    fn session_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// Releases the lock; when this returns Ok the key is free. May be
     /// called again after an error (the service was unreachable).
     async fn release(&mut self) -> Result<()>;

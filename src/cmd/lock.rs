@@ -9,10 +9,13 @@ use anyhow::{Context, Result};
 use super::holder;
 use super::waiting::{self, Withdrawn};
 use super::OrFail;
-use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest};
+use crate::backend::{
+    Acquired, Backend, BackendConfig, Expiry, HeldLock, LockMode, LockRequest, LostReason,
+};
 use crate::child;
 use crate::cli::{ModeArgs, RunArgs};
 use crate::exit::{fail, ExitCode};
+use crate::guardian::Guardian;
 use crate::signals::Signals;
 use crate::terminal::Terminal;
 
@@ -188,7 +191,7 @@ async fn hold_and_run(
                         .join(" ")
                 );
             }
-            run_child(held, argv, key, config, options, signals).await
+            run_child(held, argv, key, config, options, signals, verbose).await
         }
     }
 }
@@ -224,12 +227,34 @@ async fn run_child(
     config: &BackendConfig,
     options: &LockOptions,
     signals: &mut Signals,
+    verbose: bool,
 ) -> Result<ExitCode> {
     let mut env = vec![("LC_KEY".to_string(), key.to_string())];
     if let Some(token) = held.token() {
         env.push(("LC_LOCK_TOKEN".to_string(), token.to_string()));
     }
     env.extend(held.env());
+    // Started before the command, so a command never runs unguarded where
+    // its hold can run out or its key outlive lc-cli.
+    let needs_guardian = held.expiry().is_some() || held.session_fd().is_some();
+    let mut guardian = match Guardian::start(options.kill_after, held.session_fd()) {
+        Ok(g) => Some(g),
+        Err(e) if needs_guardian => {
+            eprintln!(
+                "lc-cli: cannot run '{}' holding '{key}' on {}: cannot start the guardian that stops the command if lc-cli is frozen or killed: {e}",
+                argv[0].to_string_lossy(),
+                config.server
+            );
+            release(held, key, config).await?;
+            return Ok(ExitCode::Software);
+        }
+        Err(e) => {
+            if verbose {
+                eprintln!("lc-cli: running without a guardian (this hold does not expire): {e}");
+            }
+            None
+        }
+    };
     let terminal = Terminal::open();
     let mut running = match child::spawn(argv, &env, terminal.as_ref()) {
         Ok(c) => c,
@@ -240,40 +265,104 @@ async fn run_child(
                 config.server,
                 spawn_error.reason
             );
+            drop(guardian);
             release(held, key, config).await?;
             return Ok(spawn_error.code);
         }
     };
-    let lost = tokio::select! {
-        end = running.supervise(signals) => Ok(end),
-        reason = held.lost() => Err(reason),
-    };
-    let end = match lost {
-        Ok(end) => end,
-        Err(lost) => {
-            // The grace ends where the service may hand the key on.
-            let grace = match lost.kill_by {
-                Some(by) => options
-                    .kill_after
-                    .min(by.saturating_duration_since(Instant::now())),
-                None => options.kill_after,
-            };
-            let _ = running.stop(signals, grace).await;
-            // Give back whatever is left; the loss is what we report.
-            let _ = release_attempt(&mut held).await;
-            return Err(fail(
-                ExitCode::LockLost,
-                format!(
-                    "lost the lock '{key}' on {} while the command ran: {}; the command was stopped",
-                    config.server, lost.reason
-                ),
-            ));
+    if let Some(g) = &mut guardian {
+        g.guard(running.pgid());
+        g.update(held.expiry());
+    }
+    let end = loop {
+        // Looked at again halfway to the deadline the guardian knows (a
+        // renewal moves it), so `lost` is asked anew about once a renewal.
+        let look = held.expiry().map(|e| {
+            let half = e.term_at.saturating_duration_since(Instant::now()) / 2;
+            tokio::time::Instant::now() + half.max(EXPIRY_LOOK)
+        });
+        let lost = tokio::select! {
+            end = running.supervise(signals) => Ok(end),
+            reason = held.lost() => Err(reason),
+            _ = sleep_until_some(look) => match frozen_past(held.expiry()) {
+                Some(reason) => Err(reason),
+                None => {
+                    if let Some(g) = &mut guardian {
+                        g.update(held.expiry());
+                    }
+                    continue;
+                }
+            },
+        };
+        // Woken after a freeze: the command may have ended by the guardian's
+        // hand, past what the service confirmed.
+        let lost = match lost {
+            Ok(end) => match frozen_past(held.expiry()) {
+                Some(reason) => Err(reason),
+                None => Ok(end),
+            },
+            lost => lost,
+        };
+        match lost {
+            Ok(end) => break end,
+            Err(lost) => {
+                if let Some(g) = &mut guardian {
+                    g.stopping();
+                }
+                // The grace ends where the service may hand the key on.
+                let grace = match lost.kill_by {
+                    Some(by) => options
+                        .kill_after
+                        .min(by.saturating_duration_since(Instant::now())),
+                    None => options.kill_after,
+                };
+                let _ = running.stop(signals, grace).await;
+                // Give back whatever is left; the loss is what we report.
+                let _ = release_attempt(&mut held).await;
+                drop(guardian);
+                return Err(fail(
+                    ExitCode::LockLost,
+                    format!(
+                        "lost the lock '{key}' on {} while the command ran: {}; the command was stopped",
+                        config.server, lost.reason
+                    ),
+                ));
+            }
         }
     };
     // Released whatever happened to the command (even if it could not be waited for).
-    release(held, key, config).await?;
+    let released = release(held, key, config).await;
+    // Only now may a PostgreSQL session end: the guardian goes.
+    drop(guardian);
+    released?;
     let end = end.with_context(|| format!("command holding '{key}' on {}", config.shown()))?;
     Ok(end.exit_code())
+}
+
+/// The shortest pause between two looks at a hold's deadlines.
+const EXPIRY_LOOK: Duration = Duration::from_millis(50);
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A hold whose stop deadline passed with lc-cli unable to act on it (it
+/// was stopped, or starved): a loss, whatever the service says next.
+fn frozen_past(expiry: Option<Expiry>) -> Option<LostReason> {
+    let e = expiry?;
+    let now = Instant::now();
+    (now >= e.term_at).then(|| {
+        LostReason::kill_by(
+            format!(
+                "lc-cli was stopped or starved: no contact with the service confirmed for {:.1} s past its stop deadline, where its guardian stops the command",
+                now.saturating_duration_since(e.term_at).as_secs_f64()
+            ),
+            e.kill_at,
+        )
+    })
 }
 
 /// One release attempt, bounded in time, after a loss: whatever is left is

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::LcBackend;
-use crate::backend::{BackendError, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{self, Answer, Request, HEARTBEAT, SESSION_GRANT_LEN, SESSION_LOST};
 
 /// A `-` followed by nothing for this long is a whole answer.
@@ -49,6 +49,9 @@ pub(super) struct LcSession {
     key: String,
     token: u64,
     lost: watch::Receiver<Option<LostReason>>,
+    /// The keeper's `contact`, for [`HeldLock::expiry`].
+    contact: watch::Receiver<Instant>,
+    timeout: Duration,
     asks: mpsc::Sender<ReleaseAsk>,
     keeper: tokio::task::JoinHandle<()>,
 }
@@ -65,6 +68,10 @@ impl LcSession {
     ) -> LcSession {
         let (lost_tx, lost) = watch::channel(None);
         let (asks, ask_rx) = mpsc::channel(1);
+        // The server started its clock at the grant, before we read it;
+        // the heartbeat sent at once below gives a true bound within a
+        // round trip.
+        let (contact_tx, contact) = watch::channel(Instant::now());
         let keeper = Keeper {
             addr: backend.addr.clone(),
             connect_timeout: backend.connect_timeout,
@@ -72,10 +79,7 @@ impl LcSession {
             token,
             timeout,
             stream: Some(stream),
-            // The server started its clock at the grant, before we read it;
-            // the heartbeat sent at once below gives a true bound within a
-            // round trip.
-            contact: Instant::now(),
+            contact: contact_tx,
             ping_sent: None,
             lost: lost_tx,
         };
@@ -84,6 +88,8 @@ impl LcSession {
             key: key.to_string(),
             token,
             lost,
+            contact,
+            timeout,
             asks,
             keeper: tokio::spawn(keeper.run(ask_rx)),
         }
@@ -100,6 +106,14 @@ impl Drop for LcSession {
 impl HeldLock for LcSession {
     fn token(&self) -> Option<u64> {
         Some(self.token)
+    }
+
+    fn expiry(&self) -> Option<Expiry> {
+        let contact = *self.contact.borrow();
+        Some(Expiry {
+            term_at: (contact + term_after_contact(self.timeout)).into_std(),
+            kill_at: (contact + kill_after_contact(self.timeout)).into_std(),
+        })
     }
 
     async fn lost(&mut self) -> LostReason {
@@ -157,8 +171,9 @@ struct Keeper {
     timeout: Duration,
     /// None while the connection is broken and not yet reclaimed.
     stream: Option<TcpStream>,
-    /// The server last heard from us no earlier than this.
-    contact: Instant,
+    /// The server last heard from us no earlier than this (shared with the
+    /// session, for the guardian's deadlines).
+    contact: watch::Sender<Instant>,
     /// The send time of the oldest heartbeat not yet echoed.
     ping_sent: Option<Instant>,
     lost: watch::Sender<Option<LostReason>>,
@@ -171,7 +186,7 @@ impl Keeper {
         let mut reconnect_at = Instant::now();
         let mut buf = [0u8; 64];
         while self.lost.borrow().is_none() {
-            let term_at = self.contact + term_after_contact(self.timeout);
+            let term_at = self.contact() + term_after_contact(self.timeout);
             let connected = self.stream.is_some();
             tokio::select! {
                 ask = asks.recv() => {
@@ -209,6 +224,19 @@ impl Keeper {
         }
     }
 
+    fn contact(&self) -> Instant {
+        *self.contact.borrow()
+    }
+
+    /// The server heard from us at `sent` (it answered what we sent then).
+    fn heard_at(&mut self, sent: Instant) {
+        self.contact.send_if_modified(|c| {
+            let later = sent > *c;
+            *c = (*c).max(sent);
+            later
+        });
+    }
+
     fn lose(&mut self, reason: LostReason) {
         self.stream = None;
         let _ = self.lost.send(Some(reason));
@@ -219,7 +247,7 @@ impl Keeper {
             "no word from the server for two thirds of its session timeout ({:?}), after which it releases the hold",
             self.timeout
         );
-        let by = self.contact + kill_after_contact(self.timeout);
+        let by = self.contact() + kill_after_contact(self.timeout);
         self.lose(LostReason::kill_by(reason, by.into_std()));
     }
 
@@ -240,7 +268,7 @@ impl Keeper {
             match b {
                 HEARTBEAT => {
                     if let Some(sent) = self.ping_sent.take() {
-                        self.contact = self.contact.max(sent);
+                        self.heard_at(sent);
                     }
                 }
                 SESSION_LOST => {
@@ -276,7 +304,7 @@ impl Keeper {
         }
         match read_grant(&mut stream).await {
             Some(Granted::Session(..)) => {
-                self.contact = self.contact.max(sent);
+                self.heard_at(sent);
                 self.ping_sent = None;
                 self.stream = Some(stream);
                 true

@@ -95,6 +95,10 @@ impl HeldLock for PgHeld {
         self.token
     }
 
+    fn session_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.s.socket())
+    }
+
     /// Pings the session (`SELECT 1`) every fifth of the keepalive; lost
     /// when the connection ends or no ping is answered for half of it.
     async fn lost(&mut self) -> LostReason {

@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
 pub use address::PgAddress;
@@ -197,9 +196,7 @@ impl Backend for PgBackend {
                 None => {
                     // Ask the server to cancel the wait; its answer tells
                     // whether we left the queue or were granted meanwhile.
-                    let token = s.client.cancel_token();
-                    let _ =
-                        tokio::time::timeout(self.connect_timeout, token.cancel_query(NoTls)).await;
+                    let _ = tokio::time::timeout(self.connect_timeout, s.cancel()).await;
                     if let Ok(Ok(_)) = tokio::time::timeout(self.connect_timeout, wait).await {
                         let unlock_sql = format!("SELECT {unlock_fn}($1)");
                         let give_back = s.client.query_one(unlock_sql.as_str(), &params);

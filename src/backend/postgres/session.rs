@@ -4,11 +4,17 @@
 
 use std::time::Duration;
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::NoTls;
 
 use super::address::{password_for, PgAddress, SslMode};
-use crate::backend::{BackendError, Result};
+use crate::backend::{tcp, BackendError, Result};
 
 pub struct Session {
     pub client: tokio_postgres::Client,
@@ -16,6 +22,56 @@ pub struct Session {
     ended: watch::Receiver<Option<String>>,
     /// The displayed address, for errors.
     pub server: String,
+    host_port: String,
+    connect_timeout: Duration,
+    /// A copy of the connection's socket, for the guardian.
+    socket: OwnedFd,
+}
+
+/// `HOST:PORT`, an IPv6 address in brackets, as `tcp::connect` takes it.
+fn host_port(a: &PgAddress) -> String {
+    if a.host.contains(':') {
+        format!("[{}]:{}", a.host, a.port)
+    } else {
+        format!("{}:{}", a.host, a.port)
+    }
+}
+
+/// Our side's bounds on a dead peer (noticed while we wait in its queue),
+/// as tokio-postgres sets them on a socket of its own; and a copy of the
+/// socket.
+fn tune(stream: &TcpStream, keepalive: Duration) -> std::io::Result<OwnedFd> {
+    stream.set_nodelay(true)?;
+    let half = keepalive / 2;
+    let set = |level: i32, name: i32, value: i32| -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an int option, read from a live int for the call.
+        let r = unsafe {
+            libc::setsockopt(
+                stream.as_raw_fd(),
+                level,
+                name,
+                (&value as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(half) as i32)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3)?;
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        half.as_millis() as i32,
+    )?;
+    // CLOEXEC, as every descriptor of ours: only the guardian gets a copy.
+    stream.as_fd().try_clone_to_owned()
 }
 
 /// Whole seconds, at least one, as the server's settings take them.
@@ -40,7 +96,16 @@ fn server_options(keepalive: Duration) -> String {
     )
 }
 
+/// The first pause before trying again a server that is starting up; it
+/// doubles up to the last (the refused connection's rule, in `tcp`).
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
 impl Session {
+    /// Connects within `connect_timeout`: a refused connection (a server
+    /// not up yet, restarting) and a server still starting up are tried
+    /// again, as every backend does; a refusal of the server's (password,
+    /// database) is not.
     pub async fn open(a: &PgAddress, app: &str, connect_timeout: Duration) -> Result<Session> {
         let server = a.to_string();
         let mut c = tokio_postgres::Config::new();
@@ -49,13 +114,6 @@ impl Session {
             .host(&a.host)
             .port(a.port)
             .application_name(app)
-            .connect_timeout(connect_timeout)
-            // Our side notices a silent server while we wait in its queue.
-            .keepalives(true)
-            .keepalives_idle(a.keepalive / 2)
-            .keepalives_interval(Duration::from_secs(1))
-            .keepalives_retries(3)
-            .tcp_user_timeout(a.keepalive / 2)
             .options(server_options(a.keepalive));
         if let Some(pw) = password_for(a) {
             c.password(pw);
@@ -65,20 +123,47 @@ impl Session {
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
             SslMode::Require | SslMode::VerifyFull => tokio_postgres::config::SslMode::Require,
         });
-        let tls = super::tls::connector(a).map_err(|reason| BackendError::Unavailable {
+        let mut tls = super::tls::connector(a).map_err(|reason| BackendError::Unavailable {
             server: server.clone(),
             reason,
         })?;
-        let connected = tokio::time::timeout(connect_timeout, c.connect(tls)).await;
-        let (client, connection) = match connected {
-            Err(_) => {
-                return Err(BackendError::Unavailable {
-                    server,
-                    reason: format!("no connection within {connect_timeout:?}"),
-                })
+        let deadline = Instant::now() + connect_timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let (client, connection, socket) = loop {
+            let left = match backoff {
+                FIRST_BACKOFF => connect_timeout,
+                _ => deadline.saturating_duration_since(Instant::now()),
+            };
+            let stream = tcp::connect(&host_port(a), left).await.map_err(|reason| {
+                BackendError::Unavailable {
+                    server: server.clone(),
+                    reason,
+                }
+            })?;
+            let socket = tune(&stream, a.keepalive).map_err(|e| BackendError::Unavailable {
+                server: server.clone(),
+                reason: format!("setting up the connection: {e}"),
+            })?;
+            let tls = match MakeTlsConnect::<TcpStream>::make_tls_connect(&mut tls, &a.host) {
+                Ok(t) => t,
+                Err(never) => match never {},
+            };
+            let error = match tokio::time::timeout_at(deadline, c.connect_raw(stream, tls)).await {
+                Err(_) => {
+                    return Err(BackendError::Unavailable {
+                        server,
+                        reason: format!("no connection within {connect_timeout:?}"),
+                    })
+                }
+                Ok(Ok((client, connection))) => break (client, connection, socket),
+                Ok(Err(e)) => e,
+            };
+            let starting = error.code() == Some(&SqlState::CANNOT_CONNECT_NOW);
+            if !starting || Instant::now() + backoff >= deadline {
+                return Err(connect_error(&server, a, error));
             }
-            Ok(Err(e)) => return Err(connect_error(&server, a, e)),
-            Ok(Ok(pair)) => pair,
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         };
         let (tx, ended) = watch::channel(None);
         tokio::spawn(async move {
@@ -92,7 +177,31 @@ impl Session {
             client,
             ended,
             server,
+            host_port: host_port(a),
+            connect_timeout,
+            socket,
         })
+    }
+
+    /// Asks the server to cancel the running query, on a new connection.
+    pub async fn cancel(&self) -> Result<()> {
+        let unavailable = |reason: String| BackendError::Unavailable {
+            server: self.server.clone(),
+            reason,
+        };
+        let stream = tcp::connect(&self.host_port, self.connect_timeout)
+            .await
+            .map_err(unavailable)?;
+        self.client
+            .cancel_token()
+            .cancel_query_raw(stream, NoTls)
+            .await
+            .map_err(|e| unavailable(describe(&e)))
+    }
+
+    /// The connection's socket (a copy of it), whose end ends the session.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
     }
 
     /// Resolves when the connection has ended, with why.
