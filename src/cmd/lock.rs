@@ -87,6 +87,11 @@ pub fn mode_of(args: &ModeArgs) -> LockMode {
 /// How long a failed release is retried before giving up.
 const RELEASE_RETRY: Duration = Duration::from_secs(10);
 
+/// How long the one give-back after a loss may take: the loss is already
+/// reported, and a service that is away (ZooKeeper confirms a delete only
+/// once it is back) must not hold up the exit 75 for the whole retry.
+const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
+
 pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Result<ExitCode> {
     super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
@@ -369,7 +374,7 @@ fn frozen_past(expiry: Option<Expiry>) -> Option<LostReason> {
 /// given back, and its outcome is not reported (the loss is), so no error
 /// is made up for it.
 async fn release_attempt(held: &mut Box<dyn HeldLock>) {
-    let _ = tokio::time::timeout(RELEASE_RETRY, held.release()).await;
+    let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, held.release()).await;
 }
 
 /// Releases, retrying for a bounded time while the service is unreachable;
