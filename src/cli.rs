@@ -21,10 +21,8 @@ pub use crate::duration::parse_duration;
     name = "lc-cli",
     version,
     about = "A distributed flock(1): take a named lock from a lock service, run a command while holding it",
-    after_help = "Exit status: the command's own; 1 when the lock was not taken (-E changes it); \
-64 usage, 65 corrupt log (serve --data), 69 service unreachable, 70 internal error, 74 release failed, 75 lock lost, \
-76 refused or unexpected answer, 78 the key is used in another mode or with another --limit, 126 cannot execute, 127 not found, 128+N signal N \
-(lc-cli then kills itself with N after the release, so a parent sees it killed by N)."
+    // Generated from the one exit-status table.
+    after_help = crate::exit::help_text()
 )]
 pub struct Cli {
     /// The lock service, for the subcommands that talk to one (as their own

@@ -1,5 +1,8 @@
-//! Exit statuses: the only place in the crate that picks a number. A leaf:
-//! it knows no other module of the crate.
+//! Exit statuses: the only place in the crate that picks a number, and the
+//! one place each status's meaning is written ([`TABLE`]): `--help`
+//! (`cli.rs`) and the man pages (`examples/gen_docs`) are generated from it,
+//! and a test holds the README's table to it. A leaf: it knows no other
+//! module of the crate.
 //!
 //! Status 1 means only "the lock was not taken" (flock's convention, and
 //! changeable with `-E`). lc-cli's own failures use sysexits.h numbers so a
@@ -43,23 +46,74 @@ pub enum ExitCode {
     Raw(i32),
 }
 
+/// One row of the exit-status table.
+#[derive(Debug, Clone, Copy)]
+pub struct Status {
+    pub code: ExitCode,
+    /// A few words, as `--help` lists it.
+    pub name: &'static str,
+    /// What it means, in one line (the man pages' EXIT STATUS).
+    pub meaning: &'static str,
+}
+
+const fn row(code: ExitCode, name: &'static str, meaning: &'static str) -> Status {
+    Status {
+        code,
+        name,
+        meaning,
+    }
+}
+
+/// Every status lc-cli itself can end with but success, in numeric order:
+/// what the exit-status tables list (with the command's own status and
+/// 128+N, below).
+pub const TABLE: [Status; 12] = [
+    row(ExitCode::Conflict, "when the lock was not taken (-E changes it)", "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held"),
+    row(ExitCode::Usage, "usage", "usage: a bad option, an empty key or one over 127 bytes, an unknown server address parameter"),
+    row(ExitCode::DataErr, "corrupt log (serve --data)", "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start"),
+    row(ExitCode::Unavailable, "service unreachable", "the lock service could not be reached, or went away while waiting, or does not answer like a lock server"),
+    row(ExitCode::Software, "internal error", "internal error"),
+    row(ExitCode::LogInUse, "log in use (serve --data)", "serve --data: another lc-cli serve has the log (the message names the file and its PID); the server did not start"),
+    row(ExitCode::ReleaseFailed, "release failed", "the release was not confirmed: the key may still be held; the message names the reset command that clears it"),
+    row(ExitCode::LockLost, "lock lost", "the lock was lost while the command ran; the command was stopped"),
+    row(ExitCode::Protocol, "refused or unexpected answer", "the service refused the request (a wrong or missing password, a lock node's ACL, a -s or --limit the backend cannot take) or answered something unexpected (another protocol on that port)"),
+    row(ExitCode::ModeConflict, "the key is used in another mode or with another --limit", "KEY is held or waited for in another mode: as a lock (exclusive or shared) against --limit N, or with another N; refused, nothing was taken"),
+    row(ExitCode::CannotExecute, "cannot execute", "the command could not be executed"),
+    row(ExitCode::NotFound, "not found", "the command was not found"),
+];
+
+/// The row for the command's own status, passed through.
+pub const PASSED_THROUGH: &str = "the command's";
+
+/// The row for a signal, as the tables name it, and what it means.
+pub const SIGNAL: &str = "128+N";
+pub const SIGNAL_MEANING: &str = "the command died of signal N, or signal N stopped lc-cli while it waited: lc-cli releases the key, then kills itself with N (default disposition, no core file), so a parent sees it killed by N and a shell loop stops on Ctrl-C; signals that do not end a process (SIGTSTP, SIGWINCH...) stay a plain 128+N";
+
+/// The exit statuses as `lc-cli --help` ends: generated from [`TABLE`].
+pub fn help_text() -> String {
+    let (first, rest) = TABLE.split_first().expect("a table");
+    let rest: Vec<String> = rest
+        .iter()
+        .map(|s| format!("{} {}", s.code.code(), s.name))
+        .collect();
+    format!(
+        "Exit status: the command's own; {} {}; {}, {SIGNAL} signal N \
+         (lc-cli then kills itself with N after the release, so a parent sees it killed by N).",
+        first.code.code(),
+        first.name,
+        rest.join(", ")
+    )
+}
+
 impl ExitCode {
-    /// Every status lc-cli itself can end with but success, in numeric
-    /// order: what the exit-status tables list.
-    pub const OWN: [ExitCode; 12] = [
-        ExitCode::Conflict,
-        ExitCode::Usage,
-        ExitCode::DataErr,
-        ExitCode::Unavailable,
-        ExitCode::Software,
-        ExitCode::LogInUse,
-        ExitCode::ReleaseFailed,
-        ExitCode::LockLost,
-        ExitCode::Protocol,
-        ExitCode::ModeConflict,
-        ExitCode::CannotExecute,
-        ExitCode::NotFound,
-    ];
+    /// What `code` means, from [`TABLE`] ("" for success, signals and
+    /// statuses passed through).
+    pub fn meaning(self) -> &'static str {
+        TABLE
+            .iter()
+            .find(|s| s.code == self)
+            .map_or("", |s| s.meaning)
+    }
 
     pub fn code(self) -> i32 {
         match self {
@@ -81,20 +135,6 @@ impl ExitCode {
         }
     }
 }
-
-/// An exit that is not a failure to report (a conflict, a child's status):
-/// raised as an error so it unwinds through `?`, turned into the status by
-/// `main` without printing anything more.
-#[derive(Debug)]
-pub struct SilentExit(pub ExitCode);
-
-impl fmt::Display for SilentExit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "exit with status {}", self.0.code())
-    }
-}
-
-impl std::error::Error for SilentExit {}
 
 /// A failure with a message and the status it maps to.
 #[derive(Debug)]
@@ -168,18 +208,13 @@ fn die_of(n: i32) {
     let _ = signal::raise(sig);
 }
 
-/// Turns the result of `run` into a status, printing one line for a failure.
-pub fn status_of(result: anyhow::Result<ExitCode>) -> i32 {
-    code_of(result).code()
-}
-
+/// Turns the result of `run` into a status, printing one line for a
+/// failure. (An exit that is no failure, a conflict or the command's own
+/// status, is an `Ok` status: nothing raises one as an error.)
 fn code_of(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            if let Some(silent) = err.downcast_ref::<SilentExit>() {
-                return silent.0;
-            }
             // Every failure with a status of its own is a `Failure` (backend
             // errors become one at the `cmd` boundary); anything else is ours.
             let code = err
@@ -222,7 +257,7 @@ mod tests {
     #[test]
     fn numbers_are_stable_and_distinct() {
         let codes: Vec<i32> = std::iter::once(ExitCode::Success)
-            .chain(ExitCode::OWN)
+            .chain(TABLE.iter().map(|s| s.code))
             .map(|c| c.code())
             .collect();
         assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 78, 126, 127]);
@@ -249,9 +284,55 @@ mod tests {
     }
 
     #[test]
-    fn silent_exit_keeps_its_code() {
-        let err: anyhow::Error = SilentExit(ExitCode::Raw(3)).into();
-        assert_eq!(status_of(Err(err)), 3);
+    fn every_status_has_a_name_and_a_meaning() {
+        for s in TABLE {
+            assert!(!s.name.is_empty() && !s.meaning.is_empty(), "{s:?}");
+            assert!(!s.meaning.contains('\n'), "{s:?}");
+            assert_eq!(s.code.meaning(), s.meaning);
+        }
+        assert_eq!(ExitCode::Success.meaning(), "");
+    }
+
+    #[test]
+    fn help_lists_every_status_once() {
+        let help = help_text();
+        for s in TABLE {
+            let entry = format!(" {} {}", s.code.code(), s.name);
+            assert_eq!(help.matches(&entry).count(), 1, "{entry} in {help}");
+        }
+        assert!(help.contains("128+N signal N"), "{help}");
+    }
+
+    /// The README's exit-status table names the same statuses as [`TABLE`]
+    /// (plus the command's own and 128+N), each once.
+    #[test]
+    fn the_readme_table_matches() {
+        let readme = include_str!("../README.md");
+        let table = readme
+            .split("\n## Exit status\n")
+            .nth(1)
+            .expect("README has an Exit status section");
+        let rows: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2) // the header and its rule
+            .map(|l| l.trim_start_matches('|').split('|').next().unwrap().trim())
+            .collect();
+        let mut codes: Vec<i32> = Vec::new();
+        let mut others: Vec<&str> = Vec::new();
+        for r in &rows {
+            match r.parse() {
+                Ok(n) => codes.push(n),
+                Err(_) => others.push(r),
+            }
+        }
+        let ours: Vec<i32> = TABLE.iter().map(|s| s.code.code()).collect();
+        assert_eq!(
+            codes, ours,
+            "README's numbered rows, in order, vs exit::TABLE"
+        );
+        assert_eq!(others, [PASSED_THROUGH, SIGNAL], "README's other rows");
     }
 
     #[test]
@@ -266,7 +347,8 @@ mod tests {
     #[test]
     fn failure_code_found_through_context() {
         let err = fail(ExitCode::Unavailable, "cannot reach").context("lock k");
-        assert_eq!(status_of(Err(err)), 69);
+        assert_eq!(code_of(Err(err)), ExitCode::Unavailable);
+        assert_eq!(code_of(Ok(ExitCode::Raw(3))).code(), 3);
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -403,20 +403,6 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
     assert!(holds > 100, "too little load: {holds} holds");
 }
 
-/// Fills the disk, then grows the log with short grants until one is
-/// refused: the log's last page is then too full for a long key's release.
-fn fill_to_the_page(server: &Server, disk: &SmallDisk) -> PathBuf {
-    let filler = disk.fill();
-    for i in 0..4000 {
-        match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {
-            Some(b'+') => continue,
-            Some(b'-') => return filler,
-            other => panic!("pad p{i}: {other:?}"),
-        }
-    }
-    panic!("the full disk never refused a grant");
-}
-
 /// A release the log cannot record is not reported as done: `lock -- CMD`
 /// and `unlock` exit 74 with the reset line, the server keeps the key held,
 /// and after a restart it is still held, as lc-cli said. Before the fix the
@@ -445,7 +431,7 @@ fn a_release_on_a_full_disk_is_not_reported_as_done() {
         .spawn()
         .unwrap();
     server.wait_for(&format!("grant '{run_key}'"), 1, LIMIT);
-    let filler = fill_to_the_page(&server, &disk);
+    let filler = disk.fill_to_the_page(&server);
     std::fs::remove_file(&gate).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
@@ -562,4 +548,49 @@ fn a_foreign_or_newer_file_is_refused() {
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
         assert_eq!(std::fs::read(p).unwrap(), before);
     }
+}
+
+/// A release the full disk refused leaves the hold in the log, and so in
+/// every compaction after it: the log's set of live holds follows what was
+/// written, not what was asked. Before, the refused release dropped the
+/// hold from that set, and the next compaction (once the disk had room)
+/// dropped it from the log: the restart lost a key lc-cli had said was
+/// still held.
+#[test]
+fn a_refused_release_survives_a_compaction() {
+    let disk = SmallDisk::mount("256k");
+    let path = disk.mnt.join("locks.wal");
+    let server = serve_on(&path);
+    let key = "k".repeat(100);
+    expect_status(&mut server.lc(&["lock", &key]), 0);
+    let filler = disk.fill_to_the_page(&server);
+    expect_status(&mut server.lc(&["unlock", &key]), 74);
+    std::fs::remove_file(&filler).unwrap();
+    // Lock/unlock cycles until the log shrinks: a compaction (at 64 KiB).
+    let len = || std::fs::metadata(&path).unwrap().len();
+    let mut longest = len();
+    let mut compacted = false;
+    for i in 0..5000 {
+        assert_eq!(
+            server.raw(&frame(LOCK, b"c", Some(b"s"))),
+            Some(b'+'),
+            "{i}"
+        );
+        assert_eq!(server.raw(&frame(UNLOCK, b"c", None)), Some(b'+'), "{i}");
+        let now = len();
+        if now < longest {
+            compacted = true;
+            break;
+        }
+        longest = now;
+    }
+    assert!(compacted, "no compaction ({longest} bytes)");
+    drop(server);
+    let server = serve_on(&path);
+    assert_eq!(
+        server.raw(&frame(TRY, key.as_bytes(), Some(b"x"))),
+        Some(b'#'),
+        "the hold was lost:\n{}",
+        server.log()
+    );
 }

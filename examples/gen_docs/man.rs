@@ -11,7 +11,7 @@ use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 
 use lc_cli::cli::Cli;
-use lc_cli::exit::ExitCode;
+use lc_cli::exit::{self, ExitCode};
 
 /// Every man page: `lc-cli.1` and one `lc-cli-SUBCOMMAND.1` per subcommand.
 pub fn man_pages() -> io::Result<Vec<(String, Vec<u8>)>> {
@@ -116,12 +116,12 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
             ("serve", Usage) => {
                 "a bad option, or no manager port after --listen's (give --manager)"
             }
-            _ => exit_text(*code),
+            _ => code.meaning(),
         };
         item(r, &code.code().to_string(), text);
     }
     if matches!(sub, "lock" | "trylock" | "wait") {
-        item(r, "128+N", SIGNAL_STATUS);
+        item(r, exit::SIGNAL, exit::SIGNAL_MEANING);
         section(r, "SIGNALS");
         paragraph(r, "While waiting, HUP, INT, QUIT and TERM withdraw the request from the queue; no command is started and the key is not taken. SIGTSTP (Ctrl-Z) stops lc-cli still in line.");
         if sub != "wait" {
@@ -137,27 +137,6 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
     if sub == "serve" {
         section(r, "SIGNALS");
         paragraph(r, "SIGTERM or SIGINT: stop accepting, and exit 0; held keys survive in the log with --data.");
-    }
-}
-
-const SIGNAL_STATUS: &str = "the command died of signal N, or signal N stopped lc-cli while it waited: lc-cli releases the key, then kills itself with N (default disposition, no core file), so a parent sees it killed by N and a shell loop stops on Ctrl-C; signals that do not end a process (SIGTSTP, SIGWINCH...) stay a plain 128+N";
-
-/// What each status means, for the EXIT STATUS sections.
-fn exit_text(code: ExitCode) -> &'static str {
-    match code {
-        ExitCode::Conflict => "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held",
-        ExitCode::Usage => "usage: a bad option, an empty key or one over 127 bytes, an unknown server address parameter",
-        ExitCode::DataErr => "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start",
-        ExitCode::LogInUse => "serve --data: another lc-cli serve has the log (the message names the file and its PID); the server did not start",
-        ExitCode::Unavailable => "the lock service could not be reached, or went away while waiting, or does not answer like a lock server",
-        ExitCode::Software => "internal error",
-        ExitCode::ReleaseFailed => "the release was not confirmed: the key may still be held; the message names the reset command that clears it",
-        ExitCode::LockLost => "the lock was lost while the command ran; the command was stopped",
-        ExitCode::Protocol => "the service refused the request (a wrong or missing password, a lock node's ACL, a -s or --limit the backend cannot take) or answered something unexpected (another protocol on that port)",
-        ExitCode::ModeConflict => "KEY is held or waited for in another mode: as a lock (exclusive or shared) against --limit N, or with another N; refused, nothing was taken",
-        ExitCode::CannotExecute => "the command could not be executed",
-        ExitCode::NotFound => "the command was not found",
-        _ => "",
     }
 }
 
@@ -240,10 +219,10 @@ fn extra_sections() -> Roff {
 
     section(&mut r, "EXIT STATUS");
     paragraph(&mut r, "The command's own status when it ran; otherwise:");
-    for code in ExitCode::OWN {
-        item(&mut r, &code.code().to_string(), exit_text(code));
+    for status in exit::TABLE {
+        item(&mut r, &status.code.code().to_string(), status.meaning);
     }
-    item(&mut r, "128+N", SIGNAL_STATUS);
+    item(&mut r, exit::SIGNAL, exit::SIGNAL_MEANING);
 
     section(&mut r, "EXAMPLES");
     example(

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -18,6 +18,10 @@ use super::table::{Expiry, GrantId, LinkEnd, LinkState};
 use super::unlock::{self, Frame};
 use super::Shared;
 use crate::proto::{self, Decoded, Request, HEARTBEAT, SESSION_LOST};
+
+/// How soon an expiry the log could not record (a full disk) is tried
+/// again (at most the session timeout).
+const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 
 /// Serves session hold `id` of `key` on `stream` until it ends: released by
 /// the holder, taken away (`!` is sent), expired, or moved to another
@@ -39,6 +43,7 @@ pub async fn hold(
     let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
     let mut len = 0;
     let mut connected = true;
+    let mut failures = 0;
     loop {
         tokio::select! {
             _ = &mut link.changed => {
@@ -49,7 +54,8 @@ pub async fn hold(
                 return;
             }
             _ = tokio::time::sleep_until(due.into()) => {
-                match check_expiry(&shared, &key, id, link.gen) {
+                // Boxed, as below.
+                match Box::pin(check_expiry(&shared, &key, id, link.gen, &mut failures)).await {
                     Some(at) => due = at,
                     None => return,
                 }
@@ -78,7 +84,13 @@ pub async fn hold(
                         let answer =
                             Box::pin(unlock::release(&shared, peer, &k, Frame::Session(token))).await;
                         let _ = stream.write_all(&[answer.byte()]).await;
-                        return;
+                        // The connection's part in the session is over. A
+                        // hold released ends this task at the next turn (its
+                        // link is dropped); one the log could not release
+                        // (`-`) stays, and its holder, who exits now, was
+                        // heard: it expires as any other, a timeout from now.
+                        shared.table.heard(&key, id, link.gen);
+                        connected = false;
                     }
                     Some(Next::Stop) => connected = false,
                     None => {}
@@ -132,20 +144,49 @@ async fn take_requests(
 
 /// Expires session hold `id` if its holder has been silent for the
 /// session timeout; when to check again, or None once the hold is gone.
-/// (Not async: what it handles stays out of the futures that call it.)
-fn check_expiry(shared: &Shared, key: &[u8], id: GrantId, gen: u64) -> Option<Instant> {
-    let (holder, next) = match shared.table.expire(key, id, gen, shared.session_timeout) {
+///
+/// The key passes on only once the expiry is in the log. If the log cannot
+/// record it (a full disk) the hold stays, in memory as in the log, and the
+/// expiry is tried again every [`EXPIRY_RETRY`] until it is recorded (or the
+/// hold ends otherwise: a reset, a reclaim); `failures` counts the tries
+/// that failed, so the error is logged once, not every second.
+async fn check_expiry(
+    shared: &Shared,
+    key: &[u8],
+    id: GrantId,
+    gen: u64,
+    failures: &mut u32,
+) -> Option<Instant> {
+    let timeout = shared.session_timeout;
+    let durable = match shared.table.expire(key, id, gen, timeout) {
         Expiry::NotYet(at) => return Some(at),
         Expiry::Gone => return None,
-        Expiry::Released(holder, next) => (holder, next),
+        Expiry::Due(durable) => durable,
     };
+    if let Err(e) = durable.wait().await {
+        if *failures == 0 {
+            Counters::bump(&shared.counters.refused);
+            shared.events.error(format_args!(
+                "expiry of the session hold of '{}' (not heard from for {timeout:?}) not recorded in the log, the key stays held until it is (tried every {:?}): {e}",
+                show(key),
+                EXPIRY_RETRY.min(timeout)
+            ));
+        }
+        *failures = failures.saturating_add(1);
+        return Some(Instant::now() + EXPIRY_RETRY.min(timeout));
+    }
+    // None: a reset released it meanwhile (as durably).
+    let (holder, next) = shared.table.finish_release(key, id)?;
     Counters::bump(&shared.counters.releases);
+    let late = match *failures {
+        0 => String::new(),
+        n => format!(", recorded at try {}", n + 1),
+    };
     shared.events.session(format_args!(
-        "{}: session hold of '{}' by '{}' expired (not heard from for {:?}){}",
+        "{}: session hold of '{}' by '{}' expired (not heard from for {timeout:?}{late}){}",
         holder.peer,
         show(key),
         show(&holder.source),
-        shared.session_timeout,
         now_held_by(&next)
     ));
     None
@@ -195,11 +236,12 @@ pub fn spawn_hold(
 pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
     let timeout = shared.session_timeout;
     let mut due = Instant::now() + timeout;
+    let mut failures = 0;
     loop {
         tokio::select! {
             _ = &mut link.changed => return,
             _ = tokio::time::sleep_until(due.into()) => {
-                match check_expiry(&shared, &key, id, link.gen) {
+                match check_expiry(&shared, &key, id, link.gen, &mut failures).await {
                     Some(at) => due = at,
                     None => return,
                 }

@@ -1,13 +1,18 @@
 //! The holds a log still describes (granted, not yet released): what a
 //! replay rebuilds and what a compaction keeps. Each is kept as its framed
 //! Grant record, by key and token.
+//!
+//! The writer applies a batch only once it is durable: a batch that could
+//! not be written changes nothing here, as it changed nothing in the file.
+//! (Applied at append time instead, a Release the disk refused would drop
+//! its hold from the next compaction while the table still has it.)
 
 use std::collections::HashMap;
 
-use super::record::Record;
+use super::record::{decode, Next, Record};
 use crate::mode::LockMode;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Live {
     /// key -> (token, framed Grant) of each live hold, oldest first.
     keys: HashMap<Vec<u8>, Vec<(u64, Vec<u8>)>>,
@@ -48,6 +53,14 @@ impl Live {
                 }
             }
             Record::Floor { .. } => {}
+        }
+    }
+
+    /// Applies every record of a batch (framed records, back to back).
+    pub fn apply_batch(&mut self, mut bytes: &[u8]) {
+        while let Next::Record(record, used) = decode(bytes) {
+            self.apply(&record, &bytes[..used]);
+            bytes = &bytes[used..];
         }
     }
 

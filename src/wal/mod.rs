@@ -180,7 +180,8 @@ struct State {
     pending_grants: u64,
     pending_releases: u64,
     batch: watch::Sender<Outcome>,
-    /// Every live hold, for a compaction.
+    /// Every hold the file has (batches are applied once durable), for a
+    /// compaction.
     live: Live,
     /// The highest token appended or replayed: a compacted log starts with
     /// it, so no token is given twice after the grant that had it is gone.
@@ -553,10 +554,6 @@ impl Wal {
             Record::Release { .. } => st.pending_releases += 1,
             Record::Floor { token } => st.max_token = st.max_token.max(*token),
         }
-        if !matches!(record, Record::Floor { .. }) {
-            let State { pending, live, .. } = &mut *st;
-            live.apply(record, &pending[start..]);
-        }
         let ticket = Ticket(st.batch.subscribe());
         if start == 0 {
             self.shared.work.notify_one();
@@ -641,8 +638,13 @@ impl Writer {
             let batch = std::mem::replace(&mut st.batch, next);
             st.taken += 1;
             let threshold = (2 * st.live.bytes()).max(self.options.compact_min);
-            let snapshot = (self.len + bytes.len() as u64 > threshold)
-                .then(|| snapshot(st.max_token, &st.live));
+            // A compaction writes the holds as of this batch.
+            let after = (self.len + bytes.len() as u64 > threshold).then(|| {
+                let mut live = st.live.clone();
+                live.apply_batch(&bytes);
+                live
+            });
+            let snapshot = after.as_ref().map(|live| snapshot(st.max_token, live));
             drop(st);
 
             let mut compacted = false;
@@ -668,6 +670,10 @@ impl Writer {
             st.finished += 1;
             match &result {
                 Ok(()) => {
+                    match after {
+                        Some(live) if compacted => st.live = live,
+                        _ => st.live.apply_batch(&bytes),
+                    }
                     st.stats.grants += grants;
                     st.stats.releases += releases;
                     st.stats.syncs += 1;

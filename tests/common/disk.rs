@@ -6,6 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::action::LOCK;
+use super::frame;
+use super::serve::Server;
+
 /// A tmpfs of `size` mounted at `mnt`, unmounted (then the directory
 /// removed) when dropped.
 pub struct SmallDisk {
@@ -40,6 +44,21 @@ impl SmallDisk {
         }
         let _ = f.flush();
         p
+    }
+
+    /// Fills the disk, then grows `server`'s log (which is on this disk)
+    /// with short grants until one is refused: the log's last page is then
+    /// too full for a long key's release. The filler's path.
+    pub fn fill_to_the_page(&self, server: &Server) -> PathBuf {
+        let filler = self.fill();
+        for i in 0..4000 {
+            match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {
+                Some(b'+') => continue,
+                Some(b'-') => return filler,
+                other => panic!("pad p{i}: {other:?}"),
+            }
+        }
+        panic!("the full disk never refused a grant");
     }
 }
 

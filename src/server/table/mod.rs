@@ -76,13 +76,15 @@ pub enum Expiry {
     NotYet(Instant),
     /// Not this task's hold any more.
     Gone,
-    /// Released, and the holders it let in.
-    Released(Holder, Vec<Holder>),
+    /// Due: its release is recorded, the hold still in place. Once that is
+    /// durable, [`Table::finish_release`] ends it and hands the key on; if
+    /// it cannot be made durable, nothing changed (ask again later).
+    Due(Durable),
 }
 
 /// What must be durable before a change may be reported (nothing without a
 /// log).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 #[must_use]
 pub struct Durable(Vec<Ticket>);
 
@@ -269,8 +271,11 @@ impl Table {
         }
     }
 
-    /// Releases session hold `id` if its holder has not been heard from for
-    /// `timeout`, and hands the key on.
+    /// First half of the expiry of session hold `id`, if its holder has not
+    /// been heard from for `timeout`: records its release, as an Unlock's
+    /// [`Table::begin_release`] does, and leaves the hold in place. The key
+    /// is never handed on before its expiry is in the log, else a restart
+    /// would restore a hold the server had already handed on.
     pub fn expire(&self, key: &[u8], id: GrantId, gen: u64, timeout: Duration) -> Expiry {
         let mut inner = self.lock_inner();
         let Some(link) = inner.link_mut(key, id, gen) else {
@@ -280,10 +285,8 @@ impl Table {
         if Instant::now() < due {
             return Expiry::NotYet(due);
         }
-        match inner.release(key, id, true) {
-            Some((holder, next, _)) => Expiry::Released(holder, next),
-            None => Expiry::Gone,
-        }
+        let token = inner.keys[key].hold(id).expect("its link").holder.token;
+        Expiry::Due(inner.record_release(key, token))
     }
 
     /// Moves session hold `token` of `key` to a new connection, if it is
@@ -366,7 +369,7 @@ impl Table {
         };
         if let Some(pos) = state.waiters.iter().position(|w| w.id == id) {
             state.waiters.remove(pos);
-            let next = inner.promote(key);
+            let next = inner.promote(key, &Durable::default());
             return (Withdrawal::Dequeued, next);
         }
         if state.hold(id).is_some() {
@@ -443,7 +446,7 @@ impl Table {
         // A withdrawn waiter may have stood in front of ones who can hold
         // now: they get the key.
         for key in touched {
-            inner.promote(&key);
+            inner.promote(&key, &durable);
         }
         (released, withdrawn, durable)
     }
@@ -626,7 +629,7 @@ impl Inner {
         } else {
             Durable::default()
         };
-        let next = self.promote(key);
+        let next = self.promote(key, &durable);
         Some((holder, next, durable))
     }
 
@@ -659,7 +662,12 @@ impl Inner {
     /// Grants the key to the waiters at the head of its line while they may
     /// hold beside its holders; drops the key's entry once nobody holds or
     /// wants it. Returns the holders let in.
-    fn promote(&mut self, key: &[u8]) -> Vec<Holder> {
+    ///
+    /// Their grants are answered only once `after` (the release that let
+    /// them in) is durable too: a later batch of the log can be written
+    /// when an earlier one failed, and a grant reported while the log still
+    /// has the hold before it would come back beside it after a restart.
+    fn promote(&mut self, key: &[u8], after: &Durable) -> Vec<Holder> {
         let mut next = Vec::new();
         loop {
             let Some(state) = self.keys.get_mut(key) else {
@@ -677,7 +685,8 @@ impl Inner {
                 break;
             }
             let w = state.waiters.pop_front().expect("just seen");
-            let grant = self.grant(key, w.id, &w.ask);
+            let mut grant = self.grant(key, w.id, &w.ask);
+            grant.durable.add(after.clone());
             let token = grant.token;
             if w.notify.send(Notice::Granted(grant)).is_ok() {
                 if let Some(h) = self.keys.get(key).and_then(|s| s.hold(w.id)) {

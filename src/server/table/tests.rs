@@ -186,10 +186,16 @@ fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
     let LockOutcome::Queued(_, mut rx) = t.lock(b"k", &ask(b"b", false)) else {
         panic!()
     };
+    let Expiry::Due(_recorded) = t.expire(b"k", a.id, new.gen, Duration::ZERO) else {
+        panic!("not due")
+    };
+    // Still held, and nobody let in, until the expiry is durable.
+    assert!(rx.try_recv().is_err());
     assert!(matches!(
-        t.expire(b"k", a.id, new.gen, Duration::ZERO),
-        Expiry::Released(..)
+        t.try_lock(b"k", &ask(b"c", false)),
+        TryOutcome::Busy
     ));
+    assert!(t.finish_release(b"k", a.id).is_some());
     assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
 }
 
