@@ -16,9 +16,12 @@
 //! ticket on every node, so every node serves them in that order. Equal
 //! tickets (concurrent waiters) are ordered by waiter id on every node alike.
 //!
-//! Handoff: releasing runs a script that grants the lock to the next waiter
-//! and pushes to that waiter's wake-up list, on which it blocks (BLPOP); it
-//! also re-checks on a slow timer, so a lost wake-up costs time only.
+//! Handoff: releasing runs a script that offers the lock to the next waiter
+//! (a short lease, [`scripts::OFFER`]) and pushes to that waiter's wake-up
+//! list, on which it blocks (BLPOP); its check confirms the offer (the full
+//! ttl). It also re-checks on a timer, so a lost wake-up costs time only;
+//! near the head of the line that timer is short ([`Quorum::poll`]), so the
+//! offer to a waiter that died in line passes on within about a second.
 
 mod held;
 mod list;
@@ -104,6 +107,37 @@ impl Quorum {
     fn recheck(&self) -> Duration {
         (self.ttl.min(self.queue_timeout) / 3)
             .clamp(Duration::from_millis(50), Duration::from_secs(10))
+    }
+
+    /// How long a waiter woken by a release has to confirm its grant.
+    fn offer(&self) -> Duration {
+        scripts::OFFER.min(self.ttl)
+    }
+
+    /// The lease of a grant a waiter's own script makes: the ttl on one
+    /// node, where that answer is the confirmation; an offer on several,
+    /// which RENEW confirms right after (a waiter killed in between holds
+    /// the key up for an offer only).
+    fn own_grant_ms(&self) -> u64 {
+        if self.is_multi_node() {
+            self.offer().as_millis().max(1) as u64
+        } else {
+            self.ttl_ms()
+        }
+    }
+
+    /// How long a waiter with `ahead` in front of it sleeps without a
+    /// wake-up. An offer to a waiter that died in line is withdrawn only by
+    /// the next script that runs, so the head of the line checks every half
+    /// offer; each place further back has at least one more offer to wait
+    /// out first, and checks that much less often, up to [`Self::recheck`]
+    /// (the load stays about logarithmic in the length of the line).
+    fn poll(&self, ahead: Option<usize>) -> Duration {
+        let Some(ahead) = ahead else {
+            return self.recheck();
+        };
+        let near = (self.offer() / 2).saturating_mul(ahead.saturating_add(1).min(1000) as u32);
+        near.max(Duration::from_millis(20)).min(self.recheck())
     }
 
     fn unavailable(&self, reason: impl Into<String>) -> BackendError {
@@ -491,6 +525,7 @@ impl RedisBackend {
         let mut args = self.args(request, id, 0);
         args.push("1".into());
         args.extend(mode_args(request.mode));
+        args.push(sh.own_grant_ms().to_string());
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
@@ -574,11 +609,12 @@ impl RedisBackend {
                     return Ok(Acquired::Cancelled);
                 }
                 _ = wake.recv() => {}
-                _ = tokio::time::sleep(sh.recheck()) => {}
+                _ = tokio::time::sleep(sh.poll(last_ahead)) => {}
             }
             let mut args = self.args(request, id, line.ticket);
             args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
             args.extend(mode_args(request.mode));
+            args.push(sh.own_grant_ms().to_string());
             line.sent = Instant::now();
             line.answers = sh.script(|s| &s.check, &request.key, args).await;
         }
@@ -611,6 +647,7 @@ impl RedisBackend {
         let mut args = self.args(line.request, line.id, line.ticket);
         args.push("0".into());
         args.extend(mode_args(line.request.mode));
+        args.push(self.quorum.own_grant_ms().to_string());
         line.sent = Instant::now();
         line.answers = self
             .quorum
@@ -806,6 +843,22 @@ mod tests {
         assert_eq!(s.recheck().as_millis(), 333);
         let s = quorum_of(1, 30_000, 90);
         assert_eq!(s.recheck(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_head_of_the_line_polls_for_dead_offers() {
+        let s = quorum_of(1, 30_000, 60_000);
+        assert_eq!(s.offer(), Duration::from_secs(1));
+        assert_eq!(s.own_grant_ms(), 30_000);
+        assert_eq!(s.poll(Some(0)), Duration::from_millis(500));
+        assert_eq!(s.poll(Some(3)), Duration::from_secs(2));
+        assert_eq!(s.poll(Some(100)), s.recheck());
+        assert_eq!(s.poll(None), s.recheck());
+        // A short lease: the offer is never longer than it.
+        let s = quorum_of(3, 400, 60_000);
+        assert_eq!(s.offer(), Duration::from_millis(400));
+        assert_eq!(s.own_grant_ms(), 400);
+        assert_eq!(s.poll(Some(0)), s.recheck());
     }
 
     #[test]
