@@ -26,6 +26,7 @@ fn signal(r: &Running, sig: Signal) {
 /// command runs until `gate` exists, or for `secs` without a gate.
 fn contender(
     url: &str,
+    mode: &[&str],
     key: &str,
     log: &Path,
     tag: &str,
@@ -42,10 +43,10 @@ fn contender(
         ),
         None => spans::script(log, tag, secs),
     };
-    lc(
-        url,
-        &["--ttl", "10s", "lock", key, "--source", tag, "-c", &body],
-    )
+    let mut args = vec!["--ttl", "10s", "lock"];
+    args.extend_from_slice(mode);
+    args.extend_from_slice(&[key, "--source", tag, "-c", &body]);
+    lc(url, &args)
 }
 
 fn started(log: &Path, tag: &str) -> bool {
@@ -59,16 +60,23 @@ fn queued(nodes: &[RedisServer], key: &str, n: i64) -> bool {
     nodes.iter().all(|r| r.queued(key) == n)
 }
 
-/// Whether an unconfirmed offer of `key` stands on a majority of nodes.
+/// Whether an unconfirmed offer of `key` (the lock, or a slot of a
+/// limited key) stands on a majority of nodes.
 fn offered(nodes: &[RedisServer], key: &str) -> bool {
     let owner = format!("lc-cli:{{{key}}}:owner");
+    let hinfo = format!("lc-cli:{{{key}}}:hinfo");
     let n = nodes
         .iter()
         .filter(|r| {
-            r.holder(key).is_some()
+            let lock = r.holder(key).is_some()
                 && r.query::<Option<String>>(&["HGET", &owner, "offered"])
                     .as_deref()
-                    == Some("1")
+                    == Some("1");
+            let slot = r
+                .query::<Vec<String>>(&["HVALS", &hinfo])
+                .iter()
+                .any(|h| h.contains("\"o\":1"));
+            lock || slot
         })
         .count();
     n > nodes.len() / 2
@@ -76,9 +84,11 @@ fn offered(nodes: &[RedisServer], key: &str) -> bool {
 
 /// A holder, a waiter `dead` that is SIGKILLed (while in line, or with
 /// `at_grant` right after the release offered it the key: stopped first,
-/// so it cannot confirm) and a live waiter behind it. Returns the spans and
-/// the time (s) from the holder's end to the live waiter's start.
-fn one_trial(nodes: &[RedisServer], key: &str, at_grant: bool) -> (Vec<Span>, f64) {
+/// so it cannot confirm) and a live waiter behind it. With `--limit 2`
+/// (`mode`), a second holder `h2` keeps the other slot until the live
+/// waiter is done. Returns the spans and the time (s) from the holder's
+/// end to the live waiter's start.
+fn one_trial(nodes: &[RedisServer], mode: &[&str], key: &str, at_grant: bool) -> (Vec<Span>, f64) {
     let url = if nodes.len() == 1 {
         nodes[0].url()
     } else {
@@ -87,17 +97,31 @@ fn one_trial(nodes: &[RedisServer], key: &str, at_grant: bool) -> (Vec<Span>, f6
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     let gate = tmp.path().join("gate");
-    let holder = Running::spawn(&mut contender(&url, key, &log, "h", 0.0, Some(&gate)));
+    let gate2 = tmp.path().join("gate2");
+    let second = (!mode.is_empty()).then(|| {
+        let h2 = Running::spawn(&mut contender(
+            &url,
+            mode,
+            key,
+            &log,
+            "h2",
+            0.0,
+            Some(&gate2),
+        ));
+        assert!(wait_until(LIMIT, || started(&log, "h2")), "h2 never ran");
+        h2
+    });
+    let holder = Running::spawn(&mut contender(&url, mode, key, &log, "h", 0.0, Some(&gate)));
     assert!(
         wait_until(LIMIT, || started(&log, "h")),
         "the holder never ran"
     );
-    let dead = Running::spawn(&mut contender(&url, key, &log, "d", 0.1, None));
+    let dead = Running::spawn(&mut contender(&url, mode, key, &log, "d", 0.1, None));
     assert!(
         wait_until(LIMIT, || queued(nodes, key, 1)),
         "d never queued"
     );
-    let live = Running::spawn(&mut contender(&url, key, &log, "w", 0.3, None));
+    let live = Running::spawn(&mut contender(&url, mode, key, &log, "w", 0.3, None));
     assert!(
         wait_until(LIMIT, || queued(nodes, key, 2)),
         "w never queued"
@@ -118,7 +142,7 @@ fn one_trial(nodes: &[RedisServer], key: &str, at_grant: bool) -> (Vec<Span>, f6
         let listed = keys_json(&url, &[], &[]);
         let offer = listed
             .iter()
-            .find(|k| k["key"] == key)
+            .find(|k| k["key"] == key && k["source"] == "d")
             .expect("the offer is listed");
         assert_eq!(offer["source"], "d", "{listed:?}");
         assert!(offer["kept"].is_null(), "{listed:?}");
@@ -126,6 +150,10 @@ fn one_trial(nodes: &[RedisServer], key: &str, at_grant: bool) -> (Vec<Span>, f6
     }
     holder.expect_exit(0, LIMIT);
     live.expect_exit(0, LIMIT);
+    std::fs::write(&gate2, "").unwrap();
+    if let Some(h2) = second {
+        h2.expect_exit(0, LIMIT);
+    }
     drop(dead);
     let spans = spans::read(&log);
     assert!(!started(&log, "d"), "the dead waiter ran");
@@ -133,11 +161,17 @@ fn one_trial(nodes: &[RedisServer], key: &str, at_grant: bool) -> (Vec<Span>, f6
     (spans.clone(), (w.start - h.end) as f64 / 1e9)
 }
 
-fn check(spans: &[Span], handoff: f64, what: &str) {
+/// At most `slots` commands at once, the live waiter after the holder, and
+/// well within the ttl.
+fn check(spans: &[Span], slots: usize, handoff: f64, what: &str) {
     assert_eq!(
         max_overlap(spans),
-        1,
+        slots,
         "{what}: commands overlapped: {spans:?}"
+    );
+    assert!(
+        handoff > 0.0,
+        "{what}: the live waiter ran beside the holder"
     );
     // The ttl is 10 s: a dead waiter's grant used to cost all of it.
     assert!(
@@ -153,13 +187,26 @@ fn a_dead_waiter_at_the_head_holds_the_key_up_about_a_second() {
     for trial in 0..5 {
         let at_grant = trial % 2 == 1;
         let key = format!("dead{trial}");
-        let (spans, handoff) = one_trial(&r, &key, at_grant);
+        let (spans, handoff) = one_trial(&r, &[], &key, at_grant);
         let when = if at_grant { "at its grant" } else { "in line" };
-        check(&spans, handoff, &format!("trial {trial}, killed {when}"));
+        check(&spans, 1, handoff, &format!("trial {trial}, killed {when}"));
     }
     // Nothing is left behind: the dead waiter's offer and entry are gone.
     assert!(wait_until(LIMIT, || r[0].holder("dead4").is_none()
         && r[0].queued("dead4") == 0));
+}
+
+/// The same for a slot of a `--limit 2` key (the holders' set, not the
+/// lock key).
+#[test]
+fn a_dead_waiter_for_a_slot_holds_it_up_about_a_second() {
+    let r = vec![RedisServer::start()];
+    for (trial, at_grant) in [false, true].into_iter().enumerate() {
+        let key = format!("slot{trial}");
+        let (spans, handoff) = one_trial(&r, &["--limit", "2"], &key, at_grant);
+        let when = if at_grant { "at its grant" } else { "in line" };
+        check(&spans, 2, handoff, &format!("--limit 2, killed {when}"));
+    }
 }
 
 #[test]
@@ -167,9 +214,9 @@ fn a_dead_waiter_on_a_quorum_holds_the_key_up_about_a_second() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     for (trial, at_grant) in [false, true].into_iter().enumerate() {
         let key = format!("qdead{trial}");
-        let (spans, handoff) = one_trial(&nodes, &key, at_grant);
+        let (spans, handoff) = one_trial(&nodes, &[], &key, at_grant);
         let when = if at_grant { "at its grant" } else { "in line" };
-        check(&spans, handoff, &format!("quorum, killed {when}"));
+        check(&spans, 1, handoff, &format!("quorum, killed {when}"));
     }
 }
 
@@ -186,13 +233,13 @@ fn a_stalled_waiter_loses_its_offer_and_runs_later_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("log");
         let gate = tmp.path().join("gate");
-        let holder = Running::spawn(&mut contender(&url, &key, &log, "h", 0.0, Some(&gate)));
+        let holder = Running::spawn(&mut contender(&url, &[], &key, &log, "h", 0.0, Some(&gate)));
         assert!(wait_until(LIMIT, || started(&log, "h")));
-        let slow = Running::spawn(&mut contender(&url, &key, &log, "s", 0.2, None));
+        let slow = Running::spawn(&mut contender(&url, &[], &key, &log, "s", 0.2, None));
         assert!(wait_until(LIMIT, || queued(&r, &key, 1)));
         spans::note(&log, "arrive", "s");
         // Long enough to be running when the stalled one wakes.
-        let next = Running::spawn(&mut contender(&url, &key, &log, "w", 2.0, None));
+        let next = Running::spawn(&mut contender(&url, &[], &key, &log, "w", 2.0, None));
         assert!(wait_until(LIMIT, || queued(&r, &key, 2)));
         spans::note(&log, "arrive", "w");
         signal(&slow, Signal::SIGSTOP);

@@ -312,7 +312,23 @@ struct InLine<'a> {
 enum Stock {
     Held(Box<dyn HeldLock>),
     EnqueuedAgain,
-    Waiting { ahead: Option<usize> },
+    Waiting {
+        ahead: Option<usize>,
+        /// What is left of an unconfirmed offer to the waiter ahead.
+        offer_left: Option<Duration>,
+    },
+}
+
+/// The longest unconfirmed offer the nodes report to the first in line:
+/// by then it has passed on everywhere (to be noticed by the next script).
+fn offer_left(answers: &[NodeResult<Vec<i64>>]) -> Option<Duration> {
+    answers
+        .iter()
+        .filter_map(|a| match a.as_deref() {
+            Ok([2, _, left, ..]) if *left >= 0 => Some(Duration::from_millis(*left as u64)),
+            _ => None,
+        })
+        .max()
 }
 
 /// How many wait ahead of us: the smallest number a majority agrees is at
@@ -587,7 +603,7 @@ impl RedisBackend {
         let mut last_contact = Instant::now();
         let mut last_ahead = None;
         loop {
-            match self.take_stock(&mut line, &mut last_contact).await? {
+            let poll = match self.take_stock(&mut line, &mut last_contact).await? {
                 Stock::Held(held) => {
                     if cancel.is_cancelled() {
                         self.leave(&request.key, id).await;
@@ -596,20 +612,23 @@ impl RedisBackend {
                     return Ok(Acquired::Held(held));
                 }
                 Stock::EnqueuedAgain => continue,
-                Stock::Waiting { ahead } => {
+                Stock::Waiting { ahead, offer_left } => {
                     if ahead != last_ahead {
                         last_ahead = ahead;
                         progress(WaitProgress { ahead });
                     }
+                    // Just after a dead waiter's offer runs out, if sooner.
+                    let poll = sh.poll(ahead);
+                    offer_left.map_or(poll, |left| poll.min(left + Duration::from_millis(10)))
                 }
-            }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.leave(&request.key, id).await;
                     return Ok(Acquired::Cancelled);
                 }
                 _ = wake.recv() => {}
-                _ = tokio::time::sleep(sh.poll(last_ahead)) => {}
+                _ = tokio::time::sleep(poll) => {}
             }
             let mut args = self.args(request, id, line.ticket);
             args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
@@ -710,6 +729,7 @@ impl RedisBackend {
                 .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
         }
         Ok(Stock::Waiting {
+            offer_left: offer_left(&line.answers),
             ahead: ahead_in_line(&standings, sh.majority()),
         })
     }
@@ -875,6 +895,18 @@ mod tests {
         assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
         assert_eq!(standing(&Ok(vec![])), None);
         assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn the_first_in_line_learns_how_long_an_offer_has_left() {
+        let t = |s: &str| -> NodeResult<Vec<i64>> { Err(NodeError::Transport(s.into())) };
+        assert_eq!(offer_left(&[Ok(vec![2, 0, -1])]), None);
+        assert_eq!(
+            offer_left(&[Ok(vec![2, 0, 300]), t("down"), Ok(vec![2, 0, 700])]),
+            Some(Duration::from_millis(700))
+        );
+        // Not a waiting answer, or one from before offers: nothing known.
+        assert_eq!(offer_left(&[Ok(vec![1, 9]), Ok(vec![2, 3])]), None);
     }
 
     #[test]

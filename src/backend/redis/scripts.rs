@@ -242,10 +242,20 @@ local function enqueue(id, info, t, now)
   src_add(info.s, 1)
   redis.call('SADD', ALL, NAME)
 end
--- {1, fence} granted to id (for `lease` ms); {2, ahead} waiting.
+-- Ms left of an unconfirmed offer of the lock (it passes on after that,
+-- at the next script), else -1; the first in line re-checks then.
+local function offer_left()
+  if redis.call('HGET', OWNER, 'offered') ~= '1' then return -1 end
+  local t = redis.call('PTTL', LOCK)
+  if t < 0 then return -1 end
+  return t
+end
+-- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left} waiting.
 local function standing(now, id, lease)
   if promote(now, id, lease) == id then return {1, fence_of(id)} end
-  return {2, redis.call('ZRANK', QUEUE, id)}
+  local ahead = redis.call('ZRANK', QUEUE, id)
+  if ahead == 0 then return {2, 0, offer_left()} end
+  return {2, ahead, -1}
 end
 -- Frees the shared or limited holder id (revoking its renewals if asked).
 local function drop_holder(id, do_revoke)
@@ -271,7 +281,9 @@ end
 /// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign),
 /// nonblock, mode (`x`, `s`, `l`), N, the lease (ms) of a grant to us here
 /// (the ttl where this answer confirms it, else an offer).
-/// Returns {1, fence} granted, {2, ahead} queued, {0, 0} busy (nonblock),
+/// Returns {1, fence} granted, {2, ahead, offer_left_ms or -1} queued (the
+/// offer: of the lock to the waiter ahead, known to the first in line),
+/// {0, 0} busy (nonblock),
 /// {4, theirs} refused: the key is used another way (0: as a lock, N: with
 /// --limit N).
 const ENQUEUE: &str = r#"
@@ -302,7 +314,7 @@ return standing(now, id, lease)
 /// the lease of a grant made here (as ENQUEUE).
 /// With refresh, a grant is confirmed: an offer becomes the full ttl.
 /// Returns {1, fence} granted (with refresh: the lease restarts now),
-/// {2, ahead} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
+/// {2, ahead, offer_left} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
 /// ENQUEUE).
 const CHECK: &str = r#"
 local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
