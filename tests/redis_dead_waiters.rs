@@ -226,9 +226,23 @@ fn a_dead_waiter_on_a_quorum_holds_the_key_up_about_a_second() {
 /// never beside it; both exit 0.
 #[test]
 fn a_stalled_waiter_loses_its_offer_and_runs_later_alone() {
-    let r = vec![RedisServer::start()];
-    let url = r[0].url();
-    for trial in 0..3 {
+    stalled(&[RedisServer::start()], 5);
+}
+
+/// The same on a quorum of 3, where it joins the line again with its ticket.
+#[test]
+fn a_stalled_waiter_on_a_quorum_runs_later_alone() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    stalled(&nodes, 1);
+}
+
+fn stalled(r: &[RedisServer], trials: usize) {
+    let url = if r.len() == 1 {
+        r[0].url()
+    } else {
+        quorum_url(r)
+    };
+    for trial in 0..trials {
         let key = format!("slow{trial}");
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("log");
@@ -236,11 +250,11 @@ fn a_stalled_waiter_loses_its_offer_and_runs_later_alone() {
         let holder = Running::spawn(&mut contender(&url, &[], &key, &log, "h", 0.0, Some(&gate)));
         assert!(wait_until(LIMIT, || started(&log, "h")));
         let slow = Running::spawn(&mut contender(&url, &[], &key, &log, "s", 0.2, None));
-        assert!(wait_until(LIMIT, || queued(&r, &key, 1)));
+        assert!(wait_until(LIMIT, || queued(r, &key, 1)));
         spans::note(&log, "arrive", "s");
         // Long enough to be running when the stalled one wakes.
         let next = Running::spawn(&mut contender(&url, &[], &key, &log, "w", 2.0, None));
-        assert!(wait_until(LIMIT, || queued(&r, &key, 2)));
+        assert!(wait_until(LIMIT, || queued(r, &key, 2)));
         spans::note(&log, "arrive", "w");
         signal(&slow, Signal::SIGSTOP);
         std::fs::write(&gate, "").unwrap();
@@ -264,7 +278,8 @@ fn a_stalled_waiter_loses_its_offer_and_runs_later_alone() {
         assert!(s.start >= w.end, "trial {trial}: {spans:?}");
         spans::assert_tokens_grow(&log, &spans);
         eprintln!(
-            "trial {trial}: w started {:.2} s after h ended; s, woken {:.2} s after, started {:.2} s after w ended",
+            "{} node(s), trial {trial}: w started {:.2} s after h ended; s, woken {:.2} s after, started {:.2} s after w ended",
+            r.len(),
             (w.start - h.end) as f64 / 1e9,
             (woke - h.end) as f64 / 1e9,
             (s.start - w.end) as f64 / 1e9
