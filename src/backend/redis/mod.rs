@@ -56,6 +56,8 @@ struct Quorum {
     server: String,
     ttl: Duration,
     queue_timeout: Duration,
+    /// How long a node may take to answer (`--connect-timeout`).
+    response_timeout: Duration,
 }
 
 impl Quorum {
@@ -109,9 +111,21 @@ impl Quorum {
             .clamp(Duration::from_millis(50), Duration::from_secs(10))
     }
 
-    /// How long a waiter woken by a release has to confirm its grant.
+    /// How long an offer lasts on one node; how often the head re-checks.
     fn offer(&self) -> Duration {
         scripts::OFFER.min(self.ttl)
+    }
+
+    /// How long a waiter woken by a release has to confirm its grant. On a
+    /// quorum its check and its renewal each wait for every node's answer,
+    /// up to a response timeout for a frozen one: the offer allows for both,
+    /// or one frozen node would keep every waiter from confirming in time.
+    fn offer_window(&self) -> Duration {
+        if self.is_multi_node() {
+            (scripts::OFFER + self.response_timeout * 2).min(self.ttl)
+        } else {
+            self.offer()
+        }
     }
 
     /// The lease of a grant a waiter's own script makes: the ttl on one
@@ -120,7 +134,7 @@ impl Quorum {
     /// the key up for an offer only).
     fn own_grant_ms(&self) -> u64 {
         if self.is_multi_node() {
-            self.offer().as_millis().max(1) as u64
+            self.offer_window().as_millis().max(1) as u64
         } else {
             self.ttl_ms()
         }
@@ -387,6 +401,7 @@ impl RedisBackend {
             server: config.shown(),
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
+            response_timeout: config.connect_timeout,
         });
         quorum.reach(config.connect_timeout).await?;
         Ok(RedisBackend { quorum })
@@ -542,6 +557,7 @@ impl RedisBackend {
         args.push("1".into());
         args.extend(mode_args(request.mode));
         args.push(sh.own_grant_ms().to_string());
+        args.push(sh.offer_window().as_millis().max(1).to_string());
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
@@ -634,6 +650,7 @@ impl RedisBackend {
             args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
             args.extend(mode_args(request.mode));
             args.push(sh.own_grant_ms().to_string());
+            args.push(sh.offer_window().as_millis().max(1).to_string());
             line.sent = Instant::now();
             line.answers = sh.script(|s| &s.check, &request.key, args).await;
         }
@@ -667,6 +684,7 @@ impl RedisBackend {
         args.push("0".into());
         args.extend(mode_args(line.request.mode));
         args.push(self.quorum.own_grant_ms().to_string());
+        args.push(self.quorum.offer_window().as_millis().max(1).to_string());
         line.sent = Instant::now();
         line.answers = self
             .quorum
@@ -843,6 +861,7 @@ mod tests {
             server: "redis://test".into(),
             ttl: Duration::from_millis(ttl),
             queue_timeout: Duration::from_millis(queue_timeout),
+            response_timeout: Duration::from_secs(2),
         }
     }
 
@@ -878,6 +897,14 @@ mod tests {
         let s = quorum_of(3, 400, 60_000);
         assert_eq!(s.offer(), Duration::from_millis(400));
         assert_eq!(s.own_grant_ms(), 400);
+        // A quorum's offer allows for a frozen node's two response timeouts.
+        let s = quorum_of(3, 30_000, 60_000);
+        assert_eq!(s.offer_window(), Duration::from_secs(5));
+        assert_eq!(s.own_grant_ms(), 5_000);
+        assert_eq!(
+            quorum_of(1, 30_000, 60_000).offer_window(),
+            Duration::from_secs(1)
+        );
         assert_eq!(s.poll(Some(0)), s.recheck());
     }
 

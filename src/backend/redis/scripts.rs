@@ -12,7 +12,7 @@
 //! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
-//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N}` (mode `x`, `s` or `l`) |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms}` (mode `x`, `s` or `l`) |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
@@ -46,8 +46,9 @@ use std::time::Duration;
 
 use redis::Script;
 
-/// How long a waiter woken by a release has to confirm its grant (at most
-/// the ttl): a waiter that died in line holds the key up this long.
+/// How long a waiter woken by a release has to confirm its grant on one
+/// node (at most the ttl): a waiter that died in line holds the key up this
+/// long. A quorum adds two response timeouts (see `Quorum::offer_window`).
 pub const OFFER: Duration = Duration::from_millis(1000);
 
 /// Quorum helpers, prepended to every script. `KEYS[1]` is the prefix
@@ -136,7 +137,7 @@ end
 -- short offer the woken waiter must confirm (see the module docs).
 local function lease_of(id, info, caller, lease)
   if id == caller then return lease, 0 end
-  return math.min(OFFER, info.t), 1
+  return math.min(info.w or OFFER, info.t), 1
 end
 -- Adds waiter id to the shared or limited holders; wakes it unless it is the caller.
 local function grant_set(id, info, now, caller, lease)
@@ -272,6 +273,7 @@ local function info_of(a)
   local m = a[6] or 'x'
   local info = {s = a[1], t = tonumber(a[2]), q = tonumber(a[3]), m = m}
   if m == 'l' then info.n = tonumber(a[7]) end
+  info.w = tonumber(a[8])
   return info
 end
 "#;
@@ -280,7 +282,8 @@ end
 /// holders and nobody waits.
 /// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign),
 /// nonblock, mode (`x`, `s`, `l`), N, the lease (ms) of a grant to us here
-/// (the ttl where this answer confirms it, else an offer).
+/// (the ttl where this answer confirms it, else an offer), how long an
+/// offer to us lasts (ms; kept in `P waiters` as `w`).
 /// Returns {1, fence} granted, {2, ahead, offer_left_ms or -1} queued (the
 /// offer: of the lock to the waiter ahead, known to the first in line),
 /// {0, 0} busy (nonblock),
@@ -288,7 +291,7 @@ end
 /// --limit N).
 const ENQUEUE: &str = r#"
 local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
-local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
 cleanup(now)
 local theirs = disagrees(info, now)
 if theirs then return {4, theirs} end
@@ -311,7 +314,7 @@ return standing(now, id, lease)
 /// restarted empty, or missed our enqueue) is put back at `ticket` (0: the
 /// end of the line), unless `reset --source` withdrew it.
 /// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh, mode, N,
-/// the lease of a grant made here (as ENQUEUE).
+/// the lease of a grant made here and of an offer to us (as ENQUEUE).
 /// With refresh, a grant is confirmed: an offer becomes the full ttl.
 /// Returns {1, fence} granted (with refresh: the lease restarts now),
 /// {2, ahead, offer_left} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
@@ -340,7 +343,7 @@ if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
 if redis.call('ZSCORE', QUEUE, id) then
   redis.call('ZADD', EXPIRY, 'XX', now + tonumber(ARGV[5]), id)
 else
-  local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+  local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
   local theirs = disagrees(info, now)
   if theirs then return {4, theirs} end
   enqueue(id, info, tonumber(ARGV[6]), now)
