@@ -292,3 +292,52 @@ fn stalled(r: &[RedisServer], trials: usize) {
         );
     }
 }
+
+/// On a quorum of 3 with one node's path frozen (no answers, connections
+/// left open), a live waiter still confirms its offer in time: its check
+/// and its renewal each wait a whole `--connect-timeout` (2 s) for the
+/// frozen node, which the quorum's offer (1 s + 2 × 2 s) allows for.
+#[test]
+fn a_frozen_node_does_not_keep_a_live_waiter_from_its_offer() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let proxy = common::proxy::Proxy::start(nodes[2].port);
+    let url = format!(
+        "redis://{},{},{}",
+        nodes[0].addr(),
+        nodes[1].addr(),
+        proxy.addr()
+    );
+    proxy.freeze();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let gate = tmp.path().join("gate");
+    let script = |tag: &str, gate: Option<&Path>| match gate {
+        Some(g) => spans::script(&log, tag, 0.0).replace(
+            "sleep 0;",
+            &format!(
+                "for i in $(seq 400); do [ -e {} ] && break; sleep 0.05; done;",
+                g.display()
+            ),
+        ),
+        None => spans::script(&log, tag, 0.2),
+    };
+    let lock = |tag: &str, body: &str| lc(&url, &["lock", "fz", "--source", tag, "-c", body]);
+    let holder = Running::spawn(&mut lock("h", &script("h", Some(&gate))));
+    assert!(wait_until(LIMIT, || started(&log, "h")), "h never ran");
+    let waiter = Running::spawn(&mut lock("w", &script("w", None)));
+    assert!(
+        wait_until(LIMIT, || queued(&nodes[..2], "fz", 1)),
+        "w never queued"
+    );
+    spans::note(&log, "arrive", "w");
+    std::fs::write(&gate, "").unwrap();
+    holder.expect_exit(0, LIMIT);
+    waiter.expect_exit(0, LIMIT);
+    let spans = spans::read(&log);
+    assert_eq!(max_overlap(&spans), 1, "{spans:?}");
+    let (h, w) = (spans::by_tag(&spans, "h"), spans::by_tag(&spans, "w"));
+    eprintln!(
+        "one node frozen: w started {:.2} s after h ended",
+        (w.start - h.end) as f64 / 1e9
+    );
+}
