@@ -16,9 +16,12 @@
 //! ticket on every node, so every node serves them in that order. Equal
 //! tickets (concurrent waiters) are ordered by waiter id on every node alike.
 //!
-//! Handoff: releasing runs a script that grants the lock to the next waiter
-//! and pushes to that waiter's wake-up list, on which it blocks (BLPOP); it
-//! also re-checks on a slow timer, so a lost wake-up costs time only.
+//! Handoff: releasing runs a script that offers the lock to the next waiter
+//! (a short lease, [`scripts::OFFER`]) and pushes to that waiter's wake-up
+//! list, on which it blocks (BLPOP); its check confirms the offer (the full
+//! ttl). It also re-checks on a timer, so a lost wake-up costs time only;
+//! near the head of the line that timer is short ([`Quorum::poll`]), so the
+//! offer to a waiter that died in line passes on within about a second.
 
 mod held;
 mod list;
@@ -53,6 +56,8 @@ struct Quorum {
     server: String,
     ttl: Duration,
     queue_timeout: Duration,
+    /// How long a node may take to answer (`--connect-timeout`).
+    response_timeout: Duration,
 }
 
 impl Quorum {
@@ -104,6 +109,49 @@ impl Quorum {
     fn recheck(&self) -> Duration {
         (self.ttl.min(self.queue_timeout) / 3)
             .clamp(Duration::from_millis(50), Duration::from_secs(10))
+    }
+
+    /// How long an offer lasts on one node; how often the head re-checks.
+    fn offer(&self) -> Duration {
+        scripts::OFFER.min(self.ttl)
+    }
+
+    /// How long a waiter woken by a release has to confirm its grant. On a
+    /// quorum its check and its renewal each wait for every node's answer,
+    /// up to a response timeout for a frozen one: the offer allows for both,
+    /// or one frozen node would keep every waiter from confirming in time.
+    fn offer_window(&self) -> Duration {
+        if self.is_multi_node() {
+            (scripts::OFFER + self.response_timeout * 2).min(self.ttl)
+        } else {
+            self.offer()
+        }
+    }
+
+    /// The lease of a grant a waiter's own script makes: the ttl on one
+    /// node, where that answer is the confirmation; an offer on several,
+    /// which RENEW confirms right after (a waiter killed in between holds
+    /// the key up for an offer only).
+    fn own_grant_ms(&self) -> u64 {
+        if self.is_multi_node() {
+            self.offer_window().as_millis().max(1) as u64
+        } else {
+            self.ttl_ms()
+        }
+    }
+
+    /// How long a waiter with `ahead` in front of it sleeps without a
+    /// wake-up. An offer to a waiter that died in line is withdrawn only by
+    /// the next script that runs, so the head of the line checks every half
+    /// offer; each place further back has at least one more offer to wait
+    /// out first, and checks that much less often, up to [`Self::recheck`]
+    /// (the load stays about logarithmic in the length of the line).
+    fn poll(&self, ahead: Option<usize>) -> Duration {
+        let Some(ahead) = ahead else {
+            return self.recheck();
+        };
+        let near = (self.offer() / 2).saturating_mul(ahead.saturating_add(1).min(1000) as u32);
+        near.max(Duration::from_millis(20)).min(self.recheck())
     }
 
     fn unavailable(&self, reason: impl Into<String>) -> BackendError {
@@ -278,7 +326,23 @@ struct InLine<'a> {
 enum Stock {
     Held(Box<dyn HeldLock>),
     EnqueuedAgain,
-    Waiting { ahead: Option<usize> },
+    Waiting {
+        ahead: Option<usize>,
+        /// What is left of an unconfirmed offer to the waiter ahead.
+        offer_left: Option<Duration>,
+    },
+}
+
+/// The longest unconfirmed offer the nodes report to the first in line:
+/// by then it has passed on everywhere (to be noticed by the next script).
+fn offer_left(answers: &[NodeResult<Vec<i64>>]) -> Option<Duration> {
+    answers
+        .iter()
+        .filter_map(|a| match a.as_deref() {
+            Ok([2, _, left, ..]) if *left >= 0 => Some(Duration::from_millis(*left as u64)),
+            _ => None,
+        })
+        .max()
 }
 
 /// How many wait ahead of us: the smallest number a majority agrees is at
@@ -337,6 +401,7 @@ impl RedisBackend {
             server: config.shown(),
             ttl: config.ttl.max(Duration::from_millis(30)),
             queue_timeout: config.queue_timeout.max(Duration::from_millis(30)),
+            response_timeout: config.connect_timeout,
         });
         quorum.reach(config.connect_timeout).await?;
         Ok(RedisBackend { quorum })
@@ -491,6 +556,8 @@ impl RedisBackend {
         let mut args = self.args(request, id, 0);
         args.push("1".into());
         args.extend(mode_args(request.mode));
+        args.push(sh.own_grant_ms().to_string());
+        args.push(sh.offer_window().as_millis().max(1).to_string());
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
@@ -552,7 +619,7 @@ impl RedisBackend {
         let mut last_contact = Instant::now();
         let mut last_ahead = None;
         loop {
-            match self.take_stock(&mut line, &mut last_contact).await? {
+            let poll = match self.take_stock(&mut line, &mut last_contact).await? {
                 Stock::Held(held) => {
                     if cancel.is_cancelled() {
                         self.leave(&request.key, id).await;
@@ -561,24 +628,29 @@ impl RedisBackend {
                     return Ok(Acquired::Held(held));
                 }
                 Stock::EnqueuedAgain => continue,
-                Stock::Waiting { ahead } => {
+                Stock::Waiting { ahead, offer_left } => {
                     if ahead != last_ahead {
                         last_ahead = ahead;
                         progress(WaitProgress { ahead });
                     }
+                    // Just after a dead waiter's offer runs out, if sooner.
+                    let poll = sh.poll(ahead);
+                    offer_left.map_or(poll, |left| poll.min(left + Duration::from_millis(10)))
                 }
-            }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.leave(&request.key, id).await;
                     return Ok(Acquired::Cancelled);
                 }
                 _ = wake.recv() => {}
-                _ = tokio::time::sleep(sh.recheck()) => {}
+                _ = tokio::time::sleep(poll) => {}
             }
             let mut args = self.args(request, id, line.ticket);
             args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
             args.extend(mode_args(request.mode));
+            args.push(sh.own_grant_ms().to_string());
+            args.push(sh.offer_window().as_millis().max(1).to_string());
             line.sent = Instant::now();
             line.answers = sh.script(|s| &s.check, &request.key, args).await;
         }
@@ -611,6 +683,8 @@ impl RedisBackend {
         let mut args = self.args(line.request, line.id, line.ticket);
         args.push("0".into());
         args.extend(mode_args(line.request.mode));
+        args.push(self.quorum.own_grant_ms().to_string());
+        args.push(self.quorum.offer_window().as_millis().max(1).to_string());
         line.sent = Instant::now();
         line.answers = self
             .quorum
@@ -673,6 +747,7 @@ impl RedisBackend {
                 .unwrap_or_else(|| sh.unavailable("lost contact while waiting in line")));
         }
         Ok(Stock::Waiting {
+            offer_left: offer_left(&line.answers),
             ahead: ahead_in_line(&standings, sh.majority()),
         })
     }
@@ -786,6 +861,7 @@ mod tests {
             server: "redis://test".into(),
             ttl: Duration::from_millis(ttl),
             queue_timeout: Duration::from_millis(queue_timeout),
+            response_timeout: Duration::from_secs(2),
         }
     }
 
@@ -809,6 +885,33 @@ mod tests {
     }
 
     #[test]
+    fn the_head_of_the_line_polls_for_dead_offers() {
+        let s = quorum_of(1, 30_000, 60_000);
+        assert_eq!(s.offer(), Duration::from_secs(1));
+        assert_eq!(s.own_grant_ms(), 30_000);
+        assert_eq!(s.poll(Some(0)), Duration::from_millis(500));
+        assert_eq!(s.poll(Some(3)), Duration::from_secs(2));
+        assert_eq!(s.poll(Some(100)), s.recheck());
+        assert_eq!(s.poll(None), s.recheck());
+        // A short lease: the offer is never longer than it.
+        let s = quorum_of(3, 400, 60_000);
+        assert_eq!(s.offer(), Duration::from_millis(400));
+        assert_eq!(s.own_grant_ms(), 400);
+        assert_eq!(s.poll(Some(0)), s.recheck());
+        // A quorum's offer allows for a frozen node's two response timeouts.
+        let s = quorum_of(3, 30_000, 60_000);
+        assert_eq!(s.offer_window(), Duration::from_secs(5));
+        assert_eq!(s.own_grant_ms(), 5_000);
+        assert_eq!(
+            quorum_of(1, 30_000, 60_000).offer_window(),
+            Duration::from_secs(1)
+        );
+        // The head still re-checks on the one-node offer (it learns the
+        // longer offer's end from its check).
+        assert_eq!(s.poll(Some(0)), Duration::from_millis(500));
+    }
+
+    #[test]
     fn script_answers() {
         assert_eq!(
             standing(&Ok(vec![1, 7])),
@@ -822,6 +925,18 @@ mod tests {
         assert_eq!(standing(&Ok(vec![3, 0])), Some(Standing::Withdrawn));
         assert_eq!(standing(&Ok(vec![])), None);
         assert_eq!(standing(&Err(NodeError::Transport("down".into()))), None);
+    }
+
+    #[test]
+    fn the_first_in_line_learns_how_long_an_offer_has_left() {
+        let t = |s: &str| -> NodeResult<Vec<i64>> { Err(NodeError::Transport(s.into())) };
+        assert_eq!(offer_left(&[Ok(vec![2, 0, -1])]), None);
+        assert_eq!(
+            offer_left(&[Ok(vec![2, 0, 300]), t("down"), Ok(vec![2, 0, 700])]),
+            Some(Duration::from_millis(700))
+        );
+        // Not a waiting answer, or one from before offers: nothing known.
+        assert_eq!(offer_left(&[Ok(vec![1, 9]), Ok(vec![2, 3])]), None);
     }
 
     #[test]

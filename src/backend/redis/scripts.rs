@@ -7,12 +7,12 @@
 //! | --- | --- | --- |
 //! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
 //! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold) |
-//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms}` |
+//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered}` |
 //! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits |
-//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms); valid only while `P lock` holds the same token |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
-//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N}` (mode `x`, `s` or `l`) |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms}` (mode `x`, `s` or `l`) |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
@@ -20,6 +20,17 @@
 //! | `P revoked:ID` | string, PX ttl | tombstone of a hold freed by `reset`: its renewals must not put the key back |
 //! | `lc-cli:source:SRC` | hash | KEY -> how many holds and waits SRC has on KEY |
 //! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`) |
+//!
+//! Offers: a grant to a waiter other than the script's caller (a release
+//! handing the key on) is an *offer*, leased for [`OFFER`] only (at most
+//! the ttl). The woken waiter confirms it (CHECK with refresh on one node,
+//! RENEW on a quorum), which restarts the full ttl and clears `offered`.
+//! A waiter that died in line never confirms: its offer runs out like any
+//! lease, the next script settles it and offers the key to the next waiter,
+//! who polls the key that often while it is near the head of the line.
+//! A caller granted by its own script gets the full ttl where that answer
+//! is its confirmation (one node), else an offer too (a quorum confirms
+//! with RENEW right after).
 //!
 //! A key stays in `lc-cli:keys` after its holder's lease ran out until a
 //! script settles it (the next waiter's heartbeat, a release, or `keys`).
@@ -31,7 +42,14 @@
 //! the server's (`TIME`): for the expiry of queue entries and the start of a
 //! hold (`since`).
 
+use std::time::Duration;
+
 use redis::Script;
+
+/// How long a waiter woken by a release has to confirm its grant on one
+/// node (at most the ttl): a waiter that died in line holds the key up this
+/// long. A quorum adds two response timeouts (see `Quorum::offer_window`).
+pub const OFFER: Duration = Duration::from_millis(1000);
 
 /// Quorum helpers, prepended to every script. `KEYS[1]` is the prefix
 /// `lc-cli:{KEY}:`, `ARGV[1]` the key's name.
@@ -41,6 +59,7 @@ local NAME = ARGV[1]
 local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P..'expiry', P..'waiters'
 local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
 local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
+local OFFER = __OFFER_MS__
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -114,12 +133,21 @@ local function disagrees(info, now)
   redis.call('SET', KIND, want)
   return nil
 end
+-- The lease of a grant: `lease` for the caller (its own script), else a
+-- short offer the woken waiter must confirm (see the module docs).
+local function lease_of(id, info, caller, lease)
+  if id == caller then return lease, 0 end
+  return math.min(info.w or OFFER, info.t), 1
+end
 -- Adds waiter id to the shared or limited holders; wakes it unless it is the caller.
-local function grant_set(id, info, now, caller)
+local function grant_set(id, info, now, caller, lease)
   unqueue(id, info, true)
   local f = redis.call('INCR', FENCE)
-  redis.call('ZADD', HOLDERS, now + info.t, id)
-  redis.call('HSET', HINFO, id, cjson.encode({s = info.s, since = now, f = f, d = 0, t = info.t}))
+  local t, o = lease_of(id, info, caller, lease)
+  redis.call('ZADD', HOLDERS, now + t, id)
+  local h = {s = info.s, since = now, f = f, d = 0, t = info.t}
+  if o == 1 then h.o = 1 end
+  redis.call('HSET', HINFO, id, cjson.encode(h))
   if id ~= caller then
     redis.call('LPUSH', wake_key(id), 'g')
     redis.call('PEXPIRE', wake_key(id), info.q)
@@ -127,11 +155,12 @@ local function grant_set(id, info, now, caller)
   return f
 end
 -- Gives the (free) lock to waiter id; wakes it unless it is the caller.
-local function grant(id, info, now, caller)
+local function grant(id, info, now, caller, lease)
   unqueue(id, info, true)
   local f = redis.call('INCR', FENCE)
-  redis.call('SET', LOCK, id, 'PX', info.t)
-  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t)
+  local t, o = lease_of(id, info, caller, lease)
+  redis.call('SET', LOCK, id, 'PX', t)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
   if id ~= caller then
     redis.call('LPUSH', wake_key(id), 'g')
     redis.call('PEXPIRE', wake_key(id), info.q)
@@ -147,8 +176,8 @@ end
 -- Grants the waiters at the head of the line while they fit, first come
 -- first served (an exclusive waiter stops the shared ones behind it; each
 -- free slot of a --limit N key goes to the next one). Returns caller when
--- it was granted, else false.
-local function promote(now, caller)
+-- it was granted (for `lease` ms), else false.
+local function promote(now, caller, lease)
   cleanup(now)
   local free = settle()
   local held = settle_set(now)
@@ -166,10 +195,10 @@ local function promote(now, caller)
     if info then
       if not fits(info, free, held) then return got end
       if (info.m or 'x') == 'x' then
-        grant(head, info, now, caller)
+        grant(head, info, now, caller, lease)
         free = false
       else
-        grant_set(head, info, now, caller)
+        grant_set(head, info, now, caller, lease)
         held = held + 1
       end
       if head == caller then got = caller end
@@ -214,10 +243,20 @@ local function enqueue(id, info, t, now)
   src_add(info.s, 1)
   redis.call('SADD', ALL, NAME)
 end
--- {1, fence} granted to id; {2, ahead} waiting.
-local function standing(now, id)
-  if promote(now, id) == id then return {1, fence_of(id)} end
-  return {2, redis.call('ZRANK', QUEUE, id)}
+-- Ms left of an unconfirmed offer of the lock (it passes on after that,
+-- at the next script), else -1; the first in line re-checks then.
+local function offer_left()
+  if redis.call('HGET', OWNER, 'offered') ~= '1' then return -1 end
+  local t = redis.call('PTTL', LOCK)
+  if t < 0 then return -1 end
+  return t
+end
+-- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left} waiting.
+local function standing(now, id, lease)
+  if promote(now, id, lease) == id then return {1, fence_of(id)} end
+  local ahead = redis.call('ZRANK', QUEUE, id)
+  if ahead == 0 then return {2, 0, offer_left()} end
+  return {2, ahead, -1}
 end
 -- Frees the shared or limited holder id (revoking its renewals if asked).
 local function drop_holder(id, do_revoke)
@@ -234,6 +273,7 @@ local function info_of(a)
   local m = a[6] or 'x'
   local info = {s = a[1], t = tonumber(a[2]), q = tonumber(a[3]), m = m}
   if m == 'l' then info.n = tonumber(a[7]) end
+  info.w = tonumber(a[8])
   return info
 end
 "#;
@@ -241,13 +281,17 @@ end
 /// Enqueue, or with nonblock only take the key if this mode fits beside its
 /// holders and nobody waits.
 /// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket (0 = assign),
-/// nonblock, mode (`x`, `s`, `l`), N.
-/// Returns {1, fence} granted, {2, ahead} queued, {0, 0} busy (nonblock),
+/// nonblock, mode (`x`, `s`, `l`), N, the lease (ms) of a grant to us here
+/// (the ttl where this answer confirms it, else an offer), how long an
+/// offer to us lasts (ms; kept in `P waiters` as `w`).
+/// Returns {1, fence} granted, {2, ahead, offer_left_ms or -1} queued (the
+/// offer: of the lock to the waiter ahead, known to the first in line),
+/// {0, 0} busy (nonblock),
 /// {4, theirs} refused: the key is used another way (0: as a lock, N: with
 /// --limit N).
 const ENQUEUE: &str = r#"
-local id, now = ARGV[2], now_ms()
-local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
+local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
 cleanup(now)
 local theirs = disagrees(info, now)
 if theirs then return {4, theirs} end
@@ -256,43 +300,55 @@ if ARGV[7] == '1' then
   if fits(info, free, settle_set(now)) and redis.call('ZCARD', QUEUE) == 0 then
     src_add(info.s, 1)
     redis.call('SADD', ALL, NAME)
-    if info.m == 'x' then return {1, grant(id, info, now, id)} end
-    return {1, grant_set(id, info, now, id)}
+    if info.m == 'x' then return {1, grant(id, info, now, id, lease)} end
+    return {1, grant_set(id, info, now, id, lease)}
   end
   return {0, 0}
 end
 enqueue(id, info, tonumber(ARGV[6]), now)
-return standing(now, id)
+return standing(now, id, lease)
 "#;
 
 /// A waiter's heartbeat: refreshes its entry, takes the lock if it is its turn.
 /// An entry that is gone (it expired while we were stalled, the node
 /// restarted empty, or missed our enqueue) is put back at `ticket` (0: the
 /// end of the line), unless `reset --source` withdrew it.
-/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh, mode, N.
+/// ARGV: name, id, source, ttl_ms, queue_timeout_ms, ticket, refresh, mode, N,
+/// the lease of a grant made here and of an offer to us (as ENQUEUE).
+/// With refresh, a grant is confirmed: an offer becomes the full ttl.
 /// Returns {1, fence} granted (with refresh: the lease restarts now),
-/// {2, ahead} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
+/// {2, ahead, offer_left} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused (as
 /// ENQUEUE).
 const CHECK: &str = r#"
-local id, now = ARGV[2], now_ms()
+local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
 if redis.call('GET', LOCK) == id then
-  if ARGV[7] == '1' then redis.call('PEXPIRE', LOCK, ARGV[4]) end
+  if ARGV[7] == '1' then
+    redis.call('PEXPIRE', LOCK, ARGV[4])
+    redis.call('HSET', OWNER, 'offered', 0)
+  end
   return {1, fence_of_owner()}
 end
 if redis.call('ZSCORE', HOLDERS, id) then
-  if ARGV[7] == '1' then redis.call('ZADD', HOLDERS, 'XX', now + tonumber(ARGV[4]), id) end
+  if ARGV[7] == '1' then
+    redis.call('ZADD', HOLDERS, 'XX', now + tonumber(ARGV[4]), id)
+    local h = holder_info(id)
+    if h and h.o then
+      h.o = nil
+      redis.call('HSET', HINFO, id, cjson.encode(h))
+    end
+  end
   return {1, fence_of(id)}
 end
 if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
 if redis.call('ZSCORE', QUEUE, id) then
   redis.call('ZADD', EXPIRY, 'XX', now + tonumber(ARGV[5]), id)
 else
-  local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9]})
+  local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
   local theirs = disagrees(info, now)
   if theirs then return {4, theirs} end
   enqueue(id, info, tonumber(ARGV[6]), now)
 end
-return standing(now, id)
+return standing(now, id, lease)
 "#;
 
 /// Renews our lease and raises the node's fence counter to our token (the
@@ -325,6 +381,7 @@ if mode ~= 'x' then
     local h = holder_info(id)
     if h then
       h.f = floor
+      h.o = nil
       redis.call('HSET', HINFO, id, cjson.encode(h))
     end
   end
@@ -344,7 +401,7 @@ else
 end
 if floor > 0 then
   if tonumber(redis.call('GET', FENCE) or 0) < floor then redis.call('SET', FENCE, floor) end
-  redis.call('HSET', OWNER, 'fence', floor)
+  redis.call('HSET', OWNER, 'fence', floor, 'offered', 0)
 end
 return fence_of_owner()
 "#;
@@ -369,7 +426,7 @@ if info then
   if was == 0 then was = 2 end
 end
 redis.call('DEL', wake_key(id))
-promote(now, false)
+promote(now, false, 0)
 return was
 "#;
 
@@ -400,11 +457,11 @@ if not token then
   local kept = redis.call('ZRANGEBYSCORE', HOLDERS, 'inf', 'inf', 'LIMIT', 0, 1)[1]
   if kept then
     drop_holder(kept, false)
-    promote(now, false)
+    promote(now, false, 0)
     return 1
   end
   local any = settle_set(now) > 0
-  promote(now, false)
+  promote(now, false, 0)
   if any then return -1 end
   return 0
 end
@@ -412,7 +469,7 @@ if redis.call('HGET', OWNER, 'token') ~= token or redis.call('HGET', OWNER, 'det
   return -1
 end
 redis.call('DEL', LOCK)
-promote(now, false)
+promote(now, false, 0)
 return 1
 "#;
 
@@ -426,7 +483,7 @@ for _, id in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
   drop_holder(id, true)
   held = 1
 end
-promote(now_ms(), false)
+promote(now_ms(), false, 0)
 return held
 "#;
 
@@ -460,7 +517,7 @@ for i = 1, #all, 2 do
     n = n + 1
   end
 end
-promote(now, false)
+promote(now, false, 0)
 redis.call('HDEL', 'lc-cli:source:'..src, NAME)
 return n
 "#;
@@ -474,7 +531,8 @@ return n
 /// one entry per holder (mode `x` exclusive, `s` shared, N for --limit N),
 /// where source is '' and since_ms and detached -1 when the owner record does
 /// not match the lock (a lock key written by someone else), detached is 1 for
-/// a kept hold and 0 for a running command's, and waiting counts the queue
+/// a kept hold, 0 for a running command's and -1 for an offer not yet
+/// confirmed (its holder is not known to run yet), and waiting counts the queue
 /// entries not yet expired.
 const LIST: &str = r#"
 local t = redis.call('TIME')
@@ -484,10 +542,11 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
   local P = 'lc-cli:{'..name..'}:'
   local token = redis.call('GET', P..'lock')
   if token then
-    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached')
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached', 'offered')
     local source, since, detached = '', -1, -1
     if o[1] == token then
       source, since, detached = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1
+      if o[5] == '1' then detached = -1 end
     end
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
     held[#held + 1] = {name, token, source, since, waiting, detached, 'x'}
@@ -504,6 +563,7 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
       if raw then
         local h = cjson.decode(raw)
         source, since, detached = h.s or '', tonumber(h.since) or -1, tonumber(h.d) or -1
+        if h.o then detached = -1 end
       end
       held[#held + 1] = {name, id, source, since, waiting, detached, mode}
     end
@@ -542,7 +602,8 @@ impl Scripts {
     }
 
     fn new() -> Self {
-        let s = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        let common = COMMON.replace("__OFFER_MS__", &OFFER.as_millis().to_string());
+        let s = |body: &str| Script::new(&format!("{common}\n{body}"));
         Scripts {
             enqueue: s(ENQUEUE),
             check: s(CHECK),
