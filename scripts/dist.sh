@@ -8,16 +8,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 name="lc-cli-$version-x86_64-linux"
+target_dir=${CARGO_TARGET_DIR:-target}
 if [ "${STATIC:-0}" = 1 ]; then
   # glibc linked in: name lookups through /etc/hosts and DNS work (glibc
   # 2.34+ has both built in), other NSS modules (LDAP, mDNS) do not.
   RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked --target x86_64-unknown-linux-gnu
-  bin=target/x86_64-unknown-linux-gnu/release/lc-cli
+  bin=$target_dir/x86_64-unknown-linux-gnu/release/lc-cli
   name="$name-static"
+  # Shipped only if name lookups work in it: localhost and a name from
+  # /etc/hosts, each as a server address for a real lock.
+  out=$(mktemp)
+  "$bin" serve --listen 127.0.0.1:0 >"$out" 2>/dev/null &
+  server=$!
+  for _ in $(seq 100); do grep -q '^listening on ' "$out" && break; sleep 0.05; done
+  port=$(sed -n 's/^listening on 127.0.0.1://p' "$out")
+  named=$(awk '$1 ~ /^127\./ { for (i = 2; i <= NF; i++) if ($i != "localhost") { print $i; exit } }' /etc/hosts)
+  for host in localhost ${named:-}; do
+    if ! "$bin" --server "$host:$port" lock static-check -- true; then
+      kill "$server"; rm -f "$out"
+      echo "the static build cannot look up '$host': not shipped" >&2
+      exit 1
+    fi
+    echo "static build: '$host' resolved and locked"
+  done
+  kill "$server"; rm -f "$out"
 else
   cargo build --release --locked
-  bin=target/release/lc-cli
+  bin=$target_dir/release/lc-cli
 fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
