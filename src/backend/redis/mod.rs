@@ -20,6 +20,7 @@
 //! and pushes to that waiter's wake-up list, on which it blocks (BLPOP); it
 //! also re-checks on a slow timer, so a lost wake-up costs time only.
 
+pub mod address;
 mod held;
 mod list;
 mod node;
@@ -37,9 +38,11 @@ use tokio_util::sync::CancellationToken;
 use self::held::{renew_loop, RedisHeld};
 use self::node::{Node, NodeError, NodeResult};
 use self::scripts::Scripts;
+pub use address::RedisAddress;
+
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockMode, LockRequest,
-    Result, ServerSpec, WaitProgress,
+    Result, WaitProgress,
 };
 
 pub struct RedisBackend {
@@ -317,10 +320,8 @@ fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
 }
 
 impl RedisBackend {
-    pub async fn connect(config: &BackendConfig) -> Result<Self> {
-        let ServerSpec::Redis { nodes, db } = &config.server else {
-            unreachable!("RedisBackend built for {}", config.server)
-        };
+    pub async fn connect(address: &RedisAddress, config: &BackendConfig) -> Result<Self> {
+        let RedisAddress { nodes, db, .. } = address;
         let mut built = Vec::new();
         for addr in nodes {
             let node =
@@ -680,17 +681,12 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn check_key(&self, key: &str) -> Result<()> {
-        super::check_key_limits(key)
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        self.check_key(&request.key)?;
         if cancel.is_cancelled() {
             return Ok(Acquired::Cancelled);
         }
@@ -702,7 +698,6 @@ impl Backend for RedisBackend {
     }
 
     async fn unlock(&self, key: &str) -> Result<bool> {
-        self.check_key(key)?;
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> =
             sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
@@ -725,7 +720,6 @@ impl Backend for RedisBackend {
     }
 
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.check_key(key)?;
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(|s| &s.reset_key, key, vec![key.to_string()])
