@@ -545,6 +545,28 @@ mod tests {
         assert_eq!(ports.len(), BACKENDS.len());
     }
 
+    /// The `--server` help is written by hand: it must name every scheme
+    /// and every parameter of the table.
+    #[test]
+    fn the_server_help_names_every_scheme_and_parameter() {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let keys = cli.find_subcommand("keys").unwrap();
+        let arg = keys
+            .get_arguments()
+            .find(|a| a.get_id() == "server")
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        for b in BACKENDS {
+            // Its main name (aliases such as postgresql:// may go unsaid).
+            let name = b.names.iter().find(|n| !n.is_empty()).unwrap();
+            assert!(help.contains(&format!("{name}://")), "{name}:// in {help}");
+            for param in b.params {
+                assert!(help.contains(&format!("{param}=")), "{param}= in {help}");
+            }
+        }
+    }
+
     #[test]
     fn ttl_defaults_come_from_the_scheme() {
         let config = BackendConfig::new("etcd://e".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);

@@ -64,15 +64,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 verbose,
             )
         }
-        Command::Unlock(args) => unlock::run(&top.config(&args.service)?, &args.key),
-        Command::Wait(args) => wait::run(&top.config(&args.service)?, args, verbose),
+        Command::Unlock(args) => unlock::run(&top.config(&args.service)?, args),
+        Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
-        Command::Keys(args) => keys::run(
-            &top.config(&args.service)?,
-            args.pattern.as_deref(),
-            args.json,
-            args.sort,
-        ),
+        Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
         Command::Serve(args) => {
             top.refuse("serve")?;
             serve::run(args, verbose)
