@@ -435,7 +435,9 @@ pub type Result<T> = std::result::Result<T, BackendError>;
 /// A lock service: one implementation per protocol.
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Waits in line for the key (or only tries, with `nonblock`). When
+    /// Waits in line for the key (or only tries, with `nonblock`); the key,
+    /// the source and the mode were checked before ([`check_names`],
+    /// [`check_mode`]). When
     /// `cancel` fires, the request is withdrawn before this returns
     /// `Cancelled`; a grant that raced with it is released again.
     async fn acquire(
