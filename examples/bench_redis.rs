@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lc_cli::backend::{
-    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerSpec,
+    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerUrl,
     WaitProgress,
 };
 use tokio::task::JoinHandle;
@@ -314,7 +314,7 @@ type Member = (Box<dyn Backend>, Box<dyn HeldLock>);
 fn config(url: &str) -> BackendConfig {
     BackendConfig {
         access: Default::default(),
-        server: url.parse::<ServerSpec>().unwrap(),
+        server: url.parse::<ServerUrl>().unwrap().server,
         session_timeout: Duration::from_secs(10),
         ttl: Duration::from_secs(30),
         queue_timeout: Duration::from_secs(60),

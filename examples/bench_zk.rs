@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use lc_cli::backend::{
-    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerSpec,
+    self, Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest, ServerUrl,
     WaitProgress,
 };
 use tokio::task::JoinHandle;
@@ -36,10 +36,10 @@ type Holder = (Box<dyn Backend>, Box<dyn HeldLock>);
 fn config(zk: &zk::Zk, root: &str) -> BackendConfig {
     BackendConfig {
         access: Default::default(),
-        server: ServerSpec::Zk {
-            hosts: vec![zk.hosts()],
-            root: root.to_string(),
-        },
+        server: format!("zk://{}{root}", zk.hosts())
+            .parse::<ServerUrl>()
+            .unwrap()
+            .server,
         // Long sessions: pings (every third of it) stay out of the counts.
         session_timeout: Duration::from_secs(40),
         ttl: Duration::from_secs(30),

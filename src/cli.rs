@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::ServerUrl;
 pub use crate::duration::parse_duration;
 
 #[derive(Debug, Parser)]
@@ -28,7 +27,7 @@ pub struct Cli {
     /// The lock service, for the subcommands that talk to one (as their own
     /// --server, which wins)
     #[arg(long, value_name = "URL")]
-    pub server: Option<ServerUrl>,
+    pub server: Option<String>,
 
     /// Before the subcommand, as the subcommand's --connect-timeout
     #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
@@ -99,7 +98,7 @@ pub struct ServiceArgs {
     /// REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD,
     /// PGPASSWORD instead; none is ever printed
     #[arg(long, value_name = "URL")]
-    pub server: Option<ServerUrl>,
+    pub server: Option<String>,
 
     /// How long to keep trying to reach the service (name lookup included)
     /// [default: 2s]

@@ -1,15 +1,21 @@
 //! lc-cli: a distributed flock(1).
 //!
-//! Dependencies point one way: `cmd -> backend -> {lc -> proto, zk, redis}`,
-//! `cmd::serve -> server -> {proto, wal}`; `cli`, `proto`, `wal`, `mode` and
-//! `exit` import nothing else of the crate but `mode`.
+//! Dependencies point one way: `cmd -> {cli, backend, child, ...}`,
+//! `backend -> {lc -> proto, zk, redis, etcd, postgres}`,
+//! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
+//! `mode`, `cli` only `duration`, `exit`, `mode` and `duration` nothing.
 //!
-//! - [`cli`]: the clap types, nothing else.
-//! - [`cmd`]: one module per subcommand; turns the command line into config,
-//!   dispatches, and turns backend errors into exit statuses.
-//! - [`backend`]: the lock-backend trait, its error type and the parsing of
-//!   server addresses; one folder per implementation: [`backend::lc`] (the
-//!   one-byte protocol, over `proto`), [`backend::zk`], [`backend::redis`].
+//! - [`cli`]: the clap types, nothing else (`--server` stays text).
+//! - [`cmd`]: one module per subcommand; turns the command line into config
+//!   (the one place the server address is chosen and parsed), dispatches,
+//!   and turns backend errors into exit statuses.
+//! - [`backend`]: the lock-backend trait, its error type, the table of
+//!   backends (`backend::BACKENDS`), the one check of keys, sources and
+//!   modes, and `backend::address` (what every scheme's parsing shares).
+//!   One folder per implementation, each owning its scheme in
+//!   `address.rs`: [`backend::lc`] (the one-byte protocol, over `proto`),
+//!   [`backend::zk`], [`backend::redis`], [`backend::etcd`],
+//!   [`backend::postgres`].
 //! - `child`, `signals` and `terminal`: running the command while the lock
 //!   is held (its process group, job control at a terminal); `status_line`:
 //!   the wait; `guardian`: the process outside lc-cli's that stops the
@@ -25,18 +31,8 @@
 //!   server addresses.
 //! - [`docs`]: completion scripts and man pages generated from [`cli`].
 //!
-//! Where new things go:
-//! - a backend: a folder `src/backend/NAME/` implementing `Backend` and
-//!   `HeldLock`, a `ServerSpec` variant and its scheme and query parameters
-//!   in `src/backend/mod.rs`, its arm in `backend::connect`, a README
-//!   section; no global flag;
-//! - a subcommand: an `Args` struct and a `Command` variant in `cli.rs`, a
-//!   file `src/cmd/NAME.rs`, one arm in `cmd::run`, its exit statuses in
-//!   the man page generator (`examples/gen_docs/man.rs`); then
-//!   `cargo run --example gen_docs`;
-//! - a protocol action: its frame in `proto.rs` (and the README table), a
-//!   file `src/server/NAME.rs` that serves it, one arm in `server/conn.rs`,
-//!   and the client side in `backend/lc/`.
+//! Where new things go: see CONTRIBUTING.md, which lists the files a new
+//! backend, subcommand or protocol action touches.
 
 pub mod backend;
 pub(crate) mod child;

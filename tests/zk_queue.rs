@@ -160,7 +160,7 @@ fn watchers(wchp: &str, path: &str) -> usize {
 /// cancelled wait leaves the queue before returning.
 #[test]
 fn progress_reports_the_place_and_cancel_withdraws() {
-    use lc_cli::backend::{self, Acquired, BackendConfig, LockRequest, ServerSpec, WaitProgress};
+    use lc_cli::backend::{self, Acquired, BackendConfig, LockRequest, ServerUrl, WaitProgress};
     use std::sync::{Arc, Mutex};
     use tokio_util::sync::CancellationToken;
 
@@ -177,10 +177,10 @@ fn progress_reports_the_place_and_cancel_withdraws() {
     }
     let config = BackendConfig {
         access: Default::default(),
-        server: ServerSpec::Zk {
-            hosts: vec![zk.hosts()],
-            root: "/p".into(),
-        },
+        server: format!("zk://{}/p", zk.hosts())
+            .parse::<ServerUrl>()
+            .unwrap()
+            .server,
         session_timeout: Duration::from_secs(2),
         ttl: Duration::from_secs(30),
         queue_timeout: Duration::from_secs(60),

@@ -1,8 +1,11 @@
-//! The lock-backend trait, its error type, and parsing of `--server`.
+//! The lock-backend trait, its error type, and the table of backends.
 //!
-//! Commands see only [`Backend`] and [`HeldLock`]; which service is behind
-//! them is decided once, from the server address, by [`connect`].
+//! Commands see only [`Backend`] and [`HeldLock`]. Each backend's folder
+//! owns its scheme (`NAME/address.rs`: its address, query parameters,
+//! default port, credential variables, capabilities); [`BACKENDS`] lists
+//! them, so parsing `--server` and [`connect`] are lookups in it.
 
+pub mod address;
 pub mod etcd;
 pub mod lc;
 pub mod postgres;
@@ -11,16 +14,86 @@ pub mod secret;
 pub(crate) mod tcp;
 pub mod zk;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+/// Every backend, by its scheme: adding one is its folder and one line here.
+pub const BACKENDS: &[&Scheme] = &[
+    &lc::address::SCHEME,
+    &zk::address::SCHEME,
+    &redis::address::SCHEME,
+    &etcd::address::SCHEME,
+    &postgres::address::SCHEME,
+];
+
+/// What lc-cli knows of one backend's scheme, for parsing, the errors and
+/// the docs; each backend's `address.rs` defines its own.
+pub struct Scheme {
+    /// The service as messages name it ("Redis").
+    pub service: &'static str,
+    /// The URL schemes it answers to; `""` is a bare `host:port`.
+    pub names: &'static [&'static str],
+    /// The query parameters it knows.
+    pub params: &'static [&'static str],
+    /// Where its credentials can come from when the address has none.
+    pub env: &'static [&'static str],
+    pub default_port: u16,
+    /// The lease (`ttl=`) when the address gives none.
+    pub default_ttl: Duration,
+    pub caps: Capabilities,
+    /// Its own naming rule for keys, beyond the limits every backend keeps.
+    pub key_problem: fn(&str) -> Option<String>,
+    /// The address after the scheme, its query, into the typed address.
+    pub parse: fn(&address::Parts) -> std::result::Result<ServerUrl, String>,
+}
+
+/// What a backend can do: asked only through [`check_mode`] and
+/// [`ServerAddress::keeps_detached_holds`].
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// `--shared`.
+    pub shared: bool,
+    /// `--limit N`.
+    pub limit: bool,
+    /// A hold can outlive lc-cli (`lock KEY` without a command): not where a
+    /// hold is a session's, as on PostgreSQL.
+    pub kept_holds: bool,
+    /// Why a mode is refused, added to the refusal.
+    pub why: &'static str,
+}
+
+impl Capabilities {
+    pub const ALL: Capabilities = Capabilities {
+        shared: true,
+        limit: true,
+        kept_holds: true,
+        why: "",
+    };
+}
+
+/// A parsed server address: a backend's own type, behind which [`connect`]
+/// finds its implementation.
+#[async_trait]
+pub trait ServerAddress: std::fmt::Display + std::fmt::Debug + Send + Sync {
+    fn scheme(&self) -> &'static Scheme;
+
+    /// Opens the backend (a session, a connection check) at this address.
+    async fn connect(&self, config: &BackendConfig) -> Result<Box<dyn Backend>>;
+
+    /// Whether a hold can outlive lc-cli (`lock KEY` without a command).
+    fn keeps_detached_holds(&self) -> bool {
+        self.scheme().caps.kept_holds
+    }
+}
+
 /// How a backend is reached and tuned; built from the command line, never a
 /// clap type.
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
-    pub server: ServerSpec,
+    pub server: Arc<dyn ServerAddress>,
     /// Credentials and TLS (ZooKeeper, Redis, etcd).
     pub access: secret::Access,
     /// ZooKeeper session timeout.
@@ -39,8 +112,6 @@ pub struct BackendConfig {
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-/// etcdctl lock's default session TTL.
-pub const DEFAULT_ETCD_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl BackendConfig {
@@ -53,12 +124,9 @@ impl BackendConfig {
     /// The address's tuning, or each default.
     pub fn new(url: ServerUrl, connect_timeout: Duration) -> Self {
         let t = url.tuning;
-        let default_ttl = match url.spec {
-            ServerSpec::Etcd { .. } => DEFAULT_ETCD_TTL,
-            _ => DEFAULT_TTL,
-        };
+        let default_ttl = url.server.scheme().default_ttl;
         BackendConfig {
-            server: url.spec,
+            server: url.server,
             access: url.access,
             session_timeout: t.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
             ttl: t.ttl.unwrap_or(default_ttl),
@@ -66,40 +134,6 @@ impl BackendConfig {
             connect_timeout,
             verbose: false,
         }
-    }
-}
-
-/// Where the lock service is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerSpec {
-    /// The Locking-Center protocol (the built-in server): `host:port` or
-    /// `lc://host:port[?manager=host:port]`.
-    Lc {
-        addr: String,
-        /// The manager port (`keys`), when it is not the lock port + 1.
-        manager: Option<String>,
-    },
-    /// `zk://host:port[,host:port...][/path]`
-    Zk { hosts: Vec<String>, root: String },
-    /// `redis://host:port[,host:port...][/db]`: several hosts form a quorum.
-    Redis { nodes: Vec<String>, db: i64 },
-    /// `etcd://host:port[,host:port...][/prefix]`: the lock NAME is the
-    /// etcd key prefix `PREFIX/NAME/` (`NAME/` without a prefix, as
-    /// `etcdctl lock NAME` names it).
-    Etcd {
-        endpoints: Vec<String>,
-        prefix: String,
-    },
-    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgresql://`):
-    /// session advisory locks.
-    Postgres(postgres::PgAddress),
-}
-
-impl ServerSpec {
-    /// Whether a hold can outlive lc-cli (`lock KEY` without a command):
-    /// not where a hold is a session's, as on PostgreSQL.
-    pub fn keeps_detached_holds(&self) -> bool {
-        !matches!(self, ServerSpec::Postgres(_))
     }
 }
 
@@ -113,333 +147,84 @@ pub struct Tuning {
 }
 
 /// A `--server` value: the service and the tuning its address carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServerUrl {
-    pub spec: ServerSpec,
+    pub server: Arc<dyn ServerAddress>,
     pub tuning: Tuning,
     pub access: secret::Access,
 }
 
-pub const DEFAULT_SERVER: &str = "127.0.0.1:22119";
-pub const DEFAULT_ZK_ROOT: &str = "/lc-cli";
-
-/// The query parameters each scheme knows, for the docs and the errors.
-pub const LC_PARAMS: &[&str] = &["manager"];
-pub const ZK_PARAMS: &[&str] = &["session-timeout"];
-pub const REDIS_PARAMS: &[&str] = &["ttl", "queue-timeout", "cacert", "cert", "key"];
-pub const ETCD_PARAMS: &[&str] = &["ttl", "cacert", "cert", "key"];
-
-/// Where each backend reads a password the address does not hold, as that
-/// service's own client does (redis-cli, etcdctl); ZooKeeper's has none.
-pub const REDIS_PASSWORD_ENV: &str = "REDISCLI_AUTH";
-pub const ZK_PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
-pub const ETCD_USER_ENV: &str = "ETCDCTL_USER";
-pub const ETCD_PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
-
-impl std::fmt::Display for ServerSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServerSpec::Lc {
-                addr,
-                manager: None,
-            } => write!(f, "{addr}"),
-            ServerSpec::Lc {
-                addr,
-                manager: Some(m),
-            } => write!(f, "lc://{addr}?manager={m}"),
-            ServerSpec::Zk { hosts, root } => write!(f, "zk://{}{}", hosts.join(","), root),
-            ServerSpec::Redis { nodes, db } => write!(f, "redis://{}/{db}", nodes.join(",")),
-            ServerSpec::Etcd { endpoints, prefix } if prefix.is_empty() => {
-                write!(f, "etcd://{}", endpoints.join(","))
-            }
-            ServerSpec::Etcd { endpoints, prefix } => {
-                write!(f, "etcd://{}/{prefix}", endpoints.join(","))
-            }
-            ServerSpec::Postgres(a) => write!(f, "{a}"),
+impl ServerUrl {
+    /// An address without tuning or credentials of its own.
+    pub fn plain(server: impl ServerAddress + 'static) -> ServerUrl {
+        ServerUrl {
+            server: Arc::new(server),
+            tuning: Tuning::default(),
+            access: secret::Access::default(),
         }
     }
 }
 
-impl std::str::FromStr for ServerSpec {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        s.parse::<ServerUrl>().map(|u| u.spec)
-    }
-}
+pub const DEFAULT_SERVER: &str = "127.0.0.1:22119";
 
 impl std::str::FromStr for ServerUrl {
     type Err = String;
 
+    /// Finds the scheme in [`BACKENDS`]; every message quotes the address
+    /// masked, never its password.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let s = s.trim();
-        // Every message below quotes the address masked: never its password.
-        let shown = secret::mask(s);
-        let (base, query) = match s.split_once('?') {
-            Some((b, q)) => (b, q),
-            None => (s, ""),
-        };
-        let mut params = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some((name, value)) if !value.is_empty() => params.push((name, value)),
-                _ => return Err(format!("'{pair}' in '{shown}' is not NAME=VALUE")),
-            }
+        let parts = address::Parts::split(s)?;
+        match BACKENDS.iter().find(|b| b.names.contains(&parts.scheme)) {
+            Some(scheme) => (scheme.parse)(&parts),
+            None => Err(format!(
+                "unknown server scheme in '{}' (use {})",
+                parts.shown,
+                scheme_list()
+            )),
         }
-        let unknown = |name: &str, scheme: &str, known: &[&str]| {
-            format!(
-                "unknown parameter '{name}' in '{shown}' ({scheme} knows {})",
-                known.join(", ")
-            )
-        };
-        let duration = |name: &str, value: &str| {
-            crate::duration::parse_duration(value).map_err(|e| format!("{name} in '{shown}': {e}"))
-        };
-        let mut tuning = Tuning::default();
-        let mut access = secret::Access::default();
-        let pg = base
-            .strip_prefix("postgres://")
-            .or_else(|| base.strip_prefix("postgresql://"));
-        let redis = base
-            .strip_prefix("redis://")
-            .map(|r| (r, false))
-            .or_else(|| base.strip_prefix("rediss://").map(|r| (r, true)));
-        let spec = if let Some(rest) = pg {
-            ServerSpec::Postgres(postgres::address::parse(rest, &params, s)?)
-        } else if let Some(rest) = base.strip_prefix("zk://") {
-            for (name, value) in params {
-                match name {
-                    "session-timeout" => tuning.session_timeout = Some(duration(name, value)?),
-                    _ => return Err(unknown(name, "zk://", ZK_PARAMS)),
-                }
-            }
-            let (a, rest) = split_credentials(rest, s, Some(ZK_PASSWORD_ENV))?;
-            if a.password.is_some() && a.user.is_none() {
-                return Err(format!(
-                    "'{shown}': ZooKeeper's digest authentication needs a user (zk://USER:PASSWORD@HOSTS)"
-                ));
-            }
-            access = a;
-            parse_zk(&rest)?
-        } else if let Some((rest, tls)) = redis {
-            let mut t = secret::Tls::default();
-            for (name, value) in params {
-                match name {
-                    "ttl" => tuning.ttl = Some(duration(name, value)?),
-                    "queue-timeout" => tuning.queue_timeout = Some(duration(name, value)?),
-                    "cacert" | "cert" | "key" if tls => tls_param(&mut t, name, value),
-                    "cacert" | "cert" | "key" => {
-                        return Err(format!(
-                            "'{name}' in '{shown}' is a TLS setting: use rediss://"
-                        ))
-                    }
-                    _ => return Err(unknown(name, "redis://", REDIS_PARAMS)),
-                }
-            }
-            let (a, rest) = split_credentials(rest, s, Some(REDIS_PASSWORD_ENV))?;
-            check_tls(&t, &shown)?;
-            access = a;
-            access.tls = tls.then_some(t);
-            parse_redis(&rest)?
-        } else if let Some(rest) = base.strip_prefix("etcd://") {
-            let mut t = secret::Tls::default();
-            let mut tls = false;
-            for (name, value) in params {
-                match name {
-                    "ttl" => tuning.ttl = Some(duration(name, value)?),
-                    "cacert" | "cert" | "key" => {
-                        tls = true;
-                        tls_param(&mut t, name, value)
-                    }
-                    _ => return Err(unknown(name, "etcd://", ETCD_PARAMS)),
-                }
-            }
-            let (a, rest) = split_credentials(rest, s, Some(ETCD_PASSWORD_ENV))?;
-            check_tls(&t, &shown)?;
-            access = etcd_user_from_env(a);
-            access.tls = tls.then_some(t);
-            parse_etcd(&rest)?
-        } else {
-            let addr = base.strip_prefix("lc://").unwrap_or(base);
-            if addr.contains("://") {
-                return Err(format!(
-                    "unknown server scheme in '{shown}' (use host:port, lc://, zk://, redis://, rediss://, etcd:// or postgres://)"
-                ));
-            }
-            if addr.contains('@') {
-                return Err(format!(
-                    "'{shown}': the built-in server takes no credentials (see the README's Security section)"
-                ));
-            }
-            let mut manager = None;
-            for (name, value) in params {
-                match name {
-                    "manager" => manager = Some(single_host(value, 22120, s)?),
-                    _ => return Err(unknown(name, "lc://", LC_PARAMS)),
-                }
-            }
-            ServerSpec::Lc {
-                addr: single_host(addr, 22119, s)?,
-                manager,
-            }
-        };
-        Ok(ServerUrl {
-            spec,
-            tuning,
-            access,
+    }
+}
+
+/// `host:port, lc://, zk://, ... or postgresql://`, from the table.
+fn scheme_list() -> String {
+    let forms: Vec<String> = BACKENDS
+        .iter()
+        .flat_map(|b| b.names.iter())
+        .map(|n| match *n {
+            "" => "host:port".to_string(),
+            n => format!("{n}://"),
         })
+        .collect();
+    match forms.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => forms.join(""),
     }
 }
 
-/// `[USER[:PASSWORD]@]HOSTS[/PATH]` -> the credentials and `HOSTS[/PATH]`.
-fn split_credentials(
-    rest: &str,
-    whole: &str,
-    env_password: Option<&str>,
-) -> std::result::Result<(secret::Access, String), String> {
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
+/// What the well-known port of another backend in `addr` suggests, for a
+/// built-in-protocol address that got no Locking-Center answer.
+pub fn port_hint(addr: &str) -> String {
+    let (host, port) = match addr.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().ok()),
+        None => (addr, None),
     };
-    let (access, hosts) = secret::split_userinfo(authority, whole, env_password)?;
-    Ok((access, format!("{hosts}{path}")))
-}
-
-/// etcdctl's ETCDCTL_USER (`USER` or `USER:PASSWORD`), when the address
-/// names no user.
-fn etcd_user_from_env(mut access: secret::Access) -> secret::Access {
-    if access.user.is_some() {
-        return access;
+    let other = BACKENDS
+        .iter()
+        .filter(|b| !b.names.contains(&""))
+        .find(|b| Some(b.default_port) == port);
+    match (other, port) {
+        (Some(b), Some(port)) => format!(
+            " ({port} is {}'s port: use --server {}://{host}:{port})",
+            b.service, b.names[0]
+        ),
+        (None, Some(80 | 443 | 8080)) => " (an HTTP port?)".to_string(),
+        _ => String::new(),
     }
-    let Ok(value) = std::env::var(ETCD_USER_ENV) else {
-        return access;
-    };
-    match value.split_once(':') {
-        Some((user, password)) => {
-            access.user = Some(user.to_string());
-            if access.password.is_none() {
-                access.password = Some(secret::Secret::new(password.to_string()));
-            }
-        }
-        None if !value.is_empty() => access.user = Some(value),
-        None => {}
-    }
-    access
-}
-
-/// A client certificate is a pair.
-fn check_tls(t: &secret::Tls, shown: &str) -> std::result::Result<(), String> {
-    if t.cert.is_some() != t.key.is_some() {
-        return Err(format!(
-            "'{shown}': a client certificate needs both cert= and key="
-        ));
-    }
-    Ok(())
-}
-
-fn tls_param(t: &mut secret::Tls, name: &str, value: &str) {
-    let path = Some(std::path::PathBuf::from(value));
-    match name {
-        "cacert" => t.ca = path,
-        "cert" => t.cert = path,
-        _ => t.key = path,
-    }
-}
-
-fn parse_zk(rest: &str) -> std::result::Result<ServerSpec, String> {
-    let (hosts, root) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, DEFAULT_ZK_ROOT),
-    };
-    let root = root.trim_end_matches('/');
-    let root = if root.is_empty() {
-        DEFAULT_ZK_ROOT
-    } else {
-        root
-    };
-    Ok(ServerSpec::Zk {
-        hosts: host_list(hosts, 2181)?,
-        root: root.to_string(),
-    })
-}
-
-fn parse_redis(rest: &str) -> std::result::Result<ServerSpec, String> {
-    let (hosts, db) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
-    let db = if db.is_empty() {
-        0
-    } else {
-        db.parse()
-            .map_err(|_| format!("'{db}' is not a Redis database number"))?
-    };
-    Ok(ServerSpec::Redis {
-        nodes: host_list(hosts, 6379)?,
-        db,
-    })
-}
-
-fn parse_etcd(rest: &str) -> std::result::Result<ServerSpec, String> {
-    let (hosts, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
-    Ok(ServerSpec::Etcd {
-        endpoints: host_list(hosts, 2379)?,
-        prefix: prefix.trim_matches('/').to_string(),
-    })
-}
-
-fn single_host(addr: &str, default_port: u16, whole: &str) -> std::result::Result<String, String> {
-    let mut hosts = host_list(addr, default_port)?;
-    if hosts.len() != 1 {
-        return Err(format!("'{whole}': the lock server is a single host:port"));
-    }
-    Ok(hosts.remove(0))
-}
-
-/// `a:1,b,c:3` -> `["a:1", "b:DEFAULT", "c:3"]`.
-fn host_list(list: &str, default_port: u16) -> std::result::Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for host in list.split(',') {
-        let host = host.trim();
-        if host.is_empty() {
-            return Err(format!("empty host in '{list}'"));
-        }
-        let has_port = match host.rsplit_once(':') {
-            Some((h, port)) if !h.ends_with(':') && !port.contains(']') => {
-                port.parse::<u16>()
-                    .map_err(|_| format!("'{port}' is not a port number in '{host}'"))?;
-                true
-            }
-            _ => false,
-        };
-        out.push(if has_port {
-            host.to_string()
-        } else {
-            format!("{host}:{default_port}")
-        });
-    }
-    Ok(out)
 }
 
 pub use crate::mode::LockMode;
 
-/// The refusals of a request's mode, where a backend needs them.
 impl LockMode {
-    /// Refuses a shared or limited request on a backend that can take only
-    /// exclusive locks: the single spot each such backend calls.
-    pub(crate) fn exclusive_only(self, server: &str, why: &str) -> Result<()> {
-        match self {
-            LockMode::Exclusive => Ok(()),
-            _ => Err(BackendError::Unsupported {
-                server: server.to_string(),
-                reason: format!("{why} cannot take shared or limited locks (asked for {self})"),
-            }),
-        }
-    }
-
     /// The refusal of a request in this mode on `key`, used `theirs` way.
     pub(crate) fn conflict(self, key: &str, theirs: LockMode) -> BackendError {
         BackendError::ModeConflict {
@@ -448,6 +233,65 @@ impl LockMode {
             theirs: theirs.phrase(),
         }
     }
+}
+
+/// The one check of a mode against the backend's capabilities: a shared or
+/// limited request is refused, never served as an exclusive lock.
+pub fn check_mode(server: &dyn ServerAddress, shown: &str, mode: LockMode) -> Result<()> {
+    let scheme = server.scheme();
+    let caps = scheme.caps;
+    let what = match mode {
+        LockMode::Exclusive => return Ok(()),
+        LockMode::Shared if caps.shared => return Ok(()),
+        LockMode::Limit(_) if caps.limit => return Ok(()),
+        _ if !caps.shared && !caps.limit => format!("shared or limited locks (asked for {mode})"),
+        LockMode::Limit(n) => format!("--limit {n}"),
+        LockMode::Shared => "shared locks".to_string(),
+    };
+    Err(BackendError::Unsupported {
+        server: shown.to_string(),
+        reason: format!(
+            "lc-cli's {} backend cannot take {what}{}",
+            scheme.service, caps.why
+        ),
+    })
+}
+
+/// The one check of keys and sources, before anything is sent: the limits
+/// of the one-byte protocol (a key of 1 to 127 bytes, a source of up to 127), which
+/// every backend keeps so a key means the same thing on each, then the
+/// naming rule of the backend at `server`.
+pub fn check_names(
+    server: Option<&dyn ServerAddress>,
+    keys: &[&str],
+    sources: &[&str],
+) -> Result<()> {
+    for key in keys {
+        let problem = crate::proto::check_key(key.as_bytes())
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| server.and_then(|s| (s.scheme().key_problem)(key)));
+        if let Some(reason) = problem {
+            return Err(BackendError::BadKey {
+                key: key.to_string(),
+                reason,
+            });
+        }
+    }
+    for source in sources {
+        if let Err(e) = crate::proto::check_source(source.as_bytes()) {
+            return Err(BackendError::BadSource {
+                source_name: source.to_string(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// No naming rule beyond the shared limits.
+pub(crate) fn any_key(_key: &str) -> Option<String> {
+    None
 }
 
 /// What a lock request asks for.
@@ -571,9 +415,9 @@ pub enum BackendError {
         ours: String,
         theirs: String,
     },
-    #[error("invalid key '{key}': {reason}")]
+    #[error("invalid key '{key}', nothing was sent: {reason}")]
     BadKey { key: String, reason: String },
-    #[error("invalid source '{source_name}': {reason}")]
+    #[error("invalid source '{source_name}', nothing was sent: {reason}")]
     BadSource { source_name: String, reason: String },
     #[error("{0}")]
     Other(String),
@@ -591,10 +435,9 @@ pub type Result<T> = std::result::Result<T, BackendError>;
 /// A lock service: one implementation per protocol.
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Refuses a key this service cannot hold, before any request is sent.
-    fn check_key(&self, key: &str) -> Result<()>;
-
-    /// Waits in line for the key (or only tries, with `nonblock`). When
+    /// Waits in line for the key (or only tries, with `nonblock`); the key,
+    /// the source and the mode were checked before ([`check_names`],
+    /// [`check_mode`]). When
     /// `cancel` fires, the request is withdrawn before this returns
     /// `Cancelled`; a grant that raced with it is released again.
     async fn acquire(
@@ -667,200 +510,127 @@ pub trait HeldLock: Send {
     async fn detach(self: Box<Self>) -> Result<()>;
 }
 
-/// The key limits of the one-byte protocol (1 to 127 bytes), which every
-/// backend keeps so a key means the same thing on each.
-pub(crate) fn check_key_limits(key: &str) -> Result<()> {
-    crate::proto::check_key(key.as_bytes()).map_err(|e| BackendError::BadKey {
-        key: key.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-/// A key a backend's naming rules refuse (`problem`), as the error that says so.
-pub(crate) fn refuse_key(key: &str, problem: Option<String>) -> Result<()> {
-    match problem {
-        None => Ok(()),
-        Some(reason) => Err(BackendError::BadKey {
-            key: key.to_string(),
-            reason,
-        }),
-    }
-}
-
-/// Picks the implementation for the server address.
+/// Opens the backend the address names.
 pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>> {
-    match &config.server {
-        ServerSpec::Lc { .. } => Ok(Box::new(lc::LcBackend::new(config))),
-        ServerSpec::Zk { .. } => Ok(Box::new(zk::ZkBackend::connect(config).await?)),
-        ServerSpec::Redis { .. } => Ok(Box::new(redis::RedisBackend::connect(config).await?)),
-        ServerSpec::Etcd { .. } => Ok(Box::new(etcd::EtcdBackend::connect(config).await?)),
-        ServerSpec::Postgres(a) => Ok(Box::new(postgres::PgBackend::connect(a, config).await?)),
-    }
+    config.server.connect(config).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(s: &str) -> ServerSpec {
-        s.parse().unwrap()
+    fn shown(s: &str) -> String {
+        let url: ServerUrl = s.parse().unwrap();
+        BackendConfig::new(url, DEFAULT_CONNECT_TIMEOUT).shown()
     }
 
     #[test]
-    fn lc_forms() {
-        assert_eq!(
-            parse("127.0.0.1:22119"),
-            ServerSpec::Lc {
-                addr: "127.0.0.1:22119".into(),
-                manager: None
-            }
+    fn each_scheme_is_found_in_the_table() {
+        assert_eq!(shown("h:1"), "h:1");
+        assert_eq!(shown("zk://z"), "zk://z:2181/lc-cli");
+        assert_eq!(shown("redis://r"), "redis://r:6379/0");
+        assert_eq!(shown("rediss://u:pw@r"), "rediss://u:***@r:6379/0");
+        assert_eq!(shown("etcd://e"), "etcd://e:2379");
+        assert_eq!(shown("postgresql://u@p/d"), "postgres://u@p:5432/d");
+        let e = "http://x".parse::<ServerUrl>().unwrap_err();
+        assert!(
+            e.contains("use host:port, lc://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql://"),
+            "{e}"
         );
-        assert_eq!(
-            parse("lc://h:1"),
-            ServerSpec::Lc {
-                addr: "h:1".into(),
-                manager: None
-            }
-        );
-        assert_eq!(
-            parse("lockhost"),
-            ServerSpec::Lc {
-                addr: "lockhost:22119".into(),
-                manager: None
-            }
-        );
-        assert!("a:1,b:2".parse::<ServerSpec>().is_err());
-        assert!("http://x".parse::<ServerSpec>().is_err());
-        assert!("h:notaport".parse::<ServerSpec>().is_err());
+        let e = "http://u:pw@x".parse::<ServerUrl>().unwrap_err();
+        assert!(!e.contains("pw"), "{e}");
     }
 
     #[test]
-    fn zk_forms() {
-        assert_eq!(
-            parse("zk://z1:2181,z2/locks"),
-            ServerSpec::Zk {
-                hosts: vec!["z1:2181".into(), "z2:2181".into()],
-                root: "/locks".into()
+    fn every_scheme_name_and_port_is_unique() {
+        let names: Vec<_> = BACKENDS.iter().flat_map(|b| b.names.iter()).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len());
+        let mut ports: Vec<_> = BACKENDS.iter().map(|b| b.default_port).collect();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), BACKENDS.len());
+    }
+
+    /// The `--server` help is written by hand: it must name every scheme
+    /// and every parameter of the table.
+    #[test]
+    fn the_server_help_names_every_scheme_and_parameter() {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let keys = cli.find_subcommand("keys").unwrap();
+        let arg = keys
+            .get_arguments()
+            .find(|a| a.get_id() == "server")
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        for b in BACKENDS {
+            // Its main name (aliases such as postgresql:// may go unsaid).
+            let name = b.names.iter().find(|n| !n.is_empty()).unwrap();
+            assert!(help.contains(&format!("{name}://")), "{name}:// in {help}");
+            for param in b.params {
+                assert!(help.contains(&format!("{param}=")), "{param}= in {help}");
             }
-        );
-        assert_eq!(
-            parse("zk://z1"),
-            ServerSpec::Zk {
-                hosts: vec!["z1:2181".into()],
-                root: DEFAULT_ZK_ROOT.into()
-            }
-        );
+        }
     }
 
     #[test]
-    fn redis_forms() {
-        assert_eq!(
-            parse("redis://r1:6379/2"),
-            ServerSpec::Redis {
-                nodes: vec!["r1:6379".into()],
-                db: 2
-            }
-        );
-        assert_eq!(
-            parse("redis://a,b:7000,c"),
-            ServerSpec::Redis {
-                nodes: vec!["a:6379".into(), "b:7000".into(), "c:6379".into()],
-                db: 0
-            }
-        );
-        assert!("redis://a/x".parse::<ServerSpec>().is_err());
-    }
-
-    #[test]
-    fn etcd_forms() {
-        assert_eq!(
-            parse("etcd://e1,e2:3000"),
-            ServerSpec::Etcd {
-                endpoints: vec!["e1:2379".into(), "e2:3000".into()],
-                prefix: String::new()
-            }
-        );
-        let u: ServerUrl = "etcd://127.0.0.1:5/locks/?ttl=3s".parse().unwrap();
-        assert_eq!(u.tuning.ttl, Some(Duration::from_secs(3)));
-        assert_eq!(u.spec.to_string(), "etcd://127.0.0.1:5/locks");
-        assert_eq!(u.spec.to_string().parse::<ServerSpec>().unwrap(), u.spec);
-        let e = "etcd://e?session-timeout=3s"
-            .parse::<ServerUrl>()
-            .unwrap_err();
-        assert!(e.contains("etcd:// knows ttl"), "{e}");
+    fn ttl_defaults_come_from_the_scheme() {
         let config = BackendConfig::new("etcd://e".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
-        assert_eq!(config.ttl, DEFAULT_ETCD_TTL);
-    }
-
-    #[test]
-    fn tuning_comes_from_the_query() {
-        let u: ServerUrl = "redis://a,b,c/0?ttl=3s&queue-timeout=1m".parse().unwrap();
-        assert_eq!(u.tuning.ttl, Some(Duration::from_secs(3)));
-        assert_eq!(u.tuning.queue_timeout, Some(Duration::from_secs(60)));
-        assert_eq!(u.spec.to_string(), "redis://a:6379,b:6379,c:6379/0");
-        let u: ServerUrl = "zk://h1,h2/locks?session-timeout=10s".parse().unwrap();
-        assert_eq!(u.tuning.session_timeout, Some(Duration::from_secs(10)));
-        assert_eq!(u.spec.to_string(), "zk://h1:2181,h2:2181/locks");
-        let u: ServerUrl = "lc://h:5?manager=h:7".parse().unwrap();
-        assert_eq!(
-            u.spec,
-            ServerSpec::Lc {
-                addr: "h:5".into(),
-                manager: Some("h:7".into())
-            }
-        );
-        assert_eq!(u.spec.to_string(), "lc://h:5?manager=h:7");
-        assert_eq!(u.spec.to_string().parse::<ServerUrl>().unwrap(), u);
+        assert_eq!(config.ttl, Duration::from_secs(10));
         let config = BackendConfig::new("redis://r".parse().unwrap(), DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(config.ttl, DEFAULT_TTL);
     }
 
     #[test]
-    fn credentials_and_tls_are_parsed_and_never_shown() {
-        let u: ServerUrl = "rediss://locker:pw%2Fx@r1,r2:7000/3?cacert=/ca.pem&ttl=3s"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            u.spec,
-            ServerSpec::Redis {
-                nodes: vec!["r1:6379".into(), "r2:7000".into()],
-                db: 3
-            }
-        );
-        assert_eq!(u.access.user.as_deref(), Some("locker"));
-        assert_eq!(u.access.password.as_ref().map(|p| p.expose()), Some("pw/x"));
-        let tls = u.access.tls.clone().unwrap();
-        assert_eq!(tls.ca, Some("/ca.pem".into()));
-        let config = BackendConfig::new(u, DEFAULT_CONNECT_TIMEOUT);
-        assert_eq!(config.shown(), "rediss://locker:***@r1:6379,r2:7000/3");
-        let u: ServerUrl = "zk://ops:pw@z1/locks".parse().unwrap();
-        assert_eq!(u.spec.to_string(), "zk://z1:2181/locks");
-        assert_eq!(u.access.user.as_deref(), Some("ops"));
-        let e = "zk://:pw@z1".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("needs a user") && !e.contains("pw@"), "{e}");
-        let e = "redis://u:pw@r?cacert=/x".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("rediss://") && e.contains("u:***@"), "{e}");
-        let e = "rediss://r?cert=/c".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("cert= and key="), "{e}");
-        assert!("lc://u:pw@h:1".parse::<ServerUrl>().is_err());
-        let u: ServerUrl = "etcd://root:pw@e1?cacert=/ca".parse().unwrap();
-        assert!(u.access.tls.is_some());
-        assert_eq!(u.spec.to_string(), "etcd://e1:2379");
+    fn port_hints_name_the_other_backends() {
+        assert!(port_hint("127.0.0.1:6379").contains("redis://127.0.0.1:6379"));
+        assert!(port_hint("zk1:2181").contains("zk://zk1:2181"));
+        assert!(port_hint("e:2379").contains("etcd://e:2379"));
+        assert!(port_hint("p:5432").contains("postgres://p:5432"));
+        assert!(port_hint("h:8080").contains("HTTP"));
+        assert_eq!(port_hint("h:22119"), "");
     }
 
     #[test]
-    fn unknown_or_bad_parameters_are_refused_naming_the_known_ones() {
-        let e = "redis://r?tll=3s".parse::<ServerUrl>().unwrap_err();
+    fn modes_are_refused_from_the_capabilities() {
+        let etcd: ServerUrl = "etcd://e".parse().unwrap();
+        let e = check_mode(&*etcd.server, "etcd://e", LockMode::Shared).unwrap_err();
         assert!(
-            e.contains("'tll'") && e.contains("ttl, queue-timeout"),
+            e.to_string()
+                .contains("lc-cli's etcd backend cannot take shared or limited locks"),
             "{e}"
         );
-        let e = "zk://z?ttl=3s".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("session-timeout"), "{e}");
-        let e = "h:1?session-timeout=3s".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("manager"), "{e}");
-        assert!("redis://r?ttl".parse::<ServerUrl>().is_err());
-        assert!("redis://r?ttl=-1".parse::<ServerUrl>().is_err());
-        assert!("lc://h:1?manager=a:1,b:2".parse::<ServerUrl>().is_err());
+        assert!(check_mode(&*etcd.server, "x", LockMode::Exclusive).is_ok());
+        let pg: ServerUrl = "postgres://u@h/d".parse().unwrap();
+        assert!(check_mode(&*pg.server, "x", LockMode::Shared).is_ok());
+        let e = check_mode(
+            &*pg.server,
+            "x",
+            LockMode::Limit(std::num::NonZeroU32::new(2).unwrap()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot take --limit 2"), "{e}");
+        let lc: ServerUrl = "h:1".parse().unwrap();
+        assert!(check_mode(
+            &*lc.server,
+            "x",
+            LockMode::Limit(std::num::NonZeroU32::new(3).unwrap())
+        )
+        .is_ok());
+        assert!(!pg.server.keeps_detached_holds() && lc.server.keeps_detached_holds());
+    }
+
+    #[test]
+    fn names_are_checked_once_with_the_backends_rule() {
+        let zk: ServerUrl = "zk://z".parse().unwrap();
+        assert!(check_names(Some(&*zk.server), &["a/b"], &[]).is_ok());
+        assert!(check_names(Some(&*zk.server), &["a//b"], &[]).is_err());
+        assert!(check_names(None, &[""], &[]).is_err());
+        assert!(check_names(None, &[&"k".repeat(128)], &[]).is_err());
+        assert!(check_names(None, &[], &[&"s".repeat(256)]).is_err());
+        assert!(check_names(None, &["k"], &["s"]).is_ok());
     }
 }

@@ -173,15 +173,11 @@ pub fn split_userinfo<'a>(
 }
 
 impl Access {
-    /// `address` (as `ServerSpec` shows it, without credentials) with the
+    /// `address` (as the backend's address shows it, without credentials) with the
     /// user put back and the password, when the address had one, as `***`.
     pub fn show(&self, address: &str) -> String {
         let Some((scheme, rest)) = address.split_once("://") else {
             return address.to_string();
-        };
-        let scheme = match scheme {
-            "redis" if self.tls.is_some() => "rediss",
-            s => s,
         };
         let address = format!("{scheme}://{rest}");
         let user = self.user.as_deref().unwrap_or("");

@@ -8,24 +8,25 @@ use wildmatch::WildMatch;
 
 use super::OrFail;
 use crate::backend::{BackendConfig, KeyInfo, LockMode};
-use crate::cli::KeysOrder;
+use crate::cli::{KeysArgs, KeysOrder};
 use crate::exit::ExitCode;
 
-pub fn run(
-    config: &BackendConfig,
-    pattern: Option<&str>,
-    json: bool,
-    order: KeysOrder,
-) -> Result<ExitCode> {
+pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
+    let KeysArgs {
+        pattern,
+        json,
+        sort: order,
+        ..
+    } = args;
     let mut keys = super::block_on(async {
-        let backend = crate::backend::connect(config).await.or_fail()?;
+        let backend = super::connect_for(config, &[]).await?;
         let keys = backend.keys().await;
         backend.close().await;
         keys.or_fail()
             .with_context(|| format!("list keys on {}", config.shown()))
     })?;
     if let Some(p) = pattern {
-        let glob = WildMatch::new(p);
+        let glob = WildMatch::new(&p);
         keys.retain(|k| glob.matches(&k.key));
     }
     sort(&mut keys, order);

@@ -17,14 +17,16 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Parser;
 
-use crate::backend::{Backend, BackendConfig, BackendError, ServerUrl, DEFAULT_CONNECT_TIMEOUT};
+use crate::backend::{
+    Backend, BackendConfig, BackendError, ServerUrl, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SERVER,
+};
 use crate::cli::{Cli, Command, DeprecatedTuning, ServiceArgs};
 use crate::exit::{fail, ExitCode};
 
 /// Parses the command line, and notes what clap cannot tell apart: `lock
 /// KEY --` with nothing after `--` (a usage error) from `lock KEY` (a hold).
 pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
-    let mut cli = Cli::try_parse_from(&argv).map_err(mask_passwords)?;
+    let mut cli = Cli::try_parse_from(&argv)?;
     let run = match &mut cli.command {
         Command::Lock(args) => &mut args.run,
         Command::Trylock(run) => run,
@@ -32,29 +34,6 @@ pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
     };
     run.empty_after_dashdash = run.command.is_empty() && argv.iter().any(|a| a == "--");
     Ok(cli)
-}
-
-/// clap quotes a refused value whole: a `--server` URL's password is
-/// masked in the message.
-fn mask_passwords(e: clap::Error) -> clap::Error {
-    let rendered = e.render().to_string();
-    let masked: Vec<String> = rendered
-        .split(' ')
-        .map(|word| {
-            let quoted = word.trim_matches('\'');
-            if quoted.contains("://") {
-                word.replace(quoted, &crate::backend::secret::mask(quoted))
-            } else {
-                word.to_string()
-            }
-        })
-        .collect();
-    let masked = masked.join(" ");
-    if masked == rendered {
-        e
-    } else {
-        clap::Error::raw(e.kind(), masked.trim_start_matches("error: "))
-    }
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -85,15 +64,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 verbose,
             )
         }
-        Command::Unlock(args) => unlock::run(&top.config(&args.service)?, &args.key),
-        Command::Wait(args) => wait::run(&top.config(&args.service)?, args, verbose),
+        Command::Unlock(args) => unlock::run(&top.config(&args.service)?, args),
+        Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
-        Command::Keys(args) => keys::run(
-            &top.config(&args.service)?,
-            args.pattern.as_deref(),
-            args.json,
-            args.sort,
-        ),
+        Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
         Command::Serve(args) => {
             top.refuse("serve")?;
             serve::run(args, verbose)
@@ -108,7 +82,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 /// The service options given before the subcommand, as earlier releases
 /// took them.
 struct TopLevel {
-    server: Option<ServerUrl>,
+    server: Option<String>,
     connect_timeout: Option<Duration>,
     deprecated: DeprecatedTuning,
     verbose: bool,
@@ -119,10 +93,7 @@ impl TopLevel {
     /// options, else those before it, else LC_SERVER (read only here, so a
     /// bad one cannot break `serve` or `completions`), else the defaults.
     fn config(&self, own: &ServiceArgs) -> Result<BackendConfig> {
-        let url = match own.server.clone().or_else(|| self.server.clone()) {
-            Some(url) => url,
-            None => server_from_env()?,
-        };
+        let url = resolve_server(own.server.as_deref().or(self.server.as_deref()))?;
         let connect_timeout = own
             .connect_timeout
             .or(self.connect_timeout)
@@ -171,16 +142,26 @@ fn deprecated(flag: &str, instead: &str) {
     eprintln!("lc-cli: {flag} is deprecated: put it in the server address, as {instead}");
 }
 
-fn server_from_env() -> Result<ServerUrl> {
-    match std::env::var("LC_SERVER") {
-        Ok(value) if !value.trim().is_empty() => value.parse().map_err(|e| {
-            let shown = crate::backend::secret::mask(&value);
-            fail(ExitCode::Usage, format!("invalid LC_SERVER '{shown}': {e}"))
-        }),
-        _ => Ok(crate::backend::DEFAULT_SERVER
-            .parse()
-            .expect("the default server parses")),
-    }
+/// The one place the server address is chosen and parsed: `--server`
+/// (the subcommand's, else the one before it), else LC_SERVER, else the
+/// default. A bad address is a usage error that quotes it masked.
+fn resolve_server(flag: Option<&str>) -> Result<ServerUrl> {
+    let (origin, text) = match (flag, server_from_env()) {
+        (Some(flag), _) => ("--server", flag.to_string()),
+        (None, Some(env)) => ("LC_SERVER", env),
+        (None, None) => ("the default server", DEFAULT_SERVER.to_string()),
+    };
+    text.parse().map_err(|e| {
+        let shown = crate::backend::secret::mask(&text);
+        fail(ExitCode::Usage, format!("invalid {origin} '{shown}': {e}"))
+    })
+}
+
+/// LC_SERVER, when set and not blank.
+fn server_from_env() -> Option<String> {
+    std::env::var("LC_SERVER")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }
 
 /// Runs a client command on one thread (they wait, they do not compute).
@@ -226,34 +207,13 @@ impl<T> OrFail<T> for crate::backend::Result<T> {
 
 /// Connects to the backend, refusing a bad key before any connection.
 pub(crate) async fn connect_for(config: &BackendConfig, keys: &[&str]) -> Result<Box<dyn Backend>> {
-    for key in keys {
-        check_key_shape(key)?;
-    }
-    let backend = crate::backend::connect(config).await.or_fail()?;
-    for key in keys {
-        backend.check_key(key).or_fail()?;
-    }
-    Ok(backend)
-}
-
-/// The limits every backend shares, checked before connecting at all.
-fn check_key_shape(key: &str) -> Result<()> {
-    crate::proto::check_key(key.as_bytes()).map_err(|e| {
-        fail(
-            ExitCode::Usage,
-            format!("invalid key '{key}', nothing was sent: {e}"),
-        )
-    })
+    crate::backend::check_names(Some(&*config.server), keys, &[]).or_fail()?;
+    crate::backend::connect(config).await.or_fail()
 }
 
 /// A `--source` the protocol can carry, checked before connecting.
 pub(crate) fn check_source_shape(source: &str) -> Result<()> {
-    crate::proto::check_source(source.as_bytes()).map_err(|e| {
-        fail(
-            ExitCode::Usage,
-            format!("invalid source '{source}', nothing was sent: {e}"),
-        )
-    })
+    crate::backend::check_names(None, &[], &[source]).or_fail()
 }
 
 /// `lc-cli [--server ADDR] SUBCOMMAND KEY`, quoted for a shell: the exact
@@ -261,11 +221,11 @@ pub(crate) fn check_source_shape(source: &str) -> Result<()> {
 /// when it is the default and LC_SERVER does not say otherwise.
 pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) -> String {
     let server = config.shown();
-    let implied = match std::env::var("LC_SERVER") {
-        Ok(v) if !v.trim().is_empty() => {
-            v.parse::<ServerUrl>().map(|u| u.spec) == Ok(config.server.clone())
+    let implied = match server_from_env() {
+        Some(v) => {
+            v.parse::<ServerUrl>().map(|u| u.server.to_string()) == Ok(config.server.to_string())
         }
-        _ => server == crate::backend::DEFAULT_SERVER,
+        None => server == DEFAULT_SERVER,
     };
     if implied {
         format!("lc-cli {subcommand} {}", shell_quote(key))

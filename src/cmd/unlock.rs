@@ -4,9 +4,11 @@ use anyhow::{Context, Result};
 
 use super::OrFail;
 use crate::backend::{BackendConfig, BackendError};
+use crate::cli::UnlockArgs;
 use crate::exit::{fail, ExitCode};
 
-pub fn run(config: &BackendConfig, key: &str) -> Result<ExitCode> {
+pub fn run(config: &BackendConfig, args: UnlockArgs) -> Result<ExitCode> {
+    let key = args.key.as_str();
     if !config.server.keeps_detached_holds() {
         // No hold outlives its lc-cli here, so there is none to unlock.
         return Err(fail(

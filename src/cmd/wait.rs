@@ -8,7 +8,7 @@ use crate::backend::BackendConfig;
 use crate::cli::WaitArgs;
 use crate::exit::ExitCode;
 
-pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<ExitCode> {
+pub fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
     let options = LockOptions {
         mode: lock::mode_of(&args.mode),
         key: args.key,
@@ -21,5 +21,5 @@ pub fn run(config: &BackendConfig, args: WaitArgs, verbose: bool) -> Result<Exit
         quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
     };
-    lock::run(config, options, verbose)
+    lock::run(config, options, config.verbose)
 }

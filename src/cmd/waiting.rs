@@ -51,6 +51,14 @@ pub async fn wait_for_grant(
     // The place in line as the backend last reported it.
     let ahead: Mutex<Option<usize>> = Mutex::new(None);
     let on_progress = |p: WaitProgress| *ahead.lock().unwrap() = p.ahead;
+    // Never an exclusive lock in place of a mode the backend cannot take.
+    if let Err(e) = backend::check_mode(&*config.server, &server, request.mode) {
+        return Waited {
+            acquired: Err(e),
+            withdrawn: None,
+            waited: Duration::ZERO,
+        };
+    }
     let acquire = backend.acquire(request, cancel.clone(), &on_progress);
     tokio::pin!(acquire);
     let deadline = async {

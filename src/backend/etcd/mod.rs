@@ -10,6 +10,7 @@
 //! KEY` without a command) is the same key taken off the lease
 //! (`held.rs`). Key layout and values: `names.rs`.
 
+pub mod address;
 mod held;
 mod lease;
 mod names;
@@ -22,9 +23,10 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use tokio_util::sync::CancellationToken;
 
+pub use address::EtcdAddress;
+
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, ServerSpec,
-    WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
 };
 use names::KeyData;
 use rpc::Rpc;
@@ -36,10 +38,8 @@ pub struct EtcdBackend {
 }
 
 impl EtcdBackend {
-    pub async fn connect(config: &BackendConfig) -> Result<Self> {
-        let ServerSpec::Etcd { endpoints, prefix } = &config.server else {
-            unreachable!("EtcdBackend built for {}", config.server)
-        };
+    pub async fn connect(address: &EtcdAddress, config: &BackendConfig) -> Result<Self> {
+        let EtcdAddress { endpoints, prefix } = address;
         let timeout = (config.ttl / 3).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let rpc = Rpc::connect(
             endpoints,
@@ -162,19 +162,12 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    fn check_key(&self, key: &str) -> Result<()> {
-        crate::backend::refuse_key(key, names::key_problem(key))
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        request
-            .mode
-            .exclusive_only(&self.rpc.server, "lc-cli's etcd backend")?;
         queue::acquire(&self.rpc, &self.prefix, request, self.ttl, cancel, progress).await
     }
 

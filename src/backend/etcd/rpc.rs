@@ -56,7 +56,7 @@ impl Rpc {
                     server,
                     reason: format!(
                         "etcd needs a user with the password (etcd://USER:PASSWORD@HOSTS or {})",
-                        crate::backend::ETCD_USER_ENV
+                        super::address::USER_ENV
                     ),
                 })
             }

@@ -14,6 +14,7 @@
 //!   whose key is just held.
 //! - `session`: keeping a session hold, and noticing its loss.
 
+pub mod address;
 mod keys;
 mod probe;
 mod session;
@@ -27,9 +28,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+pub use address::LcAddress;
+
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockMode, LockRequest, LostReason,
-    Result, ServerSpec, WaitProgress,
+    Result, WaitProgress,
 };
 use crate::proto::{self, Answer, Request};
 
@@ -48,13 +51,10 @@ pub struct LcBackend {
 }
 
 impl LcBackend {
-    pub fn new(config: &BackendConfig) -> Self {
-        let ServerSpec::Lc { addr, manager } = &config.server else {
-            unreachable!("LcBackend built for {}", config.server)
-        };
+    pub fn new(address: &LcAddress, config: &BackendConfig) -> Self {
         LcBackend {
-            addr: addr.clone(),
-            manager: manager.clone(),
+            addr: address.addr.clone(),
+            manager: address.manager.clone(),
             connect_timeout: config.connect_timeout,
             verbose: config.verbose,
             classic_only: Arc::new(AtomicBool::new(false)),
@@ -167,17 +167,12 @@ impl LcBackend {
 
 #[async_trait]
 impl Backend for LcBackend {
-    fn check_key(&self, key: &str) -> Result<()> {
-        super::check_key_limits(key)
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        self.check_key(&request.key)?;
         check_source(&request.source)?;
         if !self.classic_only.load(Ordering::Relaxed) {
             if let Some(acquired) = self.acquire_extended(request, &cancel, progress).await? {
@@ -199,12 +194,10 @@ impl Backend for LcBackend {
     }
 
     async fn unlock(&self, key: &str) -> Result<bool> {
-        self.check_key(key)?;
         self.unlock_key(key).await
     }
 
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.check_key(key)?;
         self.expect_ok(Request::ResetByKey {
             key: key.as_bytes().to_vec(),
         })

@@ -137,20 +137,8 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
     }
 }
 
-/// What the well-known ports of other services suggest.
-pub fn port_hint(addr: &str) -> String {
-    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-    let port = addr
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse::<u16>().ok());
-    match port {
-        Some(6379) => format!(" (6379 is Redis's port: use --server redis://{host}:6379)"),
-        Some(2181) => format!(" (2181 is ZooKeeper's port: use --server zk://{host}:2181)"),
-        Some(2379) => " (2379 is etcd's port: use etcd://)".to_string(),
-        Some(80 | 443 | 8080) => " (an HTTP port?)".to_string(),
-        _ => String::new(),
-    }
-}
+/// What the well-known ports of the other backends suggest.
+pub use crate::backend::port_hint;
 
 /// Bytes as text a terminal can show: printable ASCII as is, the rest escaped.
 pub fn show(bytes: &[u8]) -> String {

@@ -4,10 +4,60 @@
 use std::fmt;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
+use super::PgBackend;
+use crate::backend::address::Parts;
+use crate::backend::{Backend, BackendConfig, Capabilities, Scheme, ServerAddress, ServerUrl};
+
 pub const DEFAULT_PORT: u16 = 5432;
 /// See [`PgAddress::keepalive`].
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 pub const PARAMS: &[&str] = &["keepalive", "sslmode", "sslrootcert"];
+
+pub const SCHEME: Scheme = Scheme {
+    service: "PostgreSQL",
+    names: &["postgres", "postgresql"],
+    params: PARAMS,
+    // As libpq reads them (also ~/.pgpass).
+    env: &[
+        "PGUSER",
+        "PGPASSWORD",
+        "PGPASSFILE",
+        "PGSSLMODE",
+        "PGSSLROOTCERT",
+    ],
+    default_port: DEFAULT_PORT,
+    default_ttl: crate::backend::DEFAULT_TTL,
+    caps: Capabilities {
+        // PostgreSQL's shared advisory lock, in the same queue.
+        shared: true,
+        // N advisory slots would not be first come, first served.
+        limit: false,
+        // A hold is the session's: it ends with lc-cli.
+        kept_holds: false,
+        why: " (advisory locks make no first-come-first-served semaphore); -x and -s work",
+    },
+    // Any text hashes.
+    key_problem: crate::backend::any_key,
+    parse: parse_url,
+};
+
+#[async_trait]
+impl ServerAddress for PgAddress {
+    fn scheme(&self) -> &'static Scheme {
+        &SCHEME
+    }
+
+    async fn connect(&self, config: &BackendConfig) -> crate::backend::Result<Box<dyn Backend>> {
+        Ok(Box::new(PgBackend::connect(self, config).await?))
+    }
+}
+
+/// PostgreSQL keeps its credentials and tuning in its own address.
+fn parse_url(p: &Parts) -> Result<ServerUrl, String> {
+    parse(p.rest, &p.params, p.whole).map(ServerUrl::plain)
+}
 
 /// libpq's `sslmode` (also from PGSSLMODE), its default `prefer` included.
 /// `verify-ca` is not offered: rustls always checks the host name, so it

@@ -119,11 +119,6 @@ impl PgBackend {
 
 #[async_trait]
 impl Backend for PgBackend {
-    fn check_key(&self, _key: &str) -> Result<()> {
-        // Any text hashes; the shared limits were checked before.
-        Ok(())
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,
@@ -131,17 +126,9 @@ impl Backend for PgBackend {
         _progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         // --shared is PostgreSQL's shared advisory lock, in the same queue
-        // (a shared request waits behind an exclusive waiter); N advisory
-        // slots would not be first come, first served: refused.
+        // (a shared request waits behind an exclusive waiter); --limit was
+        // refused by the capabilities in address.rs.
         let shared = request.mode == LockMode::Shared;
-        if let LockMode::Limit(n) = request.mode {
-            return Err(BackendError::Unsupported {
-                server: self.address.to_string(),
-                reason: format!(
-                    "lc-cli's PostgreSQL backend cannot take --limit {n} (advisory locks make no first-come-first-served semaphore); -x and -s work"
-                ),
-            });
-        }
         let (lock_fn, try_fn, unlock_fn) = if shared {
             (
                 "pg_advisory_lock_shared",

@@ -23,6 +23,7 @@
 //! near the head of the line that timer is short ([`Quorum::poll`]), so the
 //! offer to a waiter that died in line passes on within about a second.
 
+pub mod address;
 mod held;
 mod list;
 mod node;
@@ -40,9 +41,11 @@ use tokio_util::sync::CancellationToken;
 use self::held::{renew_loop, RedisHeld};
 use self::node::{Node, NodeError, NodeResult};
 use self::scripts::Scripts;
+pub use address::RedisAddress;
+
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, KeyInfo, LockMode, LockRequest,
-    Result, ServerSpec, WaitProgress,
+    Result, WaitProgress,
 };
 
 pub struct RedisBackend {
@@ -381,10 +384,8 @@ fn standing(answer: &NodeResult<Vec<i64>>) -> Option<Standing> {
 }
 
 impl RedisBackend {
-    pub async fn connect(config: &BackendConfig) -> Result<Self> {
-        let ServerSpec::Redis { nodes, db } = &config.server else {
-            unreachable!("RedisBackend built for {}", config.server)
-        };
+    pub async fn connect(address: &RedisAddress, config: &BackendConfig) -> Result<Self> {
+        let RedisAddress { nodes, db, .. } = address;
         let mut built = Vec::new();
         for addr in nodes {
             let node =
@@ -755,17 +756,12 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn check_key(&self, key: &str) -> Result<()> {
-        super::check_key_limits(key)
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        self.check_key(&request.key)?;
         if cancel.is_cancelled() {
             return Ok(Acquired::Cancelled);
         }
@@ -777,7 +773,6 @@ impl Backend for RedisBackend {
     }
 
     async fn unlock(&self, key: &str) -> Result<bool> {
-        self.check_key(key)?;
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> =
             sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
@@ -800,7 +795,6 @@ impl Backend for RedisBackend {
     }
 
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.check_key(key)?;
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(|s| &s.reset_key, key, vec![key.to_string()])

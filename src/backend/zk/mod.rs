@@ -13,6 +13,7 @@
 //! One `ZkBackend` is one session and serves one acquire: releasing,
 //! withdrawing or detaching ends the session and waits until it is closed.
 
+pub mod address;
 mod held;
 mod keys;
 mod names;
@@ -26,9 +27,10 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+pub use address::ZkAddress;
+
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, ServerSpec,
-    WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
 };
 use names::NodeData;
 use session::Session;
@@ -39,17 +41,12 @@ pub struct ZkBackend {
 }
 
 impl ZkBackend {
-    pub async fn connect(config: &BackendConfig) -> Result<Self> {
-        let ServerSpec::Zk { hosts, root } = &config.server else {
-            unreachable!("ZkBackend built for {}", config.server)
-        };
+    pub async fn connect(address: &ZkAddress, config: &BackendConfig) -> Result<Self> {
+        let ZkAddress { hosts, root } = address;
         if let Some(problem) = root.strip_prefix('/').and_then(names::key_problem) {
             return Err(BackendError::BadKey {
                 key: root.clone(),
-                reason: format!(
-                    "the root path in {} is not a znode path: {problem}",
-                    config.server
-                ),
+                reason: format!("the root path in {address} is not a znode path: {problem}"),
             });
         }
         let session = Session::connect(
@@ -176,10 +173,6 @@ impl ZkBackend {
 
 #[async_trait]
 impl Backend for ZkBackend {
-    fn check_key(&self, key: &str) -> Result<()> {
-        crate::backend::refuse_key(key, names::key_problem(key))
-    }
-
     async fn acquire(
         &self,
         request: &LockRequest,

@@ -13,8 +13,9 @@ use tokio::time::Instant;
 
 use zookeeper_client as zk;
 
+use super::address::PASSWORD_ENV as ZK_PASSWORD_ENV;
 use crate::backend::secret::Access;
-use crate::backend::{BackendError, Result, ZK_PASSWORD_ENV};
+use crate::backend::{BackendError, Result};
 
 /// How long a close waits for the server to confirm.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
