@@ -6,12 +6,16 @@
 //! them, so parsing `--server` and [`connect`] are lookups in it.
 
 pub mod address;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod lc;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod secret;
 pub(crate) mod tcp;
+#[cfg(feature = "zk")]
 pub mod zk;
 
 use std::sync::Arc;
@@ -23,10 +27,31 @@ use tokio_util::sync::CancellationToken;
 /// Every backend, by its scheme: adding one is its folder and one line here.
 pub const BACKENDS: &[&Scheme] = &[
     &lc::address::SCHEME,
+    #[cfg(feature = "zk")]
     &zk::address::SCHEME,
+    #[cfg(feature = "redis")]
     &redis::address::SCHEME,
+    #[cfg(feature = "etcd")]
     &etcd::address::SCHEME,
+    #[cfg(feature = "postgres")]
     &postgres::address::SCHEME,
+];
+
+/// The schemes of the backends this build left out (cargo features), so an
+/// address of one is refused naming the feature, not as unknown.
+const LEFT_OUT: &[(&str, &str)] = &[
+    #[cfg(not(feature = "zk"))]
+    ("zk", "zk"),
+    #[cfg(not(feature = "redis"))]
+    ("redis", "redis"),
+    #[cfg(not(feature = "redis"))]
+    ("rediss", "redis"),
+    #[cfg(not(feature = "etcd"))]
+    ("etcd", "etcd"),
+    #[cfg(not(feature = "postgres"))]
+    ("postgres", "postgres"),
+    #[cfg(not(feature = "postgres"))]
+    ("postgresql", "postgres"),
 ];
 
 /// What lc-cli knows of one backend's scheme, for parsing, the errors and
@@ -176,6 +201,18 @@ impl std::str::FromStr for ServerUrl {
         let parts = address::Parts::split(s)?;
         match BACKENDS.iter().find(|b| b.names.contains(&parts.scheme)) {
             Some(scheme) => (scheme.parse)(&parts),
+            None if LEFT_OUT.iter().any(|(n, _)| *n == parts.scheme) => {
+                let feature = LEFT_OUT
+                    .iter()
+                    .find(|(n, _)| *n == parts.scheme)
+                    .map(|(_, f)| *f);
+                Err(format!(
+                    "'{}': this lc-cli was built without the {}:// backend (build it with `--features {}`)",
+                    parts.shown,
+                    parts.scheme,
+                    feature.unwrap_or_default()
+                ))
+            }
             None => Err(format!(
                 "unknown server scheme in '{}' (use {})",
                 parts.shown,
