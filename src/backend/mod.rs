@@ -5,6 +5,7 @@
 
 pub mod etcd;
 pub mod lc;
+pub mod ping;
 pub mod postgres;
 pub mod redis;
 pub mod secret;
@@ -622,6 +623,10 @@ pub trait Backend: Send + Sync {
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
         Ok(self.keys().await?.into_iter().find(|k| k.key == key))
     }
+
+    /// What the service is and whether a lock could be taken now (`lc-cli
+    /// ping`); an error where it cannot be reached or refuses us.
+    async fn ping(&self) -> Result<ping::PingReport>;
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).

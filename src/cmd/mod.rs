@@ -5,6 +5,7 @@ pub mod completions;
 mod holder;
 pub mod keys;
 pub mod lock;
+pub mod ping;
 pub mod reset;
 pub mod serve;
 pub mod unlock;
@@ -94,6 +95,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             args.json,
             args.sort,
         ),
+        Command::Ping(args) => ping::run(&top.config(&args.service)?, args.json),
         Command::Serve(args) => {
             top.refuse("serve")?;
             serve::run(args, verbose)

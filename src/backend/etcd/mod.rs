@@ -13,6 +13,7 @@
 mod held;
 mod lease;
 mod names;
+mod ping;
 mod queue;
 mod rpc;
 
@@ -164,6 +165,10 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
 impl Backend for EtcdBackend {
     fn check_key(&self, key: &str) -> Result<()> {
         crate::backend::refuse_key(key, names::key_problem(key))
+    }
+
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_cluster().await
     }
 
     async fn acquire(

@@ -15,6 +15,7 @@
 //! - `session`: keeping a session hold, and noticing its loss.
 
 mod keys;
+mod ping;
 mod probe;
 mod session;
 
@@ -169,6 +170,10 @@ impl LcBackend {
 impl Backend for LcBackend {
     fn check_key(&self, key: &str) -> Result<()> {
         super::check_key_limits(key)
+    }
+
+    async fn ping(&self) -> Result<super::ping::PingReport> {
+        self.ping_server().await
     }
 
     async fn acquire(

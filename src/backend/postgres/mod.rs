@@ -20,6 +20,7 @@
 pub mod address;
 mod held;
 mod keys;
+mod ping;
 mod session;
 mod tls;
 
@@ -122,6 +123,10 @@ impl Backend for PgBackend {
     fn check_key(&self, _key: &str) -> Result<()> {
         // Any text hashes; the shared limits were checked before.
         Ok(())
+    }
+
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_server().await
     }
 
     async fn acquire(

@@ -23,6 +23,7 @@
 mod held;
 mod list;
 mod node;
+mod ping;
 mod scripts;
 
 use std::sync::Arc;
@@ -682,6 +683,10 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     fn check_key(&self, key: &str) -> Result<()> {
         super::check_key_limits(key)
+    }
+
+    async fn ping(&self) -> Result<super::ping::PingReport> {
+        self.ping_nodes().await
     }
 
     async fn acquire(

@@ -16,6 +16,7 @@
 mod held;
 mod keys;
 mod names;
+mod ping;
 mod queue;
 mod semaphore;
 mod session;
@@ -36,6 +37,8 @@ use session::Session;
 pub struct ZkBackend {
     session: Arc<Session>,
     root: String,
+    /// The ensemble as the address names it, for `ping`.
+    hosts: Vec<String>,
 }
 
 impl ZkBackend {
@@ -63,6 +66,7 @@ impl ZkBackend {
         Ok(ZkBackend {
             session: Arc::new(session),
             root: root.clone(),
+            hosts: hosts.clone(),
         })
     }
 
@@ -178,6 +182,10 @@ impl ZkBackend {
 impl Backend for ZkBackend {
     fn check_key(&self, key: &str) -> Result<()> {
         crate::backend::refuse_key(key, names::key_problem(key))
+    }
+
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_ensemble().await
     }
 
     async fn acquire(
