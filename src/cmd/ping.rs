@@ -60,7 +60,7 @@ pub fn line(r: &PingReport, shown: &str) -> String {
         (None, s) => format!("{s} (version not told)"),
     };
     let mut parts = vec![format!(
-        "round trip {:.1} ms",
+        "round trip {:.2} ms",
         r.round_trip.as_secs_f64() * 1000.0
     )];
     parts.extend(r.answering());
@@ -134,7 +134,7 @@ mod tests {
         let l = line(&r, "rediss://u:***@r:1/0");
         assert_eq!(
             l,
-            "Redis 7.0.15 at rediss://u:***@r:1/0: round trip 0.4 ms, 2 of 3 nodes, TLS, credentials accepted, ready"
+            "Redis 7.0.15 at rediss://u:***@r:1/0: round trip 0.42 ms, 2 of 3 nodes, TLS, credentials accepted, ready"
         );
         r.waits.push("r:1 counts in 3 s".into());
         assert!(line(&r, "x").ends_with("a lock would wait: r:1 counts in 3 s"));
