@@ -38,6 +38,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until KEY is free: take it in turn and release it at once')
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
+            [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -145,6 +146,16 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
+        'lc-cli;ping' {
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object instead of the line')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
         'lc-cli;serve' {
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Address to listen on (loopback by default; port 0 picks a free one)')
             [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'Address to listen on (loopback by default; port 0 picks a free one)')
@@ -173,6 +184,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until KEY is free: take it in turn and release it at once')
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
+            [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -194,6 +206,9 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             break
         }
         'lc-cli;help;keys' {
+            break
+        }
+        'lc-cli;help;ping' {
             break
         }
         'lc-cli;help;serve' {

@@ -28,6 +28,9 @@ _lc__cli() {
             lc__cli,lock)
                 cmd="lc__cli__subcmd__lock"
                 ;;
+            lc__cli,ping)
+                cmd="lc__cli__subcmd__ping"
+                ;;
             lc__cli,reset)
                 cmd="lc__cli__subcmd__reset"
                 ;;
@@ -55,6 +58,9 @@ _lc__cli() {
             lc__cli__subcmd__help,lock)
                 cmd="lc__cli__subcmd__help__subcmd__lock"
                 ;;
+            lc__cli__subcmd__help,ping)
+                cmd="lc__cli__subcmd__help__subcmd__ping"
+                ;;
             lc__cli__subcmd__help,reset)
                 cmd="lc__cli__subcmd__help__subcmd__reset"
                 ;;
@@ -77,7 +83,7 @@ _lc__cli() {
 
     case "${cmd}" in
         lc__cli)
-            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys serve completions help"
+            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -125,7 +131,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help)
-            opts="lock trylock unlock wait reset keys serve completions help"
+            opts="lock trylock unlock wait reset keys ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -181,6 +187,20 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help__subcmd__lock)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__help__subcmd__ping)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -337,6 +357,28 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__ping)
+            opts="-v -h --json --server --connect-timeout --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --server)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -35,6 +35,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand wait 'Wait until KEY is free: take it in turn and release it at once'
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
+            cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -135,6 +136,15 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand -h 'Print help'
             cand --help 'Print help'
         }
+        &'lc-cli;ping'= {
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
+            cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
+            cand --json 'One JSON object instead of the line'
+            cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
         &'lc-cli;serve'= {
             cand -l 'Address to listen on (loopback by default; port 0 picks a free one)'
             cand --listen 'Address to listen on (loopback by default; port 0 picks a free one)'
@@ -161,6 +171,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand wait 'Wait until KEY is free: take it in turn and release it at once'
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
+            cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -176,6 +187,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         &'lc-cli;help;reset'= {
         }
         &'lc-cli;help;keys'= {
+        }
+        &'lc-cli;help;ping'= {
         }
         &'lc-cli;help;serve'= {
         }

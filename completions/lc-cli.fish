@@ -34,6 +34,7 @@ complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "unlock" -d 'Release K
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
+complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "ping" -d 'Say what the lock service is and whether a lock could be taken now'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "serve" -d 'Run the built-in lock server'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -90,6 +91,11 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l json -d 'One JSON object per key, one per line'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -s h -l help -d 'Print help'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l json -d 'One JSON object instead of the line'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s l -l listen -d 'Address to listen on (loopback by default; port 0 picks a free one)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l data -d 'Keep held keys in a write-ahead log at PATH, so they survive a restart' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 'How long a client may take to send its whole request' -r
@@ -100,13 +106,14 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "serve" -d 'Run the built-in lock server'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "ping" -d 'Say what the lock service is and whether a lock could be taken now'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "serve" -d 'Run the built-in lock server'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys ping serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -f -a "bash zsh fish elvish powershell"

@@ -73,6 +73,8 @@ pub enum Command {
     Reset(ResetArgs),
     /// List held keys: holder, since when, how many wait
     Keys(KeysArgs),
+    /// Say what the lock service is and whether a lock could be taken now
+    Ping(PingArgs),
     /// Run the built-in lock server
     Serve(ServeArgs),
     /// Print a shell completion script: `source <(lc-cli completions bash)`
@@ -266,6 +268,16 @@ pub struct KeysArgs {
     /// Order: by key, or by age (the oldest hold first: the stuck one)
     #[arg(long, value_enum, default_value = "key", value_name = "ORDER")]
     pub sort: KeysOrder,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// One JSON object instead of the line
+    #[arg(long)]
+    pub json: bool,
 
     #[command(flatten)]
     pub service: ServiceArgs,

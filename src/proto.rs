@@ -78,6 +78,10 @@ pub const ACTION_MODE_SESSION_LOCK: u8 = 12;
 pub const ACTION_MODE_SESSION_TRY_LOCK: u8 = 13;
 pub const ACTION_MODE_LOCK: u8 = 14;
 pub const ACTION_MODE_TRY_LOCK: u8 = 15;
+/// lc-cli's extension: `[16][len][client version][len][token]`, both fields
+/// may be empty; answered `+[len][server version]`. The token field is
+/// where issue 22's token goes: a server without tokens ignores it.
+pub const ACTION_HELLO: u8 = 16;
 
 /// `~` and the key's mode (u32be): the request's mode cannot join the key's.
 pub const MODE_CONFLICT: u8 = b'~';
@@ -175,6 +179,12 @@ pub enum Request {
     SessionRelease {
         key: Vec<u8>,
         token: u64,
+    },
+    /// Who are you? (lc-cli extension): the client's version and a token,
+    /// either empty.
+    Hello {
+        client: Vec<u8>,
+        token: Vec<u8>,
     },
     /// A lock in a mode (actions 12 to 15).
     ModeLock {
@@ -309,6 +319,15 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 return Ok(Decoded::Incomplete);
             };
             Request::Ping
+        }
+        ACTION_HELLO => {
+            let Some(client) = cur.field()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            let Some(token) = cur.field()? else {
+                return Ok(Decoded::Incomplete);
+            };
+            Request::Hello { client, token }
         }
         ACTION_MODE_SESSION_LOCK..=ACTION_MODE_TRY_LOCK => {
             let Some(key) = cur.key()? else {
@@ -460,6 +479,13 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, source);
         }
         Request::Ping => out.extend_from_slice(&PING_FRAME),
+        Request::Hello { client, token } => {
+            check_len("client version", client)?;
+            check_len("token", token)?;
+            out.push(ACTION_HELLO);
+            push_field(&mut out, client);
+            push_field(&mut out, token);
+        }
         Request::SessionLock { key, source } | Request::SessionTryLock { key, source } => {
             check_key(key)?;
             check_source(source)?;
@@ -502,6 +528,24 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
         }
     }
     Ok(out)
+}
+
+/// The answer to a Hello: `+` and the server's version, length-prefixed.
+pub fn hello_answer(version: &[u8]) -> Vec<u8> {
+    let version = &version[..version.len().min(MAX_FIELD)];
+    let mut out = vec![Answer::Ok.byte()];
+    push_field(&mut out, version);
+    out
+}
+
+/// The server version in a Hello answer; None while it is incomplete or
+/// when it is not one (a `-`, or bytes of another protocol).
+pub fn parse_hello_answer(bytes: &[u8]) -> Option<Vec<u8>> {
+    let (&b'+', rest) = bytes.split_first()? else {
+        return None;
+    };
+    let (&len, version) = rest.split_first()?;
+    (len as usize <= MAX_FIELD && version.len() == len as usize).then(|| version.to_vec())
 }
 
 fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -578,8 +622,8 @@ mod tests {
         );
         assert_eq!(parse_session_grant(&grant[..12]), None);
         assert_eq!(
-            decode(&[16, 1, b'k', 0]),
-            Err(FrameError::UnknownAction(16))
+            decode(&[17, 1, b'k', 0]),
+            Err(FrameError::UnknownAction(17))
         );
     }
 
@@ -644,8 +688,45 @@ mod tests {
     }
 
     #[test]
+    fn hello_frames_and_answers() {
+        roundtrip(Request::Hello {
+            client: b"0.9.0".to_vec(),
+            token: Vec::new(),
+        });
+        roundtrip(Request::Hello {
+            client: Vec::new(),
+            token: b"t0k".to_vec(),
+        });
+        assert_eq!(
+            encode(&Request::Hello {
+                client: b"1".to_vec(),
+                token: Vec::new()
+            })
+            .unwrap(),
+            [16, 1, b'1', 0]
+        );
+        assert_eq!(decode(&[16, 0]), Ok(Decoded::Incomplete));
+        assert_eq!(
+            decode(&[16, 0, 0]),
+            Ok(Decoded::Frame(
+                Request::Hello {
+                    client: vec![],
+                    token: vec![]
+                },
+                3
+            ))
+        );
+        let answer = hello_answer(b"0.9.0");
+        assert_eq!(answer, b"+\x050.9.0");
+        assert_eq!(parse_hello_answer(&answer), Some(b"0.9.0".to_vec()));
+        assert_eq!(parse_hello_answer(&answer[..4]), None);
+        assert_eq!(parse_hello_answer(b"-"), None);
+        assert_eq!(parse_hello_answer(b"+OK\r\n"), None);
+    }
+
+    #[test]
     fn bad_frames_are_errors() {
-        assert_eq!(decode(&[16]), Err(FrameError::UnknownAction(16)));
+        assert_eq!(decode(&[17]), Err(FrameError::UnknownAction(17)));
         assert_eq!(decode(&[0]), Err(FrameError::UnknownAction(0)));
         assert_eq!(decode(&[1, 0]), Err(FrameError::EmptyKey));
         assert_eq!(decode(&[2, 0x80]), Err(FrameError::NegativeSize(0x80)));

@@ -29,6 +29,8 @@ const RUNS: &[&[&str]] = &[
     &["reset", "--source", "s"],
     &["keys"],
     &["keys", "--json"],
+    &["ping"],
+    &["ping", "--json"],
 ];
 
 /// Runs every subcommand against `server` (as `--server`, and once as

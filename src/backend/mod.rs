@@ -9,6 +9,7 @@ pub mod address;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod lc;
+pub mod ping;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -502,6 +503,10 @@ pub trait Backend: Send + Sync {
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
         Ok(self.keys().await?.into_iter().find(|k| k.key == key))
     }
+
+    /// What the service is and whether a lock could be taken now (`lc-cli
+    /// ping`); an error where it cannot be reached or refuses us.
+    async fn ping(&self) -> Result<ping::PingReport>;
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).

@@ -5,6 +5,7 @@ pub mod completions;
 mod holder;
 pub mod keys;
 pub mod lock;
+pub mod ping;
 pub mod reset;
 pub mod serve;
 pub mod unlock;
@@ -68,6 +69,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
         Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
+        Command::Ping(args) => ping::run(&top.config(&args.service)?, args.json),
         Command::Serve(args) => {
             top.refuse("serve")?;
             serve::run(args, verbose)

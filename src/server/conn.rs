@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use super::grant::Frames;
 use super::metrics::Counters;
 use super::table::Ask;
-use super::{lock, reset, session, trylock, unlock, Shared};
+use super::{hello, lock, reset, session, trylock, unlock, Shared};
 use crate::mode::LockMode;
 use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
 
@@ -171,6 +171,7 @@ async fn other_request(
         Request::ResetBySource { source } => reset::source(shared, peer, &or_peer(source)).await,
         // A client checking it talks to a lock server (lc-cli's extension).
         Request::Ping => Answer::Ok,
+        Request::Hello { .. } => return hello::serve(stream).await,
     };
     let _ = stream.write_all(&[answer.byte()]).await;
 }

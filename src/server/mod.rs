@@ -7,6 +7,7 @@
 pub mod conn;
 pub mod events;
 mod grant;
+mod hello;
 mod lock;
 pub mod manager_port;
 pub mod metrics;

@@ -14,6 +14,7 @@ pub mod address;
 mod held;
 mod lease;
 mod names;
+mod ping;
 mod queue;
 mod rpc;
 
@@ -162,6 +163,10 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
 
 #[async_trait]
 impl Backend for EtcdBackend {
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_cluster().await
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,

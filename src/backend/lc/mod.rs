@@ -16,6 +16,7 @@
 
 pub mod address;
 mod keys;
+mod ping;
 mod probe;
 mod session;
 
@@ -167,6 +168,10 @@ impl LcBackend {
 
 #[async_trait]
 impl Backend for LcBackend {
+    async fn ping(&self) -> Result<super::ping::PingReport> {
+        self.ping_server().await
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,

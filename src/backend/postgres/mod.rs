@@ -20,6 +20,7 @@
 pub mod address;
 mod held;
 mod keys;
+mod ping;
 mod session;
 mod tls;
 
@@ -119,6 +120,10 @@ impl PgBackend {
 
 #[async_trait]
 impl Backend for PgBackend {
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_server().await
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,

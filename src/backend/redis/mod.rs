@@ -27,6 +27,7 @@ pub mod address;
 mod held;
 mod list;
 mod node;
+mod ping;
 mod scripts;
 
 use std::sync::Arc;
@@ -756,6 +757,10 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
+    async fn ping(&self) -> Result<super::ping::PingReport> {
+        self.ping_nodes().await
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,

@@ -268,6 +268,18 @@ impl Node {
             .is_some_and(|i| i.durable || i.up_since.elapsed() >= lease)
     }
 
+    /// How long until this server's word counts (see `vouches`): zero once
+    /// it does; None before a connection has learnt which process it is.
+    pub fn counts_in(&self, lease: Duration) -> Option<Duration> {
+        self.incarnation.lock().unwrap().as_ref().map(|i| {
+            if i.durable {
+                Duration::ZERO
+            } else {
+                lease.saturating_sub(i.up_since.elapsed())
+            }
+        })
+    }
+
     fn failed(&self, e: RedisError) -> NodeError {
         if is_transport(&e) {
             // Made again on the next call.

@@ -17,6 +17,7 @@ pub mod address;
 mod held;
 mod keys;
 mod names;
+mod ping;
 mod queue;
 mod semaphore;
 mod session;
@@ -38,6 +39,8 @@ use session::Session;
 pub struct ZkBackend {
     session: Arc<Session>,
     root: String,
+    /// The ensemble as the address names it, for `ping`.
+    hosts: Vec<String>,
 }
 
 impl ZkBackend {
@@ -60,6 +63,7 @@ impl ZkBackend {
         Ok(ZkBackend {
             session: Arc::new(session),
             root: root.clone(),
+            hosts: hosts.clone(),
         })
     }
 
@@ -173,6 +177,10 @@ impl ZkBackend {
 
 #[async_trait]
 impl Backend for ZkBackend {
+    async fn ping(&self) -> Result<crate::backend::ping::PingReport> {
+        self.ping_ensemble().await
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,
