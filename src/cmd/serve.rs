@@ -1,5 +1,7 @@
 //! `lc-cli serve`: the built-in lock server.
 
+mod hint;
+
 use std::io::Write;
 use std::net::SocketAddr;
 
@@ -93,14 +95,10 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         let _ = stdout.write_all(banner.as_bytes());
         let _ = stdout.flush();
         drop(stdout);
-        // Clients find the manager at the lock port + 1 unless told.
-        let reach = if next_port(addr) == Some(manager_addr) {
-            String::new()
-        } else {
-            format!(" (clients: --server 'lc://{addr}?manager={manager_addr}')")
-        };
+        // The address a client elsewhere can use (not 0.0.0.0 or loopback).
+        let reach = hint::clients(addr, manager_addr, false);
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr}{reach}",
+            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr} ({reach})",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );
