@@ -146,3 +146,111 @@ fn the_start_up_line_names_an_address_remote_clients_can_use() {
         expect_status(&mut lc_at(&server, &["trylock", "k", "true"]), 0);
     }
 }
+
+/// Waits (at most 10 s) until the scraped `name` equals `value`.
+fn wait_for_sample(s: &Server, name: &str, value: f64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = s.scrape();
+        if common::manager::sample(&text, name) == value {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {value}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A connection beyond a limit is closed before anything is read: EOF,
+/// no answer, within a bounded time.
+fn expect_refused(addr: &str, what: &str) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.write_all(&common::frame(common::action::LOCK, b"k", Some(b"flood")));
+    let mut b = [0u8; 1];
+    match c.read(&mut b) {
+        Ok(0) => {}
+        // Closed with our frame unread: a reset.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("{what}: not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn connections_beyond_the_limits_are_refused_and_holds_stay() {
+    let ip = host_ip();
+    let s = Serve::new()
+        .listen("0.0.0.0:0")
+        .args(&[
+            "--max-connections",
+            "4",
+            "--max-connections-per-peer",
+            "3",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .start();
+    let remote = format!("{ip}:{}", s.addr.port());
+    let local = format!("127.0.0.1:{}", s.addr.port());
+    // A session hold from IP (one connection), and two waiters behind it.
+    let mut holder = common::cli::Guard(
+        lc_at(&remote, &["lock", "k", "--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_sample(&s, "lc_keys_held", 1.0);
+    let w1 = send_lock(&remote, "w1");
+    let w2 = send_lock(&remote, "w2");
+    wait_for_sample(&s, "lc_waiters_queued", 2.0);
+    // The 4th from IP: over the per-peer limit, three times, logged once.
+    for _ in 0..3 {
+        expect_refused(&remote, "4th from the same peer");
+    }
+    // One more from 127.0.0.1 fits (4 in all); the next is over the total.
+    let w3 = send_lock(&local, "w3");
+    wait_for_sample(&s, "lc_waiters_queued", 3.0);
+    expect_refused(&local, "5th in all");
+    let text = wait_for_sample(&s, "lc_refused_connections_total", 4.0);
+    assert_eq!(
+        common::manager::sample(&text, "lc_keys_held"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        common::manager::sample(&text, "lc_waiters_queued"),
+        3.0,
+        "{text}"
+    );
+    let log = s.log();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("connection refused"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "once per peer address:\n{log}");
+    assert!(refusals[0].contains("--max-connections-per-peer"), "{log}");
+    assert!(refusals[1].contains("(--max-connections)"), "{log}");
+    // The hold is intact (its command still runs) and the queue moves on:
+    // once the holder ends, the first waiter is granted.
+    assert!(holder.wait_for(Duration::from_millis(10)).is_none());
+    common::cli::signal(holder.pid(), libc::SIGTERM);
+    assert!(holder.wait_for(Duration::from_secs(10)).is_some());
+    let mut w1 = w1;
+    w1.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(common::read_byte(&mut w1), Some(b'+'));
+    drop((w2, w3));
+}
+
+fn send_lock(addr: &str, source: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(&common::frame(
+        common::action::LOCK,
+        b"k",
+        Some(source.as_bytes()),
+    ))
+    .unwrap();
+    c
+}

@@ -37,6 +37,13 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         // Test-only: answer lc-cli's own actions `-`, as the reference
         // server does, to exercise the clients' fallback.
         extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),
+        max_connections: args
+            .max_connections
+            .map(|n| n as usize)
+            .unwrap_or_else(crate::server::limits::default_max_connections),
+        max_connections_per_peer: args
+            .max_connections_per_peer
+            .map_or(usize::MAX, |n| n as usize),
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.
