@@ -30,7 +30,7 @@ pub fn default_max_connections() -> usize {
     };
     // SAFETY: getrlimit only writes the struct it is given.
     let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur as u64
+        limit.rlim_cur
     } else {
         1024
     };
