@@ -421,7 +421,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__serve)
-            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --verbose --help"
+            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -452,6 +452,14 @@ _lc__cli() {
                     return 0
                     ;;
                 --reclaim-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-connections-per-peer)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

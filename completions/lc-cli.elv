@@ -153,6 +153,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --manager 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not]'
             cand --metrics 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)'
             cand --reclaim-grace 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back'
+            cand --max-connections 'Connections open at once; beyond it a new one is closed at once [default: the file limit (ulimit -n) less 64]'
+            cand --max-connections-per-peer 'Connections open at once from one peer address (a host behind NAT counts as one) [default: no limit but --max-connections]'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help'

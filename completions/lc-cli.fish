@@ -102,6 +102,8 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l reclaim-grace -d 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections -d 'Connections open at once; beyond it a new one is closed at once [default: the file limit (ulimit -n) less 64]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections-per-peer -d 'Connections open at once from one peer address (a host behind NAT counts as one) [default: no limit but --max-connections]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

@@ -323,6 +323,16 @@ pub struct ServeArgs {
     /// broke (or whose server restarted with --data) takes it back
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub reclaim_grace: Duration,
+
+    /// Connections open at once; beyond it a new one is closed at once
+    /// [default: the file limit (ulimit -n) less 64]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+
+    /// Connections open at once from one peer address (a host behind NAT
+    /// counts as one) [default: no limit but --max-connections]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_peer: Option<u32>,
 }
 
 #[cfg(test)]

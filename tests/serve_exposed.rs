@@ -58,9 +58,11 @@ fn a_non_loopback_listener_warns_and_keeps_the_manager_on_loopback() {
         0,
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("k "));
+    // Remote clients are not told to use their own loopback.
     let start_up = stderr.last().unwrap();
+    assert!(!start_up.contains("manager=127.0.0.1"), "{start_up}");
     assert!(
-        start_up.contains(&format!("manager={}", s.manager)),
+        start_up.contains(&format!("from this host only (manager on {})", s.manager)),
         "{start_up}"
     );
 }

@@ -1,5 +1,7 @@
 //! `lc-cli serve`: the built-in lock server.
 
+mod hint;
+
 use std::io::Write;
 use std::net::SocketAddr;
 
@@ -35,6 +37,13 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         // Test-only: answer lc-cli's own actions `-`, as the reference
         // server does, to exercise the clients' fallback.
         extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),
+        max_connections: args
+            .max_connections
+            .map(|n| n as usize)
+            .unwrap_or_else(crate::server::limits::default_max_connections),
+        max_connections_per_peer: args
+            .max_connections_per_peer
+            .map_or(usize::MAX, |n| n as usize),
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.
@@ -93,14 +102,10 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         let _ = stdout.write_all(banner.as_bytes());
         let _ = stdout.flush();
         drop(stdout);
-        // Clients find the manager at the lock port + 1 unless told.
-        let reach = if next_port(addr) == Some(manager_addr) {
-            String::new()
-        } else {
-            format!(" (clients: --server 'lc://{addr}?manager={manager_addr}')")
-        };
+        // The address a client elsewhere can use (not 0.0.0.0 or loopback).
+        let reach = hint::clients(addr, manager_addr, false);
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr}{reach}",
+            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr} ({reach})",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );

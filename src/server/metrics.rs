@@ -18,6 +18,8 @@ pub struct Counters {
     pub resets: AtomicU64,
     pub withdrawals: AtomicU64,
     pub refused: AtomicU64,
+    /// Connections closed at once by `--max-connections[-per-peer]`.
+    pub refused_connections: AtomicU64,
 }
 
 impl Counters {
@@ -126,6 +128,12 @@ pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapsh
         "counter",
         "Requests answered '-' or closed: bad frames, stalled clients, failed writes to the log.",
         load(&counters.refused),
+    );
+    metric(
+        "lc_refused_connections_total",
+        "counter",
+        "Connections closed at once: over --max-connections or --max-connections-per-peer.",
+        load(&counters.refused_connections),
     );
     if let Some(bytes) = snap.wal_bytes {
         metric(

@@ -8,6 +8,7 @@ pub mod conn;
 pub mod events;
 mod grant;
 mod hello;
+pub mod limits;
 mod lock;
 pub mod manager_port;
 pub mod metrics;
@@ -44,6 +45,9 @@ pub struct ServerOptions {
     /// Serve lc-cli's own actions (6 to 15); off only in the test-only
     /// reference mode, which answers them `-` as the reference server does.
     pub extensions: bool,
+    /// Connections open at once, in all and from one peer address.
+    pub max_connections: usize,
+    pub max_connections_per_peer: usize,
 }
 
 /// A session hold outlives its holder's last word this long by default:
@@ -58,6 +62,8 @@ impl Default for ServerOptions {
             data: None,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             extensions: true,
+            max_connections: limits::default_max_connections(),
+            max_connections_per_peer: usize::MAX,
         }
     }
 }
@@ -75,6 +81,7 @@ pub struct Shared {
     pub fsync: Option<Arc<FsyncHistogram>>,
     pub session_timeout: Duration,
     pub extensions: bool,
+    pub limits: Arc<limits::Limits>,
 }
 
 impl Shared {
@@ -87,6 +94,10 @@ impl Shared {
             fsync: None,
             session_timeout: options.session_timeout,
             extensions: options.extensions,
+            limits: Arc::new(limits::Limits::new(
+                options.max_connections,
+                options.max_connections_per_peer,
+            )),
         }
     }
 
@@ -259,7 +270,14 @@ impl Server {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        tokio::spawn(conn::handle(stream, peer, shared.clone()));
+                        let Some(tracked) = admit(&shared, peer) else {
+                            continue;
+                        };
+                        let s = shared.clone();
+                        tokio::spawn(async move {
+                            let _tracked = tracked;
+                            conn::handle(stream, peer, s).await
+                        });
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
@@ -312,12 +330,47 @@ where
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(handle(stream, peer, shared.clone()));
+                let Some(tracked) = admit(&shared, peer) else {
+                    continue;
+                };
+                let work = handle(stream, peer, shared.clone());
+                tokio::spawn(async move {
+                    let _tracked = tracked;
+                    work.await
+                });
             }
             Err(e) => {
                 shared.events.error(format_args!("manager accept: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// Counts a new connection, or refuses it (the stream, dropped by the
+/// caller, is closed at once): counted in the metrics, logged once per peer
+/// address per [`limits::LOG_INTERVAL`].
+fn admit(shared: &Shared, peer: SocketAddr) -> Option<limits::Tracked> {
+    match shared.limits.admit(peer) {
+        Ok(tracked) => Some(tracked),
+        Err(log) => {
+            Counters::bump(&shared.counters.refused_connections);
+            let why = match log {
+                None => return None,
+                Some(limits::Refusal::Total(n)) => {
+                    format!("{n} connections are open (--max-connections)")
+                }
+                Some(limits::Refusal::PerPeer(n)) => format!(
+                    "{n} connections from {} are open (--max-connections-per-peer)",
+                    peer.ip()
+                ),
+            };
+            shared.events.error(format_args!(
+                "{peer}: connection refused: {why}; further refusals of {} are logged at most every {:?}",
+                peer.ip(),
+                limits::LOG_INTERVAL
+            ));
+            None
         }
     }
 }

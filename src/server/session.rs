@@ -228,7 +228,13 @@ pub fn spawn_hold(
     id: GrantId,
     link: LinkEnd,
 ) {
-    tokio::spawn(hold(stream, peer, shared.clone(), key, id, link));
+    // The connection stays counted against the limits while its hold runs.
+    let tracked = shared.limits.again(peer);
+    let work = hold(stream, peer, shared.clone(), key, id, link);
+    tokio::spawn(async move {
+        let _tracked = tracked;
+        work.await
+    });
 }
 
 /// Expires a session hold restored from the log unless its holder reclaims

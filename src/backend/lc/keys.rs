@@ -17,13 +17,31 @@ pub fn manager_addr(lock_addr: &str) -> Result<String> {
     Ok(format!("{host}:{port}"))
 }
 
+/// How long naming a holder may take in all (connect and answer): a lookup
+/// is best effort and must never hold up the answer it decorates, so it
+/// dials once, with no retry of a refused port.
+pub const HOLDER_LIMIT: Duration = Duration::from_millis(100);
+/// Of which the connect: a filtered manager port (SYNs dropped) costs this,
+/// so a conflict's line still comes within 50 ms; a manager that accepts
+/// but does not answer costs [`HOLDER_LIMIT`].
+const HOLDER_CONNECT_LIMIT: Duration = Duration::from_millis(30);
+
+/// How the manager port is dialled: `keys` retries a refused port for the
+/// whole `--connect-timeout` (a server restarting); a holder lookup tries
+/// once within [`HOLDER_LIMIT`].
+#[derive(Debug, Clone, Copy)]
+pub enum Dial {
+    Retry(Duration),
+    Once,
+}
+
 /// `manager`: the address given in the server address (`?manager=`), else
 /// the lock port + 1.
-pub async fn list(
-    lock_addr: &str,
-    manager: Option<&str>,
-    timeout: Duration,
-) -> Result<Vec<KeyInfo>> {
+pub async fn list(lock_addr: &str, manager: Option<&str>, dial: Dial) -> Result<Vec<KeyInfo>> {
+    let timeout = match dial {
+        Dial::Retry(t) => t,
+        Dial::Once => HOLDER_LIMIT,
+    };
     let addr = match manager {
         Some(m) => m.to_string(),
         None => manager_addr(lock_addr)?,
@@ -37,7 +55,22 @@ pub async fn list(
             reason
         },
     };
-    let mut stream = tcp::connect(&addr, timeout).await.map_err(unavailable)?;
+    let started = tokio::time::Instant::now();
+    let mut stream = match dial {
+        Dial::Retry(t) => tcp::connect(&addr, t).await.map_err(unavailable)?,
+        Dial::Once => {
+            tokio::time::timeout(HOLDER_CONNECT_LIMIT, tokio::net::TcpStream::connect(&addr))
+                .await
+                .map_err(|_| unavailable(format!("no connection within {HOLDER_CONNECT_LIMIT:?}")))?
+                .map_err(|e| unavailable(e.to_string()))?
+        }
+    };
+    // Once: the whole lookup within the limit; Retry: the answer within the
+    // timeout again, as before.
+    let timeout = match dial {
+        Dial::Retry(t) => t,
+        Dial::Once => timeout.saturating_sub(started.elapsed()),
+    };
     let exchange = async {
         stream
             .write_all(manager::KEYS_EXTENDED)

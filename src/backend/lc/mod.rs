@@ -210,7 +210,16 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        keys::list(&self.addr, self.manager.as_deref(), self.connect_timeout).await
+        let dial = keys::Dial::Retry(self.connect_timeout);
+        keys::list(&self.addr, self.manager.as_deref(), dial).await
+    }
+
+    /// Best effort, within [`keys::HOLDER_LIMIT`]: a manager port that is
+    /// refused or filtered (a remote client, the manager on loopback) leaves
+    /// the holder unnamed rather than delaying the answer.
+    async fn holder(&self, key: &str) -> Result<Option<super::KeyInfo>> {
+        let keys = keys::list(&self.addr, self.manager.as_deref(), keys::Dial::Once).await?;
+        Ok(keys.into_iter().find(|k| k.key == key))
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {

@@ -1,0 +1,106 @@
+//! The `clients:` hint of `serve`'s start-up line: the `--server` value a
+//! client elsewhere can use. A wildcard listen address (0.0.0.0, ::) is
+//! named by the machine's own address, never 127.0.0.1; a manager port kept
+//! on loopback is said to be reachable from this host only.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+/// `--server '...'` for `lock` (the bound lock port) and `manager`; `tls`
+/// makes it the `lcs://` form, with the CA a client needs to trust it.
+pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool) -> String {
+    let host = reachable_ip(lock.ip());
+    let shown = SocketAddr::new(host, lock.port());
+    let mut params = Vec::new();
+    let remote_manager = !manager.ip().is_loopback() || lock.ip().is_loopback();
+    let manager_at = SocketAddr::new(
+        if manager.ip().is_unspecified() {
+            host
+        } else {
+            manager.ip()
+        },
+        manager.port(),
+    );
+    let next = crate::proto::manager::port_for(lock.port());
+    if remote_manager && (next != Some(manager.port()) || manager_at.ip() != host) {
+        params.push(format!("manager={manager_at}"));
+    }
+    if tls {
+        params.push("cacert=CA-FILE".to_string());
+    }
+    let scheme = if tls { "lcs" } else { "lc" };
+    let mut text = match (params.is_empty(), tls) {
+        (true, false) => format!("clients: --server '{shown}'"),
+        _ => format!(
+            "clients: --server '{scheme}://{shown}?{}'",
+            params.join("&")
+        ),
+    };
+    if !remote_manager {
+        text.push_str(&format!(
+            "; keys and holder names from this host only (manager on {manager})"
+        ));
+    }
+    text
+}
+
+/// The address a client elsewhere reaches `ip` by: itself, unless it is a
+/// wildcard, then the address this machine sends from (no packet is sent:
+/// a UDP "connect" only picks the route), else loopback.
+fn reachable_ip(ip: IpAddr) -> IpAddr {
+    if !ip.is_unspecified() {
+        return ip;
+    }
+    let (bind, probe): (&str, &str) = match ip {
+        IpAddr::V4(_) => ("0.0.0.0:0", "192.0.2.1:9"),
+        IpAddr::V6(_) => ("[::]:0", "[2001:db8::1]:9"),
+    };
+    UdpSocket::bind(bind)
+        .and_then(|s| s.connect(probe).map(|_| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|a| !a.is_unspecified())
+        .unwrap_or(match ip {
+            IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn loopback_and_the_next_port_need_no_manager() {
+        assert_eq!(
+            clients(a("127.0.0.1:22119"), a("127.0.0.1:22120"), false),
+            "clients: --server '127.0.0.1:22119'"
+        );
+        assert_eq!(
+            clients(a("127.0.0.1:5000"), a("127.0.0.1:6000"), false),
+            "clients: --server 'lc://127.0.0.1:5000?manager=127.0.0.1:6000'"
+        );
+    }
+
+    #[test]
+    fn an_exposed_server_never_names_loopback_to_remote_clients() {
+        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), false);
+        assert_eq!(
+            hint,
+            "clients: --server '192.0.2.2:22219'; keys and holder names from this host only (manager on 127.0.0.1:22220)"
+        );
+        let hint = clients(a("0.0.0.0:22219"), a("127.0.0.1:22220"), true);
+        assert!(!hint.contains("0.0.0.0:22219"), "{hint}");
+        assert!(hint.starts_with("clients: --server 'lcs://"), "{hint}");
+        assert!(hint.contains(":22219?cacert=CA-FILE'"), "{hint}");
+        let hint = clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false);
+        assert_eq!(
+            hint,
+            "clients: --server 'lc://192.0.2.2:22219?manager=192.0.2.2:7000'"
+        );
+    }
+}
