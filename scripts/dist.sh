@@ -45,6 +45,7 @@ install -m 0755 "$bin" "$root/lc-cli"
 install -m 0644 man/*.1 "$root/man/"
 install -m 0644 completions/lc-cli.bash completions/_lc-cli completions/lc-cli.fish "$root/completions/"
 install -m 0644 README.md LICENSE deploy/lc-cli-serve.service "$root/"
+cp -r docs "$root/docs"
 mkdir -p dist
 # Reproducible: sorted names, fixed owner and times.
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' \
