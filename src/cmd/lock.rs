@@ -92,7 +92,8 @@ const RELEASE_RETRY: Duration = Duration::from_secs(10);
 /// once it is back) must not hold up the exit 75 for the whole retry.
 const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
 
-pub fn run(config: &BackendConfig, options: LockOptions, verbose: bool) -> Result<ExitCode> {
+pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
+    let verbose = config.verbose;
     super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.

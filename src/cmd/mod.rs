@@ -55,21 +55,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Lock(args) => {
             let config = top.config(&args.run.service)?;
             let options = lock::LockOptions::from_args(args.run, args.nonblock, args.timeout)?;
-            lock::run(&config, options, verbose)
+            lock::run(&config, options)
         }
         Command::Trylock(args) => {
             let config = top.config(&args.service)?;
-            lock::run(
-                &config,
-                lock::LockOptions::from_args(args, true, None)?,
-                verbose,
-            )
+            lock::run(&config, lock::LockOptions::from_args(args, true, None)?)
         }
         Command::Unlock(args) => unlock::run(&top.config(&args.service)?, args),
         Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
         Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
-        Command::Ping(args) => ping::run(&top.config(&args.service)?, args.json),
+        Command::Ping(args) => ping::run(&top.config(&args.service)?, args),
         Command::Serve(args) => {
             top.refuse("serve")?;
             serve::run(args, verbose)

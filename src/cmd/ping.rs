@@ -7,9 +7,11 @@ use anyhow::Result;
 use super::OrFail;
 use crate::backend::ping::PingReport;
 use crate::backend::BackendConfig;
+use crate::cli::PingArgs;
 use crate::exit::{fail, ExitCode};
 
-pub fn run(config: &BackendConfig, json: bool) -> Result<ExitCode> {
+pub fn run(config: &BackendConfig, args: PingArgs) -> Result<ExitCode> {
+    let json = args.json;
     let shown = config.shown();
     let pinged = super::block_on(async {
         let backend = crate::backend::connect(config).await.or_fail()?;

@@ -21,5 +21,5 @@ pub fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
     };
-    lock::run(config, options, config.verbose)
+    lock::run(config, options)
 }
