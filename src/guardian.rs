@@ -164,6 +164,7 @@ impl Drop for Guardian {
 }
 
 /// The guardian's side: what it watches.
+#[derive(Default)]
 struct Watch {
     pgid: Option<Pid>,
     term_at: Option<u64>,
@@ -201,14 +202,7 @@ pub fn main(spec: &str) -> ! {
         .and_then(|fd| fd.parse::<i32>().ok())
         // SAFETY: lc-cli passed this descriptor to us, for us alone.
         .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut w = Watch {
-        pgid: None,
-        term_at: None,
-        kill_at: None,
-        termed: false,
-        killed_at: None,
-        gone: false,
-    };
+    let mut w = Watch::default();
     let stdin = io::stdin();
     let mut pending = Vec::new();
     let mut orphaned = false;
@@ -381,14 +375,7 @@ mod tests {
     use super::*;
 
     fn watch() -> Watch {
-        Watch {
-            pgid: None,
-            term_at: None,
-            kill_at: None,
-            termed: false,
-            killed_at: None,
-            gone: false,
-        }
+        Watch::default()
     }
 
     #[test]

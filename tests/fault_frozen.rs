@@ -35,16 +35,8 @@ fn spawn(mut cmd: Command) -> Child {
         .expect("start lc-cli")
 }
 
-/// Waits (bounded) for a child: its status and stderr.
-fn finish(mut child: Child) -> (Option<i32>, String) {
-    let ok = wait_until(LIMIT, || child.try_wait().unwrap().is_some());
-    if !ok {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(ok, "lc-cli did not end within {LIMIT:?}: {err}");
-    (out.status.code(), err)
+fn finish(child: Child) -> (Option<i32>, String) {
+    common::finish_within(LIMIT, child)
 }
 
 /// The holder's command: logs its start, runs until SIGTERM, logs its end.

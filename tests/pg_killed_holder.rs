@@ -18,15 +18,8 @@ use common::{expect_error_line, lc_at, wait_until};
 const TRIALS: usize = 5;
 const LIMIT: Duration = Duration::from_secs(30);
 
-fn finish(mut child: Child) -> (Option<i32>, String) {
-    let ok = wait_until(LIMIT, || child.try_wait().unwrap().is_some());
-    if !ok {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(ok, "lc-cli did not end within {LIMIT:?}: {err}");
-    (out.status.code(), err)
+fn finish(child: Child) -> (Option<i32>, String) {
+    common::finish_within(LIMIT, child)
 }
 
 #[test]

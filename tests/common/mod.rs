@@ -84,6 +84,20 @@ pub fn expect_error_line(cmd: &mut Command, expected: i32) -> String {
 }
 
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
+/// Waits at most `limit` for a child to end (killing it past that, and
+/// failing): its status and its stderr.
+#[allow(dead_code)]
+pub fn finish_within(limit: Duration, mut child: std::process::Child) -> (Option<i32>, String) {
+    let ok = wait_until(limit, || child.try_wait().unwrap().is_some());
+    if !ok {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(ok, "lc-cli did not end within {limit:?}: {err}");
+    (out.status.code(), err)
+}
+
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
