@@ -91,7 +91,7 @@ fn traffic(server: &Server) -> String {
     assert_eq!(server.manage(&request), b"+++");
     // Refused: a bad frame on the lock port, a bad manager command.
     let mut bad = server.connect();
-    bad.write_all(&[16, 1, b'k']).unwrap();
+    bad.write_all(&[common::action::UNKNOWN, 1, b'k']).unwrap();
     assert_eq!(read_byte(&mut bad), Some(b'-'));
     assert_eq!(server.manage(b"NOPE"), b"-");
     let text = wait_for_sample(server, "lc_refused_requests_total", 2.0);

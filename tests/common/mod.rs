@@ -30,6 +30,9 @@ pub mod action {
     pub const RESET_SOURCE: u8 = 4;
     pub const TRY: u8 = 5;
     pub const RELEASE: u8 = 6;
+    /// The first action number no server knows (16 is lc-cli's Hello).
+    #[allow(dead_code)]
+    pub const UNKNOWN: u8 = 17;
 }
 
 pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
