@@ -202,7 +202,10 @@ fn connections_beyond_the_limits_are_refused_and_holds_stay() {
             .unwrap(),
     );
     wait_for_sample(&s, "lc_keys_held", 1.0);
+    // One at a time: two connections opened together may be read in
+    // either order, and the test checks that w1 is first in line.
     let w1 = send_lock(&remote, "w1");
+    wait_for_sample(&s, "lc_waiters_queued", 1.0);
     let w2 = send_lock(&remote, "w2");
     wait_for_sample(&s, "lc_waiters_queued", 2.0);
     // The 4th from IP: over the per-peer limit, three times, logged once.
