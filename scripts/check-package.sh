@@ -7,7 +7,7 @@ command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --quiet
 command -v lintian >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q lintian
 cargo build --release --locked
 deb=$(cargo deb --no-build --quiet 2>/dev/null | tail -1)
-[ -f "$deb" ] || deb=$(ls -t target/debian/lc-cli_*.deb | head -1)
+[ -f "$deb" ] || deb=$(ls -t "${CARGO_TARGET_DIR:-target}"/debian/lc-cli_*.deb | head -1)
 echo "package: $deb"
 # No errors (warnings are shown, not fatal).
 lintian --fail-on error --suppress-tags-from-file scripts/lintian-suppressed "$deb"

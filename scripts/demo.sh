@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Cargo's own progress: a first build takes a minute or two.
 echo "building lc-cli (cargo build --release)..." >&2
 cargo build --release
-bin=target/release/lc-cli
+bin=${CARGO_TARGET_DIR:-target}/release/lc-cli
 out=$(mktemp)
 "$bin" serve --listen 127.0.0.1:0 >"$out" &
 server=$!
