@@ -41,7 +41,7 @@ pub struct ServerOptions {
     pub data: Option<PathBuf>,
     /// How long a session hold outlives the last word from its holder.
     pub reclaim_grace: Duration,
-    /// Serve lc-cli's own actions (6 to 15); off only in the test-only
+    /// Serve lc-cli's own actions (6 and up); off only in the test-only
     /// reference mode, which answers them `-` as the reference server does.
     pub extensions: bool,
     /// Connections open at once, in all and from one peer address.

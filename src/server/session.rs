@@ -1,7 +1,7 @@
 //! Session holds (lc-cli's actions 8 to 11): a hold that lasts while its
 //! holder is heard from. After its grant the connection carries heartbeats
 //! (`.` echoed), the holder's SessionRelease, and the server's `!` when the
-//! hold is taken away. A holder not heard from for the session timeout
+//! hold is taken away. A holder not heard from for the reclaim grace
 //! (connection closed, or silent) loses the key to the next waiter; until
 //! then it may Reclaim it on a new connection.
 
@@ -21,7 +21,7 @@ use crate::proto::printable;
 use crate::proto::{self, Decoded, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
 /// How soon an expiry the log could not record (a full disk) is tried
-/// again (at most the session timeout).
+/// again (at most the reclaim grace).
 const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 
 /// Serves session hold `id` of `key` on `stream` until it ends: released by
@@ -148,7 +148,7 @@ async fn take_requests(
 }
 
 /// Expires session hold `id` if its holder has been silent for the
-/// session timeout; when to check again, or None once the hold is gone.
+/// reclaim grace; when to check again, or None once the hold is gone.
 ///
 /// The key passes on only once the expiry is in the log. If the log cannot
 /// record it (a full disk) the hold stays, in memory as in the log, and the
@@ -243,7 +243,7 @@ pub fn spawn_hold(
 }
 
 /// Expires a session hold restored from the log unless its holder reclaims
-/// it within the session timeout.
+/// it within the reclaim grace.
 pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
