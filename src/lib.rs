@@ -20,10 +20,13 @@
 //!   is held (its process group, job control at a terminal); `status_line`:
 //!   the wait; `guardian`: the process outside lc-cli's that stops the
 //!   command when lc-cli is frozen or killed.
-//! - `server`: the built-in lock server (`serve`): accept loop, one file per
-//!   request kind, the lock table, and with [`wal`] its write-ahead log.
-//! - `proto`: the codecs, no I/O: the one-byte protocol, and
-//!   `proto::manager` (the reference manager protocol on the lock port + 1).
+//! - `server`: the built-in lock server (`serve`): accept loop, one match
+//!   over the request in `server::conn`, one file per action family, the
+//!   lock table, and with [`wal`] its write-ahead log (appending, start-up
+//!   recovery, the writer thread and its compaction, each a file).
+//! - `proto`: the codecs, no I/O: the one-byte protocol's requests
+//!   (`proto::request`) and answers (`proto::answer`), and `proto::manager`
+//!   (the reference manager protocol on the lock port + 1).
 //! - [`exit`]: every exit status, in one place.
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.

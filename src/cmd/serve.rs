@@ -33,7 +33,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         read_timeout: args.read_timeout,
         verbose,
         data: args.data.clone(),
-        session_timeout: args.reclaim_grace,
+        reclaim_grace: args.reclaim_grace,
         // Test-only: answer lc-cli's own actions `-`, as the reference
         // server does, to exercise the clients' fallback.
         extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),

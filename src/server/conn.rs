@@ -1,18 +1,17 @@
 //! One client connection: read one request and hand it to the file that
-//! serves that kind of request (`lock`, `trylock`, `unlock`, `reset`).
+//! serves its action family (`lock`, `trylock`, `unlock`, `reset`, ...).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::grant::Frames;
 use super::metrics::Counters;
 use super::table::Ask;
 use super::{hello, lock, reset, session, trylock, unlock, Shared};
-use crate::mode::LockMode;
-use crate::proto::{self, Answer, Decoded, Request, MAX_FIELD};
+use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
 const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
@@ -27,6 +26,11 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let Some((stream, request)) = Box::pin(read_phase(stream, peer, &shared)).await else {
         return;
     };
+    if !shared.extensions && request.is_extension() {
+        // The test-only reference mode: an action the reference does not know.
+        return Box::pin(reply(stream, async { Answer::Fail })).await;
+    }
+    // The reference's rule: a request without a source is the peer's address.
     let or_peer = |source: Vec<u8>| {
         if source.is_empty() {
             peer.ip().to_string().into_bytes()
@@ -34,50 +38,49 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             source
         }
     };
-    let exclusive = |source, session| Ask {
-        source: or_peer(source),
-        peer,
-        session,
-        mode: LockMode::Exclusive,
-    };
     match request {
-        Request::Lock { key, source } => {
-            lock::serve(
-                stream,
-                &shared,
-                key,
-                exclusive(source, false),
-                Frames::Classic,
-            )
-            .await
-        }
-        Request::SessionLock { key, source } if shared.extensions => {
-            lock::serve(
-                stream,
-                &shared,
-                key,
-                exclusive(source, true),
-                Frames::Session,
-            )
-            .await
-        }
-        Request::ModeLock {
+        Request::Lock {
             key,
             source,
             mode,
-            session,
-            try_only: false,
-        } if shared.extensions => {
+            hold,
+            wait,
+        } => {
             let ask = Ask {
                 source: or_peer(source),
                 peer,
-                session,
+                session: hold == Hold::Session,
                 mode,
             };
-            lock::serve(stream, &shared, key, ask, Frames::new(session)).await
+            if wait {
+                lock::serve(stream, &shared, key, ask, hold).await
+            } else {
+                Box::pin(trylock::serve(stream, &shared, key, ask, hold)).await
+            }
         }
-        other => Box::pin(other_request(stream, peer, &shared, other, or_peer)).await,
+        Request::Release { key, kind } => {
+            Box::pin(reply(stream, unlock::release(&shared, peer, &key, kind))).await
+        }
+        Request::Reclaim { key, token } => {
+            Box::pin(session::reclaim(stream, peer, &shared, key, token)).await
+        }
+        Request::ResetByKey { key } => {
+            Box::pin(reply(stream, reset::key(&shared, peer, &key))).await
+        }
+        Request::ResetBySource { source } => {
+            let source = or_peer(source);
+            Box::pin(reply(stream, reset::source(&shared, peer, &source))).await
+        }
+        // A client checking it talks to a lock server (lc-cli's extension).
+        Request::Ping => Box::pin(reply(stream, async { Answer::Ok })).await,
+        Request::Hello { .. } => Box::pin(hello::serve(stream)).await,
     }
+}
+
+/// Answers a request that is served at once (once durable, with a log).
+async fn reply(mut stream: TcpStream, answer: impl Future<Output = Answer>) {
+    let answer = answer.await;
+    let _ = stream.write_all(&[answer.byte()]).await;
 }
 
 /// Reads the request within the read deadline; bad input is answered `-`
@@ -110,82 +113,6 @@ async fn read_phase(
         }
     };
     Some((stream, request))
-}
-
-/// Every request but Lock: answered at once (once durable, with a log).
-async fn other_request(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    shared: &Arc<Shared>,
-    request: Request,
-    or_peer: impl Fn(Vec<u8>) -> Vec<u8>,
-) {
-    if !shared.extensions && is_extension(&request) {
-        // The test-only reference mode: an action the reference does not know.
-        let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-        return;
-    }
-    let ask = |source, session, mode| Ask {
-        source: or_peer(source),
-        peer,
-        session,
-        mode,
-    };
-    let answer = match request {
-        Request::Lock { .. }
-        | Request::SessionLock { .. }
-        | Request::ModeLock {
-            try_only: false, ..
-        } => {
-            unreachable!("Lock is served by lock::serve")
-        }
-        Request::TryLock { key, source } => {
-            let ask = ask(source, false, LockMode::Exclusive);
-            return trylock::serve(stream, shared, key, ask, Frames::Classic).await;
-        }
-        Request::SessionTryLock { key, source } => {
-            let ask = ask(source, true, LockMode::Exclusive);
-            return trylock::serve(stream, shared, key, ask, Frames::Session).await;
-        }
-        Request::ModeLock {
-            key,
-            source,
-            mode,
-            session,
-            try_only: true,
-        } => {
-            let ask = ask(source, session, mode);
-            return trylock::serve(stream, shared, key, ask, Frames::new(session)).await;
-        }
-        Request::Reclaim { key, token } => {
-            return session::reclaim(stream, peer, shared, key, token).await
-        }
-        Request::SessionRelease { key, token } => {
-            unlock::release(shared, peer, &key, unlock::Frame::Session(token)).await
-        }
-        Request::Unlock { key } => unlock::release(shared, peer, &key, unlock::Frame::Unlock).await,
-        Request::Release { key } => {
-            unlock::release(shared, peer, &key, unlock::Frame::Release).await
-        }
-        Request::ResetByKey { key } => reset::key(shared, peer, &key).await,
-        Request::ResetBySource { source } => reset::source(shared, peer, &or_peer(source)).await,
-        // A client checking it talks to a lock server (lc-cli's extension).
-        Request::Ping => Answer::Ok,
-        Request::Hello { .. } => return hello::serve(stream).await,
-    };
-    let _ = stream.write_all(&[answer.byte()]).await;
-}
-
-/// lc-cli's own actions, which a reference server answers `-`.
-fn is_extension(request: &Request) -> bool {
-    !matches!(
-        request,
-        Request::Lock { .. }
-            | Request::Unlock { .. }
-            | Request::ResetByKey { .. }
-            | Request::ResetBySource { .. }
-            | Request::TryLock { .. }
-    )
 }
 
 /// Why a request could not be read.

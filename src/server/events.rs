@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-use super::show::show;
+use crate::proto::printable;
 
 pub struct Events {
     pub verbose: bool,
@@ -43,8 +43,8 @@ impl Events {
         if self.verbose {
             self.line(format_args!(
                 "{what} '{}' source '{}' peer {peer}",
-                show(key),
-                show(source)
+                printable(key),
+                printable(source)
             ));
         }
     }
@@ -64,4 +64,16 @@ impl Events {
     pub fn withdrawal(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
         self.event("withdraw", key, source, peer);
     }
+}
+
+/// `, now held by 'a', 'b'` for the holders a release let in, or nothing.
+pub fn now_held_by(next: &[super::table::Holder]) -> String {
+    if next.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = next
+        .iter()
+        .map(|h| format!("'{}'", printable(&h.source)))
+        .collect();
+    format!(", now held by {}", names.join(", "))
 }

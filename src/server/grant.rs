@@ -9,49 +9,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::metrics::Counters;
-use super::show::show;
 use super::table::{Durable, Grant, GrantId, Token};
 use super::{session, Shared};
-use crate::mode::LockMode;
-use crate::proto::{self, Answer};
-
-/// Which answers a request's action has (see `proto.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frames {
-    /// The reference's Lock and TryLock: `+` granted, `-` anything else.
-    Classic,
-    /// A kept hold in a mode (actions 14, 15): `=` with the token and a
-    /// session timeout of 0, `!` refused.
-    Kept,
-    /// A session hold (actions 8, 9, 12, 13): `=` with the token and the
-    /// session timeout, `!` refused.
-    Session,
-}
-
-impl Frames {
-    pub fn new(session: bool) -> Frames {
-        match session {
-            true => Frames::Session,
-            false => Frames::Kept,
-        }
-    }
-
-    /// The answer of a request that got no grant.
-    pub fn refused(self) -> u8 {
-        match self {
-            Frames::Classic => Answer::Fail.byte(),
-            Frames::Kept | Frames::Session => proto::SESSION_LOST,
-        }
-    }
-
-    /// The answer of a request whose mode the key's (`theirs`) refuses.
-    pub fn conflict(self, theirs: LockMode) -> Vec<u8> {
-        match self {
-            Frames::Classic => vec![Answer::Fail.byte()],
-            Frames::Kept | Frames::Session => proto::mode_conflict(theirs).to_vec(),
-        }
-    }
-}
+use crate::proto::{printable, Hold};
 
 /// Answers grant `g` (see [`answer`]); a delivered session grant is then
 /// served as a session, in a task of its own.
@@ -61,9 +21,9 @@ pub async fn hand_over(
     shared: &Arc<Shared>,
     key: Vec<u8>,
     g: Grant,
-    frames: Frames,
+    hold: Hold,
 ) {
-    let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, frames).await;
+    let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, hold).await;
     if let (true, Some(link)) = (delivered, g.link) {
         session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
@@ -79,32 +39,20 @@ async fn answer(
     id: GrantId,
     token: Token,
     durable: Durable,
-    frames: Frames,
+    hold: Hold,
 ) -> bool {
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
         shared.table.release_grant(key, id);
         shared.events.error(format_args!(
             "grant of '{}' not recorded in the log, refused: {e}",
-            show(key)
+            printable(key)
         ));
-        let _ = stream.write_all(&[frames.refused()]).await;
+        let _ = stream.write_all(&[hold.refused()]).await;
         return false;
     }
-    let with_token;
-    let bytes: &[u8] = match frames {
-        Frames::Classic => b"+",
-        // A kept hold has no session timeout, but its token all the same.
-        Frames::Kept => {
-            with_token = proto::session_grant(token, std::time::Duration::ZERO);
-            &with_token
-        }
-        Frames::Session => {
-            with_token = proto::session_grant(token, shared.session_timeout);
-            &with_token
-        }
-    };
-    deliver(stream, shared, key, id, bytes).await
+    let bytes = hold.granted(token, shared.reclaim_grace);
+    deliver(stream, shared, key, id, &bytes).await
 }
 
 /// Sends the grant; a grant that cannot be delivered is released again, so
@@ -125,7 +73,7 @@ async fn deliver(
     if !delivered && shared.table.release_grant(key, id) {
         shared.events.error(format_args!(
             "could not deliver the grant of '{}': the client hung up, released it again",
-            show(key)
+            printable(key)
         ));
     }
     delivered

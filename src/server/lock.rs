@@ -11,10 +11,11 @@ use std::task::Poll;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grant::{self, Frames};
+use super::grant;
 use super::metrics::Counters;
 use super::table::{Ask, LockOutcome, Notice, Withdrawal};
 use super::Shared;
+use crate::proto::Hold;
 
 /// Serves a Lock on its connection. A queued waiter is this future parked
 /// in the wait below, so what it keeps across the wait is what each waiter
@@ -24,17 +25,17 @@ pub async fn serve(
     shared: &Arc<Shared>,
     key: Vec<u8>,
     ask: Ask,
-    frames: Frames,
+    hold: Hold,
 ) {
     let peer = ask.peer;
     let (id, notice) = match shared.table.lock(&key, &ask) {
         LockOutcome::Granted(g) => {
             shared.events.grant(&key, &ask.source, peer);
-            return Box::pin(grant::hand_over(stream, peer, shared, key, g, frames)).await;
+            return Box::pin(grant::hand_over(stream, peer, shared, key, g, hold)).await;
         }
         LockOutcome::Queued(id, notice) => (id, notice),
         LockOutcome::Conflict(theirs) => {
-            let _ = Box::pin(stream.write_all(&frames.conflict(theirs))).await;
+            let _ = Box::pin(stream.write_all(&hold.conflict(theirs))).await;
             return;
         }
     };
@@ -80,10 +81,10 @@ pub async fn serve(
         Ok(Notice::Granted(g)) => {
             // A hand-off: logged here, by the one it went to.
             shared.events.grant(&key, &ask.source, peer);
-            Box::pin(grant::hand_over(stream, peer, shared, key, g, frames)).await
+            Box::pin(grant::hand_over(stream, peer, shared, key, g, hold)).await
         }
         Ok(Notice::Withdrawn) | Err(_) => {
-            let _ = stream.write_all(&[frames.refused()]).await;
+            let _ = stream.write_all(&[hold.refused()]).await;
         }
     }
 }

@@ -14,7 +14,6 @@ pub mod manager_port;
 pub mod metrics;
 mod reset;
 mod session;
-mod show;
 pub mod table;
 mod trylock;
 mod unlock;
@@ -29,8 +28,8 @@ use tokio::net::TcpListener;
 
 use self::events::Events;
 use self::metrics::{Counters, FsyncHistogram, Snapshot};
-use self::show::show;
 use self::table::Table;
+use crate::proto::printable;
 use crate::wal::{self, Wal, WalError};
 
 #[derive(Debug, Clone)]
@@ -41,8 +40,8 @@ pub struct ServerOptions {
     /// The write-ahead log; in memory only without it.
     pub data: Option<PathBuf>,
     /// How long a session hold outlives the last word from its holder.
-    pub session_timeout: Duration,
-    /// Serve lc-cli's own actions (6 to 15); off only in the test-only
+    pub reclaim_grace: Duration,
+    /// Serve lc-cli's own actions (6 and up); off only in the test-only
     /// reference mode, which answers them `-` as the reference server does.
     pub extensions: bool,
     /// Connections open at once, in all and from one peer address.
@@ -52,7 +51,7 @@ pub struct ServerOptions {
 
 /// A session hold outlives its holder's last word this long by default:
 /// ZooKeeper's usual session timeout.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_RECLAIM_GRACE: Duration = Duration::from_secs(10);
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -60,7 +59,7 @@ impl Default for ServerOptions {
             read_timeout: Duration::from_secs(30),
             verbose: false,
             data: None,
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            reclaim_grace: DEFAULT_RECLAIM_GRACE,
             extensions: true,
             max_connections: limits::default_max_connections(),
             max_connections_per_peer: usize::MAX,
@@ -79,7 +78,7 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     /// fsync latency of the log, with `--data`.
     pub fsync: Option<Arc<FsyncHistogram>>,
-    pub session_timeout: Duration,
+    pub reclaim_grace: Duration,
     pub extensions: bool,
     pub limits: Arc<limits::Limits>,
 }
@@ -92,7 +91,7 @@ impl Shared {
             events,
             read_timeout: options.read_timeout,
             fsync: None,
-            session_timeout: options.session_timeout,
+            reclaim_grace: options.reclaim_grace,
             extensions: options.extensions,
             limits: Arc::new(limits::Limits::new(
                 options.max_connections,
@@ -208,7 +207,7 @@ impl Server {
             let mut kind = match &restored {
                 Some(_) => format!(
                     "session hold, token {}, released in {:?} unless its holder reclaims it",
-                    h.token, options.session_timeout
+                    h.token, options.reclaim_grace
                 ),
                 None => format!("token {}", h.token),
             };
@@ -220,8 +219,8 @@ impl Server {
             }
             events.info(format_args!(
                 "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
-                show(&h.key),
-                show(&h.source),
+                printable(&h.key),
+                printable(&h.source),
                 humantime::format_rfc3339_millis(since)
             ));
         }

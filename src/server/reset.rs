@@ -4,10 +4,11 @@
 
 use std::net::SocketAddr;
 
+use super::events::now_held_by;
 use super::metrics::Counters;
-use super::show::{now_held_by, show};
 use super::table::Durable;
 use super::Shared;
+use crate::proto::printable;
 use crate::proto::Answer;
 
 /// Force-releases `key`, whoever holds it; the first waiter gets it. A key
@@ -16,19 +17,20 @@ pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
-            let holders: Vec<String> = r.holders.iter().map(|h| show(&h.source)).collect();
+            let holders: Vec<String> = r.holders.iter().map(|h| printable(&h.source)).collect();
             shared.events.reset(format_args!(
                 "{peer}: reset key '{}' held by '{}'{}",
-                show(key),
+                printable(key),
                 holders.join("', '"),
                 now_held_by(&r.next)
             ));
             confirmed(shared, durable, "reset", key).await
         }
         None => {
-            shared
-                .events
-                .reset(format_args!("{peer}: reset key '{}' (not held)", show(key)));
+            shared.events.reset(format_args!(
+                "{peer}: reset key '{}' (not held)",
+                printable(key)
+            ));
             Answer::Ok
         }
     }
@@ -43,10 +45,10 @@ pub async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer 
         .counters
         .withdrawals
         .fetch_add(withdrawn as u64, std::sync::atomic::Ordering::Relaxed);
-    let keys: Vec<String> = released.iter().map(|r| show(&r.key)).collect();
+    let keys: Vec<String> = released.iter().map(|r| printable(&r.key)).collect();
     shared.events.reset(format_args!(
         "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
-        show(source),
+        printable(source),
         keys.len(),
         keys.join(", ")
     ));
@@ -63,7 +65,7 @@ async fn confirmed(shared: &Shared, durable: Durable, what: &str, key: &[u8]) ->
             Counters::bump(&shared.counters.refused);
             shared.events.error(format_args!(
                 "{what} '{}' not recorded in the log: {e}",
-                show(key)
+                printable(key)
             ));
             Answer::Fail
         }

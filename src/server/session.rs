@@ -1,7 +1,7 @@
 //! Session holds (lc-cli's actions 8 to 11): a hold that lasts while its
 //! holder is heard from. After its grant the connection carries heartbeats
 //! (`.` echoed), the holder's SessionRelease, and the server's `!` when the
-//! hold is taken away. A holder not heard from for the session timeout
+//! hold is taken away. A holder not heard from for the reclaim grace
 //! (connection closed, or silent) loses the key to the next waiter; until
 //! then it may Reclaim it on a new connection.
 
@@ -12,15 +12,16 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::events::now_held_by;
 use super::metrics::Counters;
-use super::show::{now_held_by, show};
 use super::table::{Expiry, GrantId, LinkEnd, LinkState};
-use super::unlock::{self, Frame};
+use super::unlock;
 use super::Shared;
-use crate::proto::{self, Decoded, Request, HEARTBEAT, SESSION_LOST};
+use crate::proto::printable;
+use crate::proto::{self, Decoded, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
 /// How soon an expiry the log could not record (a full disk) is tried
-/// again (at most the session timeout).
+/// again (at most the reclaim grace).
 const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 
 /// Serves session hold `id` of `key` on `stream` until it ends: released by
@@ -37,7 +38,7 @@ pub async fn hold(
     id: GrantId,
     mut link: LinkEnd,
 ) {
-    let timeout = shared.session_timeout;
+    let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
     // Heartbeats and one SessionRelease frame: action, key, token field.
     let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
@@ -70,7 +71,7 @@ pub async fn hold(
                     connected = false;
                     shared.events.session(format_args!(
                         "{peer}: connection of the session hold of '{}' ended; released {timeout:?} after it was last heard from unless reclaimed",
-                        show(&key)
+                        printable(&key)
                     ));
                     continue;
                 }
@@ -82,7 +83,7 @@ pub async fn hold(
                 match request {
                     Some(Next::Release { key: k, token }) => {
                         let answer =
-                            Box::pin(unlock::release(&shared, peer, &k, Frame::Session(token))).await;
+                            Box::pin(unlock::release(&shared, peer, &k, ReleaseKind::Token(token))).await;
                         let _ = stream.write_all(&[answer.byte()]).await;
                         // The connection's part in the session is over. A
                         // hold released ends this task at the next turn (its
@@ -134,16 +135,20 @@ async fn take_requests(
         return None;
     }
     match proto::decode(&buf[..*len]) {
-        Ok(Decoded::Frame(Request::SessionRelease { key, token }, _)) => {
-            Some(Next::Release { key, token })
-        }
+        Ok(Decoded::Frame(
+            Request::Release {
+                key,
+                kind: ReleaseKind::Token(token),
+            },
+            _,
+        )) => Some(Next::Release { key, token }),
         Ok(Decoded::Incomplete) if *len < buf.len() => None,
         _ => Some(Next::Stop),
     }
 }
 
 /// Expires session hold `id` if its holder has been silent for the
-/// session timeout; when to check again, or None once the hold is gone.
+/// reclaim grace; when to check again, or None once the hold is gone.
 ///
 /// The key passes on only once the expiry is in the log. If the log cannot
 /// record it (a full disk) the hold stays, in memory as in the log, and the
@@ -157,7 +162,7 @@ async fn check_expiry(
     gen: u64,
     failures: &mut u32,
 ) -> Option<Instant> {
-    let timeout = shared.session_timeout;
+    let timeout = shared.reclaim_grace;
     let durable = match shared.table.expire(key, id, gen, timeout) {
         Expiry::NotYet(at) => return Some(at),
         Expiry::Gone => return None,
@@ -168,7 +173,7 @@ async fn check_expiry(
             Counters::bump(&shared.counters.refused);
             shared.events.error(format_args!(
                 "expiry of the session hold of '{}' (not heard from for {timeout:?}) not recorded in the log, the key stays held until it is (tried every {:?}): {e}",
-                show(key),
+                printable(key),
                 EXPIRY_RETRY.min(timeout)
             ));
         }
@@ -185,8 +190,8 @@ async fn check_expiry(
     shared.events.session(format_args!(
         "{}: session hold of '{}' by '{}' expired (not heard from for {timeout:?}{late}){}",
         holder.peer,
-        show(key),
-        show(&holder.source),
+        printable(key),
+        printable(&holder.source),
         now_held_by(&next)
     ));
     None
@@ -207,12 +212,12 @@ pub async fn reclaim(
     };
     shared.events.session(format_args!(
         "{peer}: reclaimed the session hold of '{}' (token {token})",
-        show(&key)
+        printable(&key)
     ));
     // Nothing new to log: the hold is the one the log has. If the answer
     // cannot be delivered the hold stays, and this task still expires it.
     let _ = stream
-        .write_all(&proto::session_grant(token, shared.session_timeout))
+        .write_all(&proto::session_grant(token, shared.reclaim_grace))
         .await;
     if let Some(link) = g.link {
         spawn_hold(stream, peer, shared, key, g.id, link);
@@ -238,9 +243,9 @@ pub fn spawn_hold(
 }
 
 /// Expires a session hold restored from the log unless its holder reclaims
-/// it within the session timeout.
+/// it within the reclaim grace.
 pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
-    let timeout = shared.session_timeout;
+    let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
     let mut failures = 0;
     loop {

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grant::{self, Frames};
+use super::grant;
 use super::table::{Ask, TryOutcome};
 use super::Shared;
-use crate::proto::Answer;
+use crate::proto::{Answer, Hold};
 
 pub async fn serve(
     mut stream: TcpStream,
     shared: &Arc<Shared>,
     key: Vec<u8>,
     ask: Ask,
-    frames: Frames,
+    hold: Hold,
 ) {
     let g = match shared.table.try_lock(&key, &ask) {
         TryOutcome::Granted(g) => g,
@@ -26,10 +26,10 @@ pub async fn serve(
             return;
         }
         TryOutcome::Conflict(theirs) => {
-            let _ = stream.write_all(&frames.conflict(theirs)).await;
+            let _ = stream.write_all(&hold.conflict(theirs)).await;
             return;
         }
     };
     shared.events.grant(&key, &ask.source, ask.peer);
-    grant::hand_over(stream, ask.peer, shared, key, g, frames).await;
+    grant::hand_over(stream, ask.peer, shared, key, g, hold).await;
 }

@@ -5,23 +5,9 @@
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
-use super::show::show;
-use super::table::Token;
 use super::Shared;
-use crate::proto::Answer;
-
-/// Which frame asked for the release; they differ only in the answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frame {
-    /// `+` released or not held (the reference's answer: its clients retry
-    /// Unlock until `+`), `-` not released.
-    Unlock,
-    /// `+` released, `#` not held, `-` not released.
-    Release,
-    /// As Release, and only the hold under this token is released (`#`
-    /// if the key is held under another).
-    Session(Token),
-}
+use crate::proto::printable;
+use crate::proto::{Answer, ReleaseKind};
 
 /// Releases a hold of `key` (the one under the token, else the oldest kept
 /// one, else the oldest) and lets the next waiters in.
@@ -29,22 +15,16 @@ pub enum Frame {
 /// The key stays held until its release is durable: if the log cannot record
 /// it, nothing changes (a restart would bring the holder back anyway) and the
 /// client is told `-`, "not released".
-pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], frame: Frame) -> Answer {
-    let token = match frame {
-        Frame::Session(t) => Some(t),
-        Frame::Unlock | Frame::Release => None,
-    };
-    let Some((id, durable)) = shared.table.begin_release(key, token) else {
-        return match frame {
-            Frame::Unlock => Answer::Ok,
-            Frame::Release | Frame::Session(_) => Answer::Busy,
-        };
+/// The answers differ by `kind` (see [`ReleaseKind`]).
+pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], kind: ReleaseKind) -> Answer {
+    let Some((id, durable)) = shared.table.begin_release(key, kind.token()) else {
+        return kind.not_held();
     };
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
         shared.events.error(format_args!(
             "{peer}: release of '{}' not recorded in the log, the key stays held: {e}",
-            show(key)
+            printable(key)
         ));
         return Answer::Fail;
     }

@@ -35,7 +35,7 @@ pub fn header() -> [u8; HEADER_LEN] {
 
 /// What the first bytes of a file say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum Format {
     /// Empty, or a header cut short by a crash at creation: a new log.
     New,
     /// This build's format; records start after the header.
@@ -52,23 +52,23 @@ pub enum Kind {
 
 /// Classifies `bytes`, the start of a file; `first_record` says whether a
 /// whole, valid record starts at byte 0 (the mark of a headerless log).
-pub fn classify(bytes: &[u8], first_record: bool) -> Kind {
+pub fn classify(bytes: &[u8], first_record: bool) -> Format {
     let h = header();
     if bytes.len() < HEADER_LEN && h.starts_with(bytes) {
-        return Kind::New;
+        return Format::New;
     }
     if bytes.starts_with(&MAGIC) && bytes.len() >= HEADER_LEN {
         let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
         return match version {
-            VERSION => Kind::Current,
-            v if EARLIER.contains(&v) => Kind::Earlier(v),
-            _ => Kind::Version(version),
+            VERSION => Format::Current,
+            v if EARLIER.contains(&v) => Format::Earlier(v),
+            _ => Format::Version(version),
         };
     }
     if first_record {
-        Kind::Headerless
+        Format::Headerless
     } else {
-        Kind::Foreign
+        Format::Foreign
     }
 }
 
@@ -139,21 +139,21 @@ mod tests {
     #[test]
     fn kinds() {
         let h = header();
-        assert_eq!(classify(&[], false), Kind::New);
-        assert_eq!(classify(&h[..5], false), Kind::New);
-        assert_eq!(classify(&h, false), Kind::Current);
+        assert_eq!(classify(&[], false), Format::New);
+        assert_eq!(classify(&h[..5], false), Format::New);
+        assert_eq!(classify(&h, false), Format::Current);
         let mut newer = h;
         newer[8] = 4;
-        assert_eq!(classify(&newer, false), Kind::Version(4));
+        assert_eq!(classify(&newer, false), Format::Version(4));
         for v in [1, 2] {
             let mut earlier = h;
             earlier[8] = v;
-            assert_eq!(classify(&earlier, false), Kind::Earlier(u32::from(v)));
+            assert_eq!(classify(&earlier, false), Format::Earlier(u32::from(v)));
         }
-        assert_eq!(classify(b"hello world, not a log", false), Kind::Foreign);
-        assert_eq!(classify(&[9, 0, 0, 0], true), Kind::Headerless);
+        assert_eq!(classify(b"hello world, not a log", false), Format::Foreign);
+        assert_eq!(classify(&[9, 0, 0, 0], true), Format::Headerless);
         // A prefix of the header that goes wrong is not a new log.
-        assert_eq!(classify(b"LCCX", false), Kind::Foreign);
+        assert_eq!(classify(b"LCCX", false), Format::Foreign);
     }
 
     #[test]

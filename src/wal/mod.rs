@@ -12,19 +12,24 @@
 //! and rewrites the log to hold only them once it is about twice what they
 //! need: temp file, fsync, rename, fsync of the directory.
 //! See `src/wal/README.md` for the format and the crash windows.
+//!
+//! Here: the log's types and [`Wal`]'s appending side. `recover`: start-up
+//! ([`Wal::open`]); `writer`: the writer thread and compaction; `rewrite`:
+//! replacing the file whole; `record` and `file`: the record framing and
+//! the file header; `live`: the live holders.
 
 pub mod file;
 mod live;
 pub mod record;
+mod recover;
+mod rewrite;
+mod writer;
 
-use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
@@ -32,7 +37,6 @@ pub use record::Record;
 
 use self::live::Live;
 use crate::mode::LockMode;
-use record::{decode, Next};
 
 /// A key held according to the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,94 +216,6 @@ pub struct Wal {
     _lock: file::LogLock,
 }
 
-/// Opens (or creates) the log file and reads it whole.
-fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), WalError> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(io(path, "open"))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(io(path, "read"))?;
-    Ok((file, bytes))
-}
-
-fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> WalError + 'a {
-    move |source| WalError::Io {
-        path: path.to_path_buf(),
-        op,
-        source,
-    }
-}
-
-fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".compact");
-    path.with_file_name(name)
-}
-
-fn sync_dir(path: &Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
-}
-
-/// What a replay found.
-struct Replayed {
-    live: Live,
-    /// Just past the last whole record.
-    offset: usize,
-    records: u64,
-    max_token: u64,
-}
-
-/// Replays the records of `bytes` from `start`.
-fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
-    let mut live = Live::default();
-    let mut max_token = 0;
-    let mut records = 0;
-    let mut offset = start;
-    while offset < bytes.len() {
-        let rest = &bytes[offset..];
-        match decode(rest) {
-            Next::Record(record, used) => {
-                records += 1;
-                match &record {
-                    Record::Grant { token, .. } | Record::Floor { token } => {
-                        max_token = max_token.max(*token)
-                    }
-                    Record::Release { .. } => {}
-                }
-                // Kept in this build's format, for a compaction (a grant of
-                // an earlier version gains its fields).
-                live.apply(&record, &record.encode());
-                offset += used;
-            }
-            // A crash after the size grew but before the data landed
-            // leaves zeros: that is a torn tail too.
-            Next::Incomplete => break,
-            Next::Corrupt(_) if rest.iter().all(|&b| b == 0) => break,
-            Next::Corrupt(reason) => {
-                return Err(WalError::Corrupt {
-                    path: path.to_path_buf(),
-                    offset: offset as u64,
-                    reason,
-                })
-            }
-        }
-    }
-    Ok(Replayed {
-        live,
-        offset,
-        records,
-        max_token,
-    })
-}
-
 impl Held {
     /// The Grant record that restores this hold.
     pub fn record(&self) -> Record {
@@ -317,225 +233,20 @@ impl Held {
             mode: self.mode,
         }
     }
+}
 
-    /// The hold a framed Grant record describes.
-    fn from_frame(framed: &[u8]) -> Option<Held> {
-        let Next::Record(
-            Record::Grant {
-                key,
-                source,
-                peer,
-                since_ms,
-                token,
-                session,
-                mode,
-            },
-            _,
-        ) = decode(framed)
-        else {
-            return None;
-        };
-        Some(Held {
-            key,
-            source,
-            peer,
-            since: UNIX_EPOCH + Duration::from_millis(since_ms),
-            token,
-            session,
-            mode,
-        })
+pub(crate) fn io<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(std::io::Error) -> WalError + 'a {
+    move |source| WalError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
     }
-}
-
-/// The records of a compacted log: the token floor, then every live grant.
-fn snapshot(max_token: u64, live: &Live) -> Vec<u8> {
-    let mut snap = Record::Floor { token: max_token }.encode();
-    for framed in live.frames() {
-        snap.extend_from_slice(framed);
-    }
-    snap
-}
-
-/// Writes `header + records` to the temp file, syncs it, renames it over
-/// `path` and syncs the directory: the log is replaced whole or not at all.
-/// Returns the new log, open for appends.
-fn replace_log(path: &Path, records: &[u8]) -> std::io::Result<File> {
-    let file = write_temp(path, records, |f| f.sync_all())?;
-    std::fs::rename(temp_path(path), path).inspect_err(|_| {
-        let _ = std::fs::remove_file(temp_path(path));
-    })?;
-    // A failed directory sync only means the rename might not survive a
-    // power cut, in which case the old log (still valid) comes back.
-    let _ = sync_dir(path);
-    Ok(file)
-}
-
-/// The temp file of a rewrite, written and synced with `sync`; removed again
-/// if that fails.
-fn write_temp(
-    path: &Path,
-    records: &[u8],
-    sync: impl FnOnce(&File) -> std::io::Result<()>,
-) -> std::io::Result<File> {
-    let temp = temp_path(path);
-    let attempt = || -> std::io::Result<File> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        file.write_all_at(&file::header(), 0)?;
-        file.write_all_at(records, file::HEADER_LEN as u64)?;
-        sync(&file)?;
-        Ok(file)
-    };
-    attempt().inspect_err(|_| {
-        let _ = std::fs::remove_file(&temp);
-    })
 }
 
 impl Wal {
-    /// Opens (or creates) the log at `path`, recovers it and starts the
-    /// writer. Returns the held keys, sorted by key.
-    pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
-        // First of all: nothing of the log is touched (not even a stale
-        // temp file) while another server may be using it.
-        let lock = file::LogLock::acquire(path).map_err(|e| match e {
-            file::LockError::Held { pid } => WalError::Locked {
-                path: path.to_path_buf(),
-                lock: file::lock_path(path),
-                pid,
-            },
-            file::LockError::Io(e) => io(path, "lock")(e),
-        })?;
-        let mut recovery = Recovery::default();
-        let temp = temp_path(path);
-        if temp.exists() {
-            // A compaction that never reached its rename: the log is intact.
-            std::fs::remove_file(&temp).map_err(io(&temp, "remove"))?;
-            recovery.stale_temp = true;
-        }
-        let (mut file, bytes) = open_and_read(path)?;
-        let first_record = matches!(decode(&bytes), Next::Record(..));
-        let start = match file::classify(&bytes, first_record) {
-            file::Kind::New => {
-                // New, or a crash cut its header short: (re)write the header.
-                file.set_len(0).map_err(io(path, "truncate"))?;
-                file.write_all_at(&file::header(), 0)
-                    .map_err(io(path, "write the header of"))?;
-                file.sync_all().map_err(io(path, "sync"))?;
-                sync_dir(path).map_err(io(path, "sync the directory of"))?;
-                file::HEADER_LEN
-            }
-            file::Kind::Current => file::HEADER_LEN,
-            file::Kind::Earlier(version) => {
-                // Same framing; from now on records of this version follow, so
-                // the header must say so before any is appended (an older
-                // lc-cli then refuses the file instead of misreading it).
-                file.write_all_at(&file::header(), 0)
-                    .map_err(io(path, "upgrade the header of"))?;
-                file.sync_all().map_err(io(path, "sync"))?;
-                recovery.upgraded = Some(version);
-                file::HEADER_LEN
-            }
-            file::Kind::Headerless => 0,
-            file::Kind::Version(version) => {
-                return Err(WalError::Version {
-                    path: path.to_path_buf(),
-                    version,
-                })
-            }
-            file::Kind::Foreign => {
-                return Err(WalError::Foreign {
-                    path: path.to_path_buf(),
-                })
-            }
-        };
-        let bytes = if start == file::HEADER_LEN && bytes.len() < start {
-            file::header().to_vec()
-        } else {
-            bytes
-        };
-        let Replayed {
-            live,
-            mut offset,
-            records,
-            max_token,
-        } = replay(path, &bytes, start)?;
-        recovery.records = records;
-        recovery.token_floor = max_token;
-        if offset < bytes.len() {
-            recovery.torn = Some((offset as u64, (bytes.len() - offset) as u64));
-            file.set_len(offset as u64)
-                .map_err(io(path, "truncate the torn tail of"))?;
-            file.sync_all().map_err(io(path, "sync"))?;
-        }
-        if start == 0 {
-            // The previous release's format: rewritten with a header and
-            // the live holders only, as a compaction would, so no held key
-            // is lost.
-            let frames = snapshot(max_token, &live);
-            file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
-            offset = file::HEADER_LEN + frames.len();
-            recovery.migrated = true;
-        }
-
-        let mut held: Vec<Held> = live.frames().filter_map(Held::from_frame).collect();
-        held.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
-        let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
-        Ok((wal, held, recovery))
-    }
-
-    /// Starts the writer thread on a recovered log of `len` bytes.
-    fn start(
-        path: &Path,
-        file: File,
-        len: u64,
-        (live, max_token): (Live, u64),
-        options: Options,
-        lock: file::LogLock,
-    ) -> Result<Wal, WalError> {
-        let (batch, _) = watch::channel(None);
-        let shared = Arc::new(Batches {
-            state: Mutex::new(State {
-                pending: Vec::new(),
-                pending_grants: 0,
-                pending_releases: 0,
-                batch,
-                live,
-                max_token,
-                closing: false,
-                stopped: false,
-                taken: 0,
-                finished: 0,
-                last_error: None,
-                stats: Stats {
-                    file_len: len,
-                    ..Stats::default()
-                },
-            }),
-            work: Condvar::new(),
-            done: Condvar::new(),
-        });
-        let writer = Writer {
-            shared: shared.clone(),
-            path: path.to_path_buf(),
-            file,
-            len,
-            options,
-        };
-        let handle = std::thread::Builder::new()
-            .name("wal-writer".into())
-            .spawn(move || writer.run())
-            .map_err(io(path, "start the writer for"))?;
-        Ok(Wal {
-            shared,
-            writer: Mutex::new(Some(handle)),
-            _lock: lock,
-        })
-    }
-
     fn state(&self) -> MutexGuard<'_, State> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -599,156 +310,5 @@ impl Wal {
 impl Drop for Wal {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-struct Writer {
-    shared: Arc<Batches>,
-    path: PathBuf,
-    file: File,
-    len: u64,
-    options: Options,
-}
-
-enum CompactFail {
-    /// An I/O error: the old log is untouched.
-    Io,
-    /// Stopped on purpose before the rename (the test hook).
-    Crashed,
-}
-
-impl Writer {
-    fn run(mut self) {
-        loop {
-            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            while st.pending.is_empty() && !st.closing {
-                st = self.shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-            if st.pending.is_empty() {
-                st.stopped = true;
-                drop(st);
-                self.shared.done.notify_all();
-                return;
-            }
-            let bytes = std::mem::take(&mut st.pending);
-            let (grants, releases) = (st.pending_grants, st.pending_releases);
-            st.pending_grants = 0;
-            st.pending_releases = 0;
-            let (next, _) = watch::channel(None);
-            let batch = std::mem::replace(&mut st.batch, next);
-            st.taken += 1;
-            let threshold = (2 * st.live.bytes()).max(self.options.compact_min);
-            // A compaction writes the holds as of this batch.
-            let after = (self.len + bytes.len() as u64 > threshold).then(|| {
-                let mut live = st.live.clone();
-                live.apply_batch(&bytes);
-                live
-            });
-            let snapshot = after.as_ref().map(|live| snapshot(st.max_token, live));
-            drop(st);
-
-            let mut compacted = false;
-            let result = match snapshot.map(|snap| self.compact(&snap)) {
-                Some(Ok(())) => {
-                    compacted = true;
-                    Ok(())
-                }
-                Some(Err(CompactFail::Crashed)) => {
-                    // As if killed here: nothing more is written, nothing
-                    // more is acknowledged.
-                    let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-                    st.stopped = true;
-                    drop(st);
-                    drop(batch);
-                    self.shared.done.notify_all();
-                    return;
-                }
-                Some(Err(CompactFail::Io)) | None => self.append(&bytes),
-            };
-
-            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.finished += 1;
-            match &result {
-                Ok(()) => {
-                    match after {
-                        Some(live) if compacted => st.live = live,
-                        _ => st.live.apply_batch(&bytes),
-                    }
-                    st.stats.grants += grants;
-                    st.stats.releases += releases;
-                    st.stats.syncs += 1;
-                    st.stats.compactions += u64::from(compacted);
-                }
-                Err(e) => {
-                    st.stats.failed_batches += 1;
-                    st.last_error = Some(e.clone());
-                }
-            }
-            st.stats.file_len = self.len;
-            drop(st);
-            let _ = batch.send(Some(result));
-            self.shared.done.notify_all();
-        }
-    }
-
-    /// Appends one batch and syncs it; on failure cuts the file back to
-    /// where it was, so a half-written batch never sits before later ones.
-    fn append(&mut self, bytes: &[u8]) -> Result<(), Arc<str>> {
-        let written = self
-            .file
-            .write_all_at(bytes, self.len)
-            .and_then(|()| self.timed(|f| f.sync_data()));
-        match written {
-            Ok(()) => {
-                self.len += bytes.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.file.set_len(self.len);
-                let _ = self.file.sync_data();
-                Err(format!("{}: cannot append to the log: {e}", self.path.display()).into())
-            }
-        }
-    }
-
-    /// Runs one fsync of the log and reports how long it took.
-    fn timed(&self, sync: impl FnOnce(&File) -> std::io::Result<()>) -> std::io::Result<()> {
-        self.timed_on(&self.file, sync)
-    }
-
-    fn timed_on(
-        &self,
-        file: &File,
-        sync: impl FnOnce(&File) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let start = Instant::now();
-        let result = sync(file);
-        if let Some(observe) = &self.options.on_sync {
-            observe(start.elapsed());
-        }
-        result
-    }
-
-    /// Rewrites the log to hold only `snapshot` (the live holders, including
-    /// everything of the batch in hand). On an I/O error the old log is
-    /// untouched and the batch is appended to it instead.
-    fn compact(&mut self, snapshot: &[u8]) -> Result<(), CompactFail> {
-        let temp = temp_path(&self.path);
-        let file = write_temp(&self.path, snapshot, |f| self.timed_on(f, |f| f.sync_all()))
-            .map_err(|_| CompactFail::Io)?;
-        if self.options.crash_before_rename.load(Ordering::SeqCst) {
-            return Err(CompactFail::Crashed);
-        }
-        if std::fs::rename(&temp, &self.path).is_err() {
-            let _ = std::fs::remove_file(&temp);
-            return Err(CompactFail::Io);
-        }
-        // The rename is done: the new log is the log. A failed directory
-        // sync only means the rename might not survive a power cut, in
-        // which case the old log (still valid) comes back.
-        let _ = sync_dir(&self.path);
-        self.file = file;
-        self.len = (file::HEADER_LEN + snapshot.len()) as u64;
-        Ok(())
     }
 }

@@ -35,7 +35,7 @@ use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockMode, LockRequest, LostReason,
     Result, WaitProgress,
 };
-use crate::proto::{self, Answer, Request};
+use crate::proto::{self, Answer, Hold, ReleaseKind, Request};
 
 /// How long a cancelled Lock waits for the server to confirm the withdrawal
 /// (lc-cli's server closes at once; a reference server may never confirm).
@@ -127,6 +127,7 @@ impl LcBackend {
         match self
             .call(Request::Release {
                 key: key_bytes.clone(),
+                kind: ReleaseKind::Release,
             })
             .await?
         {
@@ -134,7 +135,11 @@ impl LcBackend {
             Answer::Busy => return Ok(false),
             Answer::Fail => {}
         }
-        match self.call(Request::Unlock { key: key_bytes }).await? {
+        let unlock = Request::Release {
+            key: key_bytes,
+            kind: ReleaseKind::Unlock,
+        };
+        match self.call(unlock).await? {
             Answer::Ok => Ok(true),
             Answer::Fail => Err(BackendError::NotReleased {
                 server: self.addr.clone(),
@@ -237,16 +242,17 @@ impl LcBackend {
     fn extended_frame(request: &LockRequest) -> Request {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
-        match (request.mode, request.detached, request.nonblock) {
-            (LockMode::Exclusive, false, false) => Request::SessionLock { key, source },
-            (LockMode::Exclusive, false, true) => Request::SessionTryLock { key, source },
-            (mode, detached, nonblock) => Request::ModeLock {
-                key,
-                source,
-                mode,
-                session: !detached,
-                try_only: nonblock,
-            },
+        let hold = if request.detached {
+            Hold::Kept
+        } else {
+            Hold::Session
+        };
+        Request::Lock {
+            key,
+            source,
+            mode: request.mode,
+            hold,
+            wait: !request.nonblock,
         }
     }
 
@@ -336,7 +342,14 @@ impl LcBackend {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if request.nonblock {
-            return match self.call(Request::TryLock { key, source }).await? {
+            let try_lock = Request::Lock {
+                key,
+                source,
+                mode: LockMode::Exclusive,
+                hold: Hold::Classic,
+                wait: false,
+            };
+            return match self.call(try_lock).await? {
                 Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None))),
                 Answer::Busy => Ok(Acquired::Busy),
                 Answer::Fail => Err(BackendError::Refused {
@@ -345,7 +358,13 @@ impl LcBackend {
                 }),
             };
         }
-        let lock = Request::Lock { key, source };
+        let lock = Request::Lock {
+            key,
+            source,
+            mode: LockMode::Exclusive,
+            hold: Hold::Classic,
+            wait: true,
+        };
         let started = std::time::Instant::now();
         let mut stream = tokio::select! {
             s = self.send(&lock) => s?,
@@ -382,9 +401,9 @@ impl LcBackend {
     /// Releases the hold of `key` under `token`, if it is still held
     /// (`#`: not any more, which is as good).
     async fn release_token(&self, key: &str, token: u64) -> Result<()> {
-        let release = Request::SessionRelease {
+        let release = Request::Release {
             key: key.as_bytes().to_vec(),
-            token,
+            kind: ReleaseKind::Token(token),
         };
         match self.call(release).await? {
             Answer::Ok | Answer::Busy => Ok(()),

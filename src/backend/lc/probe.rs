@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::backend::BackendError;
-use crate::proto::{Answer, PING_FRAME};
+use crate::proto::{printable, Answer, PING_FRAME};
 
 /// How long a Lock waits for its answer before pinging: a free key is
 /// answered well within this, so the common path costs nothing.
@@ -131,7 +131,7 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
         server: addr.to_string(),
         reason: format!(
             "\"{}\": not the Locking-Center protocol{}",
-            show(bytes),
+            printable(&bytes[..bytes.len().min(SHOWN)]),
             port_hint(addr)
         ),
     }
@@ -139,21 +139,6 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
 
 /// What the well-known ports of the other backends suggest.
 pub use crate::backend::port_hint;
-
-/// Bytes as text a terminal can show: printable ASCII as is, the rest escaped.
-pub fn show(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for &b in bytes.iter().take(SHOWN) {
-        match b {
-            b'\r' => out.push_str("\\r"),
-            b'\n' => out.push_str("\\n"),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {
@@ -177,10 +162,5 @@ mod tests {
         assert!(port_hint("zk1:2181").contains("zk://zk1:2181"));
         assert!(port_hint("e:2379").contains("etcd"));
         assert_eq!(port_hint("h:22119"), "");
-    }
-
-    #[test]
-    fn replies_are_shown_escaped() {
-        assert_eq!(show(b"-ERR x\r\n\x1b[31m"), "-ERR x\\r\\n\\x1b[31m");
     }
 }

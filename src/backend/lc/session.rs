@@ -22,7 +22,9 @@ use tokio::time::Instant;
 
 use super::LcBackend;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
-use crate::proto::{self, Answer, Request, HEARTBEAT, SESSION_GRANT_LEN, SESSION_LOST};
+use crate::proto::{
+    self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_GRANT_LEN, SESSION_LOST,
+};
 
 /// A `-` followed by nothing for this long is a whole answer.
 const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
@@ -138,9 +140,9 @@ impl HeldLock for LcSession {
             Some(answer) => answer?,
             None => {
                 self.backend
-                    .call(Request::SessionRelease {
+                    .call(Request::Release {
                         key: self.key.as_bytes().to_vec(),
-                        token: self.token,
+                        kind: ReleaseKind::Token(self.token),
                     })
                     .await?
             }
@@ -323,9 +325,9 @@ impl Keeper {
     /// The release, on the session's connection if it has one.
     async fn release_here(&mut self) -> Option<Result<Answer>> {
         let stream = self.stream.as_mut()?;
-        let frame = proto::encode(&Request::SessionRelease {
+        let frame = proto::encode(&Request::Release {
             key: self.key.clone(),
-            token: self.token,
+            kind: ReleaseKind::Token(self.token),
         })
         .expect("the key was checked before the grant");
         stream.write_all(&frame).await.ok()?;

@@ -1,0 +1,393 @@
+//! The requests of the one-byte protocol: one variant per action family,
+//! with what the action number encodes as fields; decoded and encoded here.
+
+use std::fmt;
+
+use super::answer::ReleaseKind;
+use super::*;
+use crate::mode::LockMode;
+
+/// What a lock request's grant is (and so which answers it has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The reference's Lock and TryLock (1, 5): exclusive, kept until an
+    /// Unlock; `+` granted, `-` anything else.
+    Classic,
+    /// Held as long as the holder is heard from (8, 9, 12, 13): `=` with the
+    /// token and the session timeout, `!` refused, `~` a mode conflict.
+    Session,
+    /// Kept until an Unlock, in a mode (14, 15): `=` with the token and a
+    /// timeout of 0, `!` refused, `~` a mode conflict.
+    Kept,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Actions 1, 5, 8, 9 and 12 to 15.
+    Lock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+        /// Always exclusive for a classic hold; a session hold in another
+        /// mode is sent as 12, 13 (exclusive: 8, 9).
+        mode: LockMode,
+        hold: Hold,
+        /// Wait in line (1, 8, 12, 14), else only if free now (5, 9, 13, 15).
+        wait: bool,
+    },
+    /// Actions 2, 6 and 11: the same release, answered as `kind` says.
+    Release {
+        key: Vec<u8>,
+        kind: ReleaseKind,
+    },
+    /// Takes a session hold back on a new connection (10).
+    Reclaim {
+        key: Vec<u8>,
+        token: u64,
+    },
+    ResetByKey {
+        key: Vec<u8>,
+    },
+    ResetBySource {
+        source: Vec<u8>,
+    },
+    /// Are you a Locking-Center server? (7)
+    Ping,
+    /// Who are you? (16): the client's version and a token, either empty.
+    Hello {
+        client: Vec<u8>,
+        token: Vec<u8>,
+    },
+}
+
+impl Request {
+    /// The action byte this request is sent as.
+    pub fn action(&self) -> u8 {
+        match self {
+            Request::Lock {
+                mode, hold, wait, ..
+            } => match (hold, mode, wait) {
+                (Hold::Classic, _, true) => ACTION_LOCK,
+                (Hold::Classic, _, false) => ACTION_TRY_LOCK,
+                (Hold::Session, LockMode::Exclusive, true) => ACTION_SESSION_LOCK,
+                (Hold::Session, LockMode::Exclusive, false) => ACTION_SESSION_TRY_LOCK,
+                (Hold::Session, _, true) => ACTION_MODE_SESSION_LOCK,
+                (Hold::Session, _, false) => ACTION_MODE_SESSION_TRY_LOCK,
+                (Hold::Kept, _, true) => ACTION_MODE_LOCK,
+                (Hold::Kept, _, false) => ACTION_MODE_TRY_LOCK,
+            },
+            Request::Release { kind, .. } => match kind {
+                ReleaseKind::Unlock => ACTION_UNLOCK,
+                ReleaseKind::Release => ACTION_RELEASE,
+                ReleaseKind::Token(_) => ACTION_SESSION_RELEASE,
+            },
+            Request::Reclaim { .. } => ACTION_RECLAIM,
+            Request::ResetByKey { .. } => ACTION_RESET_BY_KEY,
+            Request::ResetBySource { .. } => ACTION_RESET_BY_SOURCE,
+            Request::Ping => ACTION_PING,
+            Request::Hello { .. } => ACTION_HELLO,
+        }
+    }
+
+    /// lc-cli's own actions, which a reference server answers `-`: every
+    /// action numbered after the reference's five.
+    pub fn is_extension(&self) -> bool {
+        self.action() > LAST_REFERENCE_ACTION
+    }
+}
+
+/// Decoding needs more bytes: a normal case, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A whole request, and how many bytes of the buffer it used.
+    Frame(Request, usize),
+    Incomplete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    UnknownAction(u8),
+    /// A size byte with the sign bit set (0x80 and above).
+    NegativeSize(u8),
+    EmptyKey,
+    /// A token field that is not 8 bytes.
+    BadToken(u8),
+    /// A mode field that is not 4 bytes.
+    BadMode(u8),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::UnknownAction(a) => write!(f, "unknown action {a}"),
+            FrameError::NegativeSize(s) => write!(f, "negative size byte 0x{s:02x}"),
+            FrameError::EmptyKey => write!(f, "empty key"),
+            FrameError::BadToken(n) => write!(f, "a token of {n} byte(s), not 8"),
+            FrameError::BadMode(n) => write!(f, "a mode of {n} byte(s), not 4"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// `?` for a field the buffer does not hold yet: the frame is incomplete.
+macro_rules! need {
+    ($field:expr) => {
+        match $field? {
+            Some(v) => v,
+            None => return Ok(Decoded::Incomplete),
+        }
+    };
+}
+
+/// Decodes one request from the start of `buf`. Bytes after a complete frame
+/// are left alone (some clients append a source to Unlock; the caller ignores
+/// them).
+pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
+    let Some(&action) = buf.first() else {
+        return Ok(Decoded::Incomplete);
+    };
+    let mut cur = Cursor { buf, pos: 1 };
+    let lock = |key, source, mode, hold, wait| Request::Lock {
+        key,
+        source,
+        mode,
+        hold,
+        wait,
+    };
+    let request = match action {
+        ACTION_LOCK | ACTION_TRY_LOCK | ACTION_SESSION_LOCK | ACTION_SESSION_TRY_LOCK => {
+            let key = need!(cur.key());
+            let source = need!(cur.field());
+            let hold = match action {
+                ACTION_LOCK | ACTION_TRY_LOCK => Hold::Classic,
+                _ => Hold::Session,
+            };
+            let wait = matches!(action, ACTION_LOCK | ACTION_SESSION_LOCK);
+            lock(key, source, LockMode::Exclusive, hold, wait)
+        }
+        ACTION_MODE_SESSION_LOCK..=ACTION_MODE_TRY_LOCK => {
+            let key = need!(cur.key());
+            let source = need!(cur.field());
+            let mode = need!(cur.mode());
+            let hold = match action {
+                ACTION_MODE_SESSION_LOCK | ACTION_MODE_SESSION_TRY_LOCK => Hold::Session,
+                _ => Hold::Kept,
+            };
+            let wait = matches!(action, ACTION_MODE_SESSION_LOCK | ACTION_MODE_LOCK);
+            lock(key, source, mode, hold, wait)
+        }
+        ACTION_UNLOCK | ACTION_RELEASE => {
+            let key = need!(cur.key());
+            let kind = match action {
+                ACTION_UNLOCK => ReleaseKind::Unlock,
+                _ => ReleaseKind::Release,
+            };
+            Request::Release { key, kind }
+        }
+        ACTION_SESSION_RELEASE => {
+            let key = need!(cur.key());
+            let token = need!(cur.token());
+            Request::Release {
+                key,
+                kind: ReleaseKind::Token(token),
+            }
+        }
+        ACTION_RECLAIM => {
+            let key = need!(cur.key());
+            let token = need!(cur.token());
+            Request::Reclaim { key, token }
+        }
+        ACTION_RESET_BY_KEY => Request::ResetByKey {
+            key: need!(cur.key()),
+        },
+        ACTION_RESET_BY_SOURCE => Request::ResetBySource {
+            source: need!(cur.field()),
+        },
+        ACTION_PING => {
+            need!(cur.key());
+            need!(cur.field());
+            Request::Ping
+        }
+        ACTION_HELLO => {
+            let client = need!(cur.field());
+            let token = need!(cur.field());
+            Request::Hello { client, token }
+        }
+        // Unknown: `-`, as the reference answers an action it does not know.
+        other => return Err(FrameError::UnknownAction(other)),
+    };
+    Ok(Decoded::Frame(request, cur.pos))
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    /// A size-prefixed field; `None` when the buffer ends inside it.
+    fn field(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let Some(&size) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        if size > MAX_FIELD as u8 {
+            return Err(FrameError::NegativeSize(size));
+        }
+        let start = self.pos + 1;
+        let end = start + size as usize;
+        let Some(bytes) = self.buf.get(start..end) else {
+            return Ok(None);
+        };
+        self.pos = end;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    fn key(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        // An empty key is refused as soon as its size byte arrives.
+        if self.buf.get(self.pos) == Some(&0) {
+            return Err(FrameError::EmptyKey);
+        }
+        self.field()
+    }
+
+    fn mode(&mut self) -> Result<Option<LockMode>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 4 => Err(FrameError::BadMode(n)),
+            _ => Ok(self
+                .field()?
+                .map(|b| LockMode::from_word(u32::from_be_bytes(b.try_into().unwrap())))),
+        }
+    }
+
+    fn token(&mut self) -> Result<Option<u64>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 8 => Err(FrameError::BadToken(n)),
+            _ => Ok(self
+                .field()?
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()))),
+        }
+    }
+}
+
+/// Why a request cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EncodeError {
+    EmptyKey,
+    TooLong {
+        what: &'static str,
+        len: usize,
+    },
+    /// The reference's Lock and TryLock have no mode field.
+    ClassicMode(LockMode),
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::EmptyKey => write!(f, "the key is empty"),
+            EncodeError::TooLong { what, len } => {
+                write!(
+                    f,
+                    "the {what} is {len} bytes long, at most {MAX_FIELD} are allowed"
+                )
+            }
+            EncodeError::ClassicMode(mode) => write!(
+                f,
+                "the reference protocol's Lock is exclusive only, not {mode:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+/// Checks a key the way the server will, so a client can refuse it before
+/// opening any connection.
+pub fn check_key(key: &[u8]) -> Result<(), EncodeError> {
+    if key.is_empty() {
+        return Err(EncodeError::EmptyKey);
+    }
+    check_len("key", key)
+}
+
+pub fn check_source(source: &[u8]) -> Result<(), EncodeError> {
+    check_len("source", source)
+}
+
+fn check_len(what: &'static str, bytes: &[u8]) -> Result<(), EncodeError> {
+    if bytes.len() > MAX_FIELD {
+        return Err(EncodeError::TooLong {
+            what,
+            len: bytes.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Encodes a request exactly as the reference clients send it.
+pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(3 + 2 * MAX_FIELD);
+    let action = request.action();
+    match request {
+        Request::Lock {
+            key,
+            source,
+            mode,
+            hold,
+            ..
+        } => {
+            check_key(key)?;
+            check_source(source)?;
+            if *hold == Hold::Classic && *mode != LockMode::Exclusive {
+                return Err(EncodeError::ClassicMode(*mode));
+            }
+            out.push(action);
+            push_field(&mut out, key);
+            push_field(&mut out, source);
+            if action >= ACTION_MODE_SESSION_LOCK {
+                push_field(&mut out, &mode.word().to_be_bytes());
+            }
+        }
+        Request::Release { key, kind } => {
+            check_key(key)?;
+            out.push(action);
+            push_field(&mut out, key);
+            if let ReleaseKind::Token(token) = kind {
+                push_field(&mut out, &token.to_be_bytes());
+            }
+        }
+        Request::Reclaim { key, token } => {
+            check_key(key)?;
+            out.push(action);
+            push_field(&mut out, key);
+            push_field(&mut out, &token.to_be_bytes());
+        }
+        Request::ResetByKey { key } => {
+            check_key(key)?;
+            out.push(action);
+            push_field(&mut out, key);
+        }
+        Request::ResetBySource { source } => {
+            check_source(source)?;
+            out.push(action);
+            push_field(&mut out, source);
+        }
+        Request::Ping => out.extend_from_slice(&PING_FRAME),
+        Request::Hello { client, token } => {
+            check_len("client version", client)?;
+            check_len("token", token)?;
+            out.push(action);
+            push_field(&mut out, client);
+            push_field(&mut out, token);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(bytes.len() as u8);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests;

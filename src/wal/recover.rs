@@ -1,0 +1,203 @@
+//! Start-up: lock the log, tell what kind of file it is, replay its
+//! records, cut a torn tail, upgrade or migrate an older format, and start
+//! the writer on what is left.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::live::Live;
+use super::record::{decode, Next, Record};
+use super::rewrite::{replace_log, snapshot, sync_dir, temp_path};
+use super::{file, io, Held, Options, Recovery, Wal, WalError};
+
+impl Wal {
+    /// Opens (or creates) the log at `path`, recovers it and starts the
+    /// writer. Returns the held keys, sorted by key.
+    pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
+        // First of all: nothing of the log is touched (not even a stale
+        // temp file) while another server may be using it.
+        let lock = file::LogLock::acquire(path).map_err(|e| match e {
+            file::LockError::Held { pid } => WalError::Locked {
+                path: path.to_path_buf(),
+                lock: file::lock_path(path),
+                pid,
+            },
+            file::LockError::Io(e) => io(path, "lock")(e),
+        })?;
+        let mut recovery = Recovery::default();
+        let temp = temp_path(path);
+        if temp.exists() {
+            // A compaction that never reached its rename: the log is intact.
+            std::fs::remove_file(&temp).map_err(io(&temp, "remove"))?;
+            recovery.stale_temp = true;
+        }
+        let (mut file, bytes) = open_and_read(path)?;
+        let first_record = matches!(decode(&bytes), Next::Record(..));
+        let start = match file::classify(&bytes, first_record) {
+            file::Format::New => {
+                // New, or a crash cut its header short: (re)write the header.
+                file.set_len(0).map_err(io(path, "truncate"))?;
+                file.write_all_at(&file::header(), 0)
+                    .map_err(io(path, "write the header of"))?;
+                file.sync_all().map_err(io(path, "sync"))?;
+                sync_dir(path).map_err(io(path, "sync the directory of"))?;
+                file::HEADER_LEN
+            }
+            file::Format::Current => file::HEADER_LEN,
+            file::Format::Earlier(version) => {
+                // Same framing; from now on records of this version follow, so
+                // the header must say so before any is appended (an older
+                // lc-cli then refuses the file instead of misreading it).
+                file.write_all_at(&file::header(), 0)
+                    .map_err(io(path, "upgrade the header of"))?;
+                file.sync_all().map_err(io(path, "sync"))?;
+                recovery.upgraded = Some(version);
+                file::HEADER_LEN
+            }
+            file::Format::Headerless => 0,
+            file::Format::Version(version) => {
+                return Err(WalError::Version {
+                    path: path.to_path_buf(),
+                    version,
+                })
+            }
+            file::Format::Foreign => {
+                return Err(WalError::Foreign {
+                    path: path.to_path_buf(),
+                })
+            }
+        };
+        let bytes = if start == file::HEADER_LEN && bytes.len() < start {
+            file::header().to_vec()
+        } else {
+            bytes
+        };
+        let Replayed {
+            live,
+            mut offset,
+            records,
+            max_token,
+        } = replay(path, &bytes, start)?;
+        recovery.records = records;
+        recovery.token_floor = max_token;
+        if offset < bytes.len() {
+            recovery.torn = Some((offset as u64, (bytes.len() - offset) as u64));
+            file.set_len(offset as u64)
+                .map_err(io(path, "truncate the torn tail of"))?;
+            file.sync_all().map_err(io(path, "sync"))?;
+        }
+        if start == 0 {
+            // The previous release's format: rewritten with a header and
+            // the live holders only, as a compaction would, so no held key
+            // is lost.
+            let frames = snapshot(max_token, &live);
+            file = replace_log(path, &frames).map_err(io(path, "add a header to"))?;
+            offset = file::HEADER_LEN + frames.len();
+            recovery.migrated = true;
+        }
+
+        let mut held: Vec<Held> = live.frames().filter_map(Held::from_frame).collect();
+        held.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
+        let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
+        Ok((wal, held, recovery))
+    }
+}
+
+/// Opens (or creates) the log file and reads it whole.
+fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), WalError> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io(path, "open"))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io(path, "read"))?;
+    Ok((file, bytes))
+}
+
+/// What a replay found.
+struct Replayed {
+    live: Live,
+    /// Just past the last whole record.
+    offset: usize,
+    records: u64,
+    max_token: u64,
+}
+
+/// Replays the records of `bytes` from `start`.
+fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
+    let mut live = Live::default();
+    let mut max_token = 0;
+    let mut records = 0;
+    let mut offset = start;
+    while offset < bytes.len() {
+        let rest = &bytes[offset..];
+        match decode(rest) {
+            Next::Record(record, used) => {
+                records += 1;
+                match &record {
+                    Record::Grant { token, .. } | Record::Floor { token } => {
+                        max_token = max_token.max(*token)
+                    }
+                    Record::Release { .. } => {}
+                }
+                // Kept in this build's format, for a compaction (a grant of
+                // an earlier version gains its fields).
+                live.apply(&record, &record.encode());
+                offset += used;
+            }
+            // A crash after the size grew but before the data landed
+            // leaves zeros: that is a torn tail too.
+            Next::Incomplete => break,
+            Next::Corrupt(_) if rest.iter().all(|&b| b == 0) => break,
+            Next::Corrupt(reason) => {
+                return Err(WalError::Corrupt {
+                    path: path.to_path_buf(),
+                    offset: offset as u64,
+                    reason,
+                })
+            }
+        }
+    }
+    Ok(Replayed {
+        live,
+        offset,
+        records,
+        max_token,
+    })
+}
+
+impl Held {
+    /// The hold a framed Grant record describes.
+    fn from_frame(framed: &[u8]) -> Option<Held> {
+        let Next::Record(
+            Record::Grant {
+                key,
+                source,
+                peer,
+                since_ms,
+                token,
+                session,
+                mode,
+            },
+            _,
+        ) = decode(framed)
+        else {
+            return None;
+        };
+        Some(Held {
+            key,
+            source,
+            peer,
+            since: UNIX_EPOCH + Duration::from_millis(since_ms),
+            token,
+            session,
+            mode,
+        })
+    }
+}
