@@ -15,6 +15,7 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod secret;
+pub mod settle;
 pub(crate) mod tcp;
 #[cfg(feature = "zk")]
 pub mod zk;
