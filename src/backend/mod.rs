@@ -15,6 +15,7 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod secret;
+pub mod settle;
 pub(crate) mod tcp;
 #[cfg(feature = "zk")]
 pub mod zk;
@@ -87,7 +88,8 @@ pub struct Capabilities {
     /// A hold can outlive lc-cli (`lock KEY` without a command): not where a
     /// hold is a session's, as on PostgreSQL.
     pub kept_holds: bool,
-    /// Why a mode is refused, added to the refusal.
+    /// Why a mode is refused, added to the refusal: inside the parentheses
+    /// that name the mode asked for where neither mode is taken.
     pub why: &'static str,
 }
 
@@ -98,6 +100,25 @@ impl Capabilities {
         kept_holds: true,
         why: "",
     };
+
+    /// Why `who` ("lc-cli's etcd backend", "this server") refuses `mode`;
+    /// None when it takes it.
+    pub fn refusal(&self, who: &str, mode: LockMode) -> Option<String> {
+        let what = match mode {
+            LockMode::Exclusive => return None,
+            LockMode::Shared if self.shared => return None,
+            LockMode::Limit(_) if self.limit => return None,
+            _ if !self.shared && !self.limit => {
+                let why = self.why;
+                return Some(format!(
+                    "{who} cannot take shared or limited locks (asked for {mode}{why})"
+                ));
+            }
+            LockMode::Limit(n) => format!("--limit {n}"),
+            LockMode::Shared => "shared locks".to_string(),
+        };
+        Some(format!("{who} cannot take {what}{}", self.why))
+    }
 }
 
 /// A parsed server address: a backend's own type, behind which [`connect`]
@@ -277,22 +298,14 @@ impl LockMode {
 /// limited request is refused, never served as an exclusive lock.
 pub fn check_mode(server: &dyn ServerAddress, shown: &str, mode: LockMode) -> Result<()> {
     let scheme = server.scheme();
-    let caps = scheme.caps;
-    let what = match mode {
-        LockMode::Exclusive => return Ok(()),
-        LockMode::Shared if caps.shared => return Ok(()),
-        LockMode::Limit(_) if caps.limit => return Ok(()),
-        _ if !caps.shared && !caps.limit => format!("shared or limited locks (asked for {mode})"),
-        LockMode::Limit(n) => format!("--limit {n}"),
-        LockMode::Shared => "shared locks".to_string(),
-    };
-    Err(BackendError::Unsupported {
-        server: shown.to_string(),
-        reason: format!(
-            "lc-cli's {} backend cannot take {what}{}",
-            scheme.service, caps.why
-        ),
-    })
+    let who = format!("lc-cli's {} backend", scheme.service);
+    match scheme.caps.refusal(&who, mode) {
+        None => Ok(()),
+        Some(reason) => Err(BackendError::Unsupported {
+            server: shown.to_string(),
+            reason,
+        }),
+    }
 }
 
 /// The one check of keys and sources, before anything is sent: the limits
@@ -663,6 +676,30 @@ mod tests {
         )
         .is_ok());
         assert!(!pg.server.keeps_detached_holds() && lc.server.keeps_detached_holds());
+    }
+
+    /// A reference server's refusal comes from its capabilities, worded
+    /// as before they were.
+    #[test]
+    fn a_reference_servers_refusal_comes_from_its_capabilities() {
+        let caps = lc::address::REFERENCE_CAPS;
+        assert_eq!(caps.refusal("this server", LockMode::Exclusive), None);
+        let mode = LockMode::limit(2);
+        assert_eq!(
+            caps.refusal("this server", mode).unwrap(),
+            format!(
+                "this server cannot take shared or limited locks (asked for {mode}; it answered '-', as a reference Locking-Center server does)"
+            )
+        );
+        let etcd = etcd::address::SCHEME.caps;
+        assert_eq!(
+            etcd.refusal("lc-cli's etcd backend", LockMode::Shared)
+                .unwrap(),
+            format!(
+                "lc-cli's etcd backend cannot take shared or limited locks (asked for {})",
+                LockMode::Shared
+            )
+        );
     }
 
     #[test]

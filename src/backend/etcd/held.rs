@@ -7,16 +7,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
 
-use super::lease::{Gone, Lease};
-use super::names::KeyData;
-use super::queue::Place;
+use super::lease::{Lease, LeaseEnd};
+use super::names::{KeyData, OwnKey};
 use super::rpc::Rpc;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 pub struct EtcdHeld {
     rpc: Rpc,
     lease: Lease,
-    place: Place,
+    place: OwnKey,
     /// The revision of the answer that showed us first (etcdctl's
     /// ETCD_LOCK_REV).
     header_rev: i64,
@@ -41,7 +40,7 @@ pub fn kill_after_contact(ttl: Duration) -> Duration {
 }
 
 impl EtcdHeld {
-    pub fn new(rpc: Rpc, lease: Lease, place: Place, header_rev: i64, source: String) -> Self {
+    pub fn new(rpc: Rpc, lease: Lease, place: OwnKey, header_rev: i64, source: String) -> Self {
         EtcdHeld {
             rpc,
             lease,
@@ -58,17 +57,17 @@ impl EtcdHeld {
         (self.lease.last_contact() + kill_after_contact(self.lease.ttl)).into_std()
     }
 
-    fn gone(&self, gone: Gone) -> LostReason {
+    fn gone(&self, gone: LeaseEnd) -> LostReason {
         match gone {
             // Our key went with the lease: someone else may hold already.
-            Gone::Expired => LostReason::kill_by(
+            LeaseEnd::Expired => LostReason::kill_by(
                 format!(
                     "the etcd lease {:x} was revoked or expired, so {} is gone",
                     self.lease.id, self.place.key
                 ),
                 std::time::Instant::now(),
             ),
-            Gone::Silent => LostReason::kill_by(
+            LeaseEnd::Silent => LostReason::kill_by(
                 format!(
                     "no answer from etcd for longer than the lease TTL ({:?}): the lease and {} must be taken as expired",
                     self.lease.ttl, self.place.key
@@ -102,8 +101,8 @@ impl EtcdHeld {
                 .await
         });
         match probe.await {
-            Ok(Ok(r)) if r.ttl() <= 0 => self.gone(Gone::Expired),
-            _ if self.lease.is_expired() => self.gone(Gone::Expired),
+            Ok(Ok(r)) if r.ttl() <= 0 => self.gone(LeaseEnd::Expired),
+            _ if self.lease.is_expired() => self.gone(LeaseEnd::Expired),
             _ => LostReason::new(format!(
                 "the lock key {} was deleted from outside (a reset?)",
                 self.place.key

@@ -28,7 +28,7 @@ pub enum State {
 
 /// Why the lease can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gone {
+pub enum LeaseEnd {
     Expired,
     /// No renewal for longer than the TTL: the server has expired the lease
     /// by now even if we cannot hear it say so.
@@ -86,15 +86,15 @@ impl Lease {
 
     /// Resolves when the lease is over: the server said so, or it has not
     /// renewed it for a whole TTL. Cancel-safe.
-    pub async fn until_gone(&self) -> Gone {
+    pub async fn until_gone(&self) -> LeaseEnd {
         let mut state = self.state.clone();
         loop {
             if *state.borrow_and_update() == State::Expired {
-                return Gone::Expired;
+                return LeaseEnd::Expired;
             }
             let deadline = self.last_contact() + self.ttl;
             if Instant::now() >= deadline {
-                return Gone::Silent;
+                return LeaseEnd::Silent;
             }
             tokio::select! {
                 changed = state.changed() => {

@@ -37,6 +37,15 @@ pub fn own_key(queue_prefix: &str, lease: i64) -> String {
     format!("{queue_prefix}{lease:x}")
 }
 
+/// Our key in a queue, as the wait found it and the hold keeps it.
+pub struct OwnKey {
+    pub key: String,
+    /// The create revision of our key: the order of the queue, and the token.
+    pub rev: i64,
+    /// The queue's range (`queue_prefix`).
+    pub queue: String,
+}
+
 /// The range scanned by `keys` and `reset --source`: under the prefix, or
 /// the whole keyspace without one.
 pub fn scan_prefix(prefix: &str) -> String {

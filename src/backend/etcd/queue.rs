@@ -3,6 +3,7 @@
 //! the key just ahead of ours (by create revision), look again, and verify
 //! that our own key is still there before reporting the lock held.
 
+use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, WatchOptions,
@@ -10,18 +11,11 @@ use etcd_client::{
 use tokio_util::sync::CancellationToken;
 
 use super::held::EtcdHeld;
-use super::lease::{Gone, Lease};
-use super::names::{self, KeyData};
+use super::lease::{Lease, LeaseEnd};
+use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
-use crate::backend::{Acquired, BackendError, LockRequest, Result, WaitProgress};
-
-/// Our place in the queue.
-pub struct Place {
-    pub key: String,
-    /// The create revision of our key: the order of the queue, and the token.
-    pub rev: i64,
-    pub queue: String,
-}
+use crate::backend::settle::{settle, QueueEntry};
+use crate::backend::{Acquired, BackendError, HeldLock, LockRequest, Result, WaitProgress};
 
 pub async fn acquire(
     rpc: &Rpc,
@@ -49,30 +43,46 @@ pub async fn acquire(
     } else {
         wait_turn(rpc, &lease, &place, &cancel, progress).await
     };
-    match outcome {
-        Ok(Some(_)) if cancel.is_cancelled() => {
-            withdraw(rpc, &mut lease, &place.key).await;
-            Ok(Acquired::Cancelled)
-        }
-        Ok(Some(header_rev)) => Ok(Acquired::Held(Box::new(EtcdHeld::new(
-            rpc.clone(),
-            lease,
-            place,
+    let entry = Entry {
+        rpc: rpc.clone(),
+        lease,
+        place,
+        source: request.source.clone(),
+    };
+    settle(entry, outcome, &cancel).await
+}
+
+/// Our key and its lease, while the wait is settled; a grant is the
+/// revision of the answer that showed us first.
+struct Entry {
+    rpc: Rpc,
+    lease: Lease,
+    place: OwnKey,
+    source: String,
+}
+
+#[async_trait]
+impl QueueEntry for Entry {
+    type Grant = i64;
+
+    fn hold(self, header_rev: i64) -> Box<dyn HeldLock> {
+        Box::new(EtcdHeld::new(
+            self.rpc,
+            self.lease,
+            self.place,
             header_rev,
-            request.source.clone(),
-        )))),
-        Ok(None) => {
-            withdraw(rpc, &mut lease, &place.key).await;
-            Ok(if cancel.is_cancelled() {
-                Acquired::Cancelled
-            } else {
-                Acquired::Busy
-            })
-        }
-        Err(e) => {
-            withdraw(rpc, &mut lease, &place.key).await;
-            Err(e)
-        }
+            self.source,
+        ))
+    }
+
+    /// Revoking the lease deletes our key even if the delete was not sent.
+    async fn give_back(self, _: i64) -> Result<()> {
+        self.withdraw().await;
+        Ok(())
+    }
+
+    async fn withdraw(mut self) {
+        withdraw(&self.rpc, &mut self.lease, &self.place.key).await;
     }
 }
 
@@ -92,7 +102,7 @@ async fn enqueue(
     lease: &Lease,
     queue: &str,
     data: Vec<u8>,
-) -> Result<(Place, i64, i64)> {
+) -> Result<(OwnKey, i64, i64)> {
     let key = names::own_key(queue, lease.id);
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -127,7 +137,7 @@ async fn enqueue(
     };
     let holder = first_rev(ops.get(1)).unwrap_or(rev);
     Ok((
-        Place {
+        OwnKey {
             key,
             rev,
             queue: queue.to_string(),
@@ -150,7 +160,7 @@ fn unexpected(rpc: &Rpc, reason: &str) -> BackendError {
 async fn wait_turn(
     rpc: &Rpc,
     lease: &Lease,
-    place: &Place,
+    place: &OwnKey,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Option<i64>> {
@@ -203,7 +213,7 @@ async fn wait_turn(
 }
 
 /// The re-check after the wait: our key must still be ours.
-async fn verify_own(rpc: &Rpc, lease: &Lease, place: &Place) -> Result<i64> {
+async fn verify_own(rpc: &Rpc, lease: &Lease, place: &OwnKey) -> Result<i64> {
     let key = place.key.clone();
     let resp = rpc
         .call("reading our key", |mut c| {
@@ -215,7 +225,7 @@ async fn verify_own(rpc: &Rpc, lease: &Lease, place: &Place) -> Result<i64> {
         Some(kv) if kv.create_revision() == place.rev => {
             Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
         }
-        _ if lease.is_expired() => Err(lease_gone(rpc, Gone::Expired, lease)),
+        _ if lease.is_expired() => Err(lease_gone(rpc, LeaseEnd::Expired, lease)),
         _ => Err(BackendError::Refused {
             server: rpc.server.clone(),
             reason: format!(
@@ -226,10 +236,10 @@ async fn verify_own(rpc: &Rpc, lease: &Lease, place: &Place) -> Result<i64> {
     }
 }
 
-fn lease_gone(rpc: &Rpc, gone: Gone, lease: &Lease) -> BackendError {
+fn lease_gone(rpc: &Rpc, gone: LeaseEnd, lease: &Lease) -> BackendError {
     let reason = match gone {
-        Gone::Expired => format!("the etcd lease {:x} expired while waiting", lease.id),
-        Gone::Silent => format!(
+        LeaseEnd::Expired => format!("the etcd lease {:x} expired while waiting", lease.id),
+        LeaseEnd::Silent => format!(
             "no answer from etcd for longer than the lease TTL ({:?}) while waiting",
             lease.ttl
         ),

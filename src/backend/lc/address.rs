@@ -23,10 +23,19 @@ pub const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
     // A reference server may still answer '-' to shared or limited
-    // requests: the backend refuses them then (`LcBackend::no_modes`).
+    // requests: the backend then refuses them with `REFERENCE_CAPS`.
     caps: Capabilities::ALL,
     key_problem: crate::backend::any_key,
     parse,
+};
+
+/// What a server that answered '-' to lc-cli's own actions (a reference
+/// Locking-Center server) can do: exclusive locks only.
+pub const REFERENCE_CAPS: Capabilities = Capabilities {
+    shared: false,
+    limit: false,
+    kept_holds: true,
+    why: "; it answered '-', as a reference Locking-Center server does",
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]

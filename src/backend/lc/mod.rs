@@ -159,16 +159,6 @@ impl LcBackend {
             token,
         })
     }
-
-    /// A shared or limited lock asked of a server that does not know them.
-    fn no_modes(&self, mode: LockMode) -> BackendError {
-        BackendError::Unsupported {
-            server: self.addr.clone(),
-            reason: format!(
-                "this server cannot take shared or limited locks (asked for {mode}; it answered '-', as a reference Locking-Center server does)"
-            ),
-        }
-    }
 }
 
 #[async_trait]
@@ -197,8 +187,11 @@ impl Backend for LcBackend {
             }
         }
         // Never an exclusive lock in place of the mode asked for.
-        if request.mode != LockMode::Exclusive {
-            return Err(self.no_modes(request.mode));
+        if let Some(reason) = address::REFERENCE_CAPS.refusal("this server", request.mode) {
+            return Err(BackendError::Unsupported {
+                server: self.addr.clone(),
+                reason,
+            });
         }
         self.acquire_classic(request, cancel, progress).await
     }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::node::{NodeError, NodeResult};
-use super::Quorum;
+use super::quorum::Quorum;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
@@ -103,7 +103,7 @@ pub(super) fn renew_args(
         fence.to_string(),
         source.to_string(),
     ];
-    args.extend(super::mode_args(mode));
+    args.extend(super::scripts::mode_args(mode));
     args
 }
 

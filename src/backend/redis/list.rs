@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::node::NodeResult;
+use super::quorum::Quorum;
 use super::scripts::Scripts;
-use super::Quorum;
 use crate::backend::{KeyInfo, LockMode, Result};
 
 /// One held key as one node sees it: (name, owner token, source, since in

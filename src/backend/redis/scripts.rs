@@ -46,6 +46,8 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::backend::LockMode;
+
 /// How long a waiter woken by a release has to confirm its grant on one
 /// node (at most the ttl): a waiter that died in line holds the key up this
 /// long. A quorum adds two response timeouts (see `Quorum::offer_window`).
@@ -626,4 +628,24 @@ pub fn prefix(key: &str) -> String {
 /// The hash of keys held or waited for by `source`.
 pub fn source_index(source: &str) -> String {
     format!("lc-cli:source:{source}")
+}
+/// The mode arguments of ENQUEUE and CHECK (after nonblock/refresh), and
+/// of RENEW: `x`, `s` or `l`, and N.
+pub fn mode_args(mode: LockMode) -> [String; 2] {
+    match mode {
+        LockMode::Exclusive => ["x".into(), "1".into()],
+        LockMode::Shared => ["s".into(), "0".into()],
+        LockMode::Limit(n) => ["l".into(), n.to_string()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_share_a_hash_tag() {
+        assert_eq!(prefix("deploy/prod"), "lc-cli:{deploy/prod}:");
+        assert_eq!(source_index("host-7"), "lc-cli:source:host-7");
+    }
 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
-use super::session::{Gone, OwnWatch, Session};
+use super::session::{OwnWatch, Session, SessionEnd};
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
 pub struct ZkHeld {
@@ -45,17 +45,17 @@ impl ZkHeld {
         (self.s.last_contact() + kill_after_contact(self.s.retry_for)).into_std()
     }
 
-    fn gone(&self, gone: Gone) -> LostReason {
+    fn gone(&self, gone: SessionEnd) -> LostReason {
         let reason = match gone {
-            Gone::Expired => format!(
+            SessionEnd::Expired => format!(
                 "the ZooKeeper session expired (no contact for longer than the session timeout), so {} is gone",
                 self.node
             ),
-            Gone::Silent => format!(
+            SessionEnd::Silent => format!(
                 "no contact with ZooKeeper for longer than the session timeout ({:?}): the session and {} must be taken as expired",
                 self.s.retry_for, self.node
             ),
-            Gone::Closed => "the ZooKeeper session was closed".into(),
+            SessionEnd::Closed => "the ZooKeeper session was closed".into(),
         };
         LostReason::kill_by(reason, self.kill_by())
     }
@@ -154,10 +154,10 @@ impl HeldLock for ZkHeld {
                     match event.event_type {
                         zk::EventType::NodeDeleted => {
                             let expired = expired_meanwhile(&self.s, &self.node).await;
-                            return if expired { self.gone(Gone::Expired) } else { self.deleted() };
+                            return if expired { self.gone(SessionEnd::Expired) } else { self.deleted() };
                         }
                         zk::EventType::Session if event.session_state == zk::SessionState::Expired => {
-                            return self.gone(Gone::Expired)
+                            return self.gone(SessionEnd::Expired)
                         }
                         // A data change or a state event: look again.
                         _ => {}

@@ -23,7 +23,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use zookeeper_client as zk;
 
-use super::names::{self, Kind, Mode, NodeData, Turn};
+use super::names::{self, Mode, NodeData, NodeKind, Turn};
 use super::session::Session;
 use crate::backend::{BackendError, KeyInfo, LockMode, Result};
 
@@ -125,10 +125,10 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
 /// the writer there.
 async fn read_write_holders(s: &Session, root: &str, lock: &Lock) -> Result<Vec<KeyInfo>> {
     let key = &lock.dir[root.len() + 1..];
-    let kinds: Vec<Kind> = lock
+    let kinds: Vec<NodeKind> = lock
         .queue
         .iter()
-        .map(|n| names::parse(n).map_or(Kind::Mutex, |(k, _)| k))
+        .map(|n| names::parse(n).map_or(NodeKind::Mutex, |(k, _)| k))
         .collect();
     let holding: Vec<usize> = (0..kinds.len())
         .filter(|&i| names::turn(&kinds, i) == Turn::Holds)
@@ -145,7 +145,7 @@ async fn read_write_holders(s: &Session, root: &str, lock: &Lock) -> Result<Vec<
         .filter_map(|(&i, got)| {
             let (data, stat) = got?;
             let mut info = holder_info(key, &data, stat.ctime, waiting);
-            if kinds[i] == Kind::Read {
+            if kinds[i] == NodeKind::Read {
                 info.mode = LockMode::Shared;
             }
             Some(info)

@@ -31,7 +31,8 @@ use zookeeper_client as zk;
 pub use address::ZkAddress;
 
 use super::{
-    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
+    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
+    WaitProgress,
 };
 use names::NodeData;
 use session::Session;
@@ -119,9 +120,9 @@ impl ZkBackend {
         if !names::read_write_in_use(&queue) {
             return Ok(None);
         }
-        let kinds: Vec<names::Kind> = queue
+        let kinds: Vec<names::NodeKind> = queue
             .iter()
-            .map(|n| names::parse(n).map_or(names::Kind::Mutex, |(k, _)| k))
+            .map(|n| names::parse(n).map_or(names::NodeKind::Mutex, |(k, _)| k))
             .collect();
         Ok(Some(
             (0..queue.len())
@@ -187,7 +188,13 @@ impl Backend for ZkBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        queue::acquire(&self.session, &self.root, request, cancel, progress).await
+        let (s, root) = (&self.session, self.root.as_str());
+        match request.mode {
+            LockMode::Limit(n) => {
+                semaphore::acquire(s, root, request, n.get(), cancel, progress).await
+            }
+            _ => queue::acquire(s, root, request, cancel, progress).await,
+        }
     }
 
     /// Deletes the holder node, whichever it is (a detached hold, or a

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// What a queue node stands for, told by the lock name in it (each followed
 /// by the 10-digit sequence number), as Curator's recipes name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum NodeKind {
     /// `lock-`: `InterProcessMutex` (lc-cli's exclusive lock on a key no
     /// read-write lock uses; the acquirers' mutex of a semaphore).
     Mutex,
@@ -18,21 +18,26 @@ pub enum Kind {
     Lease,
 }
 
-impl Kind {
-    const ALL: [Kind; 4] = [Kind::Mutex, Kind::Write, Kind::Read, Kind::Lease];
+impl NodeKind {
+    const ALL: [NodeKind; 4] = [
+        NodeKind::Mutex,
+        NodeKind::Write,
+        NodeKind::Read,
+        NodeKind::Lease,
+    ];
 
     pub fn lock_name(self) -> &'static str {
         match self {
-            Kind::Mutex => "lock-",
-            Kind::Write => "__WRIT__",
-            Kind::Read => "__READ__",
-            Kind::Lease => "lease-",
+            NodeKind::Mutex => "lock-",
+            NodeKind::Write => "__WRIT__",
+            NodeKind::Read => "__READ__",
+            NodeKind::Lease => "lease-",
         }
     }
 
     /// Whether a node of this kind excludes everyone (a writer).
     pub fn is_writer(self) -> bool {
-        matches!(self, Kind::Mutex | Kind::Write)
+        matches!(self, NodeKind::Mutex | NodeKind::Write)
     }
 }
 
@@ -85,14 +90,14 @@ pub fn lock_dir(root: &str, key: &str) -> String {
 /// `_c_<uuid>-<lock name>`: the unique prefix of a new queue node, as
 /// Curator names them, so a node created just before a connection loss can
 /// be found again by this prefix.
-pub fn new_prefix(kind: Kind) -> String {
+pub fn new_prefix(kind: NodeKind) -> String {
     format!("_c_{}-{}", uuid::Uuid::new_v4(), kind.lock_name())
 }
 
 /// A queue node's kind and sequence number (the digits after its lock
 /// name), or None for a child that is not a queue node.
-pub fn parse(name: &str) -> Option<(Kind, u64)> {
-    Kind::ALL.into_iter().find_map(|kind| {
+pub fn parse(name: &str) -> Option<(NodeKind, u64)> {
+    NodeKind::ALL.into_iter().find_map(|kind| {
         let at = name.rfind(kind.lock_name())?;
         let digits = &name[at + kind.lock_name().len()..];
         if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -123,7 +128,7 @@ pub fn queue(children: Vec<String>) -> Vec<String> {
 pub fn read_write_in_use(children: &[String]) -> bool {
     children
         .iter()
-        .any(|c| matches!(parse(c), Some((Kind::Read | Kind::Write, _))))
+        .any(|c| matches!(parse(c), Some((NodeKind::Read | NodeKind::Write, _))))
 }
 
 /// Whether `children` of a key's znode are a semaphore's.
@@ -149,7 +154,7 @@ pub enum Turn {
     },
 }
 
-pub fn turn(kinds: &[Kind], ours: usize) -> Turn {
+pub fn turn(kinds: &[NodeKind], ours: usize) -> Turn {
     if kinds[ours].is_writer() {
         return match ours {
             0 => Turn::Holds,
@@ -322,7 +327,7 @@ mod tests {
         assert!(d.starts_with("_c_") && d.ends_with("-lock-0000000042"));
         assert_ne!(d, "_c_x-lock-0000000042");
         assert_eq!(sequence_of(&d), Some(42));
-        let p = new_prefix(Kind::Mutex);
+        let p = new_prefix(NodeKind::Mutex);
         assert!(p.starts_with("_c_") && p.ends_with("-lock-") && p.len() == 3 + 36 + 6);
         let d = detached_name("_c_x-__READ__0000000007").unwrap();
         assert!(d.ends_with("-__READ__0000000007"), "{d}");
@@ -333,11 +338,11 @@ mod tests {
 
     #[test]
     fn kinds_and_turns() {
-        assert_eq!(parse("_c_a-__READ__0000000004"), Some((Kind::Read, 4)));
-        assert_eq!(parse("_c_a-__WRIT__0000000005"), Some((Kind::Write, 5)));
-        assert_eq!(parse("_c_a-lease-0000000006"), Some((Kind::Lease, 6)));
+        assert_eq!(parse("_c_a-__READ__0000000004"), Some((NodeKind::Read, 4)));
+        assert_eq!(parse("_c_a-__WRIT__0000000005"), Some((NodeKind::Write, 5)));
+        assert_eq!(parse("_c_a-lease-0000000006"), Some((NodeKind::Lease, 6)));
         assert_eq!(parse("locks"), None);
-        use Kind::*;
+        use NodeKind::*;
         // Readers at the head hold together; a writer waits for all ahead.
         let q = [Read, Read, Write, Read, Read, Mutex, Read];
         assert_eq!(turn(&q, 0), Turn::Holds);

@@ -2,18 +2,24 @@
 //! sequence order, each waiter watching one node: a writer (exclusive) the
 //! node just ahead of it, a reader (`--shared`) the nearest writer ahead
 //! (`names::turn`). Readers and writers share one queue, as Curator's
-//! `InterProcessReadWriteLock` does; `--limit N` is `semaphore.rs`.
+//! `InterProcessReadWriteLock` does. `--limit N` is `semaphore.rs`, which
+//! reuses this queue for its acquirers (`mod.rs` picks between them).
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::held::ZkHeld;
-use super::names::{self, Kind, Mode, NodeData, Turn};
-use super::session::{Gone, OwnWatch, Session};
-use crate::backend::{Acquired, BackendError, LockMode, LockRequest, Result, WaitProgress};
+use super::names::{self, Mode, NodeData, NodeKind, Turn};
+use super::session::{OwnWatch, Session, SessionEnd};
+use crate::backend::settle::{settle, QueueEntry};
+use crate::backend::{
+    Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
+};
 
+/// An exclusive or shared request (`--limit N` is `semaphore.rs`).
 pub async fn acquire(
     s: &Arc<Session>,
     root: &str,
@@ -21,9 +27,6 @@ pub async fn acquire(
     cancel: CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Acquired> {
-    if let LockMode::Limit(n) = request.mode {
-        return super::semaphore::acquire(s, root, request, n.get(), cancel, progress).await;
-    }
     let dir = names::lock_dir(root, &request.key);
     let data = NodeData::new(Mode::Queue, &request.source).encode();
     let created = match kind_for(s, &dir, request.mode).await {
@@ -37,45 +40,55 @@ pub async fn acquire(
             return Err(e);
         }
     };
-    let place = Place::new(dir, name);
-    let node = place.path.clone();
+    let place = QueueNode::new(dir, name);
     let check = Some((request.key.as_str(), request.mode));
-    match wait_turn(s, &place, request.nonblock, &cancel, progress, check).await {
-        // A grant that raced with the cancellation is given back, and
-        // said so if that is not confirmed: the key may still be held.
-        Ok(Some(_)) if cancel.is_cancelled() => {
-            if withdraw(s, &node).await {
-                Ok(Acquired::Cancelled)
-            } else {
-                Err(BackendError::Unavailable {
-                    server: s.server.clone(),
-                    reason: format!(
-                        "granted as the wait ended, and giving {node} back was not confirmed: \
-                         it may hold the key until ZooKeeper expires the session ({:?})",
-                        s.retry_for
-                    ),
-                })
-            }
-        }
-        Ok(Some((czxid, own_watch))) => Ok(Acquired::Held(Box::new(ZkHeld::new(
-            s.clone(),
-            node,
+    let waited = wait_turn(s, &place, request.nonblock, &cancel, progress, check).await;
+    let entry = Entry {
+        s: s.clone(),
+        node: place.path,
+        source: request.source.clone(),
+    };
+    settle(entry, waited, &cancel).await
+}
+
+/// Our node in a lock's queue, while its wait is settled.
+struct Entry {
+    s: Arc<Session>,
+    node: String,
+    source: String,
+}
+
+#[async_trait]
+impl QueueEntry for Entry {
+    type Grant = (i64, OwnWatch);
+
+    fn hold(self, (czxid, own_watch): (i64, OwnWatch)) -> Box<dyn HeldLock> {
+        Box::new(ZkHeld::new(
+            self.s,
+            self.node,
             czxid,
             own_watch,
-            request.source.clone(),
-        )))),
-        Ok(None) => {
-            withdraw(s, &node).await;
-            Ok(if cancel.is_cancelled() {
-                Acquired::Cancelled
-            } else {
-                Acquired::Busy
-            })
+            self.source,
+        ))
+    }
+
+    /// Said so when not confirmed: the key may still be held.
+    async fn give_back(self, _: (i64, OwnWatch)) -> Result<()> {
+        if withdraw(&self.s, &self.node).await {
+            return Ok(());
         }
-        Err(e) => {
-            withdraw(s, &node).await;
-            Err(e)
-        }
+        Err(BackendError::Unavailable {
+            server: self.s.server.clone(),
+            reason: format!(
+                "granted as the wait ended, and giving {} back was not confirmed: \
+                 it may hold the key until ZooKeeper expires the session ({:?})",
+                self.node, self.s.retry_for
+            ),
+        })
+    }
+
+    async fn withdraw(self) {
+        withdraw(&self.s, &self.node).await;
     }
 }
 
@@ -83,13 +96,13 @@ pub async fn acquire(
 /// exclusive one, a read-write lock's writer where readers or writers queue
 /// (so Curator's read-write lock sees it), else a mutex node as Curator's
 /// `InterProcessMutex` (and lc-cli before shared locks) names it.
-async fn kind_for(s: &Session, dir: &str, mode: LockMode) -> Result<Kind> {
+async fn kind_for(s: &Session, dir: &str, mode: LockMode) -> Result<NodeKind> {
     if mode == LockMode::Shared {
-        return Ok(Kind::Read);
+        return Ok(NodeKind::Read);
     }
     match s.retry(|c| async move { c.list_children(dir).await }).await {
-        Ok(children) if names::read_write_in_use(&children) => Ok(Kind::Write),
-        Ok(_) | Err(zk::Error::NoNode) => Ok(Kind::Mutex),
+        Ok(children) if names::read_write_in_use(&children) => Ok(NodeKind::Write),
+        Ok(_) | Err(zk::Error::NoNode) => Ok(NodeKind::Mutex),
         Err(e) => Err(s.error(&format!("listing {dir}"), e)),
     }
 }
@@ -97,7 +110,12 @@ async fn kind_for(s: &Session, dir: &str, mode: LockMode) -> Result<Kind> {
 /// Creates our queue node (and the lock node and its ancestors, as
 /// containers, as Curator does). After a connection loss the node is looked
 /// for by its unique prefix before creating another. Returns its name.
-pub(super) async fn create_node(s: &Session, dir: &str, data: &[u8], kind: Kind) -> Result<String> {
+pub(super) async fn create_node(
+    s: &Session,
+    dir: &str,
+    data: &[u8],
+    kind: NodeKind,
+) -> Result<String> {
     let prefix = names::new_prefix(kind);
     let path = format!("{dir}/{prefix}");
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(s.acls);
@@ -142,16 +160,16 @@ pub(super) async fn create_node(s: &Session, dir: &str, data: &[u8], kind: Kind)
 
 /// Our node in the queue: the lock node it is under, its name there, and
 /// its full path.
-pub(super) struct Place {
+pub(super) struct QueueNode {
     pub dir: String,
     pub name: String,
     pub path: String,
 }
 
-impl Place {
-    pub fn new(dir: String, name: String) -> Place {
+impl QueueNode {
+    pub fn new(dir: String, name: String) -> QueueNode {
         let path = format!("{dir}/{name}");
-        Place { dir, name, path }
+        QueueNode { dir, name, path }
     }
 }
 
@@ -161,7 +179,7 @@ impl Place {
 /// also refuses a key that a semaphore uses.
 pub(super) async fn wait_turn(
     s: &Session,
-    place: &Place,
+    place: &QueueNode,
     nonblock: bool,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
@@ -191,9 +209,9 @@ pub(super) async fn wait_turn(
         let Some(ours) = queue.iter().position(|n| n == name) else {
             return Err(gone(s, node));
         };
-        let kinds: Vec<Kind> = queue
+        let kinds: Vec<NodeKind> = queue
             .iter()
-            .map(|n| names::parse(n).map_or(Kind::Mutex, |(k, _)| k))
+            .map(|n| names::parse(n).map_or(NodeKind::Mutex, |(k, _)| k))
             .collect();
         let watch = match names::turn(&kinds, ours) {
             Turn::Holds => {
@@ -286,9 +304,9 @@ pub(super) fn gone(s: &Session, node: &str) -> BackendError {
 }
 
 /// The error for a session gone while its request waited in line.
-pub(super) fn lost_while_waiting(s: &Session, gone: Gone) -> BackendError {
+pub(super) fn lost_while_waiting(s: &Session, gone: SessionEnd) -> BackendError {
     match gone {
-        Gone::Expired => expired(s),
+        SessionEnd::Expired => expired(s),
         _ => BackendError::Unavailable {
             server: s.server.clone(),
             reason: format!(

@@ -20,14 +20,16 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::held::ZkHeld;
-use super::names::{self, Kind, Mode, NodeData};
-use super::queue::{self, create_node, wait_turn, Place};
+use super::names::{self, Mode, NodeData, NodeKind};
+use super::queue::{self, create_node, wait_turn, QueueNode};
 use super::session::Session;
-use crate::backend::{Acquired, LockMode, LockRequest, Result, WaitProgress};
+use crate::backend::settle::{settle, QueueEntry};
+use crate::backend::{Acquired, HeldLock, LockMode, LockRequest, Result, WaitProgress};
 
 pub async fn acquire(
     s: &Arc<Session>,
@@ -42,37 +44,44 @@ pub async fn acquire(
     let data = NodeData::new(Mode::Queue, &request.source)
         .with_limit(Some(n))
         .encode();
-    let name = match create_node(s, &locks, &data, Kind::Mutex).await {
+    let name = match create_node(s, &locks, &data, NodeKind::Mutex).await {
         Ok(name) => name,
         Err(e) => {
             s.close().await;
             return Err(e);
         }
     };
-    let mutex = Place::new(locks, name);
-    let outcome = in_turn(s, &dir, &mutex, request, n, &data, &cancel, progress).await;
-    match outcome {
-        Ok(Some(held)) if cancel.is_cancelled() => {
-            // A grant that raced with the cancellation is given back.
-            let mut held = held;
-            use crate::backend::HeldLock;
-            held.release().await?;
-            Ok(Acquired::Cancelled)
-        }
-        Ok(Some(held)) => Ok(Acquired::Held(Box::new(held))),
-        Ok(None) => {
-            // Only a waiter's node: unconfirmed, it goes with the session.
-            queue::withdraw(s, &mutex.path).await;
-            Ok(if cancel.is_cancelled() {
-                Acquired::Cancelled
-            } else {
-                Acquired::Busy
-            })
-        }
-        Err(e) => {
-            queue::withdraw(s, &mutex.path).await;
-            Err(e)
-        }
+    let mutex = QueueNode::new(locks, name);
+    let waited = in_turn(s, &dir, &mutex, request, n, &data, &cancel, progress).await;
+    let entry = Entry {
+        s: s.clone(),
+        mutex: mutex.path,
+    };
+    settle(entry, waited, &cancel).await
+}
+
+/// Our node in the acquirers' mutex queue, while the wait is settled; a
+/// grant is the lease itself (the mutex node already given back).
+struct Entry {
+    s: Arc<Session>,
+    mutex: String,
+}
+
+#[async_trait]
+impl QueueEntry for Entry {
+    type Grant = ZkHeld;
+
+    fn hold(self, held: ZkHeld) -> Box<dyn HeldLock> {
+        Box::new(held)
+    }
+
+    async fn give_back(self, mut held: ZkHeld) -> Result<()> {
+        held.release().await
+    }
+
+    /// Only a waiter's node: unconfirmed, it goes with the session.
+    async fn withdraw(self) {
+        queue::withdraw(&self.s, &self.mutex).await;
     }
 }
 
@@ -82,7 +91,7 @@ pub async fn acquire(
 async fn in_turn(
     s: &Arc<Session>,
     dir: &str,
-    mutex: &Place,
+    mutex: &QueueNode,
     request: &LockRequest,
     n: u32,
     data: &[u8],
@@ -104,9 +113,9 @@ async fn in_turn(
     }
     // Ours: the leases cannot change N under us now.
     check_limit(s, &leases, key, n).await?;
-    let lease = Place::new(
+    let lease = QueueNode::new(
         leases.clone(),
-        create_node(s, &leases, data, Kind::Lease).await?,
+        create_node(s, &leases, data, NodeKind::Lease).await?,
     );
     let granted = wait_for_room(s, &lease, n, request.nonblock, cancel, progress).await;
     let granted = match granted {
@@ -149,7 +158,7 @@ async fn in_turn(
 /// most N (as Curator counts them: every child). False when we must leave.
 async fn wait_for_room(
     s: &Session,
-    lease: &Place,
+    lease: &QueueNode,
     n: u32,
     nonblock: bool,
     cancel: &CancellationToken,

@@ -180,7 +180,7 @@ pub type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
 /// Why the session can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gone {
+pub enum SessionEnd {
     Expired,
     Closed,
     /// No contact for longer than the session timeout: the server has
@@ -262,17 +262,19 @@ impl Session {
 
     /// Resolves when the session is over: expired, closed, or no contact
     /// for longer than the session timeout. Cancel-safe.
-    pub async fn until_gone(&self) -> Gone {
+    pub async fn until_gone(&self) -> SessionEnd {
         let mut watcher = self.state.clone();
         loop {
             match watcher.state() {
-                zk::SessionState::Expired => return Gone::Expired,
-                zk::SessionState::Closed | zk::SessionState::AuthFailed => return Gone::Closed,
+                zk::SessionState::Expired => return SessionEnd::Expired,
+                zk::SessionState::Closed | zk::SessionState::AuthFailed => {
+                    return SessionEnd::Closed
+                }
                 _ => {}
             }
             let deadline = self.last_contact() + self.retry_for;
             if Instant::now() >= deadline {
-                return Gone::Silent;
+                return SessionEnd::Silent;
             }
             tokio::select! {
                 _ = watcher.changed() => {}
