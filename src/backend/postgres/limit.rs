@@ -248,12 +248,28 @@ pub struct Want<'a> {
     pub nonblock: bool,
 }
 
-/// Waits in line for a slot (or only tries, with `nonblock`).
+/// How often a waiter asks its place in line, from another session.
+const PLACE_EVERY: Duration = Duration::from_secs(1);
+
+/// How many are ahead of the session `pid` in the turnstile's line: those
+/// the server says block it (the head, and the waiters before it).
+async fn ahead_of(other: &Session, pid: i32) -> Option<usize> {
+    let row = other
+        .client
+        .query_one("SELECT cardinality(pg_blocking_pids($1))", &[&pid])
+        .await
+        .ok()?;
+    usize::try_from(row.get::<_, i32>(0)).ok()
+}
+
+/// Waits in line for a slot (or only tries, with `nonblock`); `place`, a
+/// second session and our pid, to tell the place in line.
 pub async fn acquire(
     s: &Session,
     want: Want<'_>,
     cancel: &CancellationToken,
     connect_timeout: Duration,
+    place: Option<(&Session, i32)>,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Outcome> {
     let Want {
@@ -267,9 +283,20 @@ pub async fn acquire(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&turnstile];
     let wait = s.client.query_one("SELECT pg_advisory_lock($1)", &params);
     tokio::pin!(wait);
-    let entered = tokio::select! {
-        r = &mut wait => Some(r),
-        _ = cancel.cancelled() => None,
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PLACE_EVERY / 4, PLACE_EVERY);
+    let entered = loop {
+        tokio::select! {
+            r = &mut wait => break Some(r),
+            _ = cancel.cancelled() => break None,
+            _ = tick.tick(), if place.is_some() => {
+                if let Some((other, pid)) = place {
+                    if let Some(ahead) = ahead_of(other, pid).await {
+                        progress(WaitProgress { ahead: Some(ahead) });
+                    }
+                }
+            }
+        }
     };
     match entered {
         Some(Ok(_)) => {}

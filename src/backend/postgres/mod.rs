@@ -212,7 +212,7 @@ impl Backend for PgBackend {
         // trylock --limit waits a moment for the turnstile (see limit.rs).
         let try_limit = request.nonblock && matches!(request.mode, LockMode::Limit(_));
         let sql = format!(
-            "SELECT {}, set_config('application_name', $2, false){}",
+            "SELECT {}, set_config('application_name', $2, false), pg_backend_pid(){}",
             limit::HASHES,
             if try_limit {
                 format!(
@@ -237,7 +237,14 @@ impl Backend for PgBackend {
                     ids,
                     nonblock: request.nonblock,
                 };
-                let got = limit::acquire(&s, want, &cancel, self.connect_timeout, progress).await?;
+                // The place in line needs a second session: only for a
+                // status line (a terminal), as the holder's lookup.
+                let place = match !request.nonblock && crate::terminal::stderr_is_terminal() {
+                    true => self.admin().await.ok().map(|a| (a, row.get::<_, i32>(3))),
+                    false => None,
+                };
+                let got = limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress)
+                    .await?;
                 match got {
                     limit::Outcome::Slot => held::Release::All(ids.base),
                     limit::Outcome::Busy => return Ok(Acquired::Busy),
