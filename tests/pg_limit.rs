@@ -267,3 +267,33 @@ fn keys_and_resets_of_slots() {
     }
     assert!(json().is_empty());
 }
+
+/// At a terminal a waiter's status line tells its place: two slot holders,
+/// one waiter (the head), then a second waiter: one ahead of it.
+#[test]
+fn the_status_line_tells_the_place_in_line() {
+    let pg = PgServer::start();
+    let mut kids = Kids(Vec::new());
+    for tag in ["h1", "h2", "w1"] {
+        kids.0.push(
+            pg.lc(&["lock", "--limit", "2", "p", "--source", tag, "sleep", "60"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(wait_until(LIMIT, || queued(&pg, tag, true)), "{tag}");
+    }
+    let (pty, mut second) =
+        common::cli::Pty::spawn(pg.lc(&["lock", "--limit", "2", "p", "echo", "RAN"]));
+    assert!(
+        wait_until(LIMIT, || pty.output().contains(", 1 ahead")),
+        "no place shown: {:?}",
+        pty.output()
+    );
+    assert!(!pty.output().contains("RAN"));
+    // The holders and the head go: the second waiter runs.
+    drop(kids);
+    assert_eq!(second.wait_for(LIMIT), Some(0));
+    assert!(pty.output().contains("RAN"), "{:?}", pty.output());
+}
