@@ -7,6 +7,8 @@
 //! the server's lock queue (`pg_advisory_lock`, granted in arrival order);
 //! `trylock` is `pg_try_advisory_lock`; a withdrawn wait (`-w`, a signal) is
 //! a cancel request, and the wait's own answer confirms it left the queue.
+//! `--limit N` is a turnstile and N slots of advisory locks (`limit.rs`);
+//! a lock granted on a key used with `--limit` is refused and given back.
 //! At each grant lc-cli records the key's name in `lc_cli.keys` (for `keys`)
 //! and draws `LC_LOCK_TOKEN` from the sequence `lc_cli.grants`, both
 //! created on first use; a role that may not create them gets neither, and
