@@ -1,8 +1,8 @@
 //! The backends that cannot take shared or limited locks refuse them with
 //! one line and 76, before anything is granted: never an exclusive lock in
-//! their place (etcd; PostgreSQL `--limit`; a reference Locking-Center
-//! server, in `serve_shared.rs`); PostgreSQL's shared advisory locks keep
-//! the order across modes.
+//! their place (etcd; a reference Locking-Center server, in
+//! `serve_shared.rs`); PostgreSQL's shared advisory locks keep the order
+//! across modes.
 
 mod common;
 
@@ -46,16 +46,11 @@ fn pg_queued(pg: &PgServer, tag: &str) -> bool {
     n.trim() != "0"
 }
 
-/// --limit is refused; -s is PostgreSQL's shared advisory lock: readers
-/// together, writers alone, in arrival order across modes.
+/// -s is PostgreSQL's shared advisory lock: readers together, writers
+/// alone, in arrival order across modes (--limit: pg_limit.rs).
 #[test]
-fn postgres_refuses_limits_and_shares_in_order() {
+fn postgres_shares_in_order() {
     let pg = PgServer::start();
-    refused(
-        |args| pg.lc(args),
-        "PostgreSQL",
-        &[&["lock", "--limit", "2", "k", "true"]],
-    );
     spans::readers_and_writers(&|args| pg.lc(args), |tag| pg_queued(&pg, tag));
     // keys shows both shared holders.
     let mut holder = spans::Kids(vec![pg

@@ -32,11 +32,11 @@ pub const SCHEME: Scheme = Scheme {
     caps: Capabilities {
         // PostgreSQL's shared advisory lock, in the same queue.
         shared: true,
-        // N advisory slots would not be first come, first served.
-        limit: false,
+        // N slot locks behind a turnstile lock (limit.rs).
+        limit: true,
         // A hold is the session's: it ends with lc-cli.
         kept_holds: false,
-        why: " (advisory locks make no first-come-first-served semaphore); -x and -s work",
+        why: "",
     },
     // Any text hashes.
     key_problem: crate::backend::any_key,

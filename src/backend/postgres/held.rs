@@ -9,14 +9,24 @@ use tokio::time::Instant;
 use super::session::Session;
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
+/// What a hold gives back at its end.
+#[derive(Debug, Clone, Copy)]
+pub enum Release {
+    /// The exclusive advisory lock on this id.
+    Exclusive(i64),
+    /// The shared one (`--shared`).
+    Shared(i64),
+    /// Every advisory lock of the session: a `--limit` slot and its
+    /// marks; the head of the line is told (the key's marker id).
+    All(i64),
+}
+
 pub struct PgHeld {
     s: Session,
-    id: i64,
     key: String,
     token: Option<u64>,
     keepalive: Duration,
-    /// A shared advisory lock (`--shared`), released as one.
-    shared: bool,
+    release: Release,
     /// When the last answered ping was sent: the server heard from us then.
     last_ok: Instant,
     /// The connection is given up: nothing more is sent on it.
@@ -44,19 +54,17 @@ pub fn kill_after(keepalive: Duration) -> Duration {
 impl PgHeld {
     pub fn new(
         s: Session,
-        id: i64,
         key: String,
         token: Option<u64>,
         keepalive: Duration,
-        shared: bool,
+        release: Release,
     ) -> Self {
         PgHeld {
             s,
-            id,
             key,
             token,
             keepalive,
-            shared,
+            release,
             last_ok: Instant::now(),
             gone: false,
         }
@@ -120,21 +128,26 @@ impl HeldLock for PgHeld {
         }
     }
 
-    /// `pg_advisory_unlock`, then the connection is closed. A session whose
+    /// `pg_advisory_unlock` (all of the session's for a slot, telling the
+    /// head of the line), then the connection is closed. A session whose
     /// connection has ended holds nothing: the server ends it, and with it
     /// the lock.
     async fn release(&mut self) -> Result<()> {
         if self.gone || self.s.is_ended() {
             return Ok(());
         }
-        let id = self.id;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
-        let sql = if self.shared {
-            "SELECT pg_advisory_unlock_shared($1)"
-        } else {
-            "SELECT pg_advisory_unlock($1)"
+        let (sql, id, word) = match self.release {
+            Release::Exclusive(id) => ("SELECT pg_advisory_unlock($1)::text", id, None),
+            Release::Shared(id) => ("SELECT pg_advisory_unlock_shared($1)::text", id, None),
+            Release::All(base) => (super::limit::RELEASE, base, Some(base.to_string())),
         };
-        let unlock = self.s.client.query_one(sql, &params);
+        let id_param: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
+        let word_param: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&word];
+        let params: &[&(dyn tokio_postgres::types::ToSql + Sync)] = match word {
+            Some(_) => &word_param,
+            None => &id_param,
+        };
+        let unlock = self.s.client.query_one(sql, params);
         match tokio::time::timeout(silent_after(self.keepalive), unlock).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if self.s.is_ended() => {

@@ -9,8 +9,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use tokio_postgres::error::SqlState;
 
+use std::collections::HashMap;
+
+use super::limit;
 use super::session::Session;
-use crate::backend::{BackendError, KeyInfo, Result};
+use crate::backend::{BackendError, KeyInfo, LockMode, Result};
 
 /// The application name of an lc-cli session: its source after this, cut
 /// to the server's 63 bytes.
@@ -25,79 +28,183 @@ pub fn app_name(source: &str) -> String {
     name
 }
 
-const HELD: &str = "
-    WITH held AS (
-        SELECT l.pid, l.classid, l.objid, l.objsubid, l.database, l.mode,
-               (l.classid::int8 << 32) | l.objid::int8 AS id
-        FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-    SELECT h.id, {name}, a.application_name, host(a.client_addr), a.client_port,
-           extract(epoch FROM a.backend_start)::float8, h.pid,
-           (SELECT count(*) FROM pg_locks w
-             WHERE w.locktype = 'advisory' AND NOT w.granted AND w.database = h.database
-               AND w.classid = h.classid AND w.objid = h.objid AND w.objsubid = 1),
-           h.mode
-    FROM held h LEFT JOIN pg_stat_activity a ON a.pid = h.pid {join}";
+/// This database's advisory locks (one snapshot), with their sessions.
+const LOCKS: &str = "
+    WITH l AS MATERIALIZED (
+        SELECT pid, objsubid, classid, objid, granted, mode,
+               (classid::int8 << 32) | objid::int8 AS id
+        FROM pg_locks
+        WHERE locktype = 'advisory'
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+    SELECT l.pid, l.objsubid, l.classid::int8, l.objid::int8, l.granted, l.mode, l.id,
+           a.application_name, host(a.client_addr), a.client_port,
+           extract(epoch FROM a.backend_start)::float8
+    FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid";
 
-/// Every held advisory lock of this database. A key lc-cli never took
-/// shows as `id:<lock id>`.
+/// One row of [`LOCKS`].
+struct Lock {
+    pid: i32,
+    /// 1: a bigint lock `id`; 2: the two-int lock (`classid`, `objid`).
+    subid: i16,
+    classid: i64,
+    objid: i64,
+    granted: bool,
+    shared: bool,
+    id: i64,
+    app: Option<String>,
+    addr: Option<String>,
+    port: Option<i32>,
+    start: Option<f64>,
+}
+
+/// A held lock or slot, before its name is known.
+struct Holder<'a> {
+    /// The id its name is recorded under (a `--limit` key: its marker).
+    named: i64,
+    lock: &'a Lock,
+    waiting: usize,
+    mode: LockMode,
+}
+
+/// The holders among `locks`: each granted lock of a `-x`/`-s` (or SQL)
+/// session, with the requests waiting for its id; each slot of a
+/// `--limit N` session (one that holds (`N_CLASS`, N)), with the
+/// `--limit` requests of its key that hold no slot. Markers and
+/// turnstiles are not holds.
+fn holders(locks: &[Lock]) -> Vec<Holder<'_>> {
+    let n_of: HashMap<i32, u32> = locks
+        .iter()
+        .filter(|l| l.subid == 2 && l.classid == i64::from(limit::N_CLASS))
+        .map(|l| (l.pid, l.objid as u32))
+        .collect();
+    // Per --limit key (its marker), the sessions and those with a slot.
+    let mut limited: HashMap<i64, (usize, usize)> = HashMap::new();
+    for l in locks
+        .iter()
+        .filter(|l| l.subid == 1 && n_of.contains_key(&l.pid))
+    {
+        let entry = limited.entry(limit::base_of(l.id)).or_default();
+        match limit::part_of(l.id) {
+            limit::Part::Marker => entry.0 += 1,
+            limit::Part::Slot if l.granted => entry.1 += 1,
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for l in locks.iter().filter(|l| l.subid == 1 && l.granted) {
+        match n_of.get(&l.pid) {
+            Some(n) => {
+                if limit::part_of(l.id) != limit::Part::Slot {
+                    continue;
+                }
+                let base = limit::base_of(l.id);
+                let (sessions, slots) = limited.get(&base).copied().unwrap_or_default();
+                out.push(Holder {
+                    named: base,
+                    lock: l,
+                    waiting: sessions.saturating_sub(slots),
+                    mode: LockMode::limit(*n),
+                });
+            }
+            None => out.push(Holder {
+                named: l.id,
+                lock: l,
+                waiting: locks
+                    .iter()
+                    .filter(|w| w.subid == 1 && !w.granted && w.id == l.id)
+                    .count(),
+                mode: if l.shared {
+                    LockMode::Shared
+                } else {
+                    LockMode::Exclusive
+                },
+            }),
+        }
+    }
+    out
+}
+
+/// Every held advisory lock of this database, and every `--limit` slot.
+/// A key lc-cli never took shows as `id:<lock id>`.
 pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
+    let rows = s
+        .client
+        .query(LOCKS, &[])
+        .await
+        .map_err(|e| s.error("listing pg_locks", e))?;
+    let locks: Vec<Lock> = rows
+        .iter()
+        .map(|r| Lock {
+            pid: r.get(0),
+            subid: r.get(1),
+            classid: r.get(2),
+            objid: r.get(3),
+            granted: r.get(4),
+            shared: r.get::<_, Option<String>>(5).as_deref() == Some("ShareLock"),
+            id: r.get(6),
+            app: r.get(7),
+            addr: r.get(8),
+            port: r.get(9),
+            start: r.get(10),
+        })
+        .collect();
+    let held = holders(&locks);
+    let names = names(s, held.iter().map(|h| h.named).collect()).await?;
+    Ok(held
+        .into_iter()
+        .map(|h| {
+            let l = h.lock;
+            KeyInfo {
+                key: names
+                    .get(&h.named)
+                    .cloned()
+                    .unwrap_or_else(|| format!("id:{}", h.named)),
+                source: source_of(l.app.as_deref(), l.pid),
+                peer: l.addr.clone().map(|a| match l.port {
+                    Some(p) if p > 0 => format!("{a}:{p}"),
+                    _ => a,
+                }),
+                since: l
+                    .start
+                    .filter(|t| *t > 0.0)
+                    .map(|t| UNIX_EPOCH + Duration::from_secs_f64(t)),
+                waiting: h.waiting,
+                // No hold outlives its session here: an lc-cli holder runs a command.
+                kept: l
+                    .app
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with(APP_PREFIX))
+                    .then_some(false),
+                mode: h.mode,
+                token: None,
+            }
+        })
+        .collect())
+}
+
+/// The names lc-cli recorded for `ids` at their grants (none where the
+/// table is missing).
+async fn names(s: &Session, ids: Vec<i64>) -> Result<HashMap<i64, String>> {
     let named = s
         .client
         .query_one("SELECT to_regclass('lc_cli.keys') IS NOT NULL", &[])
         .await
         .map_err(|e| s.error("looking for lc_cli.keys", e))?
         .get::<_, bool>(0);
-    let sql = if named {
-        HELD.replace("{name}", "k.key")
-            .replace("{join}", "LEFT JOIN lc_cli.keys k ON k.id = h.id")
-    } else {
-        HELD.replace("NAMES", "NULL::text")
-            .replace("JOIN_NAMES", "")
-    };
-    let rows = match s.client.query(sql.as_str(), &[]).await {
-        Ok(rows) => rows,
-        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-            return Err(s.error("reading the key names in lc_cli.keys", e))
-        }
-        Err(e) => return Err(s.error("listing pg_locks", e)),
-    };
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let id: i64 = row.get(0);
-        let key: Option<String> = row.get(1);
-        let app: Option<String> = row.get(2);
-        let addr: Option<String> = row.get(3);
-        let port: Option<i32> = row.get(4);
-        let start: Option<f64> = row.get(5);
-        let pid: i32 = row.get(6);
-        let waiting: i64 = row.get(7);
-        let mode: Option<String> = row.get(8);
-        out.push(KeyInfo {
-            key: key.unwrap_or_else(|| format!("id:{id}")),
-            source: source_of(app.as_deref(), pid),
-            peer: addr.map(|a| match port {
-                Some(p) if p > 0 => format!("{a}:{p}"),
-                _ => a,
-            }),
-            since: start
-                .filter(|t| *t > 0.0)
-                .map(|t| UNIX_EPOCH + Duration::from_secs_f64(t)),
-            waiting: usize::try_from(waiting).unwrap_or(0),
-            // No hold outlives its session here: an lc-cli holder runs a command.
-            kept: app
-                .as_deref()
-                .is_some_and(|a| a.starts_with("lc-cli "))
-                .then_some(false),
-            mode: match mode.as_deref() {
-                Some("ShareLock") => crate::backend::LockMode::Shared,
-                _ => crate::backend::LockMode::Exclusive,
-            },
-            token: None,
-        });
+    if !named || ids.is_empty() {
+        return Ok(HashMap::new());
     }
-    Ok(out)
+    match s
+        .client
+        .query(
+            "SELECT id, key FROM lc_cli.keys WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .await
+    {
+        Ok(rows) => Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect()),
+        Err(e) => Err(s.error("reading the key names in lc_cli.keys", e)),
+    }
 }
 
 /// lc-cli's source from its application name; another client (psql) by
@@ -132,18 +239,26 @@ async fn terminate(
     }
 }
 
-/// Terminates the session holding `key` (`pg_terminate_backend`): its
-/// waiters keep their places and the first is granted the key.
+/// Terminates the sessions holding `key` (`pg_terminate_backend`), its
+/// lock or its `--limit` slots: its waiters keep their places and the
+/// first that fits is granted.
 pub async fn reset_key(s: &Session, key: &str) -> Result<()> {
-    let sql = "
+    let sql = format!(
+        "
         SELECT pg_terminate_backend(l.pid, 5000)
-        FROM pg_locks l, (SELECT hashtextextended($1, 0) AS id) k
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = ((k.id >> 32) & 4294967295)::oid
-          AND l.objid = (k.id & 4294967295)::oid
-          AND l.pid <> pg_backend_pid()";
-    terminate(s, sql, &key, &format!("the holder of '{key}'")).await
+        FROM (SELECT pid, granted, objsubid, (classid::int8 << 32) | objid::int8 AS id
+              FROM pg_locks
+              WHERE locktype = 'advisory'
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) l,
+             (SELECT {}) k (lock, lim)
+        WHERE l.granted AND l.objsubid = 1 AND l.pid <> pg_backend_pid()
+          AND (l.id = k.lock OR (l.id & {}) = (k.lim & {}) AND (l.id & {}) >= 2)",
+        limit::HASHES,
+        limit::HIGH,
+        limit::HIGH,
+        limit::LOW
+    );
+    terminate(s, &sql, &key, &format!("the holder of '{key}'")).await
 }
 
 /// Terminates every lc-cli session of `source`, holders and waiters.

@@ -7,6 +7,8 @@
 //! the server's lock queue (`pg_advisory_lock`, granted in arrival order);
 //! `trylock` is `pg_try_advisory_lock`; a withdrawn wait (`-w`, a signal) is
 //! a cancel request, and the wait's own answer confirms it left the queue.
+//! `--limit N` is a turnstile and N slots of advisory locks (`limit.rs`);
+//! a lock granted on a key used with `--limit` is refused and given back.
 //! At each grant lc-cli records the key's name in `lc_cli.keys` (for `keys`)
 //! and draws `LC_LOCK_TOKEN` from the sequence `lc_cli.grants`, both
 //! created on first use; a role that may not create them gets neither, and
@@ -20,6 +22,7 @@
 pub mod address;
 mod held;
 mod keys;
+mod limit;
 mod ping;
 mod session;
 mod tls;
@@ -88,6 +91,67 @@ impl PgBackend {
             .await
     }
 
+    /// `-x`/`-s`: waits in the server's queue for the lock `id` (or only
+    /// tries). False when not taken: busy, or withdrawn (`cancel`), the
+    /// wait's own answer confirming it left the queue.
+    async fn lock(
+        &self,
+        s: &Session,
+        key: &str,
+        id: i64,
+        shared: bool,
+        nonblock: bool,
+        cancel: &CancellationToken,
+    ) -> Result<bool> {
+        let (lock_fn, try_fn, unlock_fn) = if shared {
+            (
+                "pg_advisory_lock_shared",
+                "pg_try_advisory_lock_shared",
+                "pg_advisory_unlock_shared",
+            )
+        } else {
+            (
+                "pg_advisory_lock",
+                "pg_try_advisory_lock",
+                "pg_advisory_unlock",
+            )
+        };
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
+        if nonblock {
+            return Ok(s
+                .client
+                .query_one(&format!("SELECT {try_fn}($1)"), &params)
+                .await
+                .map_err(|e| s.error(&format!("trying '{key}'"), e))?
+                .get(0));
+        }
+        let lock_sql = format!("SELECT {lock_fn}($1)");
+        let wait = s.client.query_one(lock_sql.as_str(), &params);
+        tokio::pin!(wait);
+        let granted = tokio::select! {
+            r = &mut wait => Some(r),
+            _ = cancel.cancelled() => None,
+        };
+        match granted {
+            Some(r) => {
+                r.map_err(|e| s.error(&format!("waiting for '{key}'"), e))?;
+                Ok(true)
+            }
+            None => {
+                // Ask the server to cancel the wait; its answer tells
+                // whether we left the queue or were granted meanwhile.
+                let _ = tokio::time::timeout(self.connect_timeout, s.cancel()).await;
+                if let Ok(Ok(_)) = tokio::time::timeout(self.connect_timeout, wait).await {
+                    let unlock_sql = format!("SELECT {unlock_fn}($1)");
+                    let give_back = s.client.query_one(unlock_sql.as_str(), &params);
+                    let _ = tokio::time::timeout(self.connect_timeout, give_back).await;
+                }
+                // Whatever is left ends with the connection.
+                Ok(false)
+            }
+        }
+    }
+
     /// The grant's token, or None where lc-cli may not keep its sequence.
     async fn token(s: &Session, id: i64, key: &str) -> Result<Option<u64>> {
         for attempt in 0..2 {
@@ -128,85 +192,100 @@ impl Backend for PgBackend {
         &self,
         request: &LockRequest,
         cancel: CancellationToken,
-        _progress: &(dyn Fn(WaitProgress) + Send + Sync),
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        // --shared is PostgreSQL's shared advisory lock, in the same queue
-        // (a shared request waits behind an exclusive waiter); --limit was
-        // refused by the capabilities in address.rs.
-        let shared = request.mode == LockMode::Shared;
-        let (lock_fn, try_fn, unlock_fn) = if shared {
-            (
-                "pg_advisory_lock_shared",
-                "pg_try_advisory_lock_shared",
-                "pg_advisory_unlock_shared",
-            )
-        } else {
-            (
-                "pg_advisory_lock",
-                "pg_try_advisory_lock",
-                "pg_advisory_unlock",
-            )
-        };
+        if let LockMode::Limit(n) = request.mode {
+            if n.get() > limit::MAX_N {
+                return Err(BackendError::Unsupported {
+                    server: self.address.to_string(),
+                    reason: format!(
+                        "lc-cli's PostgreSQL backend takes --limit up to {}, not {n}",
+                        limit::MAX_N
+                    ),
+                });
+            }
+        }
         let s = match self.take_session() {
             Some(s) => s,
             None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
         };
         let key = request.key.as_str();
         let app = keys::app_name(&request.source);
+        // trylock --limit waits a moment for the turnstile (see limit.rs).
+        let try_limit = request.nonblock && matches!(request.mode, LockMode::Limit(_));
+        let sql = format!(
+            "SELECT {}, set_config('application_name', $2, false), pg_backend_pid(){}",
+            limit::HASHES,
+            if try_limit {
+                format!(
+                    ", set_config('lock_timeout', '{}', false)",
+                    limit::TRY_TURNSTILE
+                )
+            } else {
+                String::new()
+            }
+        );
         let row = s
             .client
-            .query_one(
-                "SELECT hashtextextended($2, 0), set_config('application_name', $1, false)",
-                &[&app, &key],
-            )
+            .query_one(sql.as_str(), &[&key, &app])
             .await
             .map_err(|e| s.error("naming the session", e))?;
-        let id: i64 = row.get(0);
-        if request.nonblock {
-            let got: bool = s
-                .client
-                .query_one(&format!("SELECT {try_fn}($1)"), &[&id])
-                .await
-                .map_err(|e| s.error(&format!("trying '{key}'"), e))?
-                .get(0);
-            if !got {
-                return Ok(Acquired::Busy);
-            }
-        } else {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
-            let lock_sql = format!("SELECT {lock_fn}($1)");
-            let wait = s.client.query_one(lock_sql.as_str(), &params);
-            tokio::pin!(wait);
-            let granted = tokio::select! {
-                r = &mut wait => Some(r),
-                _ = cancel.cancelled() => None,
-            };
-            match granted {
-                Some(r) => {
-                    r.map_err(|e| s.error(&format!("waiting for '{key}'"), e))?;
-                }
-                None => {
-                    // Ask the server to cancel the wait; its answer tells
-                    // whether we left the queue or were granted meanwhile.
-                    let _ = tokio::time::timeout(self.connect_timeout, s.cancel()).await;
-                    if let Ok(Ok(_)) = tokio::time::timeout(self.connect_timeout, wait).await {
-                        let unlock_sql = format!("SELECT {unlock_fn}($1)");
-                        let give_back = s.client.query_one(unlock_sql.as_str(), &params);
-                        let _ = tokio::time::timeout(self.connect_timeout, give_back).await;
-                    }
-                    // Whatever is left ends with the connection, dropped here.
-                    return Ok(Acquired::Cancelled);
+        let ids = limit::Ids::from_hashes(row.get(0), row.get(1));
+        let release = match request.mode {
+            LockMode::Limit(n) => {
+                let want = limit::Want {
+                    key,
+                    n: n.get(),
+                    ids,
+                    nonblock: request.nonblock,
+                };
+                // The place in line needs a second session: only for a
+                // status line (a terminal), as the holder's lookup.
+                let place = match !request.nonblock && crate::terminal::stderr_is_terminal() {
+                    true => self.admin().await.ok().map(|a| (a, row.get::<_, i32>(3))),
+                    false => None,
+                };
+                let got = limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress)
+                    .await?;
+                match got {
+                    limit::Outcome::Slot => held::Release::All(ids.base),
+                    limit::Outcome::Busy => return Ok(Acquired::Busy),
+                    limit::Outcome::Cancelled => return Ok(Acquired::Cancelled),
                 }
             }
-        }
-        let token = Self::token(&s, id, key).await?;
+            mode => {
+                let shared = mode == LockMode::Shared;
+                if !self
+                    .lock(&s, key, ids.lock, shared, request.nonblock, &cancel)
+                    .await?
+                {
+                    return Ok(if cancel.is_cancelled() {
+                        Acquired::Cancelled
+                    } else {
+                        Acquired::Busy
+                    });
+                }
+                // Refused if the key is used with --limit; the lock goes
+                // with the session, dropped here.
+                limit::check_lock(&s, key, mode, ids).await?;
+                if shared {
+                    held::Release::Shared(ids.lock)
+                } else {
+                    held::Release::Exclusive(ids.lock)
+                }
+            }
+        };
+        let named = match request.mode {
+            LockMode::Limit(_) => ids.base,
+            _ => ids.lock,
+        };
+        let token = Self::token(&s, named, key).await?;
         Ok(Acquired::Held(Box::new(PgHeld::new(
             s,
-            id,
             key.to_string(),
             token,
             self.address.keepalive,
-            shared,
+            release,
         ))))
     }
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use std::sync::Arc;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::NoTls;
+use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::address::{password_for, PgAddress, SslMode};
 use crate::backend::{tcp, BackendError, Result};
@@ -20,6 +22,8 @@ pub struct Session {
     pub client: tokio_postgres::Client,
     /// Some(why) once the connection has ended.
     ended: watch::Receiver<Option<String>>,
+    /// Woken by each notification the server sends (a `LISTEN` of ours).
+    notified: Arc<Notify>,
     /// The displayed address, for errors.
     pub server: String,
     host_port: String,
@@ -166,16 +170,24 @@ impl Session {
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
         let (tx, ended) = watch::channel(None);
+        let notified = Arc::new(Notify::new());
+        let wake = notified.clone();
         tokio::spawn(async move {
-            let why = match connection.await {
-                Ok(()) => "the server closed the connection".to_string(),
-                Err(e) => describe(&e),
+            let mut connection = connection;
+            let why = loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(_))) => wake.notify_one(),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break describe(&e),
+                    None => break "the server closed the connection".to_string(),
+                }
             };
             let _ = tx.send(Some(why));
         });
         Ok(Session {
             client,
             ended,
+            notified,
             server,
             host_port: host_port(a),
             connect_timeout,
@@ -212,6 +224,12 @@ impl Session {
             Err(_) => "the connection task ended".into(),
         };
         why
+    }
+
+    /// Resolves at the next notification (or at once if one came since
+    /// the last call).
+    pub async fn notified(&self) {
+        self.notified.notified().await
     }
 
     pub fn is_ended(&self) -> bool {
