@@ -161,7 +161,9 @@ pub struct BackendConfig {
 }
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// ZooKeeper's session timeout when the address gives no `session-timeout=`
+/// (not the built-in server's reclaim grace).
+pub const DEFAULT_ZK_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -179,7 +181,7 @@ impl BackendConfig {
         BackendConfig {
             server: url.server,
             access: url.access,
-            session_timeout: t.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
+            session_timeout: t.session_timeout.unwrap_or(DEFAULT_ZK_SESSION_TIMEOUT),
             ttl: t.ttl.unwrap_or(default_ttl),
             queue_timeout: t.queue_timeout.unwrap_or(DEFAULT_QUEUE_TIMEOUT),
             connect_timeout,
