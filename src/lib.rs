@@ -1,7 +1,8 @@
 //! lc-cli: a distributed flock(1).
 //!
 //! Dependencies point one way: `cmd -> {cli, backend, child, ...}`,
-//! `backend -> {lc -> proto, zk, redis, etcd, postgres}`,
+//! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
+//! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
 //! `mode`, `cli` only `duration`, `exit`, `mode` and `duration` nothing.
 //!
@@ -14,8 +15,11 @@
 //!   modes, and `backend::address` (what every scheme's parsing shares).
 //!   One folder per implementation, each owning its scheme in
 //!   `address.rs`: [`backend::lc`] (the one-byte protocol, over `proto`),
-//!   [`backend::zk`], [`backend::redis`], [`backend::etcd`],
-//!   [`backend::postgres`].
+//!   [`backend::zk`] (ZooKeeper, Curator's recipes), [`backend::redis`]
+//!   (one node or a quorum), [`backend::etcd`] (etcdctl lock's layout),
+//!   [`backend::postgres`] (advisory locks). The queue backends (zk, etcd)
+//!   end every wait through one step, [`backend::settle`]. Imports point
+//!   from `backend::NAME` to `backend`, never between two backends.
 //! - `child`, `signals` and `terminal`: running the command while the lock
 //!   is held (its process group, job control at a terminal); `status_line`:
 //!   the wait; `guardian`: the process outside lc-cli's that stops the
