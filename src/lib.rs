@@ -11,8 +11,10 @@
 //!   (the one place the server address is chosen and parsed), dispatches,
 //!   and turns backend errors into exit statuses.
 //! - [`backend`]: the lock-backend trait, its error type, the table of
-//!   backends (`backend::BACKENDS`), the one check of keys, sources and
-//!   modes, and `backend::address` (what every scheme's parsing shares).
+//!   backends (`backend::BACKENDS`); `backend::scheme` (what a scheme
+//!   declares, the parsed address, the one check of keys, sources and
+//!   modes), `backend::config` (how a backend is reached and tuned) and
+//!   `backend::address` (what every scheme's parsing shares).
 //!   One folder per implementation, each owning its scheme in
 //!   `address.rs`: [`backend::lc`] (the one-byte protocol, over `proto`),
 //!   [`backend::zk`] (ZooKeeper, Curator's recipes), [`backend::redis`]
