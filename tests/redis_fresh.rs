@@ -96,7 +96,8 @@ fn a_fresh_node_says_why_and_how_long_and_counts_after_one_ttl() {
 }
 
 /// `trylock` on a fresh node: 1, one line with the node, its uptime, the
-/// seconds left and the remedy; a durable node is taken at once.
+/// seconds left and the remedy (as at a `-w` deadline); a durable node is
+/// taken at once.
 #[test]
 fn trylock_names_the_fresh_node_and_a_durable_one_counts_at_once() {
     let r = RedisServer::start_volatile();
@@ -113,6 +114,14 @@ fn trylock_names_the_fresh_node_and_a_durable_one_counts_at_once() {
     assert!((25..=30).contains(&seconds_left(&err)), "{err}");
     // Given back: nobody holds it on the node.
     assert_eq!(r.holder("fresh"), None);
+    // The -w deadline says the same, with the conflict status.
+    let err = expect_error_line(&mut lc(&url, &["lock", "-w", "0.5", "fresh", "true"]), 1);
+    assert!(
+        err.starts_with("lc-cli: timeout after ")
+            && err.contains(&format!("{} up ", r.addr()))
+            && !err.contains("held by"),
+        "{err}"
+    );
 
     let durable = RedisServer::start();
     let started = Instant::now();
