@@ -255,6 +255,15 @@ pub trait Backend: Send + Sync {
         Ok(self.keys().await?.into_iter().find(|k| k.key == key))
     }
 
+    /// Why the last wait (or try) was not granted when no holder explains
+    /// it, with how long and the remedy (a Redis node up too briefly to
+    /// count), for the status line and the one line of `-n` and `-w`, in
+    /// place of the holder (who may be the caller itself). None: the holder
+    /// says it.
+    fn wait_reason(&self) -> Option<String> {
+        None
+    }
+
     /// What the service is and whether a lock could be taken now (`lc-cli
     /// ping`); an error where it cannot be reached or refuses us.
     async fn ping(&self) -> Result<ping::PingReport>;

@@ -145,7 +145,10 @@ async fn hold_and_run(
         .with_context(|| format!("lock '{key}' on {server}"))?
     {
         Acquired::Held(held) => held,
-        Acquired::Busy => return not_taken(config, options, "failed to get lock".into()).await,
+        Acquired::Busy => {
+            let why = backend.wait_reason();
+            return not_taken(config, options, "failed to get lock".into(), why).await;
+        }
         Acquired::Cancelled => match outcome.withdrawn {
             Some(Withdrawn::Signal(sig)) => {
                 if verbose {
@@ -157,7 +160,7 @@ async fn hold_and_run(
             }
             Some(Withdrawn::Timeout) | None => {
                 let what = format!("timeout after {waited:.3} seconds while waiting to get lock");
-                return not_taken(config, options, what).await;
+                return not_taken(config, options, what, backend.wait_reason()).await;
             }
         },
     };
@@ -203,19 +206,26 @@ async fn hold_and_run(
 }
 
 /// The lock was not taken (held with `-n`, or the `-w` deadline passed):
-/// one line naming the holder where the service knows it, unless quiet,
-/// and the conflict status.
+/// one line naming the holder where the service knows it, or the reason
+/// the backend gave (`Backend::wait_reason`), unless quiet, and the
+/// conflict status.
 async fn not_taken(
     config: &BackendConfig,
     options: &LockOptions,
     what: String,
+    why: Option<String>,
 ) -> Result<ExitCode> {
     if !options.quiet {
         let key = &options.key;
-        let info = holder::lookup_anew(config, key).await;
-        let detail = match &info {
-            Some(_) => holder::clause(info.as_ref(), config, key),
-            None => ": it is held".to_string(),
+        let detail = match why {
+            Some(why) => format!(": {why}"),
+            None => {
+                let info = holder::lookup_anew(config, key).await;
+                match &info {
+                    Some(_) => holder::clause(info.as_ref(), config, key),
+                    None => ": it is held".to_string(),
+                }
+            }
         };
         eprintln!(
             "lc-cli: {what} '{}' on {}{detail}",

@@ -102,7 +102,10 @@ pub async fn wait_for_grant(
             }
             _ = tick.tick(), if show_status && withdrawn.is_none() => {
                 let ahead = *ahead.lock().unwrap();
-                let held_by = holder.as_ref().map(|h| holder::short(h, SystemTime::now()));
+                // A reason the backend gives beats the holder, who may be us.
+                let held_by = backend
+                    .wait_reason()
+                    .or_else(|| holder.as_ref().map(|h| holder::short(h, SystemTime::now())));
                 status.waiting(
                     &super::printable(key),
                     &server,

@@ -11,7 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::atomic::Ordering;
+
 use super::answer::{self, ahead_in_line, disagreement, offer_left, NodeAnswer};
+use super::fresh;
 use super::held::{self, renew_loop, RedisHeld};
 use super::node::{Node, NodeResult};
 use super::scripts::{self, mode_args};
@@ -37,6 +40,8 @@ enum AfterRound {
         ahead: Option<usize>,
         /// What is left of an unconfirmed offer to the waiter ahead.
         offer_left: Option<Duration>,
+        /// How long until enough nodes count, when that is what holds us up.
+        counts_in: Option<Duration>,
     },
 }
 
@@ -180,6 +185,7 @@ impl RedisBackend {
                 return Ok(Acquired::Held(held));
             }
         }
+        self.note_fresh(request, &answers);
         let any_grant = answers
             .iter()
             .any(|a| matches!(NodeAnswer::of(a), Some(NodeAnswer::Granted { .. })));
@@ -236,14 +242,21 @@ impl RedisBackend {
                     return Ok(Acquired::Held(held));
                 }
                 AfterRound::EnqueuedAgain => continue,
-                AfterRound::Waiting { ahead, offer_left } => {
+                AfterRound::Waiting {
+                    ahead,
+                    offer_left,
+                    counts_in,
+                } => {
                     if ahead != last_ahead {
                         last_ahead = ahead;
                         progress(WaitProgress { ahead });
                     }
-                    // Just after a dead waiter's offer runs out, if sooner.
+                    // Just after a dead waiter's offer runs out, or the
+                    // nodes come to count, if sooner.
+                    let soon = |d: Duration| d + Duration::from_millis(10);
                     let poll = sh.poll(ahead);
-                    offer_left.map_or(poll, |left| poll.min(left + Duration::from_millis(10)))
+                    let poll = offer_left.map_or(poll, |left| poll.min(soon(left)));
+                    counts_in.map_or(poll, |left| poll.min(soon(left)))
                 }
             };
             tokio::select! {
@@ -361,6 +374,33 @@ impl RedisBackend {
         Ok(AfterRound::Waiting {
             offer_left: offer_left(&line.answers),
             ahead: ahead_in_line(&said, sh.majority()),
+            counts_in: self.note_fresh(line.request, &line.answers),
         })
+    }
+
+    /// Remembers whether nodes too fresh to count are what this round waits
+    /// for (`Backend::wait_reason`), says so once with `-v` while waiting
+    /// (`trylock`'s own line says it), and how long until they count.
+    fn note_fresh<T>(&self, request: &LockRequest, answers: &[NodeResult<T>]) -> Option<Duration> {
+        let sh = &self.quorum;
+        let answered: Vec<bool> = answers.iter().map(|a| a.is_ok()).collect();
+        let Some(why) = fresh::reason(sh, &answered) else {
+            *self.fresh_wait.lock().unwrap() = None;
+            return None;
+        };
+        *self.fresh_wait.lock().unwrap() = Some(answered.clone());
+        if self.verbose && !request.nonblock && !self.fresh_said.swap(true, Ordering::Relaxed) {
+            // From column 0, over a status line that may be drawn.
+            let erase = if crate::terminal::stderr_is_terminal() {
+                "\r\x1b[K"
+            } else {
+                ""
+            };
+            eprintln!(
+                "{erase}lc-cli: waiting for '{}' on {}: {why}",
+                request.key, sh.server
+            );
+        }
+        fresh::counts_in(sh, &answered)
     }
 }

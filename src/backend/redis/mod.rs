@@ -9,6 +9,7 @@
 //! - [`node`]: connections to one server.
 //! - [`held`]: a held lock and its renewal.
 //! - [`list`]: `keys`, what a majority of nodes agree is held.
+//! - [`fresh`]: nodes that do not count yet, and why a lock waits for them.
 //!
 //! One node is the quorum of one: the same code path, with a majority of 1.
 //!
@@ -29,6 +30,7 @@
 
 pub mod address;
 mod answer;
+mod fresh;
 mod held;
 mod line;
 mod list;
@@ -53,6 +55,13 @@ use super::{
 
 pub struct RedisBackend {
     quorum: Arc<Quorum>,
+    /// `-v`: the wait for nodes that do not count yet is said once.
+    verbose: bool,
+    /// Which nodes answered the last round of a wait that only nodes too
+    /// fresh to count held up (None: something else, or nothing, did).
+    fresh_wait: std::sync::Mutex<Option<Vec<bool>>>,
+    /// That wait was said (`-v`).
+    fresh_said: std::sync::atomic::AtomicBool,
 }
 
 impl RedisBackend {
@@ -77,7 +86,12 @@ impl RedisBackend {
             response_timeout: config.connect_timeout,
         });
         quorum.reach(config.connect_timeout).await?;
-        Ok(RedisBackend { quorum })
+        Ok(RedisBackend {
+            quorum,
+            verbose: config.verbose,
+            fresh_wait: std::sync::Mutex::new(None),
+            fresh_said: Default::default(),
+        })
     }
 }
 
@@ -161,5 +175,12 @@ impl Backend for RedisBackend {
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
         list::keys(&self.quorum).await
+    }
+
+    /// Said from the nodes' state now, so the seconds left stay current
+    /// between rounds.
+    fn wait_reason(&self) -> Option<String> {
+        let answered = self.fresh_wait.lock().unwrap().clone()?;
+        fresh::reason(&self.quorum, &answered)
     }
 }

@@ -56,6 +56,19 @@ struct Incarnation {
     /// It writes every change to its append-only file before answering
     /// (`appendonly yes`, `appendfsync always`): a restart keeps its holds.
     durable: bool,
+    /// `appendonly yes`, whatever its fsync policy (for the message only).
+    aof: bool,
+}
+
+/// A server whose word does not count yet (see `Node::vouches`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uncounted {
+    /// How long it has been up, at least.
+    pub up: Duration,
+    /// How long until it counts.
+    pub left: Duration,
+    /// Its AOF is on, but not synced on every write.
+    pub aof: bool,
 }
 
 /// A field of an `INFO` answer.
@@ -253,6 +266,7 @@ impl Node {
             run_id,
             up_since: start,
             durable: always,
+            aof,
         });
         Ok(())
     }
@@ -268,15 +282,17 @@ impl Node {
             .is_some_and(|i| i.durable || i.up_since.elapsed() >= lease)
     }
 
-    /// How long until this server's word counts (see `vouches`): zero once
-    /// it does; None before a connection has learnt which process it is.
-    pub fn counts_in(&self, lease: Duration) -> Option<Duration> {
-        self.incarnation.lock().unwrap().as_ref().map(|i| {
-            if i.durable {
-                Duration::ZERO
-            } else {
-                lease.saturating_sub(i.up_since.elapsed())
-            }
+    /// How this server stands while its word does not count yet (see
+    /// `vouches`): None once it does, or before a connection has learnt
+    /// which process it is.
+    pub fn uncounted(&self, lease: Duration) -> Option<Uncounted> {
+        let known = self.incarnation.lock().unwrap();
+        let i = known.as_ref()?;
+        let up = i.up_since.elapsed();
+        (!i.durable && up < lease).then(|| Uncounted {
+            up,
+            left: lease - up,
+            aof: i.aof,
         })
     }
 

@@ -1,10 +1,12 @@
 //! `lc-cli ping` on Redis: every node is asked `INFO server` at once; a
 //! lock can be taken now when a majority answers and counts (a node
 //! restarted without persistence counts only once it has been up for a
-//! lease: `Quorum::counts`).
+//! lease: `Quorum::counts`; what it says of such a node is `fresh.rs`,
+//! as the waits say it).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::fresh;
 use super::node::{NodeError, REFUSED};
 use super::RedisBackend;
 use crate::backend::ping::{NodeReport, PingReport};
@@ -33,7 +35,6 @@ impl RedisBackend {
             service: "Redis".into(),
             ..PingReport::default()
         };
-        let mut counting = 0;
         for (i, (answer, node)) in answers.iter().zip(&q.nodes).enumerate() {
             let mut n = NodeReport {
                 addr: node.addr.clone(),
@@ -48,44 +49,16 @@ impl RedisBackend {
                         report.round_trip = *rtt;
                     }
                     n.counts = q.counts(i);
-                    if n.counts {
-                        counting += 1;
-                    } else {
-                        let left = node.counts_in(q.ttl).unwrap_or(q.ttl);
-                        let why = fresh_node(&node.addr, q.ttl, left);
-                        n.note = Some(why.clone());
-                        report.waits.push(why);
-                    }
+                    n.note = fresh::node_wait(q, i);
                 }
                 Err(e) => n.note = Some(e.to_string()),
             }
             report.nodes.push(n);
         }
-        let majority = q.majority();
-        if counting >= majority {
-            // A majority counts: a node that does not yet is no wait.
-            report.waits.clear();
-        } else if q.is_multi_node() {
-            let up = report.nodes.iter().filter(|n| n.up).count();
-            report.waits.insert(
-                0,
-                format!(
-                    "{counting} of {} nodes count ({up} answer), a lock needs {majority}",
-                    q.nodes.len()
-                ),
-            );
-        }
+        let answered: Vec<bool> = answers.iter().map(|a| a.is_ok()).collect();
+        report.waits = fresh::waits(q, &answered);
         Ok(report)
     }
-}
-
-/// Why a node that answers does not count yet, the remedy, and how long.
-fn fresh_node(addr: &str, ttl: Duration, left: Duration) -> String {
-    format!(
-        "{addr} was started without persistence: it counts once it has been up for the lease \
-(ttl={ttl:?}), in {} s (or run it with appendonly yes and appendfsync always)",
-        left.as_secs_f64().ceil() as u64
-    )
 }
 
 /// `redis_version` from `INFO server`.
@@ -104,14 +77,5 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
         assert_eq!(version_of(info).as_deref(), Some("7.0.15"));
         assert_eq!(version_of("# Server\r\n"), None);
-        let why = fresh_node(
-            "r:1",
-            Duration::from_secs(30),
-            Duration::from_millis(28_100),
-        );
-        assert!(
-            why.contains("in 29 s") && why.contains("appendfsync always"),
-            "{why}"
-        );
     }
 }

@@ -1,4 +1,4 @@
-//! ZooKeeper's address: `zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s]`.
+//! ZooKeeper's address: `zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock]`.
 
 use std::fmt;
 
@@ -18,7 +18,7 @@ pub const PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
 pub const SCHEME: Scheme = Scheme {
     service: "ZooKeeper",
     names: &["zk"],
-    params: &["session-timeout"],
+    params: &["session-timeout", "recipe"],
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
@@ -32,6 +32,31 @@ pub struct ZkAddress {
     pub hosts: Vec<String>,
     /// The znode under which each key's lock node lives.
     pub root: String,
+    /// The Curator recipe an exclusive lock's node follows.
+    pub recipe: Recipe,
+}
+
+/// Which Curator recipe an exclusive (`-x`) request joins as (`recipe=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recipe {
+    /// `InterProcessMutex` (`lock-`), unless read-write nodes already queue.
+    #[default]
+    Mutex,
+    /// Always `InterProcessReadWriteLock`'s writer (`__WRIT__`), so Curator
+    /// readers on the path see it even on an empty key.
+    RwLock,
+}
+
+impl Recipe {
+    const NAMES: &'static str = "mutex or rwlock";
+
+    fn parse(value: &str) -> Option<Recipe> {
+        match value {
+            "mutex" => Some(Recipe::Mutex),
+            "rwlock" => Some(Recipe::RwLock),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for ZkAddress {
@@ -53,9 +78,19 @@ impl ServerAddress for ZkAddress {
 
 fn parse(p: &Parts) -> std::result::Result<ServerUrl, String> {
     let mut tuning = Tuning::default();
+    let mut recipe = Recipe::default();
     for &(name, value) in &p.params {
         match name {
             "session-timeout" => tuning.session_timeout = Some(p.duration(name, value)?),
+            "recipe" => {
+                recipe = Recipe::parse(value).ok_or_else(|| {
+                    format!(
+                        "recipe in '{}': '{value}' is not a recipe (use {})",
+                        p.shown,
+                        Recipe::NAMES
+                    )
+                })?
+            }
             _ => return Err(p.unknown(name, "zk://", SCHEME.params)),
         }
     }
@@ -66,8 +101,12 @@ fn parse(p: &Parts) -> std::result::Result<ServerUrl, String> {
             p.shown
         ));
     }
+    let address = ZkAddress {
+        recipe,
+        ..zk_address(&rest)?
+    };
     Ok(ServerUrl {
-        server: std::sync::Arc::new(zk_address(&rest)?),
+        server: std::sync::Arc::new(address),
         tuning,
         access,
     })
@@ -83,6 +122,7 @@ fn zk_address(rest: &str) -> std::result::Result<ZkAddress, String> {
     Ok(ZkAddress {
         hosts: host_list(hosts, DEFAULT_PORT)?,
         root: root.to_string(),
+        recipe: Recipe::default(),
     })
 }
 
@@ -96,7 +136,8 @@ mod tests {
             zk_address("z1:2181,z2/locks").unwrap(),
             ZkAddress {
                 hosts: vec!["z1:2181".into(), "z2:2181".into()],
-                root: "/locks".into()
+                root: "/locks".into(),
+                recipe: Recipe::Mutex,
             }
         );
         assert_eq!(zk_address("z1/").unwrap().root, DEFAULT_ROOT);
@@ -116,6 +157,24 @@ mod tests {
         let e = "zk://:pw@z1".parse::<ServerUrl>().unwrap_err();
         assert!(e.contains("needs a user") && !e.contains("pw@"), "{e}");
         let e = "zk://z?ttl=3s".parse::<ServerUrl>().unwrap_err();
-        assert!(e.contains("zk:// knows session-timeout"), "{e}");
+        assert!(e.contains("zk:// knows session-timeout, recipe"), "{e}");
+    }
+
+    #[test]
+    fn recipes() {
+        let recipe = |s: &str| {
+            let u: ServerUrl = s.parse().unwrap();
+            format!("{:?}", u.server)
+        };
+        assert!(recipe("zk://z/l").contains("Mutex"));
+        assert!(recipe("zk://z/l?recipe=mutex").contains("Mutex"));
+        assert!(recipe("zk://z/l?recipe=rwlock").contains("RwLock"));
+        let e = "zk://z/l?recipe=semaphore"
+            .parse::<ServerUrl>()
+            .unwrap_err();
+        assert!(
+            e.contains("'semaphore' is not a recipe (use mutex or rwlock)"),
+            "{e}"
+        );
     }
 }

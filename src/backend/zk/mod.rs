@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-pub use address::ZkAddress;
+pub use address::{Recipe, ZkAddress};
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
@@ -42,11 +42,17 @@ pub struct ZkBackend {
     root: String,
     /// The ensemble as the address names it, for `ping`.
     hosts: Vec<String>,
+    /// The node an exclusive request makes (`recipe=`).
+    recipe: Recipe,
 }
 
 impl ZkBackend {
     pub async fn connect(address: &ZkAddress, config: &BackendConfig) -> Result<Self> {
-        let ZkAddress { hosts, root } = address;
+        let ZkAddress {
+            hosts,
+            root,
+            recipe,
+        } = address;
         if let Some(problem) = root.strip_prefix('/').and_then(names::key_problem) {
             return Err(BackendError::BadKey {
                 key: root.clone(),
@@ -65,6 +71,7 @@ impl ZkBackend {
             session: Arc::new(session),
             root: root.clone(),
             hosts: hosts.clone(),
+            recipe: *recipe,
         })
     }
 
@@ -193,7 +200,7 @@ impl Backend for ZkBackend {
             LockMode::Limit(n) => {
                 semaphore::acquire(s, root, request, n.get(), cancel, progress).await
             }
-            _ => queue::acquire(s, root, request, cancel, progress).await,
+            _ => queue::acquire(s, root, self.recipe, request, cancel, progress).await,
         }
     }
 

@@ -14,6 +14,7 @@ use zookeeper_client as zk;
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData, NodeKind, Turn};
 use super::session::{OwnWatch, Session, SessionEnd};
+use super::Recipe;
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
     Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
@@ -23,13 +24,14 @@ use crate::backend::{
 pub async fn acquire(
     s: &Arc<Session>,
     root: &str,
+    recipe: Recipe,
     request: &LockRequest,
     cancel: CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Acquired> {
     let dir = names::lock_dir(root, &request.key);
     let data = NodeData::new(Mode::Queue, &request.source).encode();
-    let created = match kind_for(s, &dir, request.mode).await {
+    let created = match kind_for(s, &dir, request.mode, recipe).await {
         Ok(kind) => create_node(s, &dir, &data, kind).await,
         Err(e) => Err(e),
     };
@@ -93,12 +95,18 @@ impl QueueEntry for Entry {
 }
 
 /// The node a lock request creates: a reader's for `--shared`; for an
-/// exclusive one, a read-write lock's writer where readers or writers queue
-/// (so Curator's read-write lock sees it), else a mutex node as Curator's
-/// `InterProcessMutex` (and lc-cli before shared locks) names it.
-async fn kind_for(s: &Session, dir: &str, mode: LockMode) -> Result<NodeKind> {
+/// exclusive one, a read-write lock's writer with `recipe=rwlock` or where
+/// readers or writers queue (so Curator's read-write lock sees it), else a
+/// mutex node as Curator's `InterProcessMutex` (and lc-cli before shared
+/// locks) names it.
+async fn kind_for(s: &Session, dir: &str, mode: LockMode, recipe: Recipe) -> Result<NodeKind> {
     if mode == LockMode::Shared {
         return Ok(NodeKind::Read);
+    }
+    // Decided before any node exists: a Curator reader arriving at an
+    // empty key must see us as a writer.
+    if recipe == Recipe::RwLock {
+        return Ok(NodeKind::Write);
     }
     match s.retry(|c| async move { c.list_children(dir).await }).await {
         Ok(children) if names::read_write_in_use(&children) => Ok(NodeKind::Write),
