@@ -14,6 +14,11 @@ use common::spans::{self, Kids};
 use common::zk::Zk;
 use common::*;
 
+/// The longest session the test server allows: no test here measures how
+/// long a session lasts, and a shorter one fails on a loaded machine (a
+/// request unanswered for 800 ms ends it).
+const SESSION: &str = "4s";
+
 /// Whether a node under ROOT/KEY (or its semaphore's `locks`/`leases`)
 /// carries lc-cli's data for source `tag`.
 fn queued(zk: &Zk, dir: &str, tag: &str) -> bool {
@@ -46,7 +51,7 @@ fn contender(
     tag: &str,
     secs: f64,
 ) -> (String, Command) {
-    spans::contender(&|args| zk.lc("/s", args), log, mode, key, tag, secs)
+    spans::contender(&|args| zk.lc_session("/s", SESSION, args), log, mode, key, tag, secs)
 }
 
 /// 2N contenders with `--limit N` (N = 3): never more than N run, exactly N
@@ -55,7 +60,7 @@ fn contender(
 #[test]
 fn limit_n_runs_n_at_once_in_arrival_order() {
     let zk = Zk::start();
-    let gap = spans::limit_n(&|args| zk.lc("/s", args), |tag| queued(&zk, "/s/sem", tag));
+    let gap = spans::limit_n(&|args| zk.lc_session("/s", SESSION, args), |tag| queued(&zk, "/s/sem", tag));
     eprintln!("limit 3, 6 contenders: longest hand-off {gap:.1} ms");
 }
 
@@ -65,7 +70,7 @@ fn limit_n_runs_n_at_once_in_arrival_order() {
 #[test]
 fn readers_share_writers_exclude_in_arrival_order() {
     let zk = Zk::start();
-    spans::readers_and_writers(&|args| zk.lc("/s", args), |tag| queued(&zk, "/s/rw", tag));
+    spans::readers_and_writers(&|args| zk.lc_session("/s", SESSION, args), |tag| queued(&zk, "/s/rw", tag));
 }
 
 /// A `--limit 2` holder and a shared holder killed with SIGKILL: their
@@ -74,7 +79,7 @@ fn readers_share_writers_exclude_in_arrival_order() {
 fn dead_semaphore_and_shared_holders_are_freed_by_the_session() {
     let zk = Zk::start();
     spans::dead_holders_freed(
-        &|args| zk.lc("/s", args),
+        &|args| zk.lc_session("/s", SESSION, args),
         |key, tag| queued(&zk, &format!("/s/{key}"), tag),
         "session 2 s",
     );
@@ -98,12 +103,12 @@ fn disagreeing_modes_and_limits_are_refused() {
         &["lock", "-s", "m", "true"],
         &["wait", "-x", "m"],
     ] {
-        let err = expect_error_line(&mut zk.lc("/s", args), 78);
+        let err = expect_error_line(&mut zk.lc_session("/s", SESSION, args), 78);
         assert!(err.contains("--limit 2"), "{err}");
     }
     // The same N is not refused: the second lease is free.
     expect_status(
-        &mut zk.lc("/s", &["lock", "-w", "0.5", "--limit", "2", "m", "true"]),
+        &mut zk.lc_session("/s", SESSION, &["lock", "-w", "0.5", "--limit", "2", "m", "true"]),
         0,
     );
     if let Some(mut c) = holder.0.pop() {
@@ -117,18 +122,18 @@ fn disagreeing_modes_and_limits_are_refused() {
     assert!(wait_until(Duration::from_secs(10), || !zk
         .children("/s/r")
         .is_empty()));
-    let out = expect_status(&mut zk.lc("/s", &["lock", "--limit", "2", "r", "true"]), 78);
+    let out = expect_status(&mut zk.lc_session("/s", SESSION, &["lock", "--limit", "2", "r", "true"]), 78);
     assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
     // Shared holders take shared requests at once, exclusive ones wait.
-    expect_status(&mut zk.lc("/s", &["trylock", "-s", "r", "true"]), 0);
-    expect_status(&mut zk.lc("/s", &["trylock", "r", "true"]), 1);
+    expect_status(&mut zk.lc_session("/s", SESSION, &["trylock", "-s", "r", "true"]), 0);
+    expect_status(&mut zk.lc_session("/s", SESSION, &["trylock", "r", "true"]), 1);
     drop(holder);
     // Free again (the killed holder's session gone): another N is fine.
     assert!(wait_until(Duration::from_secs(10), || zk
         .children("/s/m/leases")
         .is_empty()));
     expect_status(
-        &mut zk.lc("/s", &["trylock", "--limit", "3", "m", "true"]),
+        &mut zk.lc_session("/s", SESSION, &["trylock", "--limit", "3", "m", "true"]),
         0,
     );
 }
@@ -252,5 +257,5 @@ fn curator_semaphore_and_lc_cli_share_the_leases() {
 #[test]
 fn keys_and_resets_of_shared_and_limited_keys() {
     let zk = Zk::start();
-    spans::keys_and_resets(&|args| zk.lc("/s", args));
+    spans::keys_and_resets(&|args| zk.lc_session("/s", SESSION, args));
 }
