@@ -1,7 +1,7 @@
 //! The backends that cannot take shared or limited locks refuse them with
 //! one line and 76, before anything is granted: never an exclusive lock in
-//! their place (etcd; PostgreSQL `--limit`; a reference Locking-Center
-//! server, in `serve_shared.rs`); PostgreSQL's shared advisory locks keep
+//! their place (PostgreSQL `--limit`; a reference Locking-Center server, in
+//! `serve_shared.rs`); PostgreSQL's shared advisory locks keep
 //! the order across modes.
 
 mod common;
@@ -9,7 +9,6 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::etcd::Etcd;
 use common::pg::PgServer;
 use common::spans;
 use common::*;
@@ -24,18 +23,6 @@ fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&st
     // --limit 1 is the exclusive lock.
     expect_status(&mut lc(&["trylock", "--limit", "1", "k", "true"]), 0);
 }
-
-#[test]
-fn etcd_refuses() {
-    let etcd = Etcd::start();
-    refused(|args| etcd.lc("", args), "etcd", ALL);
-}
-
-const ALL: &[&[&str]] = &[
-    &["lock", "-s", "k", "true"],
-    &["trylock", "--limit", "2", "k", "true"],
-    &["wait", "--shared", "k"],
-];
 
 /// Whether `tag`'s session holds or waits for an advisory lock.
 fn pg_queued(pg: &PgServer, tag: &str) -> bool {
