@@ -694,10 +694,10 @@ mod tests {
             why: "",
         };
         assert_eq!(
-            none.refusal("lc-cli's etcd backend", LockMode::Shared)
+            none.refusal("lc-cli's X backend", LockMode::Shared)
                 .unwrap(),
             format!(
-                "lc-cli's etcd backend cannot take shared or limited locks (asked for {})",
+                "lc-cli's X backend cannot take shared or limited locks (asked for {})",
                 LockMode::Shared
             )
         );

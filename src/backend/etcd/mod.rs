@@ -1,13 +1,15 @@
 //! The etcd backend: etcd's own lock recipe (concurrency.Mutex), so
-//! `etcdctl lock NAME` and lc-cli exclude each other.
+//! `etcdctl lock NAME` and lc-cli exclude each other, with the modes of its
+//! rwmutex and semaphore recipes.
 //!
 //! Each request has a lease (TTL `?ttl=`, 10 s by default, as etcdctl's),
 //! kept alive while waiting and holding (`lease.rs`); its key
 //! `PREFIX/NAME/<lease hex>` is put if absent in a transaction that also
-//! reads the holder, the smallest create revision under `PREFIX/NAME/`; a
-//! waiter waits for the deletion of the last key created before its own,
-//! then looks again (`queue.rs`). A hold that outlives the process (`lock
-//! KEY` without a command) is the same key taken off the lease
+//! reads the queue under `PREFIX/NAME/`; who holds follows from the modes
+//! of the keys in create-revision order (`line.rs`); a waiter waits for the
+//! deletion of the key that keeps it waiting, then looks again, each look
+//! checking its own key (`queue.rs`). A hold that outlives the process
+//! (`lock KEY` without a command) is the same key taken off the lease
 //! (`held.rs`). Key layout and values: `names.rs`.
 
 pub mod address;
