@@ -1,41 +1,14 @@
-//! The backends that cannot take shared or limited locks refuse them with
-//! one line and 76, before anything is granted: never an exclusive lock in
-//! their place (etcd; a reference Locking-Center server, in
-//! `serve_shared.rs`); PostgreSQL's shared advisory locks keep the order
-//! across modes.
+//! Modes on PostgreSQL's advisory locks: `-s` keeps the order across modes
+//! (`--limit`: pg_limit.rs; etcd's modes: etcd_shared.rs; a reference
+//! Locking-Center server's refusal: serve_shared.rs).
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::etcd::Etcd;
 use common::pg::PgServer;
 use common::spans;
 use common::*;
-
-fn refused(mut lc: impl FnMut(&[&str]) -> Command, what: &str, requests: &[&[&str]]) {
-    for args in requests {
-        let err = expect_error_line(&mut lc(args), 76);
-        assert!(err.contains(what) && err.contains("cannot take"), "{err}");
-    }
-    // The key was never taken: an exclusive trylock gets it.
-    expect_status(&mut lc(&["trylock", "k", "true"]), 0);
-    // --limit 1 is the exclusive lock.
-    expect_status(&mut lc(&["trylock", "--limit", "1", "k", "true"]), 0);
-}
-
-#[test]
-fn etcd_refuses() {
-    let etcd = Etcd::start();
-    refused(|args| etcd.lc("", args), "etcd", ALL);
-}
-
-const ALL: &[&[&str]] = &[
-    &["lock", "-s", "k", "true"],
-    &["trylock", "--limit", "2", "k", "true"],
-    &["wait", "--shared", "k"],
-];
 
 /// Whether `tag`'s session holds or waits for an advisory lock.
 fn pg_queued(pg: &PgServer, tag: &str) -> bool {

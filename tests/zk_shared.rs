@@ -51,7 +51,14 @@ fn contender(
     tag: &str,
     secs: f64,
 ) -> (String, Command) {
-    spans::contender(&|args| zk.lc_session("/s", SESSION, args), log, mode, key, tag, secs)
+    spans::contender(
+        &|args| zk.lc_session("/s", SESSION, args),
+        log,
+        mode,
+        key,
+        tag,
+        secs,
+    )
 }
 
 /// 2N contenders with `--limit N` (N = 3): never more than N run, exactly N
@@ -60,7 +67,9 @@ fn contender(
 #[test]
 fn limit_n_runs_n_at_once_in_arrival_order() {
     let zk = Zk::start();
-    let gap = spans::limit_n(&|args| zk.lc_session("/s", SESSION, args), |tag| queued(&zk, "/s/sem", tag));
+    let gap = spans::limit_n(&|args| zk.lc_session("/s", SESSION, args), |tag| {
+        queued(&zk, "/s/sem", tag)
+    });
     eprintln!("limit 3, 6 contenders: longest hand-off {gap:.1} ms");
 }
 
@@ -70,7 +79,9 @@ fn limit_n_runs_n_at_once_in_arrival_order() {
 #[test]
 fn readers_share_writers_exclude_in_arrival_order() {
     let zk = Zk::start();
-    spans::readers_and_writers(&|args| zk.lc_session("/s", SESSION, args), |tag| queued(&zk, "/s/rw", tag));
+    spans::readers_and_writers(&|args| zk.lc_session("/s", SESSION, args), |tag| {
+        queued(&zk, "/s/rw", tag)
+    });
 }
 
 /// A `--limit 2` holder and a shared holder killed with SIGKILL: their
@@ -108,7 +119,11 @@ fn disagreeing_modes_and_limits_are_refused() {
     }
     // The same N is not refused: the second lease is free.
     expect_status(
-        &mut zk.lc_session("/s", SESSION, &["lock", "-w", "0.5", "--limit", "2", "m", "true"]),
+        &mut zk.lc_session(
+            "/s",
+            SESSION,
+            &["lock", "-w", "0.5", "--limit", "2", "m", "true"],
+        ),
         0,
     );
     if let Some(mut c) = holder.0.pop() {
@@ -122,11 +137,20 @@ fn disagreeing_modes_and_limits_are_refused() {
     assert!(wait_until(Duration::from_secs(10), || !zk
         .children("/s/r")
         .is_empty()));
-    let out = expect_status(&mut zk.lc_session("/s", SESSION, &["lock", "--limit", "2", "r", "true"]), 78);
+    let out = expect_status(
+        &mut zk.lc_session("/s", SESSION, &["lock", "--limit", "2", "r", "true"]),
+        78,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("as a lock"));
     // Shared holders take shared requests at once, exclusive ones wait.
-    expect_status(&mut zk.lc_session("/s", SESSION, &["trylock", "-s", "r", "true"]), 0);
-    expect_status(&mut zk.lc_session("/s", SESSION, &["trylock", "r", "true"]), 1);
+    expect_status(
+        &mut zk.lc_session("/s", SESSION, &["trylock", "-s", "r", "true"]),
+        0,
+    );
+    expect_status(
+        &mut zk.lc_session("/s", SESSION, &["trylock", "r", "true"]),
+        1,
+    );
     drop(holder);
     // Free again (the killed holder's session gone): another N is fine.
     assert!(wait_until(Duration::from_secs(10), || zk

@@ -26,12 +26,7 @@ pub const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     // etcdctl lock's session TTL.
     default_ttl: Duration::from_secs(10),
-    caps: Capabilities {
-        shared: false,
-        limit: false,
-        kept_holds: true,
-        why: "",
-    },
+    caps: Capabilities::ALL,
     key_problem: super::names::key_problem,
     parse,
 };

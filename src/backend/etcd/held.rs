@@ -1,4 +1,4 @@
-//! A key we hold: ours has the smallest create revision under the queue.
+//! A key we hold: the keys older than ours let it hold (`line.rs`).
 //! Lost when the lease is gone (revoked, expired, or not renewed for too
 //! long) or our key is deleted from outside.
 
@@ -10,7 +10,7 @@ use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, Watch
 use super::lease::{Lease, LeaseEnd};
 use super::names::{KeyData, OwnKey};
 use super::rpc::Rpc;
-use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LockMode, LostReason, Result};
 
 pub struct EtcdHeld {
     rpc: Rpc,
@@ -20,6 +20,8 @@ pub struct EtcdHeld {
     /// ETCD_LOCK_REV).
     header_rev: i64,
     source: String,
+    /// Written again into a kept hold's value: its mode stays.
+    mode: LockMode,
     /// Kept across calls of `lost` (it may be cancelled and called again).
     watch: Option<WatchStream>,
     /// Changes up to this revision have been seen.
@@ -40,8 +42,16 @@ pub fn kill_after_contact(ttl: Duration) -> Duration {
 }
 
 impl EtcdHeld {
-    pub fn new(rpc: Rpc, lease: Lease, place: OwnKey, header_rev: i64, source: String) -> Self {
+    pub fn new(
+        rpc: Rpc,
+        lease: Lease,
+        place: OwnKey,
+        header_rev: i64,
+        source: String,
+        mode: LockMode,
+    ) -> Self {
         EtcdHeld {
+            mode,
             rpc,
             lease,
             seen_rev: header_rev,
@@ -226,7 +236,7 @@ impl HeldLock for EtcdHeld {
     /// queue, stay; then the lease is revoked.
     async fn detach(mut self: Box<Self>) -> Result<()> {
         let key = self.place.key.clone();
-        let data = KeyData::new(&self.source, true).encode();
+        let data = KeyData::new(&self.source, self.mode, true).encode();
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),

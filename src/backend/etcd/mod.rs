@@ -1,18 +1,21 @@
 //! The etcd backend: etcd's own lock recipe (concurrency.Mutex), so
-//! `etcdctl lock NAME` and lc-cli exclude each other.
+//! `etcdctl lock NAME` and lc-cli exclude each other, with the modes of its
+//! rwmutex and semaphore recipes.
 //!
 //! Each request has a lease (TTL `?ttl=`, 10 s by default, as etcdctl's),
 //! kept alive while waiting and holding (`lease.rs`); its key
 //! `PREFIX/NAME/<lease hex>` is put if absent in a transaction that also
-//! reads the holder, the smallest create revision under `PREFIX/NAME/`; a
-//! waiter waits for the deletion of the last key created before its own,
-//! then looks again (`queue.rs`). A hold that outlives the process (`lock
-//! KEY` without a command) is the same key taken off the lease
+//! reads the queue under `PREFIX/NAME/`; who holds follows from the modes
+//! of the keys in create-revision order (`line.rs`); a waiter waits for the
+//! deletion of the key that keeps it waiting, then looks again, each look
+//! checking its own key (`queue.rs`). A hold that outlives the process
+//! (`lock KEY` without a command) is the same key taken off the lease
 //! (`held.rs`). Key layout and values: `names.rs`.
 
 pub mod address;
 mod held;
 mod lease;
+mod line;
 mod names;
 mod ping;
 mod queue;
@@ -57,32 +60,31 @@ impl EtcdBackend {
         })
     }
 
-    /// The holder's key-value of `key` and how many keys its queue has.
-    async fn head(&self, key: &str) -> Result<Option<(etcd_client::KeyValue, usize)>> {
+    /// The queue of `key`, oldest first.
+    async fn queue(&self, key: &str) -> Result<Vec<etcd_client::KeyValue>> {
         let queue = names::queue_prefix(&self.prefix, key);
         let q = queue.clone();
-        let first = self
+        let resp = self
             .rpc
             .call(&format!("reading {queue}"), |mut c| {
                 let q = q.clone();
-                async move { c.get(q, Some(queue::first_create())).await }
+                async move { c.get(q, Some(queue::by_create())).await }
             })
             .await?;
-        Ok(first
-            .kvs()
-            .first()
-            .map(|kv| (kv.clone(), first.count() as usize)))
+        Ok(resp.kvs().to_vec())
     }
 
-    /// Deletes the head of the queue; false when there is none.
+    /// Deletes one holder of `key`, a kept hold first (as `unlock` frees
+    /// a hold that outlived its lc-cli); false when there is none.
     async fn delete_holder(&self, key: &str) -> Result<bool> {
         // A holder that leaves between the read and the delete is followed
         // by the next one: a few rounds at most.
         for _ in 0..10 {
-            let Some((kv, _)) = self.head(key).await? else {
+            let held = holding(self.queue(key).await?).0;
+            let Some(kv) = held.iter().find(|kv| kv.lease() == 0).or(held.first()) else {
                 return Ok(false);
             };
-            if self.delete_exact(&kv).await? {
+            if self.delete_exact(kv).await? {
                 return Ok(true);
             }
         }
@@ -90,6 +92,14 @@ impl EtcdBackend {
             server: self.rpc.server.clone(),
             reason: format!("the holder of '{key}' kept changing; try again"),
         })
+    }
+
+    /// Deletes every holder of `key` (shared or limited: all of them).
+    async fn delete_holders(&self, key: &str) -> Result<()> {
+        for kv in holding(self.queue(key).await?).0 {
+            self.delete_exact(&kv).await?;
+        }
+        Ok(())
     }
 
     /// Deletes this very key (same create revision); false if it was gone.
@@ -142,7 +152,21 @@ impl EtcdBackend {
     }
 }
 
-fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
+/// A queue (oldest first) split into its holders and how many wait.
+fn holding(mut kvs: Vec<etcd_client::KeyValue>) -> (Vec<etcd_client::KeyValue>, usize) {
+    kvs.sort_by_key(|kv| kv.create_revision());
+    let modes: Vec<_> = kvs.iter().map(|kv| KeyData::mode_of(kv.value())).collect();
+    let holds = line::holders(&modes);
+    let waiting = holds.iter().filter(|h| !**h).count();
+    let held = kvs
+        .into_iter()
+        .zip(holds)
+        .filter_map(|(kv, h)| h.then_some(kv))
+        .collect();
+    (held, waiting)
+}
+
+fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
     let data = KeyData::decode(kv.value());
     KeyInfo {
         key: key.to_string(),
@@ -155,9 +179,9 @@ fn info(key: &str, kv: &etcd_client::KeyValue, count: usize) -> KeyInfo {
         // A kept hold is lc-cli's key taken off its lease.
         kept: data.as_ref().map(|_| kv.lease() == 0),
         token: None,
-        since: data.map(|d| d.since()),
-        waiting: count.saturating_sub(1),
-        mode: crate::backend::LockMode::Exclusive,
+        since: data.as_ref().map(|d| d.since()),
+        waiting,
+        mode: KeyData::mode_of(kv.value()),
     }
 }
 
@@ -176,14 +200,14 @@ impl Backend for EtcdBackend {
         queue::acquire(&self.rpc, &self.prefix, request, self.ttl, cancel, progress).await
     }
 
-    /// Deletes the holder key, whichever it is (a detached hold, or a
-    /// running holder, which then loses the lock).
+    /// Deletes a holder's key: a kept hold if there is one, else a running
+    /// holder, which then loses the lock.
     async fn unlock(&self, key: &str) -> Result<bool> {
         self.delete_holder(key).await
     }
 
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.delete_holder(key).await.map(|_| ())
+        self.delete_holders(key).await
     }
 
     /// Deletes every queue key whose value names `source`: holders and
@@ -213,17 +237,17 @@ impl Backend for EtcdBackend {
         }
         Ok(by_name
             .into_iter()
-            .filter_map(|(name, kvs)| {
-                let head = kvs.iter().min_by_key(|kv| kv.create_revision())?;
-                Some(info(&name, head, kvs.len()))
+            .flat_map(|(name, kvs)| {
+                let (held, waiting) = holding(kvs);
+                held.iter()
+                    .map(|kv| info(&name, kv, waiting))
+                    .collect::<Vec<_>>()
             })
             .collect())
     }
 
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
-        Ok(self
-            .head(key)
-            .await?
-            .map(|(kv, count)| info(key, &kv, count)))
+        let (held, waiting) = holding(self.queue(key).await?);
+        Ok(held.first().map(|kv| info(key, kv, waiting)))
     }
 }

@@ -9,6 +9,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::backend::LockMode;
+
 /// Why a lock name cannot be used on etcd (`None` when it can).
 pub fn key_problem(key: &str) -> Option<String> {
     if key.contains('/') {
@@ -82,10 +84,14 @@ pub fn range_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// What lc-cli writes into its queue key; etcdctl writes nothing.
+/// What lc-cli writes into its queue key; etcdctl writes nothing, and a
+/// key without lc-cli's value is an exclusive one (`mode_of`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyData {
     pub source: String,
+    /// `"mode": "exclusive" | "shared" | "limit"` with `"limit": N`; absent
+    /// (an older lc-cli) is exclusive.
+    pub mode: LockMode,
     /// Milliseconds since the epoch: arrival in the queue, or the moment a
     /// detached hold was taken.
     pub since_ms: u64,
@@ -94,38 +100,59 @@ pub struct KeyData {
 }
 
 impl KeyData {
-    pub fn new(source: &str, detached: bool) -> KeyData {
+    pub fn new(source: &str, mode: LockMode, detached: bool) -> KeyData {
         let since_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         KeyData {
             source: source.to_string(),
+            mode,
             since_ms,
             detached,
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "lc-cli": 1,
             "source": self.source,
+            "mode": match self.mode {
+                LockMode::Exclusive => "exclusive",
+                LockMode::Shared => "shared",
+                LockMode::Limit(_) => "limit",
+            },
             "since_ms": self.since_ms,
             "detached": self.detached,
-        })
-        .to_string()
-        .into_bytes()
+        });
+        if let LockMode::Limit(n) = self.mode {
+            v["limit"] = n.get().into();
+        }
+        v.to_string().into_bytes()
     }
 
     /// None for a value lc-cli did not write (etcdctl's empty one).
     pub fn decode(value: &[u8]) -> Option<KeyData> {
         let v: serde_json::Value = serde_json::from_slice(value).ok()?;
         v.get("lc-cli")?;
+        let mode = match v.get("mode").and_then(|m| m.as_str()) {
+            None | Some("exclusive") => LockMode::Exclusive,
+            Some("shared") => LockMode::Shared,
+            Some("limit") => LockMode::limit(u32::try_from(v.get("limit")?.as_u64()?).ok()?),
+            Some(_) => return None,
+        };
         Some(KeyData {
             source: v.get("source")?.as_str()?.to_string(),
+            mode,
             since_ms: v.get("since_ms")?.as_u64()?,
             detached: v.get("detached")?.as_bool()?,
         })
+    }
+
+    /// The mode of any queue key: etcdctl's (not lc-cli's value) is
+    /// exclusive, as concurrency.Mutex makes it.
+    pub fn mode_of(value: &[u8]) -> LockMode {
+        KeyData::decode(value).map_or(LockMode::Exclusive, |d| d.mode)
     }
 
     pub fn since(&self) -> SystemTime {
@@ -165,8 +192,14 @@ mod tests {
 
     #[test]
     fn data_round_trips_and_foreign_values_are_none() {
-        let d = KeyData::new("host-1", true);
-        assert_eq!(KeyData::decode(&d.encode()), Some(d));
+        for mode in [LockMode::Exclusive, LockMode::Shared, LockMode::limit(3)] {
+            let d = KeyData::new("host-1", mode, true);
+            assert_eq!(KeyData::decode(&d.encode()), Some(d.clone()));
+            assert_eq!(KeyData::mode_of(&d.encode()), mode);
+        }
+        assert_eq!(KeyData::mode_of(b""), LockMode::Exclusive);
+        let old = br#"{"lc-cli":1,"source":"a","since_ms":1,"detached":false}"#;
+        assert_eq!(KeyData::mode_of(old), LockMode::Exclusive);
         assert_eq!(KeyData::decode(b""), None);
         assert_eq!(KeyData::decode(b"{\"source\":\"x\"}"), None);
     }

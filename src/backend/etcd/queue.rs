@@ -1,21 +1,28 @@
-//! The wait, as concurrency.Mutex does it: put our key if absent in one
-//! transaction that also reads the holder; then wait for the deletion of
-//! the key just ahead of ours (by create revision), look again, and verify
-//! that our own key is still there before reporting the lock held.
+//! The wait, as concurrency.Mutex does it, with the modes of etcd's
+//! rwmutex and semaphore recipes (`line.rs`): put our key if absent in one
+//! transaction that also reads the queue; then wait for the deletion of
+//! the key ahead that keeps us waiting (by create revision), and look
+//! again. Every look is a transaction that first compares our own key's
+//! create revision and lease, so the look that finds our turn also proves
+//! our key still held at that revision (the check Jepsen found missing in
+//! etcd's recipe).
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::held::EtcdHeld;
 use super::lease::{Lease, LeaseEnd};
+use super::line;
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
 use crate::backend::settle::{settle, QueueEntry};
-use crate::backend::{Acquired, BackendError, HeldLock, LockRequest, Result, WaitProgress};
+use crate::backend::{
+    Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
+};
 
 pub async fn acquire(
     rpc: &Rpc,
@@ -27,38 +34,42 @@ pub async fn acquire(
 ) -> Result<Acquired> {
     let mut lease = Lease::grant(rpc, ttl).await?;
     let queue = names::queue_prefix(prefix, &request.key);
-    let data = KeyData::new(&request.source, false).encode();
-    let (place, holder_rev, header_rev) = match enqueue(rpc, &lease, &queue, data).await {
+    let data = KeyData::new(&request.source, request.mode, false).encode();
+    let (place, first) = match enqueue(rpc, &lease, &queue, data).await {
         Ok(v) => v,
         Err(e) => {
             let _ = lease.revoke().await;
             return Err(e);
         }
     };
-    let outcome = if holder_rev == place.rev {
-        progress(WaitProgress { ahead: Some(0) });
-        Ok(Some(header_rev))
-    } else if request.nonblock {
-        Ok(None)
-    } else {
-        wait_turn(rpc, &lease, &place, &cancel, progress).await
+    let mode = request.mode;
+    let outcome = match line::conflict(&request.key, mode, &first.modes()) {
+        Err(e) => Err(e),
+        Ok(()) if line::granted(mode, &first.modes()) => {
+            progress(WaitProgress { ahead: Some(0) });
+            Ok(Some(first.header_rev))
+        }
+        Ok(()) if request.nonblock => Ok(None),
+        Ok(()) => wait_turn(rpc, &lease, &place, mode, first, &cancel, progress).await,
     };
     let entry = Entry {
         rpc: rpc.clone(),
         lease,
         place,
         source: request.source.clone(),
+        mode,
     };
     settle(entry, outcome, &cancel).await
 }
 
 /// Our key and its lease, while the wait is settled; a grant is the
-/// revision of the answer that showed us first.
+/// revision of the answer that showed us our turn.
 struct Entry {
     rpc: Rpc,
     lease: Lease,
     place: OwnKey,
     source: String,
+    mode: LockMode,
 }
 
 #[async_trait]
@@ -72,6 +83,7 @@ impl QueueEntry for Entry {
             self.place,
             header_rev,
             self.source,
+            self.mode,
         ))
     }
 
@@ -86,23 +98,47 @@ impl QueueEntry for Entry {
     }
 }
 
-/// The holder: the key with the smallest create revision under the queue.
-pub fn first_create() -> GetOptions {
+/// The whole queue, oldest first (`keys`, `reset`, `unlock`).
+pub fn by_create() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
 }
 
-/// Puts our key unless it exists (a retried request), reading the holder in
-/// the same transaction. Returns our place, the holder's create revision
-/// and the revision of the answer.
-async fn enqueue(
-    rpc: &Rpc,
-    lease: &Lease,
-    queue: &str,
-    data: Vec<u8>,
-) -> Result<(OwnKey, i64, i64)> {
+/// The keys created before ours, oldest first: all a grant depends on.
+fn older_than(rev: i64) -> GetOptions {
+    by_create().with_max_create_revision(rev - 1)
+}
+
+/// The keys ahead of ours, as one answer showed them.
+struct Ahead {
+    kvs: Vec<KeyValue>,
+    header_rev: i64,
+}
+
+impl Ahead {
+    fn modes(&self) -> Vec<LockMode> {
+        self.kvs
+            .iter()
+            .map(|kv| KeyData::mode_of(kv.value()))
+            .collect()
+    }
+}
+
+fn header_rev(h: Option<&etcd_client::ResponseHeader>) -> i64 {
+    h.map(|h| h.revision()).unwrap_or(0)
+}
+
+fn got(op: Option<&TxnOpResponse>) -> Vec<KeyValue> {
+    match op {
+        Some(TxnOpResponse::Get(g)) => g.kvs().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// Puts our key unless it exists (a retried request), reading the queue in
+/// the same transaction. Returns our place and the keys ahead of it.
+async fn enqueue(rpc: &Rpc, lease: &Lease, queue: &str, data: Vec<u8>) -> Result<(OwnKey, Ahead)> {
     let key = names::own_key(queue, lease.id);
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -112,11 +148,11 @@ async fn enqueue(
                 data,
                 Some(PutOptions::new().with_lease(lease.id)),
             ),
-            TxnOp::get(queue, Some(first_create())),
+            TxnOp::get(queue, Some(by_create())),
         ])
         .or_else([
             TxnOp::get(key.as_str(), None),
-            TxnOp::get(queue, Some(first_create())),
+            TxnOp::get(queue, Some(by_create())),
         ]);
     let resp = rpc
         .call(&format!("putting {key}"), |mut c| {
@@ -124,26 +160,27 @@ async fn enqueue(
             async move { c.txn(txn).await }
         })
         .await?;
-    let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+    let header_rev = header_rev(resp.header());
     let ops = resp.op_responses();
-    let first_rev = |op: Option<&TxnOpResponse>| match op {
-        Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
-        _ => None,
-    };
     let rev = if resp.succeeded() {
         header_rev
     } else {
-        first_rev(ops.first()).ok_or_else(|| unexpected(rpc, "our key vanished at once"))?
+        got(ops.first())
+            .first()
+            .map(|kv| kv.create_revision())
+            .ok_or_else(|| unexpected(rpc, "our key vanished at once"))?
     };
-    let holder = first_rev(ops.get(1)).unwrap_or(rev);
+    let kvs = got(ops.get(1))
+        .into_iter()
+        .filter(|kv| kv.create_revision() < rev)
+        .collect();
     Ok((
         OwnKey {
             key,
             rev,
             queue: queue.to_string(),
         },
-        holder,
-        header_rev,
+        Ahead { kvs, header_rev },
     ))
 }
 
@@ -154,44 +191,87 @@ fn unexpected(rpc: &Rpc, reason: &str) -> BackendError {
     }
 }
 
-/// waitDeletes: until no key under the queue was created before ours.
-/// Some(revision of the answer that found our key first) once it is; None
-/// when cancelled.
+/// Reads the keys ahead of ours in a transaction that holds only while our
+/// key is still the one we put (its create revision) on our lease.
+async fn look(rpc: &Rpc, lease: &Lease, place: &OwnKey) -> Result<Ahead> {
+    let key = place.key.as_str();
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, place.rev),
+            Compare::lease(key, CompareOp::Equal, lease.id),
+        ])
+        .and_then([TxnOp::get(
+            place.queue.as_str(),
+            Some(older_than(place.rev)),
+        )]);
+    let resp = rpc
+        .call("reading the queue", |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    if !resp.succeeded() {
+        return Err(if lease.is_expired() {
+            lease_gone(rpc, LeaseEnd::Expired, lease)
+        } else {
+            BackendError::Refused {
+                server: rpc.server.clone(),
+                reason: format!(
+                    "our place in the queue ({}) was deleted or its lease {:x} is gone (a reset by source?)",
+                    place.key, lease.id
+                ),
+            }
+        });
+    }
+    Ok(Ahead {
+        kvs: got(resp.op_responses().first()),
+        header_rev: header_rev(resp.header()),
+    })
+}
+
+/// waitDeletes: until the keys ahead let ours hold. Some(revision of the
+/// answer that showed it, our key checked in it) once they do; None when
+/// cancelled. `first` is what the enqueue saw.
 async fn wait_turn(
     rpc: &Rpc,
     lease: &Lease,
     place: &OwnKey,
+    mode: LockMode,
+    first: Ahead,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Option<i64>> {
+    let mut ahead = first;
     loop {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        // The keys created before ours, the last first.
-        let queue = place.queue.clone();
-        let before = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(place.rev - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_keys_only();
-        let resp = tokio::select! {
-            r = rpc.call("reading the queue", |mut c| { let queue = queue.clone(); let before = before.clone(); async move { c.get(queue, Some(before)).await } }) => r?,
-            _ = cancel.cancelled() => return Ok(None),
+        let modes = ahead.modes();
+        if line::granted(mode, &modes) {
+            // The enqueue's answer did not check our lease: look once more.
+            let last = tokio::select! {
+                r = look(rpc, lease, place) => r?,
+                _ = cancel.cancelled() => return Ok(None),
+            };
+            if line::granted(mode, &last.modes()) {
+                return Ok(Some(last.header_rev));
+            }
+            ahead = last;
+            continue;
+        }
+        progress(WaitProgress {
+            ahead: Some(line::waiting_ahead(&modes)),
+        });
+        // The key that keeps us waiting, or (a limit) any key ahead.
+        let options = WatchOptions::new()
+            .with_start_revision(ahead.header_rev + 1)
+            .with_filters([WatchFilterType::NoPut]);
+        let (watched, options) = match line::blocker(mode, &modes) {
+            Some(i) => (ahead.kvs[i].key().to_vec(), options),
+            None => (place.queue.clone().into_bytes(), options.with_prefix()),
         };
-        let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        let Some(pred) = resp.kvs().first() else {
-            return verify_own(rpc, lease, place).await.map(Some);
-        };
-        // Every key ahead (the count etcd returns ignores the revision
-        // filter), less the holder.
-        let ahead = resp.kvs().len().saturating_sub(1);
-        progress(WaitProgress { ahead: Some(ahead) });
-        let pred_key = pred.key().to_vec();
-        let options = WatchOptions::new().with_start_revision(header_rev + 1);
-        let k = pred_key.clone();
         let mut stream = tokio::select! {
-            w = rpc.call("watching the key ahead", |mut c| { let k = k.clone(); let options = options.clone(); async move { c.watch(k, Some(options)).await } }) => w?,
+            w = rpc.call("watching the key ahead", |mut c| { let k = watched.clone(); let options = options.clone(); async move { c.watch(k, Some(options)).await } }) => w?,
             _ = cancel.cancelled() => return Ok(None),
         };
         loop {
@@ -202,37 +282,17 @@ async fn wait_turn(
                             break;
                         }
                     }
-                    // The stream broke: look again (the get re-checks).
+                    // The stream broke: look again.
                     _ => break,
                 },
                 gone = lease.until_gone() => return Err(lease_gone(rpc, gone, lease)),
                 _ = cancel.cancelled() => return Ok(None),
             }
         }
-    }
-}
-
-/// The re-check after the wait: our key must still be ours.
-async fn verify_own(rpc: &Rpc, lease: &Lease, place: &OwnKey) -> Result<i64> {
-    let key = place.key.clone();
-    let resp = rpc
-        .call("reading our key", |mut c| {
-            let key = key.clone();
-            async move { c.get(key, None).await }
-        })
-        .await?;
-    match resp.kvs().first() {
-        Some(kv) if kv.create_revision() == place.rev => {
-            Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
-        }
-        _ if lease.is_expired() => Err(lease_gone(rpc, LeaseEnd::Expired, lease)),
-        _ => Err(BackendError::Refused {
-            server: rpc.server.clone(),
-            reason: format!(
-                "our place in the queue ({}) was deleted (a reset by source?)",
-                place.key
-            ),
-        }),
+        ahead = tokio::select! {
+            r = look(rpc, lease, place) => r?,
+            _ = cancel.cancelled() => return Ok(None),
+        };
     }
 }
 
