@@ -333,6 +333,21 @@ pub struct ServeArgs {
     /// counts as one) [default: no limit but --max-connections]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_peer: Option<u32>,
+
+    /// Speak TLS on the lock port with this certificate (PEM, the chain
+    /// after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager
+    /// and metrics ports stay plain
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require a client certificate signed by this CA (PEM): mutual TLS;
+    /// clients add cert=FILE&key=FILE to their lcs:// address
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 #[cfg(test)]
