@@ -189,7 +189,8 @@ fn refused(alert: AlertDescription) -> String {
         | AlertDescription::CertificateExpired
         | AlertDescription::CertificateRevoked
         | AlertDescription::UnsupportedCertificate
-        | AlertDescription::AccessDenied => format!(
+        | AlertDescription::AccessDenied
+        | AlertDescription::DecryptError => format!(
             "it did not accept our client certificate ({alert:?}): it wants one signed by its CA (--tls-client-ca)"
         ),
         other => format!("it ended the TLS connection ({other:?})"),
