@@ -421,7 +421,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__serve)
-            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --verbose --help"
+            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --tls-cert --tls-key --tls-client-ca --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -460,6 +460,18 @@ _lc__cli() {
                     return 0
                     ;;
                 --max-connections-per-peer)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-client-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -104,6 +104,9 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serv
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l reclaim-grace -d 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections -d 'Connections open at once; beyond it a new one is closed at once [default: the file limit (ulimit -n) less 64]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections-per-peer -d 'Connections open at once from one peer address (a host behind NAT counts as one) [default: no limit but --max-connections]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-cert -d 'Speak TLS on the lock port with this certificate (PEM, the chain after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager and metrics ports stay plain' -r -F
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert (PEM)' -r -F
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-client-ca -d 'Require a client certificate signed by this CA (PEM): mutual TLS; clients add cert=FILE&key=FILE to their lcs:// address' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

@@ -94,7 +94,7 @@ pub struct ServiceArgs {
     /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s].
     /// Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@...,
-    /// etcd://USER:PASSWORD@...; TLS: rediss:// (and etcd://) with
+    /// etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with
     /// cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full
     /// and sslrootcert=FILE. Passwords can come from
     /// REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD,
@@ -333,6 +333,21 @@ pub struct ServeArgs {
     /// counts as one) [default: no limit but --max-connections]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_peer: Option<u32>,
+
+    /// Speak TLS on the lock port with this certificate (PEM, the chain
+    /// after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager
+    /// and metrics ports stay plain
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require a client certificate signed by this CA (PEM): mutual TLS;
+    /// clients add cert=FILE&key=FILE to their lcs:// address
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -58,4 +58,5 @@ pub(crate) mod server;
 pub(crate) mod signals;
 pub(crate) mod status_line;
 pub(crate) mod terminal;
+pub(crate) mod tls;
 pub mod wal;

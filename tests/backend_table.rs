@@ -20,7 +20,7 @@ fn each_scheme_is_found_in_the_table() {
     assert_eq!(shown("postgresql://u@p/d"), "postgres://u@p:5432/d");
     let e = "http://x".parse::<ServerUrl>().unwrap_err();
     assert!(
-        e.contains("use host:port, lc://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql://"),
+        e.contains("use host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql://"),
         "{e}"
     );
     let e = "http://u:pw@x".parse::<ServerUrl>().unwrap_err();

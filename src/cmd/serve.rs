@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::exit::{fail, ExitCode};
+use crate::server::tls::TlsFiles;
 use crate::server::{Listeners, OpenError, Server, ServerOptions};
 
 /// Set (to anything) in a test, `serve` answers as the reference server.
@@ -25,6 +26,20 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             ),
         ));
     }
+    // Before the log and the ports: a bad file changes nothing.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let files = TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            };
+            let acceptor = crate::server::tls::acceptor(&files)
+                .map_err(|e| fail(ExitCode::Usage, format!("refusing to start: {e}")))?;
+            Some((acceptor, files))
+        }
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -89,34 +104,71 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         if let Some(m) = &metrics {
             banner.push_str(&format!("metrics on {}\n", m.local_addr()?));
         }
-        if exposed {
-            // One line, before the banner's listeners: the port has no
-            // authentication at all.
-            eprintln!(
-                "lc-cli serve: warning: {addr} is not a loopback address, and the lock protocol \
-                 has no authentication: anyone who reaches it can take and release any key \
-                 (see the Security section of the README)"
-            );
+        for line in warnings(addr, manager_addr, tls.as_ref().map(|(_, f)| f)) {
+            eprintln!("lc-cli serve: warning: {line}");
         }
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(banner.as_bytes());
         let _ = stdout.flush();
         drop(stdout);
         // The address a client elsewhere can use (not 0.0.0.0 or loopback).
-        let reach = hint::clients(addr, manager_addr, false);
+        let files = tls.as_ref().map(|(_, f)| f);
+        let mutual = files.is_some_and(|f| f.client_ca.is_some());
+        let reach = hint::clients(addr, manager_addr, files.is_some(), mutual);
+        let secured = match files {
+            None => String::new(),
+            Some(f) => format!(
+                " with TLS (certificate {}{})",
+                f.cert.display(),
+                match &f.client_ca {
+                    Some(ca) =>
+                        format!(", client certificates signed by {} required", ca.display()),
+                    None => String::new(),
+                }
+            ),
+        };
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}, manager on {manager_addr} ({reach})",
+            "{} lc-cli serve {} listening on {addr}{secured}, manager on {manager_addr} ({reach})",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );
         let listeners = Listeners {
             lock,
+            tls: tls.map(|(acceptor, _)| acceptor),
             manager: Some(manager),
             metrics,
         };
         server.serve(listeners, shutdown).await?;
         Ok(ExitCode::Success)
     })
+}
+
+/// What start-up warns of, one line each, before the banner: a lock port
+/// that is not on loopback and that anyone who reaches it may use (no
+/// client certificate required), and a manager port off loopback, which
+/// is plain TCP whatever the lock port speaks.
+fn warnings(lock: SocketAddr, manager: SocketAddr, tls: Option<&TlsFiles>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mutual = tls.is_some_and(|f| f.client_ca.is_some());
+    if !lock.ip().is_loopback() && !mutual {
+        let what = match tls {
+            None => "the lock protocol has no authentication",
+            Some(_) => {
+                "TLS encrypts the lock port but without --tls-client-ca does not say who a client is"
+            }
+        };
+        lines.push(format!(
+            "{lock} is not a loopback address, and {what}: anyone who reaches it can take and \
+             release any key (see the Security section of the README)"
+        ));
+    }
+    if tls.is_some() && !manager.ip().is_loopback() {
+        lines.push(format!(
+            "the manager port {manager} is plain TCP without authentication (TLS is on the lock \
+             port only): anyone who reaches it can list and reset every key; keep it on loopback"
+        ));
+    }
+    lines
 }
 
 /// The manager port can reset every key: on a listen address that is not

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::stream::Stream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::metrics::Counters;
 use super::table::Ask;
@@ -22,7 +22,7 @@ const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
 /// future is what each waiter costs: the phases that are not waiting (reading
 /// the request, answering a grant, the other requests) run in boxed futures,
 /// allocated only while they run.
-pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
     let Some((stream, request)) = Box::pin(read_phase(stream, peer, &shared)).await else {
         return;
     };
@@ -78,7 +78,7 @@ pub async fn handle(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
 }
 
 /// Answers a request that is served at once (once durable, with a log).
-async fn reply(mut stream: TcpStream, answer: impl Future<Output = Answer>) {
+async fn reply(mut stream: Stream, answer: impl Future<Output = Answer>) {
     let answer = answer.await;
     let _ = stream.write_all(&[answer.byte()]).await;
 }
@@ -86,10 +86,10 @@ async fn reply(mut stream: TcpStream, answer: impl Future<Output = Answer>) {
 /// Reads the request within the read deadline; bad input is answered `-`
 /// (or the connection closed) and logged here.
 async fn read_phase(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     shared: &Shared,
-) -> Option<(TcpStream, Request)> {
+) -> Option<(Stream, Request)> {
     stream.set_nodelay(true).ok();
     let read = tokio::time::timeout(shared.read_timeout, read_request(&mut stream));
     let request = match read.await {
@@ -158,7 +158,9 @@ mod tests {
     async fn a_parked_connection_stays_small() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let c = super::super::stream::Stream::Plain(
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+        );
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
             super::super::events::Events { verbose: false },

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::metrics::Counters;
 use super::table::{Durable, Grant, GrantId, Token};
@@ -16,7 +16,7 @@ use crate::proto::{printable, Hold};
 /// Answers grant `g` (see [`answer`]); a delivered session grant is then
 /// served as a session, in a task of its own.
 pub async fn hand_over(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
@@ -33,7 +33,7 @@ pub async fn hand_over(
 /// key is released again and the client refused. True if the grant was
 /// delivered (the client holds the key).
 async fn answer(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
@@ -63,13 +63,13 @@ async fn answer(
 /// hang-up first: a client that went away before its `+` could be written is
 /// never left holding the key.
 async fn deliver(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
     bytes: &[u8],
 ) -> bool {
-    let delivered = !peer_gone(stream) && stream.write_all(bytes).await.is_ok();
+    let delivered = !stream.peer_gone() && stream.write_all(bytes).await.is_ok();
     if !delivered && shared.table.release_grant(key, id) {
         shared.events.error(format_args!(
             "could not deliver the grant of '{}': the client hung up, released it again",
@@ -77,24 +77,4 @@ async fn deliver(
         ));
     }
     delivered
-}
-
-/// True if the client has closed its side (or the connection broke). Bytes it
-/// sent after its request are read and ignored. Never blocks.
-fn peer_gone(stream: &TcpStream) -> bool {
-    use nix::errno::Errno;
-    use nix::sys::socket::{recv, MsgFlags};
-    use std::os::fd::AsRawFd;
-    let fd = stream.as_raw_fd();
-    let mut sink = [0u8; 64];
-    // Bounded: a client cannot keep us here by streaming bytes.
-    for _ in 0..16 {
-        match recv(fd, &mut sink, MsgFlags::MSG_DONTWAIT) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(Errno::EAGAIN | Errno::EINTR) => return false,
-            Err(_) => return true,
-        }
-    }
-    false
 }

@@ -2,13 +2,13 @@
 //! ping`. The client's version and token are read and not yet used: issue
 //! 22's tokens will be checked here, before the answer.
 
+use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::proto;
 
 /// Answers `+` and this server's version.
-pub async fn serve(mut stream: TcpStream) {
+pub async fn serve(mut stream: Stream) {
     let version = env!("CARGO_PKG_VERSION").as_bytes();
     let _ = stream.write_all(&proto::hello_answer(version)).await;
 }

@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::grant;
 use super::metrics::Counters;
@@ -20,13 +20,7 @@ use crate::proto::Hold;
 /// Serves a Lock on its connection. A queued waiter is this future parked
 /// in the wait below, so what it keeps across the wait is what each waiter
 /// costs (see `conn::handle`).
-pub async fn serve(
-    mut stream: TcpStream,
-    shared: &Arc<Shared>,
-    key: Vec<u8>,
-    ask: Ask,
-    hold: Hold,
-) {
+pub async fn serve(mut stream: Stream, shared: &Arc<Shared>, key: Vec<u8>, ask: Ask, hold: Hold) {
     let peer = ask.peer;
     let (id, notice) = match shared.table.lock(&key, &ask) {
         LockOutcome::Granted(g) => {
@@ -47,22 +41,8 @@ pub async fn serve(
         if let Poll::Ready(n) = Pin::new(&mut notice).poll(cx) {
             return Poll::Ready(Some(n));
         }
-        loop {
-            match stream.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => return Poll::Ready(None),
-                Poll::Ready(Ok(())) => {
-                    // Bytes after the request are ignored; EOF is a hang-up.
-                    let mut sink = [0u8; 32];
-                    match stream.try_read(&mut sink) {
-                        Ok(0) => return Poll::Ready(None),
-                        Ok(_) => continue,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                        Err(_) => return Poll::Ready(None),
-                    }
-                }
-            }
-        }
+        // Bytes after the request are ignored; EOF is a hang-up.
+        stream.poll_hangup(cx).map(|()| None)
     })
     .await;
     let Some(notice) = notice else {

@@ -14,7 +14,9 @@ pub mod manager_port;
 pub mod metrics;
 mod reset;
 mod session;
+pub mod stream;
 pub mod table;
+pub mod tls;
 mod trylock;
 mod unlock;
 
@@ -119,6 +121,8 @@ impl Shared {
 /// port and the metrics endpoint.
 pub struct Listeners {
     pub lock: TcpListener,
+    /// TLS on the lock port (`--tls-cert`); the other two stay plain.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub manager: Option<TcpListener>,
     pub metrics: Option<TcpListener>,
 }
@@ -249,6 +253,7 @@ impl Server {
             tokio::spawn(session::orphan(shared.clone(), key, id, link));
         }
         let listener = listeners.lock;
+        let tls = listeners.tls;
         let mut side_tasks = Vec::new();
         if let Some(manager) = listeners.manager {
             side_tasks.push(tokio::spawn(accept_loop(
@@ -268,14 +273,20 @@ impl Server {
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
+                    Ok((tcp, peer)) => {
                         let Some(tracked) = admit(&shared, peer) else {
                             continue;
                         };
                         let s = shared.clone();
+                        let tls = tls.clone();
                         tokio::spawn(async move {
                             let _tracked = tracked;
-                            conn::handle(stream, peer, s).await
+                            // Boxed: a waiter parked later keeps no room
+                            // for the handshake's state.
+                            let opened = Box::pin(tls::open(tcp, peer, &s, tls.as_ref())).await;
+                            if let Some(stream) = opened {
+                                conn::handle(stream, peer, s).await
+                            }
                         });
                     }
                     Err(e) => {

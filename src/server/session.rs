@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::stream::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::events::now_held_by;
 use super::metrics::Counters;
@@ -31,7 +31,7 @@ const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 /// Runs as a task of its own (see [`spawn_hold`]), so a held session costs
 /// this future and not also the connection's.
 pub async fn hold(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     shared: Arc<Shared>,
     key: Vec<u8>,
@@ -116,7 +116,7 @@ enum Next {
 /// Answers the heartbeats at the start of `buf`; returns what the first
 /// whole request after them asks.
 async fn take_requests(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     shared: &Shared,
     key: &[u8],
     id: GrantId,
@@ -200,7 +200,7 @@ async fn check_expiry(
 /// Reclaim: a holder whose connection broke takes its hold back on this
 /// one; `!` if it is not held under that token any more.
 pub async fn reclaim(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
@@ -226,7 +226,7 @@ pub async fn reclaim(
 
 /// Serves a session hold in a task of its own; the connection's task ends.
 pub fn spawn_hold(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
@@ -269,7 +269,9 @@ mod tests {
     async fn a_held_session_stays_small() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let c = super::super::stream::Stream::Plain(
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+        );
         let shared = std::sync::Arc::new(super::super::Shared::new(
             super::super::table::Table::new(),
             super::super::events::Events { verbose: false },

@@ -4,21 +4,15 @@
 
 use std::sync::Arc;
 
+use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::grant;
 use super::table::{Ask, TryOutcome};
 use super::Shared;
 use crate::proto::{Answer, Hold};
 
-pub async fn serve(
-    mut stream: TcpStream,
-    shared: &Arc<Shared>,
-    key: Vec<u8>,
-    ask: Ask,
-    hold: Hold,
-) {
+pub async fn serve(mut stream: Stream, shared: &Arc<Shared>, key: Vec<u8>, ask: Ask, hold: Hold) {
     let g = match shared.table.try_lock(&key, &ask) {
         TryOutcome::Granted(g) => g,
         TryOutcome::Busy => {

@@ -53,6 +53,23 @@ pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
     f
 }
 
+/// The first non-loopback IPv4 address of this machine, as `hostname -I`
+/// lists them; none is a failure (the tests need one), not a skip.
+pub fn host_ip() -> String {
+    let out = Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("hostname -I");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.split_whitespace()
+        .find(|a| {
+            a.parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| !ip.is_loopback())
+        })
+        .unwrap_or_else(|| panic!("no IPv4 address in `hostname -I`: {text:?}"))
+        .to_string()
+}
+
 /// Runs a command and shows the exact command line and its output if the
 /// status is not the expected one.
 pub fn expect_status(cmd: &mut Command, expected: i32) -> Output {

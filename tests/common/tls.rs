@@ -24,6 +24,16 @@ fn openssl(args: &[&str], dir: &std::path::Path) {
 
 impl TestCa {
     pub fn new() -> TestCa {
+        TestCa::for_ips(&["127.0.0.1"])
+    }
+
+    /// A CA whose server certificate names these IP addresses.
+    pub fn for_ips(ips: &[&str]) -> TestCa {
+        let sans: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
+        let server_ext = format!(
+            "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
+            sans.join(",")
+        );
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         openssl(
@@ -45,10 +55,7 @@ impl TestCa {
             d,
         );
         for (name, ext) in [
-            (
-                "server",
-                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-            ),
+            ("server", server_ext.as_str()),
             ("client", "extendedKeyUsage=clientAuth\n"),
         ] {
             std::fs::write(d.join(format!("{name}.ext")), ext).unwrap();

@@ -15,6 +15,7 @@
 //! - `session`: keeping a session hold, and noticing its loss.
 
 pub mod address;
+mod dial;
 mod keys;
 mod ping;
 mod probe;
@@ -26,10 +27,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 pub use address::LcAddress;
+use dial::{Dialer, LcStream};
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockMode, LockRequest, LostReason,
@@ -44,6 +45,8 @@ const WITHDRAW_GRACE: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct LcBackend {
     addr: String,
+    /// Plain TCP (`lc://`) or TLS (`lcs://`) to `addr`.
+    dialer: Dialer,
     manager: Option<String>,
     connect_timeout: Duration,
     verbose: bool,
@@ -52,14 +55,26 @@ pub struct LcBackend {
 }
 
 impl LcBackend {
-    pub fn new(address: &LcAddress, config: &BackendConfig) -> Self {
-        LcBackend {
+    /// Fails only when a TLS file cannot be used (read now, before
+    /// anything is sent).
+    pub fn new(address: &LcAddress, config: &BackendConfig) -> Result<Self> {
+        let dialer = match &config.access.tls {
+            None => Dialer::plain(&address.addr),
+            Some(t) => {
+                Dialer::tls(&address.addr, t).map_err(|reason| BackendError::Unavailable {
+                    server: address.to_string(),
+                    reason,
+                })?
+            }
+        };
+        Ok(LcBackend {
+            dialer,
             addr: address.addr.clone(),
             manager: address.manager.clone(),
             connect_timeout: config.connect_timeout,
             verbose: config.verbose,
             classic_only: Arc::new(AtomicBool::new(false)),
-        }
+        })
     }
 
     fn unavailable(&self, reason: impl ToString) -> BackendError {
@@ -77,12 +92,13 @@ impl LcBackend {
     }
 
     /// Opens a connection and sends one request frame.
-    async fn send(&self, request: &Request) -> Result<TcpStream> {
+    async fn send(&self, request: &Request) -> Result<LcStream> {
         let frame = proto::encode(request).map_err(|e| BackendError::Other(e.to_string()))?;
-        let mut stream = super::tcp::connect(&self.addr, self.connect_timeout)
+        let mut stream = self
+            .dialer
+            .connect(self.connect_timeout)
             .await
             .map_err(|e| self.unavailable(e))?;
-        stream.set_nodelay(true).ok();
         stream
             .write_all(&frame)
             .await
@@ -92,7 +108,7 @@ impl LcBackend {
 
     /// The answer byte; more than one byte, or another byte, is a peer that
     /// does not speak the protocol (see `probe.rs`).
-    async fn read_answer(&self, stream: &mut TcpStream) -> Result<Answer> {
+    async fn read_answer(&self, stream: &mut LcStream) -> Result<Answer> {
         let mut buf = [0u8; 48];
         match stream.read(&mut buf).await {
             Ok(0) => Err(self.unavailable("the server closed the connection without an answer")),
@@ -100,7 +116,7 @@ impl LcBackend {
                 probe::Reply::Answer(a) => Ok(a),
                 probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
             },
-            Err(e) => Err(self.unavailable(e)),
+            Err(e) => Err(self.unavailable(dial::refusal(&e).unwrap_or(e.to_string()))),
         }
     }
 
@@ -273,7 +289,7 @@ impl LcBackend {
         progress(WaitProgress::default());
         let budget = self.connect_timeout + started.elapsed();
         let answer = tokio::select! {
-            e = probe::watch(&self.addr, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+            e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             a = session::read_grant(&mut stream) => a,
             _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
         };
@@ -283,7 +299,7 @@ impl LcBackend {
     fn session_answer(
         &self,
         answer: Option<session::Granted>,
-        stream: TcpStream,
+        stream: LcStream,
         request: &LockRequest,
     ) -> Result<Option<Acquired>> {
         use session::Granted;
@@ -306,6 +322,7 @@ impl LcBackend {
                 ),
             }),
             Some(Granted::Foreign(bytes)) => Err(probe::foreign(&self.addr, &bytes)),
+            Some(Granted::Refused(reason)) => Err(self.unavailable(reason)),
             None => Err(self.unavailable(
                 "lost the connection while waiting: the server closed it without an answer",
             )),
@@ -314,7 +331,7 @@ impl LcBackend {
 
     /// Half-closes a waiting session request; a grant that crossed it is
     /// given back under its token.
-    async fn withdraw_session(&self, mut stream: TcpStream, key: &str) -> Result<Acquired> {
+    async fn withdraw_session(&self, mut stream: LcStream, key: &str) -> Result<Acquired> {
         let _ = stream.shutdown().await;
         let answer = tokio::time::timeout(WITHDRAW_GRACE, session::read_grant(&mut stream)).await;
         drop(stream);
@@ -368,7 +385,7 @@ impl LcBackend {
         // server at all, within the connect timeout plus a round trip.
         let budget = self.connect_timeout + started.elapsed();
         let answer = tokio::select! {
-            e = probe::watch(&self.addr, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+            e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             a = self.read_answer(&mut stream) => a.map_err(|e| match e {
                 BackendError::Unavailable { server, reason } => BackendError::Unavailable {
                     server,
@@ -422,7 +439,7 @@ impl LcBackend {
     /// Half-closes the waiting connection so the server withdraws us, then
     /// reads what it says: a `+` that crossed our close means we were granted
     /// the key after all, and must give it back.
-    async fn withdraw(&self, mut stream: TcpStream, key: &str) -> Result<Acquired> {
+    async fn withdraw(&self, mut stream: LcStream, key: &str) -> Result<Acquired> {
         let _ = stream.shutdown().await;
         let mut byte = [0u8; 1];
         let read = tokio::time::timeout(WITHDRAW_GRACE, stream.read(&mut byte)).await;

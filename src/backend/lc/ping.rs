@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::probe::{self, Reply};
 use super::LcBackend;
@@ -21,7 +20,7 @@ impl LcBackend {
         let round_trip = started.elapsed();
         let mut report = PingReport {
             round_trip,
-            tls: Some(false),
+            tls: Some(self.dialer.is_tls()),
             ..PingReport::default()
         };
         match probe::classify(&reply) {
@@ -57,10 +56,11 @@ impl LcBackend {
     async fn exchange(&self, frame: &[u8], most: usize) -> Result<Vec<u8>> {
         let limit = self.connect_timeout;
         let exchange = async {
-            let mut stream = TcpStream::connect(&self.addr)
+            let mut stream = self
+                .dialer
+                .connect_once(limit)
                 .await
                 .map_err(|e| self.unavailable(e))?;
-            stream.set_nodelay(true).ok();
             stream
                 .write_all(frame)
                 .await

@@ -12,8 +12,8 @@
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use super::dial::Dialer;
 use crate::backend::BackendError;
 use crate::proto::{printable, Answer, PING_FRAME};
 
@@ -55,15 +55,15 @@ pub enum Probe {
     Unreachable(String),
 }
 
-/// Pings `addr` on a new connection, all of it within `budget`.
-pub async fn ping(addr: &str, budget: Duration) -> Probe {
+/// Pings the server on a new connection (TLS too for `lcs://`), all of it
+/// within `budget`.
+pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
     let started = Instant::now();
     let exchange = async {
-        let mut stream = match TcpStream::connect(addr).await {
+        let mut stream = match dialer.connect_once(budget).await {
             Ok(s) => s,
-            Err(e) => return Probe::Unreachable(e.to_string()),
+            Err(e) => return Probe::Unreachable(e),
         };
-        stream.set_nodelay(true).ok();
         if let Err(e) = stream.write_all(&PING_FRAME).await {
             return Probe::Unreachable(e.to_string());
         }
@@ -100,9 +100,10 @@ pub async fn ping(addr: &str, budget: Duration) -> Probe {
 /// Resolves only when the peer is found not to be a Locking-Center server
 /// (or gone): waits `after`, pings with the rest of `budget`. While it
 /// answers like one, this never resolves, and the Lock keeps waiting.
-pub async fn watch(addr: &str, after: Duration, budget: Duration) -> BackendError {
+pub async fn watch(dialer: &Dialer, after: Duration, budget: Duration) -> BackendError {
+    let addr = dialer.addr.as_str();
     tokio::time::sleep(after).await;
-    match ping(addr, budget.saturating_sub(after)).await {
+    match ping(dialer, budget.saturating_sub(after)).await {
         Probe::Speaks => std::future::pending().await,
         Probe::Silent => silent(addr, budget),
         Probe::Foreign(bytes) => foreign(addr, &bytes),
@@ -125,8 +126,18 @@ pub fn silent(addr: &str, waited: Duration) -> BackendError {
     }
 }
 
-/// The error for a reply that is not one protocol byte.
+/// The error for a reply that is not one protocol byte. A TLS record (a
+/// TLS server's alert to our plain frame) is a server we did not reach the
+/// way it wants, not a foreign protocol: the status of a TLS failure.
 pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
+    if is_tls_record(bytes) {
+        return BackendError::Unavailable {
+            server: addr.to_string(),
+            reason: format!(
+                "it answered with a TLS alert: it speaks TLS, use lcs://{addr}?cacert=FILE"
+            ),
+        };
+    }
     BackendError::Protocol {
         server: addr.to_string(),
         reason: format!(
@@ -135,6 +146,11 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
             port_hint(addr)
         ),
     }
+}
+
+/// A TLS record's header: alert (21) or handshake (22), version 3.x.
+fn is_tls_record(bytes: &[u8]) -> bool {
+    matches!(bytes, [21 | 22, 3, 0..=4, ..])
 }
 
 /// What the well-known ports of the other backends suggest.
@@ -154,6 +170,18 @@ mod tests {
         );
         assert_eq!(classify(b"H"), Reply::Foreign(b"H".to_vec()));
         assert_eq!(classify(b"+OK\r\n"), Reply::Foreign(b"+OK\r\n".to_vec()));
+    }
+
+    #[test]
+    fn a_tls_alert_says_use_lcs() {
+        // What rustls sends a plain frame: alert, TLS 1.2 record, fatal, decode_error.
+        let e = foreign("h:1", &[21, 3, 3, 0, 2, 2, 50]);
+        assert!(matches!(&e, BackendError::Unavailable { .. }), "{e}");
+        assert!(e.to_string().contains("use lcs://h:1?cacert=FILE"), "{e}");
+        assert!(matches!(
+            foreign("h:1", b"HTTP/1.1 400"),
+            BackendError::Protocol { .. }
+        ));
     }
 
     #[test]

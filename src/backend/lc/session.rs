@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::dial::{Dialer, LcStream};
 use super::LcBackend;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{
@@ -64,7 +64,7 @@ impl LcSession {
     pub(super) fn start(
         backend: LcBackend,
         key: &str,
-        stream: TcpStream,
+        stream: LcStream,
         token: u64,
         timeout: Duration,
     ) -> LcSession {
@@ -75,7 +75,7 @@ impl LcSession {
         // round trip.
         let (contact_tx, contact) = watch::channel(Instant::now());
         let keeper = Keeper {
-            addr: backend.addr.clone(),
+            dialer: backend.dialer.clone(),
             connect_timeout: backend.connect_timeout,
             key: key.as_bytes().to_vec(),
             token,
@@ -166,13 +166,13 @@ impl HeldLock for LcSession {
 }
 
 struct Keeper {
-    addr: String,
+    dialer: Dialer,
     connect_timeout: Duration,
     key: Vec<u8>,
     token: u64,
     timeout: Duration,
     /// None while the connection is broken and not yet reclaimed.
-    stream: Option<TcpStream>,
+    stream: Option<LcStream>,
     /// The server last heard from us no earlier than this (shared with the
     /// session, for the guardian's deadlines).
     contact: watch::Sender<Instant>,
@@ -296,11 +296,9 @@ impl Keeper {
             token: self.token,
         })
         .expect("the key was checked before the grant");
-        let Ok(mut stream) = crate::backend::tcp::connect(&self.addr, self.connect_timeout).await
-        else {
+        let Ok(mut stream) = self.dialer.connect(self.connect_timeout).await else {
             return false;
         };
-        stream.set_nodelay(true).ok();
         if stream.write_all(&frame).await.is_err() {
             return false;
         }
@@ -348,7 +346,7 @@ impl Keeper {
 }
 
 /// Some bytes from the connection; None when it ended or broke.
-async fn read_some(stream: &mut Option<TcpStream>, buf: &mut [u8]) -> Option<usize> {
+async fn read_some(stream: &mut Option<LcStream>, buf: &mut [u8]) -> Option<usize> {
     match stream.as_mut()?.read(buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(n),
@@ -371,11 +369,14 @@ pub(super) enum Granted {
     Unknown,
     /// Anything else: not the protocol.
     Foreign(Vec<u8>),
+    /// The server refused our TLS connection (a client certificate it
+    /// does not take): the reason.
+    Refused(String),
 }
 
 /// Reads the answer to a session or mode frame; None if the connection
 /// ended or broke first.
-pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
+pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
     let mut buf = [0u8; 48];
     let mut len = 0;
     loop {
@@ -390,7 +391,10 @@ pub(super) async fn read_grant(stream: &mut TcpStream) -> Option<Granted> {
                 Ok(Err(_)) | Err(_) => return Some(Granted::Unknown),
             }
         } else {
-            read.await.ok()?
+            match read.await {
+                Ok(n) => n,
+                Err(e) => return super::dial::refusal(&e).map(Granted::Refused),
+            }
         };
         if n == 0 {
             return match &buf[..len] {

@@ -6,8 +6,9 @@
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 /// `--server '...'` for `lock` (the bound lock port) and `manager`; `tls`
-/// makes it the `lcs://` form, with the CA a client needs to trust it.
-pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool) -> String {
+/// makes it the `lcs://` form, with the CA a client needs to trust it, and
+/// `mutual` (`--tls-client-ca`) with the client certificate it must show.
+pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool, mutual: bool) -> String {
     let host = reachable_ip(lock.ip());
     let shown = SocketAddr::new(host, lock.port());
     let mut params = Vec::new();
@@ -26,6 +27,9 @@ pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool) -> String {
     }
     if tls {
         params.push("cacert=CA-FILE".to_string());
+    }
+    if tls && mutual {
+        params.push("cert=CERT-FILE&key=KEY-FILE".to_string());
     }
     let scheme = if tls { "lcs" } else { "lc" };
     let mut text = match (params.is_empty(), tls) {
@@ -77,27 +81,34 @@ mod tests {
     #[test]
     fn loopback_and_the_next_port_need_no_manager() {
         assert_eq!(
-            clients(a("127.0.0.1:22119"), a("127.0.0.1:22120"), false),
+            clients(a("127.0.0.1:22119"), a("127.0.0.1:22120"), false, false),
             "clients: --server '127.0.0.1:22119'"
         );
         assert_eq!(
-            clients(a("127.0.0.1:5000"), a("127.0.0.1:6000"), false),
+            clients(a("127.0.0.1:5000"), a("127.0.0.1:6000"), false, false),
             "clients: --server 'lc://127.0.0.1:5000?manager=127.0.0.1:6000'"
         );
     }
 
     #[test]
     fn an_exposed_server_never_names_loopback_to_remote_clients() {
-        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), false);
+        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), false, false);
         assert_eq!(
             hint,
             "clients: --server '192.0.2.2:22219'; keys and holder names from this host only (manager on 127.0.0.1:22220)"
         );
-        let hint = clients(a("0.0.0.0:22219"), a("127.0.0.1:22220"), true);
+        let hint = clients(a("0.0.0.0:22219"), a("127.0.0.1:22220"), true, false);
         assert!(!hint.contains("0.0.0.0:22219"), "{hint}");
         assert!(hint.starts_with("clients: --server 'lcs://"), "{hint}");
         assert!(hint.contains(":22219?cacert=CA-FILE'"), "{hint}");
-        let hint = clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false);
+        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), true, true);
+        assert!(
+            hint.starts_with(
+                "clients: --server 'lcs://192.0.2.2:22219?cacert=CA-FILE&cert=CERT-FILE&key=KEY-FILE'"
+            ),
+            "{hint}"
+        );
+        let hint = clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false, false);
         assert_eq!(
             hint,
             "clients: --server 'lc://192.0.2.2:22219?manager=192.0.2.2:7000'"

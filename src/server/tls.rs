@@ -1,0 +1,80 @@
+//! TLS on the lock port (`serve --tls-cert FILE --tls-key FILE
+//! [--tls-client-ca FILE]`): the acceptor, made once at start-up so a bad
+//! file stops the server before it listens, and the handshake of each
+//! connection, bounded by `--read-timeout` as the request is.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::server::WebPkiClientVerifier;
+use rustls::ServerConfig;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::metrics::Counters;
+use super::stream::Stream;
+use super::Shared;
+
+/// The files of `--tls-cert`, `--tls-key` and `--tls-client-ca`.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// With it, a client must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The acceptor for `files`; the error names the file and what is wrong.
+pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
+    let provider = crate::tls::provider();
+    let certs = crate::tls::certs(&files.cert, "certificate (--tls-cert)")?;
+    let key = crate::tls::key(&files.key, "key (--tls-key)")?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let roots = crate::tls::roots(ca, "client CA (--tls-client-ca)")?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("--tls-client-ca {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config = builder.with_single_cert(certs, key).map_err(|e| {
+        format!(
+            "--tls-cert {} and --tls-key {} do not make a key pair: {e}",
+            files.cert.display(),
+            files.key.display()
+        )
+    })?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The connection as the handlers see it: plain, or TLS once its handshake
+/// is done within the read timeout. None (logged) if the handshake failed:
+/// a plain client (`lc://`) on a TLS port, an untrusted or missing client
+/// certificate.
+pub async fn open(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    tls: Option<&TlsAcceptor>,
+) -> Option<Stream> {
+    let Some(acceptor) = tls else {
+        return Some(Stream::Plain(tcp));
+    };
+    tcp.set_nodelay(true).ok();
+    let why = match tokio::time::timeout(shared.read_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => return Some(Stream::Tls(Box::new(s))),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no handshake within {:?}", shared.read_timeout),
+    };
+    Counters::bump(&shared.counters.refused);
+    shared
+        .events
+        .error(format_args!("{peer}: TLS handshake failed, closing: {why}"));
+    None
+}
