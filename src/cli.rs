@@ -89,7 +89,7 @@ pub enum Command {
 pub struct ServiceArgs {
     /// The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]:
     /// HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol),
-    /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s],
+    /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock],
     /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s],
     /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s].

@@ -164,8 +164,11 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
         let key = format!("k{i}");
         let dir = format!("/e/{key}");
         let script = spans::script(&log, &tag, 0.3);
+        // A 4 s session: its command (0.3 s) must end after ZooKeeper is
+        // stopped and well before lc-cli counts the lock lost (two thirds of
+        // the session after the last contact), even on a loaded machine.
         let mut holder = spans::Kids(vec![zk
-            .lc("/e", &["lock", &key, "-c", &script])
+            .lc_session("/e", "4s", &["lock", &key, "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
