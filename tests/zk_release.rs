@@ -182,6 +182,12 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
                 .contains(&format!("end {tag} "))
         });
         assert!(ended, "{tag}'s command did not end");
+        // Stopped only once it has reaped the command: a command that ended
+        // while lc-cli was stopped ended, for lc-cli, past its deadline.
+        assert!(
+            wait_until(Duration::from_secs(5), || !runs_its_command(pid.as_raw())),
+            "{tag}: lc-cli never reaped its command"
+        );
         kill(pid, Signal::SIGSTOP).unwrap();
         zk.start_again();
         let node_back = zk.queue(&dir).len();
@@ -203,4 +209,19 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
         assert_eq!(code, Some(0), "{tag}: stderr: {stderr}");
         assert!(stderr.is_empty(), "{stderr}");
     }
+}
+
+/// Whether `pid` still has a child that is not its guardian (the command,
+/// running or not yet reaped).
+fn runs_its_command(pid: i32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    tasks.flatten().any(|task| {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.split_whitespace().any(|child| {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            !cmdline.starts_with(b"lc-cli-guardian")
+        })
+    })
 }
