@@ -7,28 +7,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::{expect_status, lc_at, Serve, Server};
-
-/// The first non-loopback address of this machine, as `hostname -I` lists
-/// them; none is a failure (the tests need one), not a skip.
-fn host_ip() -> String {
-    let out = Command::new("hostname")
-        .arg("-I")
-        .output()
-        .expect("hostname -I");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    text.split_whitespace()
-        .find(|a| {
-            a.parse::<std::net::Ipv4Addr>()
-                .is_ok_and(|ip| !ip.is_loopback())
-        })
-        .unwrap_or_else(|| panic!("no IPv4 address in `hostname -I`: {text:?}"))
-        .to_string()
-}
 
 /// The server's start-up line (the one that says where it listens).
 fn start_up(s: &Server) -> String {
@@ -79,7 +61,7 @@ const TRYLOCK_BOUND: Duration = Duration::from_millis(500);
 
 #[test]
 fn trylock_on_a_held_key_answers_at_once_when_the_holder_cannot_be_named() {
-    let ip = host_ip();
+    let ip = common::host_ip();
     // The manager on loopback only (the default for an exposed server): a
     // client at IP finds IP:PORT+1 refused, as a remote one does.
     let s = Serve::new().listen(&format!("{ip}:0")).start();
@@ -125,7 +107,7 @@ fn trylock_on_a_held_key_answers_at_once_when_the_holder_cannot_be_named() {
 
 #[test]
 fn the_start_up_line_names_an_address_remote_clients_can_use() {
-    let ip = host_ip();
+    let ip = common::host_ip();
     for listen in [format!("{ip}:0"), "0.0.0.0:0".to_string()] {
         let s = Serve::new().listen(&listen).start();
         let line = start_up(&s);
@@ -181,7 +163,7 @@ fn expect_refused(addr: &str, what: &str) {
 
 #[test]
 fn connections_beyond_the_limits_are_refused_and_holds_stay() {
-    let ip = host_ip();
+    let ip = common::host_ip();
     let s = Serve::new()
         .listen("0.0.0.0:0")
         .args(&[
