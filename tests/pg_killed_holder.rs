@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::pg::PgServer;
 use common::redis::free_port;
-use common::timeline::{alive, Timeline};
+use common::timeline::{alive, OnTerm, Timeline};
 use common::{expect_error_line, lc_at, wait_until};
 
 const TRIALS: usize = 5;
@@ -31,11 +31,7 @@ fn a_killed_holders_key_outlives_its_command() {
         let tl = Timeline::new(dir.path());
         let key = format!("killed{trial}");
         // A second of cleanup on SIGTERM, then it logs its end.
-        let end = format!("echo \"a end $(date +%s%N) $$\" >> {}", tl.path.display());
-        let a_script = format!(
-            "trap 'sleep 1; {end}; exit 0' TERM; {}; while :; do sleep 0.05; done",
-            tl.one_shot("a")
-        );
+        let a_script = tl.holder("a", OnTerm::CleansUpFor(Duration::from_secs(1)));
         let mut a = pg
             .lc(&["lock", &key, "-c", &a_script])
             .stdout(Stdio::null())

@@ -60,11 +60,8 @@ fn a_killed_holders_slot_outlives_its_command() {
         let dir = tempfile::tempdir().unwrap();
         let tl = Timeline::new(dir.path());
         let key = format!("killed{trial}");
-        let end = format!("echo \"a end $(date +%s%N) $$\" >> {}", tl.path.display());
-        let a_script = format!(
-            "trap 'sleep 1; {end}; exit 0' TERM; {}; while :; do sleep 0.05; done",
-            tl.one_shot("a")
-        );
+        // A second of cleanup on SIGTERM, then it logs its end.
+        let a_script = tl.holder("a", OnTerm::CleansUpFor(Duration::from_secs(1)));
         let mut a = pg
             .lc(&["lock", "--limit", "2", &key, "-c", &a_script])
             .stdout(Stdio::null())

@@ -20,6 +20,8 @@ pub enum OnTerm {
     SlowExit,
     /// Ignores it (and so do its children): only SIGKILL ends it.
     Ignore,
+    /// Cleans up for this many seconds, then logs its end and exits.
+    CleansUpFor(Duration),
 }
 
 /// Nanoseconds since the epoch, the clock `date +%s%N` reads.
@@ -74,6 +76,11 @@ impl Timeline {
             OnTerm::LogAndExit => format!("trap '{}; exit 0' TERM", self.log(name, "end")),
             OnTerm::SlowExit => format!("trap 'sleep 0.5; {}; exit 0' TERM", self.log(name, "end")),
             OnTerm::Ignore => "trap '' TERM".to_string(),
+            OnTerm::CleansUpFor(d) => format!(
+                "trap 'sleep {}; {}; exit 0' TERM",
+                d.as_secs_f64(),
+                self.log(name, "end")
+            ),
         };
         format!(
             "{trap}; {}; while :; do sleep 0.05; done",
