@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::CommandExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
@@ -61,8 +61,11 @@ pub struct Running<'t> {
     ended: Option<ChildEnd>,
     /// No process is left in the group: its id may be reused from now on.
     group_gone: bool,
-    /// lc-cli got SIGTSTP and passed it on to the command.
-    passed_on_stop: bool,
+    /// lc-cli got SIGTSTP and passed it on to the command, at this time;
+    /// with [`STOP_LOOK`], whether the command is frozen without stopping.
+    passed_on_stop: Option<Instant>,
+    /// The command was seen in uninterruptible sleep at the last look.
+    seen_frozen: bool,
 }
 
 /// The errno the `pre_exec` closure reports when lc-cli died before the
@@ -74,6 +77,16 @@ const PARENT_GONE: i32 = libc::ESRCH;
 /// How often, once the main command ended, lc-cli looks whether its group
 /// is empty: a member that is not our child ends without a SIGCHLD to us.
 const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// After passing SIGTSTP on, how often lc-cli looks at a command that has
+/// not stopped yet, and until when: a shell waiting in `vfork` for a child
+/// that the stop caught before its `exec` (dash does this for every
+/// command) sits in uninterruptible sleep and cannot stop until that child
+/// runs again, so no stop of it is ever reported; seen so at two looks in a
+/// row, the job is as stopped as it gets and lc-cli stops too. A command
+/// that ignores SIGTSTP runs on, and so does lc-cli.
+const STOP_LOOK: Duration = Duration::from_millis(100);
+const STOP_LOOK_FOR: Duration = Duration::from_secs(5);
 
 /// Starts `argv` in its own process group with `env` added. At a terminal
 /// where lc-cli is in the foreground, the child's group becomes the
@@ -159,7 +172,8 @@ pub fn spawn<'t>(
         terminal,
         ended: None,
         group_gone: false,
-        passed_on_stop: false,
+        passed_on_stop: None,
+        seen_frozen: false,
     })
 }
 
@@ -180,6 +194,9 @@ impl Running<'_> {
             tokio::select! {
                 sig = signals.recv() => self.handle(sig)?,
                 _ = tokio::time::sleep(GROUP_POLL), if self.ended.is_some() => self.reap()?,
+                _ = tokio::time::sleep(STOP_LOOK), if self.passed_on_stop.is_some() => {
+                    self.look_at_stop()
+                }
             }
         }
     }
@@ -205,7 +222,8 @@ impl Running<'_> {
             }
             libc::SIGTSTP => {
                 // Stop the command first; lc-cli follows once it has stopped.
-                self.passed_on_stop = true;
+                self.passed_on_stop = Some(Instant::now());
+                self.seen_frozen = false;
                 self.signal_group(Signal::SIGTSTP);
                 Ok(())
             }
@@ -276,14 +294,9 @@ impl Running<'_> {
     /// from the background) stops lc-cli too, so the shell sees the job
     /// stopped; once continued, the child is continued.
     fn stopped(&mut self, sig: Signal) {
-        if std::mem::take(&mut self.passed_on_stop) && sig == Signal::SIGTSTP {
+        if self.passed_on_stop.take().is_some() && sig == Signal::SIGTSTP {
             // lc-cli was told to stop and passed it on: now it stops too.
-            if let Some(t) = self.terminal {
-                t.take_back_from(self.pid);
-            }
-            terminal::stop_self(false);
-            self.resume();
-            return;
+            return self.follow_stop();
         }
         let Some(t) = self.terminal else { return };
         if !matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) {
@@ -302,6 +315,33 @@ impl Running<'_> {
         terminal::stop_self(true);
         // Here we were continued (or never stopped: an orphaned group).
         self.resume();
+    }
+
+    /// Stops lc-cli after its command (see [`STOP_LOOK`]); once continued,
+    /// continues the command.
+    fn follow_stop(&mut self) {
+        if let Some(t) = self.terminal {
+            t.take_back_from(self.pid);
+        }
+        terminal::stop_self(false);
+        self.resume();
+    }
+
+    /// A passed-on SIGTSTP not followed by the command's stop yet.
+    fn look_at_stop(&mut self) {
+        let Some(since) = self.passed_on_stop else {
+            return;
+        };
+        let frozen = proc_state(self.pid) == Some('D');
+        if frozen && std::mem::replace(&mut self.seen_frozen, true) {
+            self.passed_on_stop = None;
+            self.follow_stop();
+        } else if !frozen {
+            self.seen_frozen = false;
+            if since.elapsed() >= STOP_LOOK_FOR {
+                self.passed_on_stop = None;
+            }
+        }
     }
 
     /// lc-cli was continued: hand the terminal back if we have it, and
@@ -325,6 +365,12 @@ impl Running<'_> {
             let _ = kill(self.pid, sig);
         }
     }
+}
+
+/// A process's state letter (proc(5): `R`, `S`, `D`, `T`, ...).
+fn proc_state(pid: Pid) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].chars().next()
 }
 
 #[cfg(test)]

@@ -228,6 +228,80 @@ fn sigtstp_stops_the_command_then_lc_cli_and_sigcont_resumes_both() {
     expect_status(&mut server.lc(&["trylock", "tstp", "--", "true"]), 0);
 }
 
+/// A shell waits in `vfork` for a child until that child calls `exec`
+/// (dash does so for every command): a SIGTSTP that stops the child before
+/// its `exec` leaves the shell in uninterruptible sleep, never stopped, so
+/// lc-cli must not wait for the command's stop to stop itself (it did, and
+/// the job never stopped: seen in CI with `while ...; do sleep 0.05; done`).
+/// Here the window is held open: the vfork child waits for a file.
+#[test]
+fn sigtstp_stops_lc_cli_too_when_the_command_waits_in_vfork() {
+    let server = Server::start();
+    let (dir, [pid_file, go]) = temp_files(["pid", "go"]);
+    let source = dir.path().join("vfork_wait.c");
+    std::fs::write(
+        &source,
+        r#"#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "w");
+    fprintf(f, "%d\n", getpid());
+    fclose(f);
+    if (vfork() == 0) {
+        while (access(argv[2], F_OK) != 0) usleep(20000);
+        _exit(0);
+    }
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let program = dir.path().join("vfork_wait");
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .status()
+        .expect("cc (gcc) to build the test program");
+    assert!(built.success(), "cc failed");
+    let (program, pid_arg, go_arg) = (
+        program.display().to_string(),
+        pid_file.display().to_string(),
+        go.display().to_string(),
+    );
+    let mut lc = Guard(
+        server
+            .lc(&["lock", "vfork", "--", &program, &pid_arg, &go_arg])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let command = read_pid(&pid_file);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(command) == Some('D')),
+        "the command never waited in vfork: {:?}",
+        proc_state(command)
+    );
+    signal(lc.pid(), libc::SIGTSTP);
+    assert!(
+        wait_until(Duration::from_secs(10), || proc_state(lc.pid())
+            == Some('T')),
+        "lc-cli did not stop: lc-cli {:?}, command {:?}",
+        proc_state(lc.pid()),
+        proc_state(command)
+    );
+    // The vfork child is what stopped; the shell-like parent still waits.
+    let children = std::fs::read_to_string(format!("/proc/{command}/task/{command}/children"))
+        .unwrap_or_default();
+    let child: i32 = children.trim().parse().expect("the vfork child");
+    assert_eq!(proc_state(child), Some('T'));
+    assert_eq!(proc_state(command), Some('D'));
+    std::fs::write(&go, "").unwrap();
+    signal(lc.pid(), libc::SIGCONT);
+    assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
+    expect_status(&mut server.lc(&["trylock", "vfork", "--", "true"]), 0);
+}
+
 /// Issue 11, item 10: the status a parent reads is "killed by N", after the
 /// release, when the command died of N or N stopped the wait; a status that
 /// is only a number stays a number; SIGQUIT leaves no core file of lc-cli.
