@@ -171,12 +171,27 @@ impl Pty {
     }
 }
 
+/// Stopped (state T), or frozen by a stop: a shell waiting in `vfork`
+/// (state D) for a child that the stop caught before its `exec`.
+fn stopped_or_frozen(pid: i32) -> bool {
+    match proc_state(pid) {
+        Some('T') => true,
+        Some('D') => std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .any(|c| proc_state(c) == Some('T')),
+        _ => false,
+    }
+}
+
 /// Waits up to 10 s for both the command and lc-cli (its parent) to be
-/// stopped (state T); the failure names both states and what `context`
-/// adds (the terminal's output, say).
+/// stopped (state T; the command may be frozen in `vfork` instead, see
+/// [`stopped_or_frozen`]); the failure names both states and what
+/// `context` adds (the terminal's output, say).
 pub fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) {
     assert!(
-        wait_until(Duration::from_secs(10), || proc_state(command) == Some('T')
+        wait_until(Duration::from_secs(10), || stopped_or_frozen(command)
             && proc_state(lc) == Some('T')),
         "not both stopped: command {:?}, lc-cli {:?}{}",
         proc_state(command),
