@@ -128,3 +128,33 @@ fn a_server_without_keys_is_listed_through_its_manager_port() {
         assert!(err.contains("?manager=HOST:PORT"), "{err}");
     }
 }
+
+#[test]
+fn a_table_larger_than_one_piece_is_listed_whole() {
+    let s = common::Server::start();
+    // About 150 bytes a record: 1,500 holds make several 64 KiB pieces.
+    let source = "s".repeat(100);
+    let n = 1500;
+    for i in 0..n {
+        let frame = common::frame(
+            common::action::LOCK,
+            format!("big/{i:04}").as_bytes(),
+            Some(source.as_bytes()),
+        );
+        assert_eq!(s.raw(&frame), Some(b'+'), "hold {i}");
+    }
+    let out = expect_status(&mut s.lc(&["keys", "--json"]), 0);
+    let text = stdout(&out);
+    let keys: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(keys.len(), n, "{} listed", keys.len());
+    assert_eq!(keys[0], "big/0000");
+    assert_eq!(keys[n - 1], format!("big/{:04}", n - 1));
+}
