@@ -285,7 +285,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__keys)
-            opts="-v -h --json --sort --server --connect-timeout --verbose --help"
+            opts="-v -h --json --sort --waiters --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

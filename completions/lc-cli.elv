@@ -131,6 +131,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand --json 'One JSON object per key, one per line'
+            cand --waiters 'Also each waiter, in line order: its key, source, peer, since when it waits, mode (where the service knows them; with --json, a `waiters` array per key)'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help'

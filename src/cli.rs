@@ -269,6 +269,12 @@ pub struct KeysArgs {
     #[arg(long, value_enum, default_value = "key", value_name = "ORDER")]
     pub sort: KeysOrder,
 
+    /// Also each waiter, in line order: its key, source, peer, since when
+    /// it waits, mode (where the service knows them; with --json, a
+    /// `waiters` array per key)
+    #[arg(long)]
+    pub waiters: bool,
+
     #[command(flatten)]
     pub service: ServiceArgs,
 }

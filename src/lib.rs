@@ -31,8 +31,9 @@
 //!   lock table, and with [`wal`] its write-ahead log (appending, start-up
 //!   recovery, the writer thread and its compaction, each a file).
 //! - `proto`: the codecs, no I/O: the one-byte protocol's requests
-//!   (`proto::request`) and answers (`proto::answer`), and `proto::manager`
-//!   (the reference manager protocol on the lock port + 1).
+//!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
+//!   `proto::listing`), and `proto::manager` (the reference manager
+//!   protocol on the lock port + 1).
 //! - [`exit`]: every exit status, in one place.
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.

@@ -1,6 +1,7 @@
 //! The Locking-Center one-byte protocol: frames in, values out, no I/O.
 //! [`request`] decodes and encodes the requests, [`answer`] builds and
-//! parses the answers; the manager port's codec is [`manager`].
+//! parses the answers, [`listing`] Keys' listing; the manager port's codec
+//! is [`manager`].
 //!
 //! One request per TCP connection, one answer byte back:
 //!
@@ -21,6 +22,8 @@
 //! | ModeSessionTryLock | `[13]` as 12 (lc-cli extension) |
 //! | ModeLock           | `[14]` as 12 (lc-cli extension) |
 //! | ModeTryLock        | `[15]` as 12 (lc-cli extension) |
+//! | Hello              | `[16][len][client version][len][token]` (lc-cli extension) |
+//! | Keys               | `[17][len][key or empty][len][flags]` (lc-cli extension) |
 //!
 //! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
 //! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
@@ -56,6 +59,7 @@
 //! "released".
 
 pub mod answer;
+pub mod listing;
 pub mod manager;
 pub mod printable;
 pub mod request;
@@ -90,6 +94,10 @@ pub const ACTION_MODE_TRY_LOCK: u8 = 15;
 /// may be empty; answered `+[len][server version]`. The token field is
 /// where issue 22's token goes: a server without tokens ignores it.
 pub const ACTION_HELLO: u8 = 16;
+/// lc-cli's extension: `[17][len][key][len][flags]`, who holds and waits:
+/// the key's entries, or every key's when the key is empty; flags bit 0
+/// asks for the waiters too. Answered by a listing ([`listing`]).
+pub const ACTION_KEYS: u8 = 17;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it

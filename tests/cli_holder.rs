@@ -86,8 +86,11 @@ fn quiet_silences_the_line_and_an_unknown_holder_is_just_held() {
         let out = expect_status(&mut lc_at(&s.url(), args), 1);
         assert_eq!(stderr_of(&out), "", "{args:?}");
     }
-    // A server whose manager port is not known (lock port + 1 assumed).
-    let plain = Server::start();
+    // A server without lc-cli's Keys (the reference mode) whose manager
+    // port is not known (lock port + 1 assumed).
+    let plain = common::Serve::new()
+        .env("LC_CLI_SERVE_AS_REFERENCE", "1")
+        .start();
     expect_status(&mut plain.lc(&["lock", "-q", "k"]), 0);
     let out = expect_status(&mut plain.lc(&["trylock", "k", "true"]), 1);
     let line = stderr_of(&out);

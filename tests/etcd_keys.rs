@@ -116,3 +116,10 @@ fn a_prefix_in_the_address_is_etcdctls_prefix_slash_name() {
     let _ = out.kill();
     let _ = out.wait();
 }
+
+#[test]
+fn keys_waiters_lists_the_keys_with_later_revisions_in_order() {
+    let e = Etcd::start();
+    let queued = || e.keys("q/").len().saturating_sub(1);
+    common::waiters::three_in_order(|args| e.lc("", args), "q", queued);
+}

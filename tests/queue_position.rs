@@ -1,6 +1,6 @@
 //! At a terminal, the status line of a waiter shows its place in the queue on
-//! the backends that know it (ZooKeeper, Redis and etcd), and the place improves as
-//! the line ahead of it shortens.
+//! the backends that know it (the built-in server, ZooKeeper, Redis and
+//! etcd), and the place improves as the line ahead of it shortens.
 
 mod common;
 
@@ -11,7 +11,7 @@ use common::cli::Pty;
 use common::etcd::Etcd;
 use common::redis::{lc as redis_lc, RedisServer};
 use common::zk::Zk;
-use common::{expect_status, wait_until};
+use common::{expect_status, lc_at, wait_until, Server};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -84,6 +84,14 @@ fn check_places(lc: impl Fn(&[&str]) -> Command, queued: impl Fn() -> usize) {
         shown.windows(2).all(|w| w[1] <= w[0]),
         "places went back: {shown:?}"
     );
+}
+
+#[test]
+fn the_built_in_server_shows_the_place_in_line() {
+    let s = Server::start();
+    // How many requests queued on `q`, from the server's log.
+    let queued = || s.count("queue 'q'");
+    check_places(|args| lc_at(&s.addr.to_string(), args), queued);
 }
 
 #[test]

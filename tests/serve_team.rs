@@ -1,9 +1,10 @@
 //! The built-in server shared by a team: on a non-loopback address of this
 //! machine (the first of `hostname -I`) as well as loopback. A holder
 //! lookup never delays the answer it decorates: `trylock` on a held key
-//! answers at once when the manager port is refused (on loopback only, as
-//! by default) or silent (a frozen proxy), and the start-up line names an
-//! address a remote client can use.
+//! of a server without lc-cli's Keys answers at once when the manager port
+//! is refused (on loopback only, as by default) or silent (a frozen proxy),
+//! and the start-up line names an address a remote client can use. (With
+//! Keys, the holder is named over the lock port: `serve_lockport.rs`.)
 
 mod common;
 
@@ -62,9 +63,14 @@ const TRYLOCK_BOUND: Duration = Duration::from_millis(500);
 #[test]
 fn trylock_on_a_held_key_answers_at_once_when_the_holder_cannot_be_named() {
     let ip = common::host_ip();
-    // The manager on loopback only (the default for an exposed server): a
-    // client at IP finds IP:PORT+1 refused, as a remote one does.
-    let s = Serve::new().listen(&format!("{ip}:0")).start();
+    // A server without lc-cli's Keys (the reference mode), so the holder's
+    // name can only come from the manager port; the manager on loopback
+    // only (the default for an exposed server): a client at IP finds
+    // IP:PORT+1 refused, as a remote one does.
+    let s = Serve::new()
+        .listen(&format!("{ip}:0"))
+        .env("LC_CLI_SERVE_AS_REFERENCE", "1")
+        .start();
     let lock = format!("{ip}:{}", s.addr.port());
     expect_status(&mut lc_at(&lock, &["lock", "held1"]), 0);
     let frozen = Proxy::start(s.manager.port());

@@ -303,7 +303,7 @@ fn bad_input_affects_only_its_connection() {
             "mode lock, a mode of 2 bytes",
             vec![12, 1, b'k', 0, 2, 0, 1],
         ),
-        ("unknown action 17", vec![17, 1, b'k', 0]),
+        ("unknown action 200", vec![200, 1, b'k', 0]),
         ("unknown action 0xff", vec![0xff]),
         ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
     ];

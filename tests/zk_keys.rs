@@ -363,3 +363,12 @@ fn many_keys_one_request_per_znode_and_per_holder() {
     );
     assert_eq!(keys_json(&zk, &["deep/*"]).len(), N / 10);
 }
+
+#[test]
+fn keys_waiters_lists_the_queue_nodes_in_line_order() {
+    let zk = Zk::start();
+    let queued = || zk.queue(&format!("{ROOT}/q")).len().saturating_sub(1);
+    let waiters = common::waiters::three_in_order(|args| zk.lc(ROOT, args), "q", queued);
+    // ZooKeeper knows no peer address.
+    assert!(waiters.iter().all(|w| w["peer"].is_null()), "{waiters:?}");
+}

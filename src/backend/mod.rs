@@ -137,6 +137,25 @@ pub struct KeyInfo {
     pub token: Option<u64>,
 }
 
+/// A request waiting in a key's line, as an operator sees it (`lc-cli keys
+/// --waiters`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterInfo {
+    pub key: String,
+    /// The waiter's source (`--source`, by default its host name).
+    pub source: String,
+    /// Its network address, where the service knows it.
+    pub peer: Option<String>,
+    /// Since when it waits, where the service knows it.
+    pub since: Option<std::time::SystemTime>,
+    pub mode: LockMode,
+    /// Its place in the key's line: 0 = next.
+    pub place: usize,
+    /// Some(true): it asks for a kept hold (`lock KEY` without a command);
+    /// None: the service cannot tell.
+    pub kept: Option<bool>,
+}
+
 /// Why a held lock is no longer ours, and by when its command must be gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostReason {
@@ -253,6 +272,12 @@ pub trait Backend: Send + Sync {
     /// said). From `keys` unless a backend has a cheaper way.
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
         Ok(self.keys().await?.into_iter().find(|k| k.key == key))
+    }
+
+    /// Every request waiting in line, key by key in line order; None where
+    /// the service does not say who waits (or this backend cannot read it).
+    async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
+        Ok(None)
     }
 
     /// Why the last wait (or try) was not granted when no holder explains

@@ -1,5 +1,5 @@
-//! `lc-cli keys [PATTERN] [--json]`: who holds what, since when, and how many
-//! wait behind them.
+//! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
+//! when, and how many wait behind them; with `--waiters`, who they are.
 
 use std::time::{Duration, SystemTime};
 
@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
 use super::OrFail;
-use crate::backend::{BackendConfig, KeyInfo, LockMode};
+use crate::backend::{BackendConfig, KeyInfo, LockMode, WaiterInfo};
 use crate::cli::{KeysArgs, KeysOrder};
 use crate::exit::ExitCode;
 
@@ -16,28 +16,174 @@ pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
         pattern,
         json,
         sort: order,
+        waiters: with_waiters,
         ..
     } = args;
-    let mut keys = super::block_on(async {
+    let (mut keys, mut waiters) = super::block_on(async {
         let backend = super::connect_for(config, &[]).await?;
-        let keys = backend.keys().await;
+        let listed = async {
+            let keys = backend.keys().await?;
+            let waiters = match with_waiters {
+                true => backend.waiters().await?,
+                false => None,
+            };
+            Ok((keys, waiters))
+        }
+        .await;
         backend.close().await;
-        keys.or_fail()
+        listed
+            .or_fail()
             .with_context(|| format!("list keys on {}", config.shown()))
     })?;
     if let Some(p) = pattern {
         let glob = WildMatch::new(&p);
         keys.retain(|k| glob.matches(&k.key));
+        if let Some(w) = &mut waiters {
+            w.retain(|w| glob.matches(&w.key));
+        }
     }
     sort(&mut keys, order);
+    if let Some(w) = &mut waiters {
+        // By key, each key's line in order.
+        w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
+    }
+    if with_waiters && waiters.is_none() {
+        eprintln!(
+            "lc-cli: {} does not say who waits, only how many (WAITING)",
+            config.shown()
+        );
+    }
     let now = SystemTime::now();
-    let out = if json {
-        as_json(&keys, now)
-    } else {
-        as_table(&keys, now)
+    let out = match (json, with_waiters) {
+        (true, false) => as_json(&keys, now),
+        (true, true) => as_json_with_waiters(&keys, waiters.as_deref(), now),
+        (false, _) => {
+            let mut out = as_table(&keys, now);
+            if let Some(w) = waiters.as_deref().filter(|w| !w.is_empty()) {
+                out.push('\n');
+                out.push_str(&waiters_table(w, now));
+            }
+            out
+        }
     };
     super::print_out(out)?;
     Ok(ExitCode::Success)
+}
+
+fn mode_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Exclusive => "exclusive",
+        LockMode::Shared => "shared",
+        LockMode::Limit(_) => "limit",
+    }
+}
+
+fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
+    let waited_ms = w
+        .since
+        .map(|s| now.duration_since(s).unwrap_or_default().as_millis() as u64);
+    serde_json::json!({
+        "place": w.place,
+        "source": w.source,
+        "peer": w.peer,
+        "since": w.since.map(|s| humantime::format_rfc3339_millis(s).to_string()),
+        "waited_ms": waited_ms,
+        "mode": mode_name(w.mode),
+        "limit": w.mode.slots().filter(|_| w.mode != LockMode::Exclusive),
+        "kept": w.kept,
+    })
+}
+
+/// As [`as_json`], each object with its key's `waiters` (null where the
+/// service does not say); a key with waiters but no holder listed gets an
+/// object of its own, its holder's fields null.
+pub fn as_json_with_waiters(
+    keys: &[KeyInfo],
+    waiters: Option<&[WaiterInfo]>,
+    now: SystemTime,
+) -> String {
+    let of = |key: &str| -> serde_json::Value {
+        match waiters {
+            None => serde_json::Value::Null,
+            Some(w) => w
+                .iter()
+                .filter(|w| w.key == key)
+                .map(|w| waiter_json(w, now))
+                .collect(),
+        }
+    };
+    let mut out = String::new();
+    for (k, line) in keys.iter().zip(as_json(keys, now).lines()) {
+        let mut v: serde_json::Value = serde_json::from_str(line).expect("our own JSON");
+        v["waiters"] = of(&k.key);
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    let mut unheld: Vec<&str> = waiters
+        .unwrap_or_default()
+        .iter()
+        .map(|w| w.key.as_str())
+        .filter(|w| !keys.iter().any(|k| k.key == *w))
+        .collect();
+    unheld.dedup();
+    for key in unheld {
+        let line = serde_json::json!({
+            "key": key,
+            "source": null,
+            "peer": null,
+            "since": null,
+            "held_ms": null,
+            "waiting": waiters.unwrap_or_default().iter().filter(|w| w.key == key).count(),
+            "kept": null,
+            "mode": null,
+            "limit": null,
+            "token": null,
+            "waiters": of(key),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// The waiters' table: `KEY PLACE SOURCE PEER WAITED SINCE MODE`, control
+/// characters escaped as in [`as_table`].
+pub fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
+    let mut rows = vec![[
+        "WAITER OF",
+        "PLACE",
+        "SOURCE",
+        "PEER",
+        "WAITED",
+        "SINCE",
+        "MODE",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for w in waiters {
+        let waited = w.since.map_or_else(
+            || "-".into(),
+            |s| {
+                let d = now.duration_since(s).unwrap_or_default();
+                humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+            },
+        );
+        rows.push(vec![
+            super::printable(&w.key).into_owned(),
+            w.place.to_string(),
+            super::printable(&w.source).into_owned(),
+            w.peer
+                .as_deref()
+                .map_or_else(|| "-".into(), |p| super::printable(p).into_owned()),
+            waited,
+            w.since.map_or_else(
+                || "-".into(),
+                |s| humantime::format_rfc3339_seconds(s).to_string(),
+            ),
+            mode_cell(w.mode),
+        ]);
+    }
+    aligned(&rows)
 }
 
 /// By key; or by age, oldest first (a hold of unknown age last), then key.
@@ -83,11 +229,7 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
             "held_ms": held_ms,
             "waiting": k.waiting,
             "kept": k.kept,
-            "mode": match k.mode {
-                LockMode::Exclusive => "exclusive",
-                LockMode::Shared => "shared",
-                LockMode::Limit(_) => "limit",
-            },
+            "mode": mode_name(k.mode),
             "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
             "token": k.token,
         });
@@ -147,14 +289,19 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         }
         rows.push(row);
     }
+    aligned(&rows)
+}
+
+/// Rows as columns padded to their widest cell, the last left ragged.
+fn aligned(rows: &[Vec<String>]) -> String {
     let mut widths = vec![0usize; rows[0].len()];
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i + 1 == row.len() {
@@ -225,6 +372,53 @@ mod tests {
         sort(&mut keys, KeysOrder::Key);
         let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(order, ["new", "old", "u"]);
+    }
+
+    fn waiter(key: &str, place: usize, secs_ago: u64, now: SystemTime) -> WaiterInfo {
+        WaiterInfo {
+            key: key.into(),
+            source: format!("w{place}"),
+            peer: None,
+            since: Some(now - Duration::from_secs(secs_ago)),
+            mode: LockMode::Shared,
+            place,
+            kept: Some(false),
+        }
+    }
+
+    #[test]
+    fn waiters_in_a_table_and_in_json() {
+        let now = SystemTime::now();
+        let w = [
+            waiter("a", 0, 9, now),
+            waiter("a", 1, 3, now),
+            waiter("z", 0, 1, now),
+        ];
+        let t = waiters_table(&w, now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(
+            lines[1].starts_with("a ") && lines[1].contains(" w0 "),
+            "{t}"
+        );
+        assert!(
+            lines[2].contains(" w1 ") && lines[2].ends_with("shared"),
+            "{t}"
+        );
+        let j = as_json_with_waiters(&[info("a", 2, 1, now)], Some(&w), now);
+        let objs: Vec<serde_json::Value> = j
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(objs.len(), 2, "{j}");
+        assert_eq!(objs[0]["waiters"][1]["source"], "w1");
+        assert_eq!(objs[0]["waiters"][0]["waited_ms"], 9000);
+        // A key with waiters and no holder listed: its own object.
+        assert_eq!(objs[1]["key"], "z");
+        assert_eq!(objs[1]["source"], serde_json::Value::Null);
+        assert_eq!(objs[1]["waiters"][0]["place"], 0);
+        let j = as_json_with_waiters(&[info("a", 2, 1, now)], None, now);
+        assert!(j.contains("\"waiters\":null"), "{j}");
     }
 
     #[test]

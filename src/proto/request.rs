@@ -57,7 +57,18 @@ pub enum Request {
         client: Vec<u8>,
         token: Vec<u8>,
     },
+    /// Who holds and waits (17): one key, or every key when `key` is
+    /// empty; its waiters too with `waiters`. Answered with a listing
+    /// ([`super::listing`]).
+    Keys {
+        key: Vec<u8>,
+        waiters: bool,
+    },
 }
+
+/// The bits of Keys' flags field (its first byte; a missing field or byte
+/// is 0, unknown bits are ignored).
+pub const KEYS_WITH_WAITERS: u8 = 1;
 
 impl Request {
     /// The action byte this request is sent as.
@@ -85,6 +96,7 @@ impl Request {
             Request::ResetBySource { .. } => ACTION_RESET_BY_SOURCE,
             Request::Ping => ACTION_PING,
             Request::Hello { .. } => ACTION_HELLO,
+            Request::Keys { .. } => ACTION_KEYS,
         }
     }
 
@@ -212,6 +224,15 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
             let client = need!(cur.field());
             let token = need!(cur.field());
             Request::Hello { client, token }
+        }
+        ACTION_KEYS => {
+            let key = need!(cur.field());
+            let flags = need!(cur.field());
+            let bits = flags.first().copied().unwrap_or(0);
+            Request::Keys {
+                key,
+                waiters: bits & KEYS_WITH_WAITERS != 0,
+            }
         }
         // Unknown: `-`, as the reference answers an action it does not know.
         other => return Err(FrameError::UnknownAction(other)),
@@ -379,6 +400,15 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             out.push(action);
             push_field(&mut out, client);
             push_field(&mut out, token);
+        }
+        Request::Keys { key, waiters } => {
+            check_len("key", key)?;
+            out.push(action);
+            push_field(&mut out, key);
+            match waiters {
+                true => push_field(&mut out, &[KEYS_WITH_WAITERS]),
+                false => push_field(&mut out, &[]),
+            }
         }
     }
     Ok(out)

@@ -1,5 +1,6 @@
 //! One client connection: read one request and hand it to the file that
-//! serves its action family (`lock`, `trylock`, `unlock`, `reset`, ...).
+//! serves its action family (`lock`, `trylock`, `unlock`, `reset`, `keys`,
+//! ...).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::Counters;
 use super::table::Ask;
-use super::{hello, lock, reset, session, trylock, unlock, Shared};
+use super::{hello, keys, lock, reset, session, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields.
@@ -74,6 +75,9 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
         // A client checking it talks to a lock server (lc-cli's extension).
         Request::Ping => Box::pin(reply(stream, async { Answer::Ok })).await,
         Request::Hello { .. } => Box::pin(hello::serve(stream)).await,
+        Request::Keys { key, waiters } => {
+            Box::pin(keys::serve(stream, &shared, key, waiters)).await
+        }
     }
 }
 

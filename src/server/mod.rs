@@ -8,6 +8,7 @@ pub mod conn;
 pub mod events;
 mod grant;
 mod hello;
+mod keys;
 pub mod limits;
 mod lock;
 pub mod manager_port;

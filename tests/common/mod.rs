@@ -30,9 +30,10 @@ pub mod action {
     pub const RESET_SOURCE: u8 = 4;
     pub const TRY: u8 = 5;
     pub const RELEASE: u8 = 6;
-    /// The first action number no server knows (16 is lc-cli's Hello).
+    /// An action number no server knows (lc-cli's own end at 17, Keys; 18
+    /// and up are kept for the next ones).
     #[allow(dead_code)]
-    pub const UNKNOWN: u8 = 17;
+    pub const UNKNOWN: u8 = 200;
 }
 
 pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
@@ -140,6 +141,7 @@ pub mod redis;
 pub mod spans;
 pub mod timeline;
 pub mod tls;
+pub mod waiters;
 pub mod wal;
 pub mod zk;
 

@@ -31,6 +31,7 @@ pub use address::EtcdAddress;
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
+    WaiterInfo,
 };
 use names::KeyData;
 use rpc::Rpc;
@@ -222,20 +223,9 @@ impl Backend for EtcdBackend {
     }
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        let start = names::scan_prefix(&self.prefix);
-        let mut by_name: std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>> =
-            Default::default();
-        for kv in self.scan().await? {
-            let Some(name) = kv
-                .key_str()
-                .ok()
-                .and_then(|k| names::lock_name_of(&start, k))
-            else {
-                continue;
-            };
-            by_name.entry(name.to_string()).or_default().push(kv);
-        }
-        Ok(by_name
+        Ok(self
+            .by_name()
+            .await?
             .into_iter()
             .flat_map(|(name, kvs)| {
                 let (held, waiting) = holding(kvs);
@@ -249,5 +239,54 @@ impl Backend for EtcdBackend {
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
         let (held, waiting) = holding(self.queue(key).await?);
         Ok(held.first().map(|kv| info(key, kv, waiting)))
+    }
+
+    /// Each lock's keys that do not hold, by create revision (the line).
+    async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
+        let mut out = Vec::new();
+        for (name, mut kvs) in self.by_name().await? {
+            kvs.sort_by_key(|kv| kv.create_revision());
+            let modes: Vec<_> = kvs.iter().map(|kv| KeyData::mode_of(kv.value())).collect();
+            let holds = line::holders(&modes);
+            let waiting = kvs.iter().zip(holds).filter(|(_, h)| !*h);
+            for (place, (kv, _)) in waiting.enumerate() {
+                let data = KeyData::decode(kv.value());
+                out.push(WaiterInfo {
+                    key: name.clone(),
+                    source: data
+                        .as_ref()
+                        .map(|d| d.source.clone())
+                        .unwrap_or_else(|| format!("lease {:x}", kv.lease())),
+                    peer: None,
+                    since: data.as_ref().map(|d| d.since()),
+                    mode: KeyData::mode_of(kv.value()),
+                    place,
+                    kept: None,
+                });
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+impl EtcdBackend {
+    /// Every queue key under the prefix, by lock name.
+    async fn by_name(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>> {
+        let start = names::scan_prefix(&self.prefix);
+        let mut by_name: std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>> =
+            Default::default();
+        for kv in self.scan().await? {
+            let Some(name) = kv
+                .key_str()
+                .ok()
+                .and_then(|k| names::lock_name_of(&start, k))
+            else {
+                continue;
+            };
+            by_name.entry(name.to_string()).or_default().push(kv);
+        }
+        Ok(by_name)
     }
 }

@@ -9,7 +9,9 @@
 //! that answers `-` to them (a reference server) is asked the classic way
 //! instead, for an exclusive lock; it cannot take the other modes.
 //!
-//! - `keys`: `keys` over the manager port (lc-cli's `KEYX`).
+//! - `keys`: `keys`, the holder's name and the place in line over the lock
+//!   port (lc-cli's Keys, action 17), or the manager port's `KEYX` for a
+//!   reference server.
 //! - `probe`: telling a server that does not speak the protocol from one
 //!   whose key is just held.
 //! - `session`: keeping a session hold, and noticing its loss.
@@ -34,7 +36,7 @@ use dial::{Dialer, LcStream};
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, HeldLock, LockMode, LockRequest, LostReason,
-    Result, WaitProgress,
+    Result, WaitProgress, WaiterInfo,
 };
 use crate::proto::{self, Answer, Hold, ReleaseKind, Request};
 
@@ -224,16 +226,48 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        let dial = keys::Dial::Retry(self.connect_timeout);
-        keys::list(&self.addr, self.manager.as_deref(), dial).await
+        let t = self.connect_timeout;
+        let dial = keys::Dial::Retry(t);
+        if !self.classic_only.load(Ordering::Relaxed) {
+            if let keys::Answered::Listing(l) =
+                keys::ask(&self.dialer, None, false, dial, t).await?
+            {
+                return Ok(l.holds.into_iter().map(keys::key_info).collect());
+            }
+        }
+        keys::list_manager(&self.addr, self.manager.as_deref(), dial, t).await
     }
 
-    /// Best effort, within [`keys::HOLDER_LIMIT`]: a manager port that is
-    /// refused or filtered (a remote client, the manager on loopback) leaves
-    /// the holder unnamed rather than delaying the answer.
+    /// Best effort, within [`keys::HOLDER_LIMIT`] in all, one attempt each:
+    /// Keys for this key on the lock port; from a reference server (`-`),
+    /// its manager port with what is left. A port that is refused, filtered
+    /// or silent leaves the holder unnamed rather than delaying the answer.
     async fn holder(&self, key: &str) -> Result<Option<super::KeyInfo>> {
-        let keys = keys::list(&self.addr, self.manager.as_deref(), keys::Dial::Once).await?;
-        Ok(keys.into_iter().find(|k| k.key == key))
+        let started = std::time::Instant::now();
+        let once = keys::Dial::Once;
+        if !self.classic_only.load(Ordering::Relaxed) {
+            let limit = keys::HOLDER_LIMIT;
+            if let keys::Answered::Listing(l) =
+                keys::ask(&self.dialer, Some(key), false, once, limit).await?
+            {
+                let hold = l.holds.into_iter().find(|h| h.key == key.as_bytes());
+                return Ok(hold.map(keys::key_info));
+            }
+        }
+        let left = keys::HOLDER_LIMIT.saturating_sub(started.elapsed());
+        let all = keys::list_manager(&self.addr, self.manager.as_deref(), once, left).await?;
+        Ok(all.into_iter().find(|k| k.key == key))
+    }
+
+    /// Keys with its waiters, on the lock port; a reference server does
+    /// not say who waits.
+    async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
+        let t = self.connect_timeout;
+        let dial = keys::Dial::Retry(t);
+        match keys::ask(&self.dialer, None, true, dial, t).await? {
+            keys::Answered::Listing(l) => Ok(Some(keys::waiter_infos(l.waiters))),
+            keys::Answered::Unknown => Ok(None),
+        }
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
@@ -288,12 +322,49 @@ impl LcBackend {
         };
         progress(WaitProgress::default());
         let budget = self.connect_timeout + started.elapsed();
+        // Our place in line, at a terminal (the status line shows it).
+        let us = keys::local_addr(&stream).filter(|_| crate::terminal::stderr_is_terminal());
         let answer = tokio::select! {
             e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+            never = self.watch_place(&request.key, us, progress) => match never {},
             a = session::read_grant(&mut stream) => a,
             _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
         };
         self.session_answer(answer, stream, request)
+    }
+
+    /// Tells `progress` our place in `key`'s line every
+    /// [`keys::PLACE_EVERY`], from Keys on a side connection (each within
+    /// the connect timeout); `us` is the waiting connection's address, as
+    /// the server sees its peer. Never resolves: the wait it decorates
+    /// ends it. Without `us`, or once the server does not answer Keys, it
+    /// only waits.
+    async fn watch_place(
+        &self,
+        key: &str,
+        us: Option<std::net::SocketAddr>,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> std::convert::Infallible {
+        if let Some(us) = us {
+            let mut shown = None;
+            let t = self.connect_timeout;
+            loop {
+                tokio::time::sleep(keys::PLACE_EVERY).await;
+                match keys::ask(&self.dialer, Some(key), true, keys::Dial::Once, t).await {
+                    Ok(keys::Answered::Listing(l)) => {
+                        let ahead = keys::place_of(&l, key, us);
+                        if ahead.is_some() && ahead != shown {
+                            shown = ahead;
+                            progress(WaitProgress { ahead });
+                        }
+                    }
+                    Ok(keys::Answered::Unknown) => break,
+                    // Best effort: the wait itself notices a server gone.
+                    Err(_) => {}
+                }
+            }
+        }
+        std::future::pending().await
     }
 
     fn session_answer(

@@ -1,6 +1,7 @@
 //! `keys` and `reset` for PostgreSQL: the granted advisory locks of this
 //! database (`pg_locks` joined with `pg_stat_activity`), named through the
-//! `lc_cli.keys` table lc-cli fills at each grant.
+//! `lc_cli.keys` table lc-cli fills at each grant; `keys --waiters`: the
+//! ones not granted, oldest `waitstart` first.
 //!
 //! A bigint advisory lock shows in `pg_locks` as `classid` (high 32 bits),
 //! `objid` (low 32 bits) and `objsubid = 1`.
@@ -13,7 +14,7 @@ use std::collections::HashMap;
 
 use super::limit;
 use super::session::Session;
-use crate::backend::{BackendError, KeyInfo, LockMode, Result};
+use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 
 /// The application name of an lc-cli session: its source after this, cut
 /// to the server's 63 bytes.
@@ -31,14 +32,15 @@ pub fn app_name(source: &str) -> String {
 /// This database's advisory locks (one snapshot), with their sessions.
 const LOCKS: &str = "
     WITH l AS MATERIALIZED (
-        SELECT pid, objsubid, classid, objid, granted, mode,
+        SELECT pid, objsubid, classid, objid, granted, mode, waitstart,
                (classid::int8 << 32) | objid::int8 AS id
         FROM pg_locks
         WHERE locktype = 'advisory'
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
     SELECT l.pid, l.objsubid, l.classid::int8, l.objid::int8, l.granted, l.mode, l.id,
            a.application_name, host(a.client_addr), a.client_port,
-           extract(epoch FROM a.backend_start)::float8
+           extract(epoch FROM a.backend_start)::float8,
+           extract(epoch FROM l.waitstart)::float8
     FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid";
 
 /// One row of [`LOCKS`].
@@ -55,6 +57,8 @@ struct Lock {
     addr: Option<String>,
     port: Option<i32>,
     start: Option<f64>,
+    /// Since when it waits (PostgreSQL 14's `pg_locks.waitstart`).
+    wait_start: Option<f64>,
 }
 
 /// A held lock or slot, before its name is known.
@@ -127,27 +131,7 @@ fn holders(locks: &[Lock]) -> Vec<Holder<'_>> {
 /// Every held advisory lock of this database, and every `--limit` slot.
 /// A key lc-cli never took shows as `id:<lock id>`.
 pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
-    let rows = s
-        .client
-        .query(LOCKS, &[])
-        .await
-        .map_err(|e| s.error("listing pg_locks", e))?;
-    let locks: Vec<Lock> = rows
-        .iter()
-        .map(|r| Lock {
-            pid: r.get(0),
-            subid: r.get(1),
-            classid: r.get(2),
-            objid: r.get(3),
-            granted: r.get(4),
-            shared: r.get::<_, Option<String>>(5).as_deref() == Some("ShareLock"),
-            id: r.get(6),
-            app: r.get(7),
-            addr: r.get(8),
-            port: r.get(9),
-            start: r.get(10),
-        })
-        .collect();
+    let locks = read_locks(s).await?;
     let held = holders(&locks);
     let names = names(s, held.iter().map(|h| h.named).collect()).await?;
     Ok(held
@@ -160,10 +144,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                     .cloned()
                     .unwrap_or_else(|| format!("id:{}", h.named)),
                 source: source_of(l.app.as_deref(), l.pid),
-                peer: l.addr.clone().map(|a| match l.port {
-                    Some(p) if p > 0 => format!("{a}:{p}"),
-                    _ => a,
-                }),
+                peer: peer_of(l),
                 since: l
                     .start
                     .filter(|t| *t > 0.0)
@@ -178,6 +159,122 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 mode: h.mode,
                 token: None,
             }
+        })
+        .collect())
+}
+
+/// The sessions waiting among `locks`, each key's oldest wait first: each
+/// ungranted lock of a `-x`/`-s` (or SQL) session, and each `--limit N`
+/// session that holds its key's marker but no slot (in its turnstile's
+/// line, or at its head waiting for a slot).
+fn waiting(locks: &[Lock]) -> Vec<(i64, &Lock, LockMode, Option<f64>)> {
+    let n_of: HashMap<i32, u32> = locks
+        .iter()
+        .filter(|l| l.subid == 2 && l.classid == i64::from(limit::N_CLASS))
+        .map(|l| (l.pid, l.objid as u32))
+        .collect();
+    let mut out = Vec::new();
+    for l in locks.iter().filter(|l| l.subid == 1) {
+        match n_of.get(&l.pid) {
+            None if !l.granted => {
+                let mode = match l.shared {
+                    true => LockMode::Shared,
+                    false => LockMode::Exclusive,
+                };
+                out.push((l.id, l, mode, l.wait_start));
+            }
+            None => {}
+            Some(&n) if limit::part_of(l.id) == limit::Part::Marker => {
+                let base = limit::base_of(l.id);
+                let of_base =
+                    |w: &&Lock| w.pid == l.pid && w.subid == 1 && limit::base_of(w.id) == base;
+                let slotted = locks
+                    .iter()
+                    .filter(of_base)
+                    .any(|w| w.granted && limit::part_of(w.id) == limit::Part::Slot);
+                if slotted {
+                    continue;
+                }
+                let since = locks
+                    .iter()
+                    .filter(of_base)
+                    .find(|w| !w.granted)
+                    .and_then(|w| w.wait_start);
+                out.push((base, l, LockMode::limit(n.max(2)), since));
+            }
+            Some(_) => {}
+        }
+    }
+    out.sort_by(|a, b| {
+        let at = |t: Option<f64>| t.unwrap_or(f64::MAX);
+        (a.0, at(a.3), a.1.pid)
+            .partial_cmp(&(b.0, at(b.3), b.1.pid))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    out
+}
+
+/// Every session waiting for an advisory lock of this database
+/// (`pg_locks` rows not granted), by key in line order, oldest wait
+/// first (PostgreSQL grants in arrival order).
+pub async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
+    let locks = read_locks(s).await?;
+    let waiting = waiting(&locks);
+    let names = names(s, waiting.iter().map(|w| w.0).collect()).await?;
+    let mut out: Vec<WaiterInfo> = Vec::with_capacity(waiting.len());
+    for (id, l, mode, since) in waiting {
+        let key = names
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("id:{id}"));
+        let place = match out.last() {
+            Some(prev) if prev.key == key => prev.place + 1,
+            _ => 0,
+        };
+        out.push(WaiterInfo {
+            key,
+            source: source_of(l.app.as_deref(), l.pid),
+            peer: peer_of(l),
+            since: since
+                .filter(|t| *t > 0.0)
+                .map(|t| UNIX_EPOCH + Duration::from_secs_f64(t)),
+            mode,
+            place,
+            // No hold outlives its session here.
+            kept: None,
+        });
+    }
+    Ok(out)
+}
+
+fn peer_of(l: &Lock) -> Option<String> {
+    l.addr.clone().map(|a| match l.port {
+        Some(p) if p > 0 => format!("{a}:{p}"),
+        _ => a,
+    })
+}
+
+async fn read_locks(s: &Session) -> Result<Vec<Lock>> {
+    let rows = s
+        .client
+        .query(LOCKS, &[])
+        .await
+        .map_err(|e| s.error("listing pg_locks", e))?;
+    Ok(rows
+        .iter()
+        .map(|r| Lock {
+            pid: r.get(0),
+            subid: r.get(1),
+            classid: r.get(2),
+            objid: r.get(3),
+            granted: r.get(4),
+            shared: r.get::<_, Option<String>>(5).as_deref() == Some("ShareLock"),
+            id: r.get(6),
+            app: r.get(7),
+            addr: r.get(8),
+            port: r.get(9),
+            start: r.get(10),
+            wait_start: r.get(11),
         })
         .collect())
 }

@@ -312,4 +312,9 @@ impl Backend for PgBackend {
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
         keys::list(self.admin().await?).await
     }
+
+    /// The sessions waiting in `pg_locks` (`keys.rs`).
+    async fn waiters(&self) -> Result<Option<Vec<super::WaiterInfo>>> {
+        keys::waiters(self.admin().await?).await.map(Some)
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::node::NodeResult;
 use super::quorum::Quorum;
 use super::scripts::Scripts;
-use crate::backend::{KeyInfo, LockMode, Result};
+use crate::backend::{KeyInfo, LockMode, Result, WaiterInfo};
 
 /// One held key as one node sees it: (name, owner token, source, since in
 /// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
@@ -30,6 +30,78 @@ pub(super) async fn keys(sh: &Quorum) -> Result<Vec<KeyInfo>> {
     sh.need_quorum(&answers)?;
     let listings: Vec<&NodeListing> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
     Ok(agreed(&listings, sh.majority(), received))
+}
+
+/// One live waiter as one node sees it: (name, waiter id, source, queued
+/// in server ms or -1, mode `x`/`s`/`l`, N).
+type NodeWaiter = (String, String, String, i64, String, String);
+
+/// One node's answer: its clock (ms) and its waiters, key by key in line order.
+type NodeWaiters = (i64, Vec<NodeWaiter>);
+
+pub(super) async fn waiters(sh: &Quorum) -> Result<Vec<WaiterInfo>> {
+    let answers: Vec<NodeResult<NodeWaiters>> = sh
+        .all(|node| async move {
+            let inv = Scripts::get().list_waiters.prepare_invoke();
+            node.run(&inv).await
+        })
+        .await;
+    let received = SystemTime::now();
+    sh.need_quorum(&answers)?;
+    let listings: Vec<&NodeWaiters> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+    Ok(agreed_waiters(&listings, sh.majority(), received))
+}
+
+/// The waiters a majority of nodes have in line, in the order of the first
+/// of those nodes, with its facts (`since` on our clock, as for holds).
+fn agreed_waiters(
+    listings: &[&NodeWaiters],
+    majority: usize,
+    received: SystemTime,
+) -> Vec<WaiterInfo> {
+    let mut votes: BTreeMap<(&str, &str), (usize, usize, i64, &NodeWaiter)> = BTreeMap::new();
+    for (now_ms, line) in listings {
+        for (pos, w) in line.iter().enumerate() {
+            votes
+                .entry((w.0.as_str(), w.1.as_str()))
+                .or_insert((0, pos, *now_ms, w))
+                .0 += 1;
+        }
+    }
+    let mut kept: Vec<(&str, usize, i64, &NodeWaiter)> = votes
+        .into_iter()
+        .filter(|(_, (n, ..))| *n >= majority)
+        .map(|((name, _), (_, pos, now_ms, w))| (name, pos, now_ms, w))
+        .collect();
+    kept.sort_by_key(|&(name, pos, ..)| (name, pos));
+    let mut out: Vec<WaiterInfo> = Vec::with_capacity(kept.len());
+    for (name, _, now_ms, (_, _, source, since_ms, mode, n)) in kept {
+        let place = match out.last() {
+            Some(prev) if prev.key == name => prev.place + 1,
+            _ => 0,
+        };
+        out.push(WaiterInfo {
+            key: name.to_string(),
+            source: if source.is_empty() {
+                "-".into()
+            } else {
+                source.clone()
+            },
+            peer: None,
+            since: (*since_ms >= 0).then(|| {
+                let age = Duration::from_millis((now_ms - since_ms).max(0) as u64);
+                received.checked_sub(age).unwrap_or(received)
+            }),
+            mode: match mode.as_str() {
+                "s" => LockMode::Shared,
+                "l" => LockMode::limit(n.parse().unwrap_or(2)),
+                _ => LockMode::Exclusive,
+            },
+            place,
+            kept: None,
+        });
+    }
+    out
 }
 
 /// The keys a majority of nodes hold with the same owner token. `since` is
@@ -121,6 +193,37 @@ mod tests {
         // The facts of the first agreeing node, aged by its own clock.
         assert_eq!(keys[0].waiting, 1);
         assert_eq!(keys[0].since, Some(now - Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn waiters_keep_their_line_and_need_a_majority() {
+        let now = SystemTime::now();
+        let w = |name: &str, id: &str, since: i64| -> NodeWaiter {
+            (
+                name.into(),
+                id.into(),
+                format!("s-{id}"),
+                since,
+                "l".into(),
+                "3".into(),
+            )
+        };
+        let n0: NodeWaiters = (
+            1_000,
+            vec![w("b", "2", 400), w("b", "1", 500), w("a", "9", -1)],
+        );
+        let n1: NodeWaiters = (1_000, vec![w("b", "2", 400), w("b", "1", 500)]);
+        let got = agreed_waiters(&[&n0, &n1], 2, now);
+        let line: Vec<(&str, &str, usize)> = got
+            .iter()
+            .map(|w| (w.key.as_str(), w.source.as_str(), w.place))
+            .collect();
+        assert_eq!(line, [("b", "s-2", 0), ("b", "s-1", 1)]);
+        assert_eq!(got[0].since, Some(now - Duration::from_millis(600)));
+        assert_eq!(got[0].mode, LockMode::limit(3));
+        let one = agreed_waiters(&[&n0], 1, now);
+        assert_eq!(one[0].key, "a");
+        assert_eq!(one[0].since, None);
     }
 
     #[test]

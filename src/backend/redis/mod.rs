@@ -177,6 +177,11 @@ impl Backend for RedisBackend {
         list::keys(&self.quorum).await
     }
 
+    /// The live queue entries a majority of nodes agree on (`list.rs`).
+    async fn waiters(&self) -> Result<Option<Vec<super::WaiterInfo>>> {
+        list::waiters(&self.quorum).await.map(Some)
+    }
+
     /// Said from the nodes' state now, so the seconds left stay current
     /// between rounds.
     fn wait_reason(&self) -> Option<String> {

@@ -12,7 +12,7 @@
 //! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
-//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms}` (mode `x`, `s` or `l`) |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms,"a":ms it queued}` (mode `x`, `s` or `l`) |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
@@ -38,7 +38,7 @@
 //! The per-waiter and per-source keys are named inside the scripts, so the
 //! layout is for standalone Redis (not Redis Cluster).
 //!
-//! Each script but [`LIST`] returns integers only. Time inside the scripts is
+//! Each script but [`LIST`] and [`LIST_WAITERS`] returns integers only. Time inside the scripts is
 //! the server's (`TIME`): for the expiry of queue entries and the start of a
 //! hold (`since`).
 
@@ -241,6 +241,7 @@ local function enqueue(id, info, t, now)
   end
   redis.call('ZADD', QUEUE, t, id)
   redis.call('ZADD', EXPIRY, now + info.q, id)
+  info.a = info.a or now
   redis.call('HSET', WAITERS, id, cjson.encode(info))
   src_add(info.s, 1)
   redis.call('SADD', ALL, NAME)
@@ -584,6 +585,27 @@ end
 return {now, held}
 "#;
 
+/// Every live waiter (its queue entry not expired) of every key in
+/// `lc-cli:keys`, each key's in line order; read only. Returns {now_ms,
+/// {{name, id, source, queued ms or -1, mode, N}...}}.
+const LIST_WAITERS: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
+  local P = 'lc-cli:{'..name..'}:'
+  for _, id in ipairs(redis.call('ZRANGE', P..'queue', 0, -1)) do
+    local exp = tonumber(redis.call('ZSCORE', P..'expiry', id) or 0)
+    local raw = redis.call('HGET', P..'waiters', id)
+    if exp > now and raw then
+      local w = cjson.decode(raw)
+      out[#out + 1] = {name, id, w.s or '', tonumber(w.a) or -1, w.m or 'x', tostring(w.n or 0)}
+    end
+  end
+end
+return {now, out}
+"#;
+
 /// The compiled scripts (each sent by SHA, loaded on first use).
 pub struct Scripts {
     pub enqueue: Script,
@@ -595,6 +617,7 @@ pub struct Scripts {
     pub reset_key: Script,
     pub reset_source: Script,
     pub list: Script,
+    pub list_waiters: Script,
 }
 
 impl Scripts {
@@ -616,6 +639,7 @@ impl Scripts {
             reset_key: s(RESET_KEY),
             reset_source: s(RESET_SOURCE),
             list: Script::new(LIST),
+            list_waiters: Script::new(LIST_WAITERS),
         }
     }
 }

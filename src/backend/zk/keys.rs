@@ -1,5 +1,5 @@
 //! `lc-cli keys` for ZooKeeper: every lock node under the root, its holder
-//! and how many queue behind it.
+//! and how many queue behind it; with `--waiters`, who they are.
 //!
 //! A lock node is a znode with queue children (`..lock-<10 digits>`, lc-cli's
 //! or a Curator client's); its key is its path below the root. The walk asks
@@ -25,7 +25,7 @@ use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData, NodeKind, Turn};
 use super::session::Session;
-use crate::backend::{BackendError, KeyInfo, LockMode, Result};
+use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 
 /// At most this many requests in flight at once.
 const BATCH: usize = 256;
@@ -47,7 +47,15 @@ struct Lock {
     queue: Vec<String>,
 }
 
-pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
+/// The lock nodes under the root: mutexes, read-write locks (several may
+/// hold) and semaphores (their directories).
+struct Walk {
+    locks: Vec<Lock>,
+    shared: Vec<Lock>,
+    semaphores: Vec<String>,
+}
+
+async fn walk(s: &Session, root: &str) -> Result<Walk> {
     // The lock nodes, level by level.
     let mut locks = Vec::new();
     // Read-write locks (several may hold) and semaphores, looked at after.
@@ -91,7 +99,19 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
         }
         level = next;
     }
+    Ok(Walk {
+        locks,
+        shared,
+        semaphores,
+    })
+}
 
+pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
+    let Walk {
+        locks,
+        shared,
+        semaphores,
+    } = walk(s, root).await?;
     // Their holders.
     let mut out = Vec::with_capacity(locks.len());
     for batch in locks.chunks(BATCH) {
@@ -119,6 +139,109 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
         out.extend(semaphore_holders(s, root, dir).await?);
     }
     Ok(out)
+}
+
+/// Every queue node that waits, key by key in line order: behind a
+/// mutex's head, a read-write lock's nodes that do not hold (a reader
+/// behind a writer, every writer but the head), and a semaphore's
+/// acquirers (in line for its mutex, then for a lease). Each node is read
+/// once (the requests pipelined) for its source and arrival.
+pub async fn waiters(s: &Session, root: &str) -> Result<Vec<WaiterInfo>> {
+    let Walk {
+        mut locks,
+        shared,
+        semaphores,
+    } = walk(s, root).await?;
+    // (key, node path, mode) of each waiter, in line order.
+    let mut wanted: Vec<(String, String, LockMode)> = Vec::new();
+    locks.extend(shared);
+    locks.sort_by(|a, b| a.dir.cmp(&b.dir));
+    for lock in &locks {
+        let key = lock.dir[root.len() + 1..].to_string();
+        let kinds: Vec<NodeKind> = lock
+            .queue
+            .iter()
+            .map(|n| names::parse(n).map_or(NodeKind::Mutex, |(k, _)| k))
+            .collect();
+        for (i, node) in lock.queue.iter().enumerate() {
+            if names::turn(&kinds, i) == Turn::Holds {
+                continue;
+            }
+            let mode = match kinds[i] {
+                NodeKind::Read => LockMode::Shared,
+                _ => LockMode::Exclusive,
+            };
+            wanted.push((key.clone(), format!("{}/{node}", lock.dir), mode));
+        }
+    }
+    let parts: Vec<String> = semaphores
+        .iter()
+        .map(|d| format!("{d}/{}", names::SEMAPHORE_LOCKS))
+        .collect();
+    let listed = pipelined(s, &parts, send_list, "listing").await?;
+    for ((dir, part), children) in semaphores.iter().zip(&parts).zip(listed) {
+        let key = dir[root.len() + 1..].to_string();
+        for node in names::queue(children.unwrap_or_default()) {
+            // N from the node's data, below.
+            wanted.push((key.clone(), format!("{part}/{node}"), LockMode::limit(2)));
+        }
+    }
+    let paths: Vec<String> = wanted.iter().map(|w| w.1.clone()).collect();
+    let mut data = Vec::with_capacity(paths.len());
+    for batch in paths.chunks(BATCH) {
+        data.extend(pipelined(s, batch, send_get, "reading").await?);
+    }
+    let mut out: Vec<WaiterInfo> = Vec::with_capacity(wanted.len());
+    for ((key, _, mode), got) in wanted.into_iter().zip(data) {
+        // Gone meanwhile: granted, or it gave up.
+        let Some((data, stat)) = got else { continue };
+        let place = match out.last() {
+            Some(prev) if prev.key == key => prev.place + 1,
+            _ => 0,
+        };
+        out.push(waiter_info(key, &data, stat.ctime, mode, place));
+    }
+    Ok(out)
+}
+
+/// A waiting node as `keys --waiters` shows it: lc-cli's data (source,
+/// arrival, N), or a Curator client's as text, since its creation.
+fn waiter_info(
+    key: String,
+    data: &[u8],
+    ctime_ms: i64,
+    mode: LockMode,
+    place: usize,
+) -> WaiterInfo {
+    let (source, since_ms, kept, mode) = match NodeData::decode(data) {
+        Some(d) => {
+            let mode = match (mode, d.limit) {
+                (LockMode::Limit(_), Some(n)) => LockMode::limit(n.max(2)),
+                (m, _) => m,
+            };
+            let since = if d.since_ms > 0 {
+                d.since_ms
+            } else {
+                ctime(ctime_ms)
+            };
+            (d.source, since, Some(d.mode == Mode::Detached), mode)
+        }
+        None => (
+            String::from_utf8_lossy(data).into_owned(),
+            ctime(ctime_ms),
+            None,
+            mode,
+        ),
+    };
+    WaiterInfo {
+        key,
+        source,
+        peer: None,
+        since: (since_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(since_ms)),
+        mode,
+        place,
+        kept,
+    }
 }
 
 /// Every holder of a read-write lock: the readers at the head together, or

@@ -278,6 +278,11 @@ impl Backend for ZkBackend {
         keys::list(&self.session, &self.root).await
     }
 
+    /// The queue nodes that wait, in line order (`keys.rs`).
+    async fn waiters(&self) -> Result<Option<Vec<super::WaiterInfo>>> {
+        keys::waiters(&self.session, &self.root).await.map(Some)
+    }
+
     async fn close(&self) {
         self.session.close().await;
     }

@@ -1,47 +1,33 @@
 //! The `clients:` hint of `serve`'s start-up line: the `--server` value a
 //! client elsewhere can use. A wildcard listen address (0.0.0.0, ::) is
-//! named by the machine's own address, never 127.0.0.1; a manager port kept
-//! on loopback is said to be reachable from this host only.
+//! named by the machine's own address, never 127.0.0.1. lc-cli clients need
+//! only the lock port (`keys` and the holder's name go over it, as Keys), so
+//! the hint names no manager; a manager port kept on loopback is said to
+//! serve the reference tools from this host only.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
-/// `--server '...'` for `lock` (the bound lock port) and `manager`; `tls`
-/// makes it the `lcs://` form, with the CA a client needs to trust it, and
-/// `mutual` (`--tls-client-ca`) with the client certificate it must show.
+/// `--server '...'` for `lock` (the bound lock port); `manager` is only
+/// mentioned when a remote host cannot reach it. `tls` makes it the
+/// `lcs://` form, with the CA a client needs to trust it, and `mutual`
+/// (`--tls-client-ca`) with the client certificate it must show.
 pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool, mutual: bool) -> String {
     let host = reachable_ip(lock.ip());
     let shown = SocketAddr::new(host, lock.port());
     let mut params = Vec::new();
-    let remote_manager = !manager.ip().is_loopback() || lock.ip().is_loopback();
-    let manager_at = SocketAddr::new(
-        if manager.ip().is_unspecified() {
-            host
-        } else {
-            manager.ip()
-        },
-        manager.port(),
-    );
-    let next = crate::proto::manager::port_for(lock.port());
-    if remote_manager && (next != Some(manager.port()) || manager_at.ip() != host) {
-        params.push(format!("manager={manager_at}"));
-    }
     if tls {
         params.push("cacert=CA-FILE".to_string());
     }
     if tls && mutual {
         params.push("cert=CERT-FILE&key=KEY-FILE".to_string());
     }
-    let scheme = if tls { "lcs" } else { "lc" };
-    let mut text = match (params.is_empty(), tls) {
-        (true, false) => format!("clients: --server '{shown}'"),
-        _ => format!(
-            "clients: --server '{scheme}://{shown}?{}'",
-            params.join("&")
-        ),
+    let mut text = match tls {
+        false => format!("clients: --server '{shown}'"),
+        true => format!("clients: --server 'lcs://{shown}?{}'", params.join("&")),
     };
-    if !remote_manager {
+    if manager.ip().is_loopback() && !lock.ip().is_loopback() {
         text.push_str(&format!(
-            "; keys and holder names from this host only (manager on {manager})"
+            "; the reference manager tools from this host only (manager on {manager})"
         ));
     }
     text
@@ -79,14 +65,19 @@ mod tests {
     }
 
     #[test]
-    fn loopback_and_the_next_port_need_no_manager() {
+    fn the_lock_port_is_all_a_client_needs() {
         assert_eq!(
             clients(a("127.0.0.1:22119"), a("127.0.0.1:22120"), false, false),
             "clients: --server '127.0.0.1:22119'"
         );
+        // A manager elsewhere is for the reference tools: lc-cli needs no `manager=`.
         assert_eq!(
             clients(a("127.0.0.1:5000"), a("127.0.0.1:6000"), false, false),
-            "clients: --server 'lc://127.0.0.1:5000?manager=127.0.0.1:6000'"
+            "clients: --server '127.0.0.1:5000'"
+        );
+        assert_eq!(
+            clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false, false),
+            "clients: --server '192.0.2.2:22219'"
         );
     }
 
@@ -95,8 +86,9 @@ mod tests {
         let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), false, false);
         assert_eq!(
             hint,
-            "clients: --server '192.0.2.2:22219'; keys and holder names from this host only (manager on 127.0.0.1:22220)"
+            "clients: --server '192.0.2.2:22219'; the reference manager tools from this host only (manager on 127.0.0.1:22220)"
         );
+        assert!(!hint.contains("manager=127.0.0.1"), "{hint}");
         let hint = clients(a("0.0.0.0:22219"), a("127.0.0.1:22220"), true, false);
         assert!(!hint.contains("0.0.0.0:22219"), "{hint}");
         assert!(hint.starts_with("clients: --server 'lcs://"), "{hint}");
@@ -107,11 +99,6 @@ mod tests {
                 "clients: --server 'lcs://192.0.2.2:22219?cacert=CA-FILE&cert=CERT-FILE&key=KEY-FILE'"
             ),
             "{hint}"
-        );
-        let hint = clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false, false);
-        assert_eq!(
-            hint,
-            "clients: --server 'lc://192.0.2.2:22219?manager=192.0.2.2:7000'"
         );
     }
 }

@@ -77,6 +77,10 @@ fn each_request_knows_its_action() {
             client: vec![],
             token: vec![],
         },
+        Request::Keys {
+            key: vec![],
+            waiters: false,
+        },
     ]
     .iter()
     .map(|r| {
@@ -85,7 +89,7 @@ fn each_request_knows_its_action() {
         r.action()
     })
     .collect();
-    assert_eq!(actions, (1..=16).collect::<Vec<u8>>());
+    assert_eq!(actions, (1..=17).collect::<Vec<u8>>());
 }
 
 #[test]
@@ -95,8 +99,8 @@ fn session_frames() {
     assert_eq!(decode(&[10, 1, b'k', 7]), Err(FrameError::BadToken(7)));
     assert_eq!(decode(&[11, 1, b'k', 7]), Err(FrameError::BadToken(7)));
     assert_eq!(
-        decode(&[17, 1, b'k', 0]),
-        Err(FrameError::UnknownAction(17))
+        decode(&[200, 1, b'k', 0]),
+        Err(FrameError::UnknownAction(200))
     );
 }
 
@@ -178,7 +182,7 @@ fn hello_frames() {
 
 #[test]
 fn bad_frames_are_errors() {
-    assert_eq!(decode(&[17]), Err(FrameError::UnknownAction(17)));
+    assert_eq!(decode(&[200]), Err(FrameError::UnknownAction(200)));
     assert_eq!(decode(&[0]), Err(FrameError::UnknownAction(0)));
     assert_eq!(decode(&[1, 0]), Err(FrameError::EmptyKey));
     assert_eq!(decode(&[2, 0x80]), Err(FrameError::NegativeSize(0x80)));
@@ -216,15 +220,45 @@ proptest! {
             prop_assert!(used <= bytes.len());
             let again = encode(&req).unwrap();
             prop_assert_eq!(decode(&again), Ok(Decoded::Frame(req.clone(), again.len())));
-            // Any key and source make a ping, and 12, 13 in exclusive
-            // mode are 8, 9; the others encode back exactly.
+            // Any key and source make a ping, 12, 13 in exclusive mode
+            // are 8, 9, and Keys' flags come back without unknown bits;
+            // the others encode back exactly.
             let as_eight = bytes[0] >= ACTION_MODE_SESSION_LOCK && matches!(
                 req,
                 Request::Lock { hold: Hold::Session, mode: LockMode::Exclusive, .. }
             );
-            if req != Request::Ping && !as_eight {
+            let keys = matches!(req, Request::Keys { .. });
+            if req != Request::Ping && !as_eight && !keys {
                 prop_assert_eq!(again, bytes[..used].to_vec());
             }
         }
     }
+}
+
+#[test]
+fn keys_frames() {
+    let all = Request::Keys {
+        key: vec![],
+        waiters: false,
+    };
+    assert_eq!(encode(&all).unwrap(), [17, 0, 0]);
+    let one = Request::Keys {
+        key: b"k".to_vec(),
+        waiters: true,
+    };
+    assert_eq!(encode(&one).unwrap(), [17, 1, b'k', 1, 1]);
+    roundtrip(all);
+    roundtrip(one.clone());
+    // Unknown flag bits and bytes are ignored; a missing flags field waits.
+    assert_eq!(
+        decode(&[17, 1, b'k', 2, 0xff, 9]),
+        Ok(Decoded::Frame(one, 6))
+    );
+    assert_eq!(decode(&[17, 1, b'k']), Ok(Decoded::Incomplete));
+    assert_eq!(decode(&[17, 0x80]), Err(FrameError::NegativeSize(0x80)));
+    assert!(encode(&Request::Keys {
+        key: vec![b'k'; 128],
+        waiters: false
+    })
+    .is_err());
 }

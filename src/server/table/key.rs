@@ -88,6 +88,8 @@ pub(super) struct Hold {
 pub(super) struct Waiter {
     pub id: GrantId,
     pub ask: Ask,
+    /// When it joined the line (for Keys' listing of waiters).
+    pub since: SystemTime,
     pub notify: oneshot::Sender<Notice>,
 }
 

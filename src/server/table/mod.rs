@@ -39,6 +39,7 @@ use self::key::{Hold, KeyState, Link, Waiter};
 use super::metrics::Counters;
 
 use crate::mode::LockMode;
+use crate::proto::listing::{Entry, WaiterReport};
 use crate::proto::manager::KeyReport;
 use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
@@ -231,6 +232,7 @@ impl Table {
         state.waiters.push_back(Waiter {
             id,
             ask: ask.clone(),
+            since: SystemTime::now(),
             notify: tx,
         });
         LockOutcome::Queued(id, rx)
@@ -459,22 +461,47 @@ impl Table {
             .iter()
             .flat_map(|(k, s)| {
                 let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
-                s.holds.iter().map(move |h| {
-                    let h = &h.holder;
-                    KeyReport {
-                        key: k.clone(),
-                        source: h.source.clone(),
-                        peer: h.peer.to_string().into_bytes(),
-                        since: h.since,
-                        waiting,
-                        token: Some(h.token),
-                        session: Some(h.session),
-                        mode: Some(h.mode),
-                    }
-                })
+                s.holds.iter().map(move |h| report(k, &h.holder, waiting))
             })
             .collect();
         out.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
+        out
+    }
+
+    /// What Keys (action 17) lists: for `key`, or every key (by name)
+    /// when None, its holds oldest first and, with `waiters`, its live
+    /// waiters in line order. One key is a lookup, not a scan.
+    pub fn listing(&self, key: Option<&[u8]>, waiters: bool) -> Vec<Entry> {
+        let inner = self.lock_inner();
+        let mut keys: Vec<(&Vec<u8>, &KeyState)> = match key {
+            Some(k) => inner.keys.get_key_value(k).into_iter().collect(),
+            None => inner.keys.iter().collect(),
+        };
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        for (k, s) in keys {
+            let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
+            out.extend(
+                s.holds
+                    .iter()
+                    .map(|h| Entry::Hold(report(k, &h.holder, waiting))),
+            );
+            if !waiters {
+                continue;
+            }
+            // A waiter whose client is gone is no longer in line.
+            let live = s.waiters.iter().filter(|w| !w.notify.is_closed());
+            out.extend(live.map(|w| {
+                Entry::Waiter(WaiterReport {
+                    key: k.clone(),
+                    source: w.ask.source.clone(),
+                    peer: w.ask.peer.to_string().into_bytes(),
+                    since: w.since,
+                    mode: w.ask.mode,
+                    session: w.ask.session,
+                })
+            }));
+        }
         out
     }
 
@@ -529,6 +556,20 @@ impl Table {
         let held = inner.keys.values().map(|s| s.holds.len()).sum();
         let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();
         (held, waiting)
+    }
+}
+
+/// A hold as `keys` reads it (the manager's KEYX and the lock port's Keys).
+fn report(key: &[u8], h: &Holder, waiting: u32) -> KeyReport {
+    KeyReport {
+        key: key.to_vec(),
+        source: h.source.clone(),
+        peer: h.peer.to_string().into_bytes(),
+        since: h.since,
+        waiting,
+        token: Some(h.token),
+        session: Some(h.session),
+        mode: Some(h.mode),
     }
 }
 

@@ -1,0 +1,452 @@
+//! The answer to Keys (lc-cli's action 17): who holds each key and who
+//! waits for it, on the lock port. Bytes in, values out; no I/O.
+//!
+//! `+`, then records, each `[kind:1][len:u16be][body]`, then the end record
+//! `[.][0][0]`. A listing of any size is a stream of records of at most
+//! 64 KiB each, so no frame limit applies, and a reader can tell a whole
+//! listing (its end record) from a connection that broke. The fields are
+//! `KEYX`'s (see [`super::manager`]), in the lock port's big-endian order:
+//!
+//! | kind | body |
+//! | --- | --- |
+//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32]` |
+//! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8]` |
+//!
+//! A key's holds come first (oldest first), then its waiters in line
+//! order; keys are sorted by name. A reader skips a record of a kind it
+//! does not know and the bytes of a body past the fields it knows, so a
+//! later server may add both.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::manager::KeyReport;
+use crate::mode::LockMode;
+
+/// The first byte of a listing (a reference server answers `-`).
+pub const LISTING: u8 = b'+';
+pub const HOLD: u8 = b'H';
+pub const WAITER: u8 = b'W';
+pub const END: u8 = b'.';
+/// The record header: kind and body length.
+pub const HEADER: usize = 3;
+
+/// One waiter as a listing reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterReport {
+    pub key: Vec<u8>,
+    pub source: Vec<u8>,
+    /// Its connection's address as the server sees it (`ip:port`).
+    pub peer: Vec<u8>,
+    /// When it joined the line.
+    pub since: SystemTime,
+    pub mode: LockMode,
+    /// A session request (a command's hold) rather than a kept one.
+    pub session: bool,
+}
+
+/// One record of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Hold(KeyReport),
+    Waiter(WaiterReport),
+}
+
+/// A whole listing, as the client reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub holds: Vec<KeyReport>,
+    pub waiters: Vec<WaiterReport>,
+}
+
+/// What the start of a buffer holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A record, and how many bytes it took.
+    Record(Entry, usize),
+    /// A record of a kind this reader does not know: skip its bytes.
+    Skip(usize),
+    /// The end record: the listing is whole.
+    End,
+    /// More bytes are needed (a normal case, not an error).
+    Incomplete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListingError {
+    /// The first byte is not `+`.
+    NotAListing(u8),
+    /// A body too short for its fields, or a field longer than the body.
+    Malformed { kind: u8, len: usize },
+    /// An end record with a body.
+    BadEnd(usize),
+}
+
+impl fmt::Display for ListingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListingError::NotAListing(b) => write!(f, "answered 0x{b:02x}, not a listing"),
+            ListingError::Malformed { kind, len } => write!(
+                f,
+                "a malformed '{}' record of {len} byte(s)",
+                char::from(*kind).escape_default()
+            ),
+            ListingError::BadEnd(len) => write!(f, "an end record of {len} byte(s)"),
+        }
+    }
+}
+
+impl std::error::Error for ListingError {}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_millis().min(i64::MAX as u128) as i64),
+    }
+}
+
+fn from_unix_ms(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(u8::MAX as usize)];
+    out.push(bytes.len() as u8);
+    out.extend_from_slice(bytes);
+}
+
+/// Appends one record: its header, then the body `fill` writes.
+fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[kind, 0, 0]);
+    fill(out);
+    // Three short fields of at most 255 bytes and 30 fixed: always fits.
+    let len = (out.len() - start - HEADER).min(u16::MAX as usize) as u16;
+    out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Appends the record of a hold.
+pub fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
+    record(out, HOLD, |out| {
+        push_short(out, &r.key);
+        push_short(out, &r.source);
+        push_short(out, &r.peer);
+        out.extend_from_slice(&unix_ms(r.since).to_be_bytes());
+        out.extend_from_slice(&r.waiting.to_be_bytes());
+        out.extend_from_slice(&r.token.unwrap_or(0).to_be_bytes());
+        out.push(u8::from(r.session == Some(true)));
+        let mode = r.mode.unwrap_or(LockMode::Exclusive);
+        out.extend_from_slice(&mode.word().to_be_bytes());
+    });
+}
+
+/// Appends the record of a waiter.
+pub fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
+    record(out, WAITER, |out| {
+        push_short(out, &w.key);
+        push_short(out, &w.source);
+        push_short(out, &w.peer);
+        out.extend_from_slice(&unix_ms(w.since).to_be_bytes());
+        out.extend_from_slice(&w.mode.word().to_be_bytes());
+        out.push(u8::from(w.session));
+    });
+}
+
+/// Appends the end record.
+pub fn push_end(out: &mut Vec<u8>) {
+    out.extend_from_slice(&[END, 0, 0]);
+}
+
+/// A whole listing in one buffer (`+` included): for tests and small tables;
+/// the server writes the same records in pieces.
+#[cfg(test)]
+pub fn encode(holds: &[KeyReport], waiters: &[WaiterReport]) -> Vec<u8> {
+    let mut out = vec![LISTING];
+    for h in holds {
+        push_hold(&mut out, h);
+    }
+    for w in waiters {
+        push_waiter(&mut out, w);
+    }
+    push_end(&mut out);
+    out
+}
+
+/// Decodes the record at the start of `buf` (after the leading `+`).
+pub fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
+    let Some(header) = buf.get(..HEADER) else {
+        return Ok(Step::Incomplete);
+    };
+    let kind = header[0];
+    let len = u16::from_be_bytes([header[1], header[2]]) as usize;
+    if kind == END {
+        return match len {
+            0 => Ok(Step::End),
+            n => Err(ListingError::BadEnd(n)),
+        };
+    }
+    let Some(body) = buf.get(HEADER..HEADER + len) else {
+        return Ok(Step::Incomplete);
+    };
+    let used = HEADER + len;
+    let bad = || ListingError::Malformed { kind, len };
+    let mut cur = Reader { buf: body, pos: 0 };
+    let entry = match kind {
+        HOLD => {
+            let key = cur.short().ok_or_else(bad)?;
+            let source = cur.short().ok_or_else(bad)?;
+            let peer = cur.short().ok_or_else(bad)?;
+            let since = cur.i64().ok_or_else(bad)?;
+            let waiting = cur.u32().ok_or_else(bad)?;
+            let token = cur.u64().ok_or_else(bad)?;
+            let session = cur.flag().ok_or_else(bad)?;
+            let mode = cur.u32().ok_or_else(bad)?;
+            Entry::Hold(KeyReport {
+                key,
+                source,
+                peer,
+                since: from_unix_ms(since),
+                waiting,
+                // 0: a hold restored from a log written before tokens.
+                token: (token != 0).then_some(token),
+                session: Some(session),
+                mode: Some(LockMode::from_word(mode)),
+            })
+        }
+        WAITER => {
+            let key = cur.short().ok_or_else(bad)?;
+            let source = cur.short().ok_or_else(bad)?;
+            let peer = cur.short().ok_or_else(bad)?;
+            let since = cur.i64().ok_or_else(bad)?;
+            let mode = cur.u32().ok_or_else(bad)?;
+            let session = cur.flag().ok_or_else(bad)?;
+            Entry::Waiter(WaiterReport {
+                key,
+                source,
+                peer,
+                since: from_unix_ms(since),
+                mode: LockMode::from_word(mode),
+                session,
+            })
+        }
+        _ => return Ok(Step::Skip(used)),
+    };
+    Ok(Step::Record(entry, used))
+}
+
+/// Reads a listing from a reader's buffer as it fills: feed it bytes with
+/// [`ListingReader::feed`], which consumes every whole record; `done` once the end
+/// record came.
+#[derive(Debug, Default)]
+pub struct ListingReader {
+    started: bool,
+    pending: Vec<u8>,
+    pub listing: Listing,
+    pub done: bool,
+    /// Bytes taken in so far (for a caller's bound).
+    pub total: usize,
+}
+
+impl ListingReader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes `bytes` in and decodes what it can.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), ListingError> {
+        self.total += bytes.len();
+        if self.done {
+            return Ok(());
+        }
+        self.pending.extend_from_slice(bytes);
+        let mut pos = 0;
+        if !self.started {
+            let Some(&first) = self.pending.first() else {
+                return Ok(());
+            };
+            if first != LISTING {
+                return Err(ListingError::NotAListing(first));
+            }
+            self.started = true;
+            pos = 1;
+        }
+        loop {
+            match decode_record(&self.pending[pos..])? {
+                Step::Record(entry, used) => {
+                    pos += used;
+                    match entry {
+                        Entry::Hold(h) => self.listing.holds.push(h),
+                        Entry::Waiter(w) => self.listing.waiters.push(w),
+                    }
+                }
+                Step::Skip(used) => pos += used,
+                Step::End => {
+                    self.done = true;
+                    self.pending.clear();
+                    return Ok(());
+                }
+                Step::Incomplete => break,
+            }
+        }
+        self.pending.drain(..pos);
+        Ok(())
+    }
+}
+
+/// A whole listing from one buffer; None when it is incomplete.
+#[cfg(test)]
+pub fn decode(buf: &[u8]) -> Result<Option<Listing>, ListingError> {
+    let mut r = ListingReader::new();
+    r.feed(buf)?;
+    Ok(r.done.then_some(r.listing))
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let bytes = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(bytes)
+    }
+
+    fn short(&mut self) -> Option<Vec<u8>> {
+        let len = *self.take(1)?.first()? as usize;
+        Some(self.take(len)?.to_vec())
+    }
+
+    fn flag(&mut self) -> Option<bool> {
+        match self.take(1)? {
+            [0] => Some(false),
+            [1] => Some(true),
+            _ => None,
+        }
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(key: &str) -> KeyReport {
+        KeyReport {
+            key: key.as_bytes().to_vec(),
+            source: b"ci-7".to_vec(),
+            peer: b"192.0.2.2:5000".to_vec(),
+            since: from_unix_ms(1_700_000_000_123),
+            waiting: 2,
+            token: Some(1_700_000_000_123_456),
+            session: Some(true),
+            mode: Some(LockMode::limit(3)),
+        }
+    }
+
+    fn waiter(key: &str, source: &str) -> WaiterReport {
+        WaiterReport {
+            key: key.as_bytes().to_vec(),
+            source: source.as_bytes().to_vec(),
+            peer: b"192.0.2.9:6000".to_vec(),
+            since: from_unix_ms(1_700_000_001_000),
+            mode: LockMode::Shared,
+            session: false,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let holds = vec![
+            hold("a"),
+            KeyReport {
+                session: Some(false),
+                mode: Some(LockMode::Exclusive),
+                token: None,
+                ..hold("b")
+            },
+        ];
+        let waiters = vec![waiter("a", "w1"), waiter("a", "w2"), waiter("b", "")];
+        let bytes = encode(&holds, &waiters);
+        assert_eq!(bytes[0], b'+');
+        assert_eq!(&bytes[bytes.len() - 3..], b".\0\0");
+        let got = decode(&bytes).unwrap().unwrap();
+        assert_eq!(got.holds, holds);
+        assert_eq!(got.waiters, waiters);
+        assert_eq!(decode(&encode(&[], &[])).unwrap(), Some(Listing::default()));
+    }
+
+    #[test]
+    fn truncated_input_is_incomplete_at_every_cut() {
+        let bytes = encode(&[hold("a")], &[waiter("a", "w1")]);
+        for cut in 0..bytes.len() {
+            assert_eq!(decode(&bytes[..cut]), Ok(None), "cut at {cut}");
+        }
+        // Fed a byte at a time, it reads the same as in one piece.
+        let mut r = ListingReader::new();
+        for b in &bytes {
+            r.feed(std::slice::from_ref(b)).unwrap();
+        }
+        assert!(r.done);
+        assert_eq!(r.listing, decode(&bytes).unwrap().unwrap());
+    }
+
+    #[test]
+    fn hostile_lengths_are_errors_not_panics() {
+        // A short field longer than its record's body.
+        let mut bytes = vec![b'+', HOLD, 0, 2, 200, b'k'];
+        push_end(&mut bytes);
+        assert_eq!(
+            decode(&bytes),
+            Err(ListingError::Malformed { kind: HOLD, len: 2 })
+        );
+        // A body too short for the fixed fields.
+        let mut bytes = vec![b'+', WAITER, 0, 3, 0, 0, 0];
+        push_end(&mut bytes);
+        assert!(matches!(
+            decode(&bytes),
+            Err(ListingError::Malformed { kind: WAITER, .. })
+        ));
+        // A record claiming 65535 bytes that never come: incomplete, and
+        // nothing is allocated for it up front.
+        assert_eq!(decode(&[b'+', HOLD, 0xff, 0xff, 1, 2, 3]), Ok(None));
+        // A bad session byte.
+        let mut bytes = encode(&[], &[waiter("k", "s")]);
+        let flag = bytes.len() - 4;
+        bytes[flag] = 7;
+        assert!(decode(&bytes).is_err());
+        assert_eq!(decode(b"-"), Err(ListingError::NotAListing(b'-')));
+        assert_eq!(decode(b"+.\0\x01x"), Err(ListingError::BadEnd(1)));
+    }
+
+    #[test]
+    fn unknown_kinds_and_longer_bodies_are_skipped() {
+        let mut bytes = vec![b'+', b'Z', 0, 2, 9, 9];
+        let mut w = Vec::new();
+        push_waiter(&mut w, &waiter("k", "s"));
+        // Two more bytes in the body, from a later server.
+        let len = u16::from_be_bytes([w[1], w[2]]) + 2;
+        w[1..3].copy_from_slice(&len.to_be_bytes());
+        w.extend_from_slice(&[1, 2]);
+        bytes.extend_from_slice(&w);
+        push_end(&mut bytes);
+        let got = decode(&bytes).unwrap().unwrap();
+        assert_eq!(got.waiters, vec![waiter("k", "s")]);
+    }
+}

@@ -1,0 +1,47 @@
+//! Keys (lc-cli's action 17): who holds a key (or every key) and, if
+//! asked, who waits for it, on the lock port, so a client needs no other
+//! port for `keys`, the holder's name or its place in line. The table is
+//! read in one pass under its mutex (one key: a lookup); the listing is
+//! written in pieces, each within the write limit, so a client that stops
+//! reading cannot keep the task.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use super::stream::Stream;
+use super::Shared;
+use crate::proto::listing::{self, Entry};
+
+/// A piece of the listing written at once.
+const PIECE: usize = 64 * 1024;
+
+pub async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
+    let key = (!key.is_empty()).then_some(key);
+    let entries = shared.table.listing(key.as_deref(), waiters);
+    let limit = shared.read_timeout.max(Duration::from_secs(1));
+    let mut out = Vec::with_capacity(PIECE.min(64 + entries.len() * 96));
+    out.push(listing::LISTING);
+    for e in &entries {
+        match e {
+            Entry::Hold(h) => listing::push_hold(&mut out, h),
+            Entry::Waiter(w) => listing::push_waiter(&mut out, w),
+        }
+        if out.len() >= PIECE {
+            if !write(&mut stream, &out, limit).await {
+                return;
+            }
+            out.clear();
+        }
+    }
+    // The end record says the listing is whole; the close follows.
+    listing::push_end(&mut out);
+    write(&mut stream, &out, limit).await;
+}
+
+async fn write(stream: &mut Stream, bytes: &[u8], limit: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(limit, stream.write_all(bytes)).await,
+        Ok(Ok(()))
+    )
+}
