@@ -27,13 +27,14 @@ pub fn manager_addr(lock_addr: &str) -> Result<String> {
 
 /// How long naming a holder may take in all (connect and answer, on the
 /// lock port and, for a reference server, its manager port): a lookup is
-/// best effort and must never hold up the answer it decorates, so it dials
-/// once, with no retry of a refused port.
-pub const HOLDER_LIMIT: Duration = Duration::from_millis(100);
+/// best effort and must never hold up the answer it decorates (a `trylock`
+/// on a held key answers within 50 ms, named or not), so it dials once,
+/// with no retry of a refused port.
+pub const HOLDER_LIMIT: Duration = Duration::from_millis(40);
 /// Of which the connect to a manager port: a filtered one (SYNs dropped)
-/// costs this, so a conflict's line still comes within 50 ms; a manager
-/// that accepts but does not answer costs [`HOLDER_LIMIT`].
-const HOLDER_CONNECT_LIMIT: Duration = Duration::from_millis(30);
+/// costs this; a manager that accepts but does not answer costs
+/// [`HOLDER_LIMIT`].
+const HOLDER_CONNECT_LIMIT: Duration = Duration::from_millis(25);
 
 /// The largest listing read (about a million holds): a peer that sends
 /// more is not believed.
