@@ -67,6 +67,8 @@ impl LcBackend {
                 })?
             }
         };
+        let token = config.access.password.as_ref().map(|t| t.expose());
+        let dialer = dialer.with_token(token);
         Ok(LcBackend {
             dialer,
             addr: address.addr.clone(),
@@ -107,16 +109,50 @@ impl LcBackend {
     }
 
     /// The answer byte; more than one byte, or another byte, is a peer that
-    /// does not speak the protocol (see `probe.rs`).
+    /// does not speak the protocol (see `probe.rs`). A `%` and its reason is
+    /// a request the token's role may not make.
     async fn read_answer(&self, stream: &mut LcStream) -> Result<Answer> {
-        let mut buf = [0u8; 48];
+        let mut buf = [0u8; 2 + proto::MAX_FIELD];
         match stream.read(&mut buf).await {
             Ok(0) => Err(self.unavailable("the server closed the connection without an answer")),
-            Ok(n) => match probe::classify(&buf[..n]) {
-                probe::Reply::Answer(a) => Ok(a),
-                probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
-            },
+            Ok(n) => {
+                if let Some(reason) = proto::parse_not_allowed(&buf[..n]) {
+                    return Err(self.refused(reason));
+                }
+                match probe::classify(&buf[..n]) {
+                    probe::Reply::Answer(a) => Ok(a),
+                    probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
+                }
+            }
             Err(e) => Err(self.unavailable(dial::refusal(&e).unwrap_or(e.to_string()))),
+        }
+    }
+
+    fn refused(&self, reason: impl ToString) -> BackendError {
+        BackendError::Refused {
+            server: self.addr.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Runs `op`, the whole of one client request, under the Hello's rules:
+    /// a server that answered the Hello `-` (a reference server) served
+    /// nothing, so `op` runs once more without one; a token the server
+    /// refused is the error, whatever `op` made of the closed connection.
+    async fn guarded<'a, T, F, Fut>(&'a self, op: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + 'a,
+    {
+        let greeting = self.dialer.greeting();
+        let hello = greeting.sends_hello();
+        let mut result = op().await;
+        if result.is_err() && hello && !greeting.sends_hello() {
+            result = op().await;
+        }
+        match (result, greeting.refusal()) {
+            (Err(_), Some(reason)) => Err(self.refused(reason)),
+            (result, _) => result,
         }
     }
 
@@ -180,7 +216,7 @@ impl LcBackend {
 #[async_trait]
 impl Backend for LcBackend {
     async fn ping(&self) -> Result<super::ping::PingReport> {
-        self.ping_server().await
+        self.guarded(|| self.ping_server()).await
     }
 
     async fn acquire(
@@ -190,6 +226,56 @@ impl Backend for LcBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         check_source(&request.source)?;
+        self.guarded(|| self.acquire_any(request, cancel.clone(), progress))
+            .await
+    }
+
+    async fn unlock(&self, key: &str) -> Result<bool> {
+        self.guarded(|| self.unlock_key(key)).await
+    }
+
+    async fn reset_key(&self, key: &str) -> Result<()> {
+        self.guarded(|| {
+            self.expect_ok(Request::ResetByKey {
+                key: key.as_bytes().to_vec(),
+            })
+        })
+        .await
+    }
+
+    async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
+        let dial = keys::Dial::Retry(self.connect_timeout);
+        keys::list(&self.addr, self.manager.as_deref(), dial).await
+    }
+
+    /// Best effort, within [`keys::HOLDER_LIMIT`]: a manager port that is
+    /// refused or filtered (a remote client, the manager on loopback) leaves
+    /// the holder unnamed rather than delaying the answer.
+    async fn holder(&self, key: &str) -> Result<Option<super::KeyInfo>> {
+        let keys = keys::list(&self.addr, self.manager.as_deref(), keys::Dial::Once).await?;
+        Ok(keys.into_iter().find(|k| k.key == key))
+    }
+
+    async fn reset_source(&self, source: &str) -> Result<()> {
+        check_source(source)?;
+        self.guarded(|| {
+            self.expect_ok(Request::ResetBySource {
+                source: source.as_bytes().to_vec(),
+            })
+        })
+        .await
+    }
+}
+
+impl LcBackend {
+    /// A lock: with lc-cli's actions, else (a server that answered `-` to
+    /// them) the classic ones.
+    async fn acquire_any(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
         if !self.classic_only.load(Ordering::Relaxed) {
             if let Some(acquired) = self.acquire_extended(request, &cancel, progress).await? {
                 return Ok(acquired);
@@ -212,40 +298,6 @@ impl Backend for LcBackend {
         self.acquire_classic(request, cancel, progress).await
     }
 
-    async fn unlock(&self, key: &str) -> Result<bool> {
-        self.unlock_key(key).await
-    }
-
-    async fn reset_key(&self, key: &str) -> Result<()> {
-        self.expect_ok(Request::ResetByKey {
-            key: key.as_bytes().to_vec(),
-        })
-        .await
-    }
-
-    async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        let dial = keys::Dial::Retry(self.connect_timeout);
-        keys::list(&self.addr, self.manager.as_deref(), dial).await
-    }
-
-    /// Best effort, within [`keys::HOLDER_LIMIT`]: a manager port that is
-    /// refused or filtered (a remote client, the manager on loopback) leaves
-    /// the holder unnamed rather than delaying the answer.
-    async fn holder(&self, key: &str) -> Result<Option<super::KeyInfo>> {
-        let keys = keys::list(&self.addr, self.manager.as_deref(), keys::Dial::Once).await?;
-        Ok(keys.into_iter().find(|k| k.key == key))
-    }
-
-    async fn reset_source(&self, source: &str) -> Result<()> {
-        check_source(source)?;
-        self.expect_ok(Request::ResetBySource {
-            source: source.as_bytes().to_vec(),
-        })
-        .await
-    }
-}
-
-impl LcBackend {
     /// The frame of a request with lc-cli's actions: a session lock (8, 9)
     /// for an exclusive hold of a command, else a mode lock (12 to 15).
     fn extended_frame(request: &LockRequest) -> Request {
@@ -323,6 +375,7 @@ impl LcBackend {
             }),
             Some(Granted::Foreign(bytes)) => Err(probe::foreign(&self.addr, &bytes)),
             Some(Granted::Refused(reason)) => Err(self.unavailable(reason)),
+            Some(Granted::NotAllowed(reason)) => Err(self.refused(reason)),
             None => Err(self.unavailable(
                 "lost the connection while waiting: the server closed it without an answer",
             )),

@@ -81,6 +81,8 @@ pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
                         break;
                     }
                 }
+                // The reference's `-` to the Hello in front: it speaks.
+                Ok(Err(e)) if super::dial::hello_unknown(&e) => return Probe::Speaks,
                 Ok(Err(e)) if got.is_empty() => return Probe::Unreachable(e.to_string()),
                 Ok(Err(_)) | Err(_) => break,
             }

@@ -5,14 +5,38 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
-/// `--server '...'` for `lock` (the bound lock port) and `manager`; `tls`
-/// makes it the `lcs://` form, with the CA a client needs to trust it, and
-/// `mutual` (`--tls-client-ca`) with the client certificate it must show.
-pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool, mutual: bool) -> String {
+/// `--server '...'` for `lock` (the bound lock port) and `manager` (None:
+/// off); `tls` makes it the `lcs://` form, with the CA a client needs to
+/// trust it, `mutual` (`--tls-client-ca`) with the client certificate it
+/// must show, and `token` (`--token-file`) says where a client puts its
+/// token (never which one).
+pub fn clients(
+    lock: SocketAddr,
+    manager: Option<SocketAddr>,
+    tls: bool,
+    mutual: bool,
+    token: bool,
+) -> String {
+    let mut text = match manager {
+        Some(m) => address(lock, m, tls, mutual),
+        None => format!(
+            "{}; no keys or holder names (manager port off)",
+            address(lock, lock, tls, mutual)
+        ),
+    };
+    if token {
+        text.push_str("; each with a token of the token file in LC_TOKEN (or LC_TOKEN_FILE)");
+    }
+    text
+}
+
+/// The hint without the token; `manager` is `lock` when it is off.
+fn address(lock: SocketAddr, manager: SocketAddr, tls: bool, mutual: bool) -> String {
     let host = reachable_ip(lock.ip());
     let shown = SocketAddr::new(host, lock.port());
     let mut params = Vec::new();
-    let remote_manager = !manager.ip().is_loopback() || lock.ip().is_loopback();
+    let off = manager == lock;
+    let remote_manager = off || !manager.ip().is_loopback() || lock.ip().is_loopback();
     let manager_at = SocketAddr::new(
         if manager.ip().is_unspecified() {
             host
@@ -22,7 +46,7 @@ pub fn clients(lock: SocketAddr, manager: SocketAddr, tls: bool, mutual: bool) -
         manager.port(),
     );
     let next = crate::proto::manager::port_for(lock.port());
-    if remote_manager && (next != Some(manager.port()) || manager_at.ip() != host) {
+    if !off && remote_manager && (next != Some(manager.port()) || manager_at.ip() != host) {
         params.push(format!("manager={manager_at}"));
     }
     if tls {
@@ -81,37 +105,94 @@ mod tests {
     #[test]
     fn loopback_and_the_next_port_need_no_manager() {
         assert_eq!(
-            clients(a("127.0.0.1:22119"), a("127.0.0.1:22120"), false, false),
+            clients(
+                a("127.0.0.1:22119"),
+                Some(a("127.0.0.1:22120")),
+                false,
+                false,
+                false
+            ),
             "clients: --server '127.0.0.1:22119'"
         );
         assert_eq!(
-            clients(a("127.0.0.1:5000"), a("127.0.0.1:6000"), false, false),
+            clients(
+                a("127.0.0.1:5000"),
+                Some(a("127.0.0.1:6000")),
+                false,
+                false,
+                false
+            ),
             "clients: --server 'lc://127.0.0.1:5000?manager=127.0.0.1:6000'"
         );
     }
 
     #[test]
     fn an_exposed_server_never_names_loopback_to_remote_clients() {
-        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), false, false);
+        let hint = clients(
+            a("192.0.2.2:22219"),
+            Some(a("127.0.0.1:22220")),
+            false,
+            false,
+            false,
+        );
         assert_eq!(
             hint,
             "clients: --server '192.0.2.2:22219'; keys and holder names from this host only (manager on 127.0.0.1:22220)"
         );
-        let hint = clients(a("0.0.0.0:22219"), a("127.0.0.1:22220"), true, false);
+        let hint = clients(
+            a("0.0.0.0:22219"),
+            Some(a("127.0.0.1:22220")),
+            true,
+            false,
+            false,
+        );
         assert!(!hint.contains("0.0.0.0:22219"), "{hint}");
         assert!(hint.starts_with("clients: --server 'lcs://"), "{hint}");
         assert!(hint.contains(":22219?cacert=CA-FILE'"), "{hint}");
-        let hint = clients(a("192.0.2.2:22219"), a("127.0.0.1:22220"), true, true);
+        let hint = clients(
+            a("192.0.2.2:22219"),
+            Some(a("127.0.0.1:22220")),
+            true,
+            true,
+            false,
+        );
         assert!(
             hint.starts_with(
                 "clients: --server 'lcs://192.0.2.2:22219?cacert=CA-FILE&cert=CERT-FILE&key=KEY-FILE'"
             ),
             "{hint}"
         );
-        let hint = clients(a("192.0.2.2:22219"), a("0.0.0.0:7000"), false, false);
+        let hint = clients(
+            a("192.0.2.2:22219"),
+            Some(a("0.0.0.0:7000")),
+            false,
+            false,
+            false,
+        );
         assert_eq!(
             hint,
             "clients: --server 'lc://192.0.2.2:22219?manager=192.0.2.2:7000'"
+        );
+    }
+
+    #[test]
+    fn a_token_server_says_where_the_token_goes() {
+        let hint = clients(a("192.0.2.2:22219"), None, true, false, true);
+        assert_eq!(
+            hint,
+            "clients: --server 'lcs://192.0.2.2:22219?cacert=CA-FILE'; no keys or holder names \
+             (manager port off); each with a token of the token file in LC_TOKEN (or LC_TOKEN_FILE)"
+        );
+        let hint = clients(
+            a("127.0.0.1:22119"),
+            Some(a("127.0.0.1:22120")),
+            false,
+            false,
+            true,
+        );
+        assert!(
+            hint.starts_with("clients: --server '127.0.0.1:22119'; each with"),
+            "{hint}"
         );
     }
 }
