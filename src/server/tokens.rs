@@ -48,7 +48,7 @@ impl Role {
 /// A token's fingerprint: the first 8 bytes of its SHA-256. Recorded with
 /// each hold its connection is granted; it tells "its own" holds from
 /// others' and may be logged (it tells nothing of the token).
-pub type Owner = u64;
+pub use super::table::Owner;
 
 /// Who a connection's Hello proved it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,8 @@ fn digest(token: &[u8]) -> [u8; 32] {
 }
 
 fn owner_of(digest: &[u8; 32]) -> Owner {
-    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+    let prefix = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+    Owner::new(prefix).unwrap_or(Owner::MIN)
 }
 
 impl TokenSet {

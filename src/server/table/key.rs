@@ -23,8 +23,9 @@ pub struct Ask {
     pub owner: Option<Owner>,
 }
 
-/// A token's fingerprint (`server::tokens::Owner`).
-pub type Owner = u64;
+/// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
+/// `Option` of it is 8 bytes (an `Ask` is part of every parked waiter).
+pub type Owner = std::num::NonZeroU64;
 
 /// Whose holds a release (or a reclaim) may end: any, or only those of one
 /// token (a `lock` role's own).

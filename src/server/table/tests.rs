@@ -323,13 +323,14 @@ fn a_plain_unlock_ends_the_oldest_kept_hold_first() {
 
 #[test]
 fn a_token_releases_only_its_own_holds() {
+    let o = |n: u64| Owner::new(n).unwrap();
     let t = Table::new();
     let mine = Ask {
-        owner: Some(7),
+        owner: Some(o(7)),
         ..ask(b"a", false)
     };
     let theirs = Ask {
-        owner: Some(8),
+        owner: Some(o(8)),
         ..ask(b"b", false)
     };
     let LockOutcome::Granted(a) = t.lock(b"k", &mine) else {
@@ -339,20 +340,20 @@ fn a_token_releases_only_its_own_holds() {
         panic!()
     };
     assert_eq!(
-        t.begin_release_by(b"j", None, Whose::Only(7)).err(),
+        t.begin_release_by(b"j", None, Whose::Only(o(7))).err(),
         Some(NotYours)
     );
     assert_eq!(
-        t.begin_release_by(b"j", Some(b.token), Whose::Only(7))
+        t.begin_release_by(b"j", Some(b.token), Whose::Only(o(7)))
             .err(),
         Some(NotYours)
     );
     assert!(t
-        .begin_release_by(b"free", None, Whose::Only(7))
+        .begin_release_by(b"free", None, Whose::Only(o(7)))
         .unwrap()
         .is_none());
     let (id, _) = t
-        .begin_release_by(b"k", None, Whose::Only(7))
+        .begin_release_by(b"k", None, Whose::Only(o(7)))
         .unwrap()
         .unwrap();
     assert_eq!(id, a.id);
@@ -365,15 +366,16 @@ fn a_token_releases_only_its_own_holds() {
         panic!()
     };
     assert!(t
-        .reclaim_by(b"s", s.token, Whose::Only(7), Some(7))
+        .reclaim_by(b"s", s.token, Whose::Only(o(7)), Some(o(7)))
         .unwrap()
         .is_some());
     assert_eq!(
-        t.reclaim_by(b"s", s.token, Whose::Only(8), Some(8)).err(),
+        t.reclaim_by(b"s", s.token, Whose::Only(o(8)), Some(o(8)))
+            .err(),
         Some(NotYours)
     );
     assert!(t
-        .reclaim_by(b"s", s.token, Whose::Any, Some(9))
+        .reclaim_by(b"s", s.token, Whose::Any, Some(o(9)))
         .unwrap()
         .is_some());
 }
