@@ -52,8 +52,13 @@ pub struct Greeting {
 
 impl Greeting {
     fn new(token: Option<&str>) -> Greeting {
+        // The version ends in CR LF, as the Ping's key does: a line-based
+        // server (Redis, HTTP) sees a whole line before the token and
+        // answers it with text at once (see `probe.rs`).
         let frame = proto::encode(&Request::Hello {
-            client: env!("CARGO_PKG_VERSION").as_bytes().to_vec(),
+            client: concat!(env!("CARGO_PKG_VERSION"), "\r\n")
+                .as_bytes()
+                .to_vec(),
             token: token.unwrap_or("").as_bytes().to_vec(),
         })
         .expect("a token of at most 127 bytes (checked when the address was parsed)");

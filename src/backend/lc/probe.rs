@@ -140,11 +140,17 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
             ),
         };
     }
+    // Its first line only: the answer to the Hello's line, which the
+    // token (after it) is not part of.
+    let line = match bytes.iter().position(|&b| b == b'\n') {
+        Some(end) => &bytes[..=end],
+        None => bytes,
+    };
     BackendError::Protocol {
         server: addr.to_string(),
         reason: format!(
             "\"{}\": not the Locking-Center protocol{}",
-            printable(&bytes[..bytes.len().min(SHOWN)]),
+            printable(&line[..line.len().min(SHOWN)]),
             port_hint(addr)
         ),
     }
