@@ -266,7 +266,7 @@ fn tokens_over_tls() {
         0,
     );
     refused(
-        &mut lc_at(&url(""), &["-v", "trylock", "k", "--", "true"]).env_remove("LC_TOKEN"),
+        lc_at(&url(""), &["-v", "trylock", "k", "--", "true"]).env_remove("LC_TOKEN"),
         "LC_TOKEN",
     );
     refused(
