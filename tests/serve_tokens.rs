@@ -5,7 +5,9 @@
 //! token's; an `admin` token may; a reference client's classic frame gets
 //! `-` and a close, logged once per peer address; SIGHUP rotates the tokens
 //! while the holds stay; tokens over TLS (`lcs://:TOKEN@`); and no token is
-//! ever printed, by a client or by the server, with `-v` on both.
+//! ever printed, by a client or by the server, with `-v` on both; a token
+//! given to a server without tokens, or to one that does not know Hello
+//! (the reference mode), changes nothing.
 
 mod common;
 
@@ -326,4 +328,41 @@ fn the_manager_port_is_off_with_tokens_unless_asked_for() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the token file"));
+}
+
+#[test]
+fn a_token_for_a_server_without_tokens_changes_nothing() {
+    // lc-cli serve without --token-file: the token is not checked.
+    let plain = Serve::new().listen(&format!("{}:0", host_ip())).start();
+    let out = run(&mut lc(&plain, Some(LOCK), &["ping"]), 0);
+    assert!(
+        out.contains("token not checked (the server takes none)"),
+        "{out}"
+    );
+    run(&mut lc(&plain, Some(LOCK), &["lock", "k", "--", "true"]), 0);
+    run(&mut lc(&plain, Some(LOCK), &["lock", "kept"]), 0);
+    run(&mut lc(&plain, None, &["unlock", "kept"]), 0);
+    // A server that does not know Hello (the reference's `-`): asked again
+    // without it, and the lock works as before.
+    let reference = Serve::new()
+        .env("LC_CLI_SERVE_AS_REFERENCE", "1")
+        .listen(&format!("{}:0", host_ip()))
+        .start();
+    run(
+        &mut lc(&reference, Some(LOCK), &["lock", "k", "--", "true"]),
+        0,
+    );
+    run(
+        &mut lc(&reference, Some(LOCK), &["trylock", "t", "--", "true"]),
+        0,
+    );
+    run(&mut lc(&reference, Some(LOCK), &["lock", "kept"]), 0);
+    run(
+        &mut lc(&reference, Some(LOCK), &["trylock", "kept", "--", "true"]),
+        1,
+    );
+    run(&mut lc(&reference, Some(LOCK), &["unlock", "kept"]), 0);
+    let out = run(&mut lc(&reference, Some(LOCK), &["ping"]), 0);
+    assert!(out.contains("not lc-cli serve"), "{out}");
+    no_token_in("the servers", &(plain.log() + &reference.log()));
 }
