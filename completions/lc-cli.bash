@@ -421,7 +421,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__serve)
-            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --tls-cert --tls-key --tls-client-ca --verbose --help"
+            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --tls-cert --tls-key --tls-client-ca --token-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -472,6 +472,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --tls-client-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -100,7 +100,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -s h -l help -d 'Pri
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s l -l listen -d 'Address to listen on (loopback by default; port 0 picks a free one)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l data -d 'Keep held keys in a write-ahead log at PATH, so they survive a restart' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l read-timeout -d 'How long a client may take to send its whole request' -r
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l manager -d 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not; off with --token-file]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l metrics -d 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l reclaim-grace -d 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections -d 'Connections open at once; beyond it a new one is closed at once [default: the file limit (ulimit -n) less 64]' -r
@@ -108,6 +108,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l max-connections-
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-cert -d 'Speak TLS on the lock port with this certificate (PEM, the chain after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager and metrics ports stay plain' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert (PEM)' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l tls-client-ca -d 'Require a client certificate signed by this CA (PEM): mutual TLS; clients add cert=FILE&key=FILE to their lcs:// address' -r -F
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -l token-file -d 'Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or lc://:TOKEN@HOST): one per line of FILE, each optionally followed by its role, lock (the default: lock, release its own holds) or admin (also reset, and release any hold); SIGHUP reads FILE again. The manager port, which takes no token, is then off unless --manager names it' -r -F
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'

@@ -10,7 +10,11 @@
 //! 3. server RSS per held session with 10,000 session holders;
 //! 4. hand-off latency along a queue of 64 waiters, session and classic.
 //!
-//! `--quick` shortens every phase.
+//! `--quick` shortens every phase. `--token` runs one phase instead: the
+//! cost of `serve --token-file` per session pair (a Hello with the token in
+//! front of the SessionLock, in the same write) against no token, and of
+//! `lc-cli lock k -- true` over plain TCP, plain with a token, TLS and TLS
+//! with a token, all in alternation in the same run.
 
 mod bench_common;
 
@@ -29,6 +33,9 @@ fn main() {
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/lc-cli");
     assert!(bin.exists(), "run `cargo build --release` first");
     raise_fd_limit(20_000);
+    if std::env::args().any(|a| a == "--token") {
+        return token_phase(&bin, quick, phase);
+    }
     let server = serve(&bin, &["--reclaim-grace", "60s"], false);
     println!("lc-cli serve on {}, pid {}", server.addr, server.child.id());
 
@@ -131,6 +138,107 @@ fn main() {
 enum Pair {
     Session,
     Classic,
+    /// A session pair whose connection opens with a Hello and the token.
+    TokenSession,
+}
+
+/// The token of the `--token` phase's servers.
+const TOKEN: &str = "bench-token-0123456789abcdef-0123";
+
+/// The Hello with [`TOKEN`], as lc-cli sends it.
+fn hello() -> Vec<u8> {
+    let version = concat!(env!("CARGO_PKG_VERSION"), "\r\n");
+    let mut f = vec![16, version.len() as u8];
+    f.extend_from_slice(version.as_bytes());
+    f.push(TOKEN.len() as u8);
+    f.extend_from_slice(TOKEN.as_bytes());
+    f
+}
+
+/// `--token`: what a token costs per session pair (raw frames) and per
+/// `lc-cli lock k -- true` (plain and TLS), in one run.
+fn token_phase(bin: &Path, quick: bool, phase: Duration) {
+    let dir = tempfile_dir();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN} lock\n")).unwrap();
+    let tokens = tokens.to_str().unwrap().to_string();
+    let plain = serve(bin, &[], false);
+    let token = serve(bin, &["--token-file", &tokens], false);
+    println!(
+        "## session pairs/s, no token vs a token (distinct keys; medians of 3 alternated runs)"
+    );
+    for clients in [1, 32] {
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            without.push(pairs_per_sec(plain.addr, clients, phase, Pair::Session));
+            with.push(pairs_per_sec(
+                token.addr,
+                clients,
+                phase,
+                Pair::TokenSession,
+            ));
+        }
+        let (a, b) = (median(&mut without), median(&mut with));
+        println!(
+            "{clients:>2} client(s): no token {a:>8.0}/s, token {b:>8.0}/s, ratio {:.2}x",
+            b / a
+        );
+    }
+    // A CA and a certificate for 127.0.0.1, made with openssl.
+    let sh = |script: &str| {
+        let ok = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "openssl: {script}");
+    };
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca -keyout ca.key -out ca.pem");
+    sh("openssl req -newkey rsa:2048 -nodes -subj /CN=bench -keyout server.key -out server.csr");
+    sh("printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile ext -out server.pem");
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
+    let tls_args = ["--tls-cert", cert.as_str(), "--tls-key", key.as_str()];
+    let tls = serve(bin, &tls_args, false);
+    let mut both = tls_args.to_vec();
+    both.extend(["--token-file", tokens.as_str()]);
+    let tls_token = serve(bin, &both, false);
+    let lcs = |addr: SocketAddr| format!("lcs://{addr}?cacert={ca}");
+    let with_token = |mut c: Command| {
+        c.env("LC_TOKEN", TOKEN);
+        c
+    };
+    let mut cmds: Vec<(&str, Command)> = vec![
+        ("plain", lc(bin, &plain.addr.to_string())),
+        (
+            "plain + token",
+            with_token(lc(bin, &token.addr.to_string())),
+        ),
+        ("TLS", lc(bin, &lcs(tls.addr))),
+        ("TLS + token", with_token(lc(bin, &lcs(tls_token.addr)))),
+    ];
+    let runs = if quick { 100 } else { 400 };
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cmds.len()];
+    for _ in 0..runs {
+        for (i, (_, c)) in cmds.iter_mut().enumerate() {
+            times[i].push(run(c));
+        }
+    }
+    println!("\n## `lc-cli lock k -- true`, {runs} alternated runs each (wall time per run)");
+    let ms = |t: &[Duration]| -> Vec<f64> { t.iter().map(|d| d.as_secs_f64() * 1e3).collect() };
+    let base = median(&mut ms(&times[0]));
+    for (i, (name, _)) in cmds.iter().enumerate() {
+        let m = median(&mut ms(&times[i]));
+        println!(
+            "{name:<14} median {m:>6.2} ms, mean {:>6.2} ms, {:.2}x plain",
+            mean_ms(&times[i]),
+            m / base
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn mean_ms(t: &[Duration]) -> f64 {
@@ -220,6 +328,18 @@ fn classic(addr: SocketAddr, bytes: &[u8]) -> u8 {
 
 fn one_pair(addr: SocketAddr, key: &[u8], kind: Pair) {
     match kind {
+        Pair::TokenSession => {
+            let mut s = connect(addr);
+            let mut f = hello();
+            f.extend(frame(8, key, b"b"));
+            s.write_all(&f).unwrap();
+            // `*`, the version, `lock`.
+            let mut welcome = vec![0u8; 3 + env!("CARGO_PKG_VERSION").len() + 4];
+            s.read_exact(&mut welcome).unwrap();
+            assert_eq!(welcome[0], b'*');
+            let token = read_session_grant(&mut s);
+            session_release(&mut s, key, token);
+        }
         Pair::Session => {
             let (mut s, token) = session_lock(addr, key);
             session_release(&mut s, key, token);
@@ -274,12 +394,12 @@ fn hold_sessions(addr: SocketAddr, n: usize, prefix: &str) -> Vec<TcpStream> {
 fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<Duration> {
     let key = format!("handoff-{kind:?}-{round}").into_bytes();
     let lock_frame = match kind {
-        Pair::Session => frame(8, &key, b"w"),
+        Pair::Session | Pair::TokenSession => frame(8, &key, b"w"),
         Pair::Classic => frame(1, &key, b"w"),
     };
     let read_grant = move |s: &mut TcpStream| -> u64 {
         match kind {
-            Pair::Session => read_session_grant(s),
+            Pair::Session | Pair::TokenSession => read_session_grant(s),
             Pair::Classic => {
                 let mut b = [0u8; 1];
                 s.read_exact(&mut b).unwrap();
@@ -289,7 +409,7 @@ fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<D
         }
     };
     let release = move |s: &mut TcpStream, key: &[u8], token: u64| match kind {
-        Pair::Session => session_release(s, key, token),
+        Pair::Session | Pair::TokenSession => session_release(s, key, token),
         Pair::Classic => {
             let mut r = vec![6, key.len() as u8];
             r.extend_from_slice(key);

@@ -316,7 +316,7 @@ pub struct ServeArgs {
     pub read_timeout: Duration,
 
     /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1,
-    /// on loopback when --listen is not]
+    /// on loopback when --listen is not; off with --token-file]
     #[arg(long, value_name = "ADDR")]
     pub manager: Option<SocketAddr>,
 
@@ -354,6 +354,14 @@ pub struct ServeArgs {
     /// clients add cert=FILE&key=FILE to their lcs:// address
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or
+    /// lc://:TOKEN@HOST): one per line of FILE, each optionally followed by
+    /// its role, lock (the default: lock, release its own holds) or admin
+    /// (also reset, and release any hold); SIGHUP reads FILE again. The
+    /// manager port, which takes no token, is then off unless --manager names it
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[cfg(test)]

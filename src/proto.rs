@@ -91,8 +91,11 @@ pub const ACTION_MODE_SESSION_TRY_LOCK: u8 = 13;
 pub const ACTION_MODE_LOCK: u8 = 14;
 pub const ACTION_MODE_TRY_LOCK: u8 = 15;
 /// lc-cli's extension: `[16][len][client version][len][token]`, both fields
-/// may be empty; answered `+[len][server version]`. The token field is
-/// where issue 22's token goes: a server without tokens ignores it.
+/// may be empty; lc-cli sends it first on every connection, the request
+/// right behind it. Answered `+[len][server version]` by a server without
+/// tokens (which ignores the token), `*[len][version][len][role]` by one
+/// with `--token-file` that takes the token, `%[len][reason]` (and a
+/// close) by one that does not; then the request behind it is served.
 pub const ACTION_HELLO: u8 = 16;
 /// lc-cli's extension: `[17][len][key][len][flags]`, who holds and waits:
 /// the key's entries, or every key's when the key is empty; flags bit 0

@@ -2,7 +2,9 @@
 //! listening, a refused password, an address that does not parse, a bad
 //! LC_SERVER) and its normal output (`-v`, `keys`, `keys --json`, the
 //! hints that repeat the address) are run with a known password, and the
-//! password is searched for in stdout and stderr of each run.
+//! password is searched for in stdout and stderr of each run. The built-in
+//! server's token (`serve --token-file`) is such a password, in the
+//! address, LC_TOKEN_FILE, and the server's own `-v` log.
 
 mod common;
 
@@ -13,7 +15,7 @@ use common::etcd::Etcd;
 use common::pg::PgServer;
 use common::redis::{free_port, RedisServer};
 use common::zk::Zk;
-use common::BIN;
+use common::{Serve, BIN};
 
 /// The password every address below carries (or the environment does).
 const PW: &str = "Never-Print-Me-9931";
@@ -47,6 +49,8 @@ fn check(server: &str, env: &[(&str, &str)]) -> usize {
                 .env_remove("ETCDCTL_USER")
                 .env_remove("ETCDCTL_PASSWORD")
                 .env_remove("LC_ZK_PASSWORD")
+                .env_remove("LC_TOKEN")
+                .env_remove("LC_TOKEN_FILE")
                 .envs(env.iter().copied())
                 .stdin(Stdio::null());
             if via_env {
@@ -187,4 +191,32 @@ fn no_refused_or_accepted_password_is_shown() {
     );
     eprintln!("{runs} runs");
     std::thread::sleep(Duration::from_millis(10));
+}
+
+#[test]
+fn no_token_of_the_built_in_server_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, format!("{PW} admin\n")).unwrap();
+    let file = file.to_str().unwrap();
+    let s = Serve::new().args(&["--token-file", file]).start();
+    let right = format!("lc://:{PW}@{}", s.addr);
+    // A key held, so that `-n`, `trylock` and `wait` have a holder.
+    let held = Command::new(BIN)
+        .args(["--server", &right, "lock", "held"])
+        .env_remove("LC_SERVER")
+        .output()
+        .unwrap();
+    assert!(held.status.success(), "{held:?}");
+    let mut runs = check(&format!("lc://:{PW}x@{}", s.addr), &[]);
+    runs += check(&right, &[]);
+    let only_token = dir.path().join("mine");
+    std::fs::write(&only_token, format!("{PW}\n")).unwrap();
+    runs += check(
+        &s.addr.to_string(),
+        &[("LC_TOKEN_FILE", only_token.to_str().unwrap())],
+    );
+    let log = s.log();
+    assert!(!log.contains(PW), "the server printed the token:\n{log}");
+    eprintln!("{runs} runs");
 }

@@ -466,17 +466,139 @@ fn reference_like(
 /// `-` is "not released" (exit 74 with the reset line).
 #[test]
 fn unlock_falls_back_to_the_classic_frame() {
-    let (addr, server) = reference_like(b'+', 2);
+    // The Hello that opens lc-cli's first connection is answered `-` too:
+    // the Release is asked again without it, then the classic Unlock.
+    const HELLO: u8 = 16;
+    let (addr, server) = reference_like(b'+', 3);
     let mut cmd = std::process::Command::new(BIN);
     cmd.args(["--server", &addr.to_string(), "unlock", "k"]);
     expect_status(&mut cmd, 0);
-    assert_eq!(server.join().unwrap(), [RELEASE, UNLOCK]);
+    assert_eq!(server.join().unwrap(), [HELLO, RELEASE, UNLOCK]);
 
-    let (addr, server) = reference_like(b'-', 2);
+    let (addr, server) = reference_like(b'-', 3);
     let mut cmd = std::process::Command::new(BIN);
     cmd.args(["--server", &addr.to_string(), "unlock", "k"]);
     let out = expect_status(&mut cmd, 74);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("reset k"), "{err}");
-    assert_eq!(server.join().unwrap(), [RELEASE, UNLOCK]);
+    assert_eq!(server.join().unwrap(), [HELLO, RELEASE, UNLOCK]);
+}
+
+/// Issue 22 item 8: the protocol with `--token-file` on. Every frame after
+/// a Hello with the token is served as without tokens; bad input after it
+/// affects only its connection; a frame without the Hello gets `-`; the
+/// queue keeps its order through all of it.
+#[test]
+fn with_tokens_bad_input_after_a_hello_affects_only_its_connection() {
+    const TOKEN: &[u8] = b"protocol-test-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, [TOKEN, b" lock\n"].concat()).unwrap();
+    let server = Serve::new()
+        .args(&[
+            "--token-file",
+            file.to_str().unwrap(),
+            "--read-timeout",
+            "1s",
+        ])
+        .start();
+    let version = env!("CARGO_PKG_VERSION").as_bytes();
+    let welcome = [&[b'*', version.len() as u8][..], version, b"\x04lock"].concat();
+    let with_hello = |bytes: &[u8]| {
+        let mut f = vec![16, 2, b'\r', b'\n', TOKEN.len() as u8];
+        f.extend_from_slice(TOKEN);
+        f.extend_from_slice(bytes);
+        f
+    };
+    // What the server answers after the Hello's `*...`, until it closes
+    // (`done`: the client half-closes first, as bad input may never end;
+    // not for a request it wants the answer of, which that withdraws).
+    let answered = |bytes: &[u8], done: bool| {
+        let mut s = server.connect();
+        let _ = s.write_all(&with_hello(bytes));
+        if done {
+            let _ = s.shutdown(Shutdown::Write);
+        }
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        assert!(
+            all.starts_with(&welcome),
+            "{:?}",
+            String::from_utf8_lossy(&all)
+        );
+        all[welcome.len()..].to_vec()
+    };
+    let after_hello = |bytes: &[u8]| answered(bytes, false);
+    let serves = |probe: &str| {
+        let key = format!("probe-{probe}");
+        assert_eq!(
+            after_hello(&frame(TRY, key.as_bytes(), Some(b"p"))),
+            b"+",
+            "after {probe}"
+        );
+        assert_eq!(
+            after_hello(&frame(RELEASE, key.as_bytes(), None)),
+            b"+",
+            "after {probe}"
+        );
+    };
+    // A Lock's client that half-closes withdraws: the holder stays open.
+    let mut holder = server.connect();
+    holder
+        .write_all(&with_hello(&frame(LOCK, b"calm", Some(b"h"))))
+        .unwrap();
+    let mut got = vec![0u8; welcome.len() + 1];
+    holder.read_exact(&mut got).unwrap();
+    assert_eq!(got, [&welcome[..], b"+"].concat());
+    let mut waiter = server.connect();
+    waiter
+        .write_all(&with_hello(&frame(LOCK, b"calm", Some(b"w"))))
+        .unwrap();
+    server.wait_for("queue 'calm' source 'w'", 1, LIMIT);
+    // Without the Hello: `-`, whatever the frame.
+    for f in [
+        frame(TRY, b"k", Some(b"s")),
+        frame(UNLOCK, b"calm", None),
+        vec![17, 1, b'k', 0],
+    ] {
+        assert_eq!(server.raw(&f), Some(b'-'), "{f:?}");
+    }
+    for (name, bytes) in [
+        ("empty key", vec![LOCK, 0, 0]),
+        ("key size 0x80", vec![LOCK, 0x80, b'k']),
+        ("unknown action 17", vec![17, 1, b'k', 0]),
+        ("a mode of 2 bytes", vec![12, 1, b'k', 0, 2, 0, 1]),
+        ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        ("truncated", vec![LOCK, 5, b'a']),
+    ] {
+        let rest = answered(&bytes, true);
+        assert!(rest == b"-" || rest.is_empty(), "{name}: {rest:?}");
+        serves(name);
+    }
+    let mut x: u32 = 0x2545_f491;
+    for round in 0..20 {
+        let bytes: Vec<u8> = (0..300)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8
+            })
+            .collect();
+        let rest = answered(&bytes, true);
+        assert!(rest.len() <= 1, "round {round}: {rest:?}");
+        serves(&format!("garbage round {round}"));
+    }
+    // The holder's own token releases it; the waiter, in line all along,
+    // gets it (after its Hello's answer).
+    assert_eq!(after_hello(&frame(RELEASE, b"calm", None)), b"+");
+    let mut got = vec![0u8; welcome.len() + 1];
+    waiter.read_exact(&mut got).unwrap();
+    assert_eq!(got, [&welcome[..], b"+"].concat());
+    assert_eq!(
+        server.count("before a Hello with a token"),
+        1,
+        "{}",
+        server.log()
+    );
 }

@@ -172,7 +172,7 @@ fn extra_sections() -> Roff {
         &mut r,
         "The lock service is chosen with --server (an option of the subcommands that talk to one, also accepted before the subcommand) or LC_SERVER. A backend's tuning is a query parameter of its address; an unknown parameter is a usage error.",
     );
-    item(&mut r, "HOST:PORT, lc://HOST:PORT[?manager=HOST:PORT]", "The Locking-Center one-byte TCP protocol (default 127.0.0.1:22119); lc-cli serve is such a server. manager: where keys finds the manager port (default: the lock port + 1).");
+    item(&mut r, "HOST:PORT, lc://[:TOKEN@]HOST:PORT[?manager=HOST:PORT]", "The Locking-Center one-byte TCP protocol (default 127.0.0.1:22119); lc-cli serve is such a server. manager: where keys finds the manager port (default: the lock port + 1). TOKEN: for a server with --token-file (shown as ***; better in LC_TOKEN).");
     item(&mut r, "zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s]", "ZooKeeper. session-timeout: how long a dead holder keeps the lock (default 10s). The lock for KEY is the znode PATH/KEY (default PATH /lc-cli); waiters are ephemeral sequential nodes, each watching only its predecessor, named as Apache Curator's InterProcessMutex names them.");
     item(&mut r, "redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s]", "Redis. A FIFO queue ordered by a server-assigned counter, and a lock key with an owner token and a lease (ttl, default 30s) renewed at a third of it while held; queue-timeout (default 60s): how long a dead waiter keeps its place. Several hosts form a quorum of independent nodes: a grant needs a majority.");
     item(&mut r, "etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s]", "etcd v3, with etcd's own lock recipe: the lock for KEY is the key range PREFIX/KEY/ (KEY/ without a prefix, as etcdctl lock KEY names it), a key per waiter named by its lease, served by create revision. ttl (default 10s): the lease, kept alive while waiting and holding. KEY must not contain '/'.");
@@ -196,6 +196,11 @@ fn extra_sections() -> Roff {
         "Set for the command: the key it runs under.",
     );
     item(&mut r, "LC_LOCK_TOKEN", "Set for the command where the backend has one: a number that grows with each grant of the key, for fencing.");
+    item(
+        &mut r,
+        "LC_TOKEN, LC_TOKEN_FILE",
+        "The built-in server: the token for a server with --token-file, when the address has none; LC_TOKEN_FILE names a file whose first line is the token.",
+    );
     item(
         &mut r,
         "REDISCLI_AUTH",

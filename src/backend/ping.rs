@@ -14,8 +14,11 @@ pub struct PingReport {
     pub round_trip: Duration,
     /// Over TLS; None: the backend leaves it to the address (`cmd::ping`).
     pub tls: Option<bool>,
-    /// Credentials were given and accepted; None: none given.
+    /// Credentials were given and accepted; None: none given; Some(false):
+    /// given but not checked (lc-cli serve without --token-file).
     pub authenticated: Option<bool>,
+    /// The role the service gave the credentials (lc-cli serve's tokens).
+    pub role: Option<String>,
     /// Why a lock would wait now (a node that does not count yet, a lost
     /// quorum), each with its remedy and how long; empty: a lock can be
     /// taken now.

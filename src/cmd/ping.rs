@@ -69,8 +69,11 @@ pub fn line(r: &PingReport, shown: &str) -> String {
     if r.tls == Some(true) {
         parts.push("TLS".into());
     }
-    if r.authenticated == Some(true) {
-        parts.push("credentials accepted".into());
+    match (r.authenticated, &r.role) {
+        (Some(true), Some(role)) => parts.push(format!("token accepted (role {role})")),
+        (Some(true), None) => parts.push("credentials accepted".into()),
+        (Some(false), _) => parts.push("token not checked (the server takes none)".into()),
+        (None, _) => {}
     }
     let state = if r.ready() {
         "ready".to_string()
@@ -101,6 +104,7 @@ pub fn as_json(r: &PingReport, shown: &str) -> serde_json::Value {
         "round_trip_ms": (r.round_trip.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
         "tls": r.tls.unwrap_or(false),
         "authenticated": r.authenticated,
+        "role": r.role,
         "ready": r.ready(),
         "waits": r.waits,
         "nodes": nodes,
@@ -149,5 +153,14 @@ mod tests {
             ..PingReport::default()
         };
         assert!(line(&reference, "h:1").contains("not lc-cli serve"));
+        let ours = PingReport {
+            service: "lc-cli serve".into(),
+            version: Some("0.1.0".into()),
+            authenticated: Some(true),
+            role: Some("lock".into()),
+            ..PingReport::default()
+        };
+        assert!(line(&ours, "lc://:***@h:1").contains("token accepted (role lock), ready"));
+        assert_eq!(as_json(&ours, "x")["role"], "lock");
     }
 }

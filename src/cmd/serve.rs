@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use crate::cli::ServeArgs;
 use crate::exit::{fail, ExitCode};
 use crate::server::tls::TlsFiles;
+use crate::server::tokens::Tokens;
 use crate::server::{Listeners, OpenError, Server, ServerOptions};
 
 /// Set (to anything) in a test, `serve` answers as the reference server.
@@ -40,6 +41,14 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         }
         _ => None,
     };
+    let tokens = match &args.token_file {
+        Some(path) => {
+            Some(std::sync::Arc::new(Tokens::load(path).map_err(|e| {
+                fail(ExitCode::Usage, format!("refusing to start: {e}"))
+            })?))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -59,6 +68,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         max_connections_per_peer: args
             .max_connections_per_peer
             .map_or(usize::MAX, |n| n as usize),
+        tokens: tokens.clone(),
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.
@@ -71,40 +81,66 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         OpenError::Io(e) => fail(ExitCode::Unavailable, format!("cannot open the log: {e}")),
     })?;
     let exposed = !args.listen.ip().is_loopback();
+    // The manager port takes no token: with tokens, only where asked for.
     let manager_addr = match args.manager {
-        Some(addr) => addr,
-        None => next_port(args.listen)
-            .map(|m| loopback_unless_asked(m, exposed))
-            .ok_or_else(|| {
-                fail(
-                    ExitCode::Usage,
-                    format!(
-                        "no manager port after {}: give one with --manager ADDR",
-                        args.listen
-                    ),
-                )
-            })?,
+        Some(addr) => Some(addr),
+        None if tokens.is_some() => None,
+        None => Some(
+            next_port(args.listen)
+                .map(|m| loopback_unless_asked(m, exposed))
+                .ok_or_else(|| {
+                    fail(
+                        ExitCode::Usage,
+                        format!(
+                            "no manager port after {}: give one with --manager ADDR",
+                            args.listen
+                        ),
+                    )
+                })?,
+        ),
     };
     runtime.block_on(async {
         let lock = bind(args.listen, "listen").await?;
         let addr = lock.local_addr()?;
-        let manager = bind(manager_addr, "serve the manager port").await?;
-        let manager_addr = manager.local_addr()?;
+        let manager = match manager_addr {
+            Some(a) => Some(bind(a, "serve the manager port").await?),
+            None => None,
+        };
+        let manager_addr = match &manager {
+            Some(m) => Some(m.local_addr()?),
+            None => None,
+        };
         let metrics = match args.metrics {
             Some(a) => Some(bind(a, "serve metrics").await?),
             None => None,
         };
         // Handlers in place before anyone can know the address, so a SIGTERM
-        // sent right after start-up still stops the server cleanly.
+        // sent right after start-up still stops the server cleanly (and a
+        // SIGHUP re-reads the tokens instead of ending it).
         let shutdown = shutdown_signal()?;
+        if let Some(t) = &tokens {
+            let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .context("cannot handle SIGHUP")?;
+            let events = crate::server::events::Events { verbose };
+            tokio::spawn(crate::server::tokens::reload_on_hangup(
+                t.clone(),
+                events,
+                hangup,
+            ));
+        }
         // The bound addresses on stdout, so `--listen 127.0.0.1:0` is usable;
         // one write, so a reader that stops after the first line cannot make
         // a later line fail.
-        let mut banner = format!("listening on {addr}\nmanager on {manager_addr}\n");
+        let manager_line = match manager_addr {
+            Some(m) => format!("manager on {m}"),
+            None => "manager off".to_string(),
+        };
+        let mut banner = format!("listening on {addr}\n{manager_line}\n");
         if let Some(m) = &metrics {
             banner.push_str(&format!("metrics on {}\n", m.local_addr()?));
         }
-        for line in warnings(addr, manager_addr, tls.as_ref().map(|(_, f)| f)) {
+        let files = tls.as_ref().map(|(_, f)| f);
+        for line in warnings(addr, manager_addr, files, tokens.as_deref()) {
             eprintln!("lc-cli serve: warning: {line}");
         }
         let mut stdout = std::io::stdout().lock();
@@ -112,9 +148,14 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         let _ = stdout.flush();
         drop(stdout);
         // The address a client elsewhere can use (not 0.0.0.0 or loopback).
-        let files = tls.as_ref().map(|(_, f)| f);
         let mutual = files.is_some_and(|f| f.client_ca.is_some());
-        let reach = hint::clients(addr, manager_addr, files.is_some(), mutual);
+        let reach = hint::clients(
+            addr,
+            manager_addr,
+            files.is_some(),
+            mutual,
+            tokens.is_some(),
+        );
         let secured = match files {
             None => String::new(),
             Some(f) => format!(
@@ -127,15 +168,23 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
                 }
             ),
         };
+        let secured = match &tokens {
+            Some(t) => format!(
+                "{secured}, a token required ({} from {})",
+                t.summary(),
+                t.path().display()
+            ),
+            None => secured,
+        };
         eprintln!(
-            "{} lc-cli serve {} listening on {addr}{secured}, manager on {manager_addr} ({reach})",
+            "{} lc-cli serve {} listening on {addr}{secured}, {manager_line} ({reach})",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             env!("CARGO_PKG_VERSION")
         );
         let listeners = Listeners {
             lock,
             tls: tls.map(|(acceptor, _)| acceptor),
-            manager: Some(manager),
+            manager,
             metrics,
         };
         server.serve(listeners, shutdown).await?;
@@ -145,11 +194,41 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
 
 /// What start-up warns of, one line each, before the banner: a lock port
 /// that is not on loopback and that anyone who reaches it may use (no
-/// client certificate required), and a manager port off loopback, which
-/// is plain TCP whatever the lock port speaks.
-fn warnings(lock: SocketAddr, manager: SocketAddr, tls: Option<&TlsFiles>) -> Vec<String> {
+/// client certificate or token required), tokens sent in clear text, a
+/// token file others may read, and a manager port, which takes no token
+/// and is plain TCP whatever the lock port speaks.
+fn warnings(
+    lock: SocketAddr,
+    manager: Option<SocketAddr>,
+    tls: Option<&TlsFiles>,
+    tokens: Option<&Tokens>,
+) -> Vec<String> {
     let mut lines = Vec::new();
     let mutual = tls.is_some_and(|f| f.client_ca.is_some());
+    if let Some(t) = tokens {
+        if !lock.ip().is_loopback() && tls.is_none() {
+            lines.push(format!(
+                "{lock} is not a loopback address and has no TLS: the tokens cross the network \
+                 in clear text (add --tls-cert and --tls-key, clients lcs://)"
+            ));
+        }
+        if let Some(mode) = t.readable_by_others() {
+            lines.push(format!(
+                "{} can be read by other users (mode {mode:03o}): chmod o-rwx it",
+                t.path().display()
+            ));
+        }
+        if let Some(m) = manager {
+            lines.push(format!(
+                "the manager port {m} takes no token: anyone who reaches it can list and reset \
+                 every key (--manager opened it; without it, it stays off with --token-file)"
+            ));
+        }
+        return lines;
+    }
+    let Some(manager) = manager else {
+        return lines;
+    };
     if !lock.ip().is_loopback() && !mutual {
         let what = match tls {
             None => "the lock protocol has no authentication",

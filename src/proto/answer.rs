@@ -1,5 +1,6 @@
 //! The answers of the one-byte protocol: one byte (`+`, `-`, `#`), or a
-//! byte and a fixed or length-prefixed body (`=`, `~`, Hello's `+`); built
+//! byte and a fixed or length-prefixed body (`=`, `~`, Hello's `+` and `*`,
+//! the token refusal `%`); built
 //! and parsed here, by the server and the client alike.
 
 use std::time::Duration;
@@ -165,6 +166,105 @@ pub fn parse_hello_answer(bytes: &[u8]) -> Option<Vec<u8>> {
     (len as usize <= MAX_FIELD && version.len() == len as usize).then(|| version.to_vec())
 }
 
+/// `*`: a server with `--token-file` took the Hello's token:
+/// `*[len][server version][len][role]`.
+pub const HELLO_ACCEPTED: u8 = b'*';
+
+/// `%` and a reason, `%[len][reason]`: what a server with `--token-file`
+/// answers a Hello whose token it does not take, and a request the
+/// token's role may not make. Sent only on a connection that began with a
+/// Hello (lc-cli's clients, never the reference's).
+pub const NOT_ALLOWED: u8 = b'%';
+
+/// The answer to a Hello whose token a server with tokens took.
+pub fn hello_accepted(version: &[u8], role: &[u8]) -> Vec<u8> {
+    let mut out = vec![HELLO_ACCEPTED];
+    push_field(&mut out, &version[..version.len().min(MAX_FIELD)]);
+    push_field(&mut out, &role[..role.len().min(MAX_FIELD)]);
+    out
+}
+
+/// The refusal of a token or of a request: `%` and the reason.
+pub fn not_allowed(reason: &str) -> Vec<u8> {
+    let reason = reason.as_bytes();
+    let mut out = vec![NOT_ALLOWED];
+    push_field(&mut out, &reason[..reason.len().min(MAX_FIELD)]);
+    out
+}
+
+/// What a server answered a Hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelloAnswer {
+    /// `+`: a server without tokens (the token, if any, is not checked).
+    Unchecked { version: String },
+    /// `*`: the token was taken, with this role.
+    Accepted { version: String, role: String },
+    /// `%`: the token was refused (or none was given): the reason.
+    Refused(String),
+    /// `-` and the end of the connection: a server that does not know
+    /// Hello (a reference server, an lc-cli serve before it).
+    Unknown,
+    /// Not an answer of the protocol: the bytes as read.
+    Foreign,
+}
+
+/// A whole Hello answer at the start of `bytes`, and its length; None while
+/// it is incomplete (`closed`: nothing more will come). Every field byte
+/// must be printable ASCII, so the reply of a text protocol (`+OK\r\n`,
+/// `-ERR ...`, `*2\r\n`) is told apart at its first line end, not after
+/// a length that was never one.
+pub fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
+    let foreign = Some((HelloAnswer::Foreign, bytes.len()));
+    let Some(&first) = bytes.first() else {
+        return closed.then_some((HelloAnswer::Foreign, 0));
+    };
+    let fields = match first {
+        b'+' | NOT_ALLOWED => 1,
+        HELLO_ACCEPTED => 2,
+        b'-' if bytes.len() == 1 => return closed.then_some((HelloAnswer::Unknown, 1)),
+        _ => return foreign,
+    };
+    let mut pos = 1;
+    let mut got: Vec<String> = Vec::with_capacity(fields);
+    for _ in 0..fields {
+        let Some(&len) = bytes.get(pos) else {
+            return if closed { foreign } else { None };
+        };
+        if len as usize > MAX_FIELD {
+            return foreign;
+        }
+        let end = pos + 1 + len as usize;
+        let have = &bytes[pos + 1..end.min(bytes.len())];
+        if !have.iter().all(|b| (0x20..0x7f).contains(b)) {
+            return foreign;
+        }
+        if have.len() < len as usize {
+            return if closed { foreign } else { None };
+        }
+        got.push(String::from_utf8_lossy(have).into_owned());
+        pos = end;
+    }
+    let mut got = got.into_iter();
+    let mut next = || got.next().unwrap_or_default();
+    let answer = match first {
+        b'+' => HelloAnswer::Unchecked { version: next() },
+        NOT_ALLOWED => HelloAnswer::Refused(next()),
+        _ => HelloAnswer::Accepted {
+            version: next(),
+            role: next(),
+        },
+    };
+    Some((answer, pos))
+}
+
+/// The reason in a whole `%` answer to a request; None if it is not one.
+pub fn parse_not_allowed(bytes: &[u8]) -> Option<String> {
+    match parse_hello(bytes, true)? {
+        (HelloAnswer::Refused(reason), n) if n == bytes.len() => Some(reason),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +313,62 @@ mod tests {
         assert_eq!(parse_hello_answer(&answer[..4]), None);
         assert_eq!(parse_hello_answer(b"-"), None);
         assert_eq!(parse_hello_answer(b"+OK\r\n"), None);
+    }
+
+    #[test]
+    fn hello_answers_with_tokens() {
+        let accepted = hello_accepted(b"0.9.0", b"admin");
+        assert_eq!(accepted, b"*\x050.9.0\x05admin");
+        let whole = (
+            HelloAnswer::Accepted {
+                version: "0.9.0".into(),
+                role: "admin".into(),
+            },
+            accepted.len(),
+        );
+        assert_eq!(parse_hello(&accepted, false), Some(whole.clone()));
+        // The answer to the request behind it is not part of it.
+        let mut more = accepted.clone();
+        more.push(b'+');
+        assert_eq!(parse_hello(&more, false), Some(whole));
+        for cut in 0..accepted.len() {
+            assert_eq!(parse_hello(&accepted[..cut], false), None, "cut at {cut}");
+            assert_eq!(
+                parse_hello(&accepted[..cut], true).map(|a| a.0),
+                Some(HelloAnswer::Foreign),
+                "cut at {cut}"
+            );
+        }
+        let refused = not_allowed("no token");
+        assert_eq!(parse_not_allowed(&refused), Some("no token".into()));
+        assert_eq!(parse_not_allowed(b"%"), None);
+        assert_eq!(
+            parse_hello(&hello_answer(b"1.0"), false),
+            Some((
+                HelloAnswer::Unchecked {
+                    version: "1.0".into()
+                },
+                5
+            ))
+        );
+        assert_eq!(parse_hello(b"-", false), None);
+        assert_eq!(parse_hello(b"-", true), Some((HelloAnswer::Unknown, 1)));
+    }
+
+    #[test]
+    fn text_protocols_are_no_hello_answer() {
+        for reply in [
+            &b"-ERR unknown command"[..],
+            b"+OK\r\n",
+            b"*2\r\n$3",
+            b"%1\r\n",
+            b"HTTP/1.1 400",
+        ] {
+            assert_eq!(
+                parse_hello(reply, false).map(|a| a.0),
+                Some(HelloAnswer::Foreign),
+                "{reply:?}"
+            );
+        }
     }
 }

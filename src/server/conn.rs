@@ -1,6 +1,7 @@
-//! One client connection: read one request and hand it to the file that
-//! serves its action family (`lock`, `trylock`, `unlock`, `reset`, `keys`,
-//! ...).
+//! One client connection: read one request (after the Hello that opens
+//! it, when there is one), check it against the token's role
+//! (`--token-file`), and hand it to the file that serves its action family
+//! (`lock`, `trylock`, `unlock`, `reset`, `keys`, ...).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,7 +11,8 @@ use super::stream::Stream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::Counters;
-use super::table::Ask;
+use super::table::{Ask, NotYours, Whose};
+use super::tokens::{self, Caller, Permit};
 use super::{hello, keys, lock, reset, session, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
@@ -24,22 +26,24 @@ const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
 /// the request, answering a grant, the other requests) run in boxed futures,
 /// allocated only while they run.
 pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
-    let Some((stream, request)) = Box::pin(read_phase(stream, peer, &shared)).await else {
+    let Some((stream, request, caller)) = Box::pin(read_phase(stream, peer, &shared)).await else {
         return;
     };
     if !shared.extensions && request.is_extension() {
         // The test-only reference mode: an action the reference does not know.
         return Box::pin(reply(stream, async { Answer::Fail })).await;
     }
-    // The reference's rule: a request without a source is the peer's address.
-    let or_peer = |source: Vec<u8>| {
-        if source.is_empty() {
-            peer.ip().to_string().into_bytes()
-        } else {
-            source
+    // The token gate (with --token-file): what the Hello's role may do.
+    let whose = match caller.map(|c| (c, tokens::allowed(c.role, &request))) {
+        None | Some((_, Permit::Yes)) => Whose::Any,
+        Some((c, Permit::OwnHolds)) => Whose::Only(c.owner),
+        Some((_, Permit::No(reason))) => {
+            return Box::pin(not_allowed(stream, peer, &shared, reason)).await
         }
     };
+    let owner = caller.map(|c| c.owner);
     match request {
+        // The one phase that may wait for long: inline, the rest boxed.
         Request::Lock {
             key,
             source,
@@ -48,10 +52,11 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
             wait,
         } => {
             let ask = Ask {
-                source: or_peer(source),
+                source: or_peer(source, peer),
                 peer,
                 session: hold == Hold::Session,
                 mode,
+                owner,
             };
             if wait {
                 lock::serve(stream, &shared, key, ask, hold).await
@@ -59,26 +64,59 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
                 Box::pin(trylock::serve(stream, &shared, key, ask, hold)).await
             }
         }
+        other => Box::pin(serve_short(stream, peer, &shared, other, whose, caller)).await,
+    }
+}
+
+/// The reference's rule: a request without a source is the peer's address.
+fn or_peer(source: Vec<u8>, peer: SocketAddr) -> Vec<u8> {
+    if source.is_empty() {
+        peer.ip().to_string().into_bytes()
+    } else {
+        source
+    }
+}
+
+/// Every request but a Lock: served at once.
+async fn serve_short(
+    stream: Stream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    request: Request,
+    whose: Whose,
+    caller: Option<Caller>,
+) {
+    match request {
+        Request::Lock { .. } => unreachable!("served by handle"),
         Request::Release { key, kind } => {
-            Box::pin(reply(stream, unlock::release(&shared, peer, &key, kind))).await
+            match unlock::release_by(shared, peer, &key, kind, whose).await {
+                Ok(answer) => reply(stream, async { answer }).await,
+                Err(NotYours) => not_allowed(stream, peer, shared, tokens::NOT_YOURS).await,
+            }
         }
         Request::Reclaim { key, token } => {
-            Box::pin(session::reclaim(stream, peer, &shared, key, token)).await
+            let claim = (whose, caller.map(|c| c.owner));
+            session::reclaim(stream, peer, shared, key, token, claim).await
         }
-        Request::ResetByKey { key } => {
-            Box::pin(reply(stream, reset::key(&shared, peer, &key))).await
-        }
+        Request::ResetByKey { key } => reply(stream, reset::key(shared, peer, &key)).await,
         Request::ResetBySource { source } => {
-            let source = or_peer(source);
-            Box::pin(reply(stream, reset::source(&shared, peer, &source))).await
+            let source = or_peer(source, peer);
+            reply(stream, reset::source(shared, peer, &source)).await
         }
         // A client checking it talks to a lock server (lc-cli's extension).
-        Request::Ping => Box::pin(reply(stream, async { Answer::Ok })).await,
-        Request::Hello { .. } => Box::pin(hello::serve(stream)).await,
-        Request::Keys { key, waiters } => {
-            Box::pin(keys::serve(stream, &shared, key, waiters)).await
-        }
+        Request::Ping => reply(stream, async { Answer::Ok }).await,
+        Request::Hello { .. } => hello::serve(stream, caller).await,
+        Request::Keys { key, waiters } => keys::serve(stream, shared, key, waiters).await,
     }
+}
+
+/// A request the token's role may not make: `%` and why, logged.
+async fn not_allowed(mut stream: Stream, peer: SocketAddr, shared: &Shared, reason: &str) {
+    Counters::bump(&shared.counters.refused);
+    shared
+        .events
+        .error(format_args!("{peer}: refused: {reason}"));
+    let _ = stream.write_all(&proto::not_allowed(reason)).await;
 }
 
 /// Answers a request that is served at once (once durable, with a log).
@@ -88,24 +126,51 @@ async fn reply(mut stream: Stream, answer: impl Future<Output = Answer>) {
 }
 
 /// Reads the request within the read deadline; bad input is answered `-`
-/// (or the connection closed) and logged here.
+/// (or the connection closed) and logged here. A Hello first is answered
+/// (`hello.rs`) and the request behind it read next; with `--token-file`
+/// it must come first, and says who the caller is.
 async fn read_phase(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Shared,
-) -> Option<(Stream, Request)> {
+) -> Option<(Stream, Request, Option<Caller>)> {
     stream.set_nodelay(true).ok();
-    let read = tokio::time::timeout(shared.read_timeout, read_request(&mut stream));
-    let request = match read.await {
-        Ok(Ok(Some(request))) => request,
-        Ok(Ok(None)) => return None, // closed before a whole frame: nothing to answer
+    let deadline = tokio::time::Instant::now() + shared.read_timeout;
+    let mut frames = Frames::default();
+    let first = read_within(&mut stream, &mut frames, deadline, peer, shared).await?;
+    let token = match first {
+        Request::Hello { token, .. } if shared.extensions => token,
+        other if shared.tokens.is_some() => {
+            hello::refuse_unannounced(&mut stream, peer, shared, &other).await;
+            return None;
+        }
+        other => return Some((stream, other, None)),
+    };
+    let caller = hello::greet(&mut stream, peer, shared, &token).await?;
+    // Closed after the Hello (`lc-cli ping` asks no more): nothing to answer.
+    let request = read_within(&mut stream, &mut frames, deadline, peer, shared).await?;
+    Some((stream, request, caller))
+}
+
+/// The next frame within the deadline; None (answered and logged where
+/// there is something to say) if there is none.
+async fn read_within(
+    stream: &mut Stream,
+    frames: &mut Frames,
+    deadline: tokio::time::Instant,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Option<Request> {
+    match tokio::time::timeout_at(deadline, frames.next(stream)).await {
+        Ok(Ok(Some(request))) => Some(request),
+        Ok(Ok(None)) => None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
             Counters::bump(&shared.counters.refused);
             shared
                 .events
                 .error(format_args!("{peer}: bad request: {reason}"));
             let _ = stream.write_all(&[Answer::Fail.byte()]).await;
-            return None;
+            None
         }
         Err(_) => {
             Counters::bump(&shared.counters.refused);
@@ -113,10 +178,9 @@ async fn read_phase(
                 "{peer}: no whole request within {:?}, closing",
                 shared.read_timeout
             ));
-            return None;
+            None
         }
-    };
-    Some((stream, request))
+    }
 }
 
 /// Why a request could not be read.
@@ -132,24 +196,58 @@ enum BadRequest {
     Frame(#[from] proto::FrameError),
 }
 
-/// Reads until one whole frame is in; `Ok(None)` if the client closed first.
-async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Request>, BadRequest> {
-    let mut buf = [0u8; MAX_FRAME];
-    let mut len = 0;
-    loop {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return if len == 0 {
-                Ok(None)
-            } else {
-                Err(BadRequest::Truncated(len))
-            };
+/// The frames that open a connection: a Hello and the request behind it
+/// may come in one read. Bytes after the last frame taken are ignored.
+struct Frames {
+    buf: [u8; 2 * MAX_FRAME],
+    /// The bytes not yet taken are `buf[start..len]`.
+    start: usize,
+    len: usize,
+}
+
+impl Default for Frames {
+    fn default() -> Self {
+        Frames {
+            buf: [0; 2 * MAX_FRAME],
+            start: 0,
+            len: 0,
         }
-        len += n;
-        match proto::decode(&buf[..len])? {
-            Decoded::Frame(request, _) => return Ok(Some(request)),
-            Decoded::Incomplete if len < MAX_FRAME => continue,
-            Decoded::Incomplete => return Err(BadRequest::TooLong),
+    }
+}
+
+impl Frames {
+    /// Reads until one whole frame is in; `Ok(None)` if the client closed
+    /// first.
+    async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        stream: &mut R,
+    ) -> Result<Option<Request>, BadRequest> {
+        loop {
+            let have = self.len - self.start;
+            if have > 0 {
+                match proto::decode(&self.buf[self.start..self.len])? {
+                    Decoded::Frame(request, used) => {
+                        self.start += used;
+                        return Ok(Some(request));
+                    }
+                    Decoded::Incomplete if have < MAX_FRAME => {}
+                    Decoded::Incomplete => return Err(BadRequest::TooLong),
+                }
+            }
+            if self.len == self.buf.len() {
+                self.buf.copy_within(self.start..self.len, 0);
+                self.len = have;
+                self.start = 0;
+            }
+            let n = stream.read(&mut self.buf[self.len..]).await?;
+            if n == 0 {
+                return if have == 0 {
+                    Ok(None)
+                } else {
+                    Err(BadRequest::Truncated(have))
+                };
+            }
+            self.len += n;
         }
     }
 }
@@ -157,7 +255,8 @@ async fn read_request<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Option<Req
 #[cfg(test)]
 mod tests {
     /// Each queued waiter is one parked `handle` future: keep it small (it
-    /// was 1,272 bytes before the non-waiting phases were boxed; ~536 now).
+    /// was 1,272 bytes before the non-waiting phases were boxed; 760 with
+    /// the token gate, which keeps only the owner inline).
     #[tokio::test]
     async fn a_parked_connection_stays_small() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

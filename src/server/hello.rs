@@ -1,14 +1,99 @@
-//! Hello (lc-cli's action 16): the server says what it is, for `lc-cli
-//! ping`. The client's version and token are read and not yet used: issue
-//! 22's tokens will be checked here, before the answer.
+//! Hello (lc-cli's action 16): the first frame of each connection lc-cli
+//! opens, with the client's version and its token; the request follows it
+//! on the same connection (in the same write).
+//!
+//! Without `--token-file` it is answered `+` and this server's version, and
+//! the token is not looked at. With it, the token is checked
+//! (`tokens.rs`): `*`, the version and the token's role, or `%` and why
+//! not, and the connection ends; a connection whose first frame is not a
+//! Hello (a reference client's, one without a token) gets `-` and is
+//! closed. Refusals are logged once per peer address and reason.
+
+use std::net::SocketAddr;
 
 use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
 
-use crate::proto;
+use super::metrics::Counters;
+use super::tokens::{Caller, Refusal};
+use super::Shared;
+use crate::proto::{self, Answer, Request};
 
-/// Answers `+` and this server's version.
-pub async fn serve(mut stream: Stream) {
-    let version = env!("CARGO_PKG_VERSION").as_bytes();
-    let _ = stream.write_all(&proto::hello_answer(version)).await;
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The answer to a Hello of `caller` (None: the server has no tokens).
+fn welcome(caller: Option<Caller>) -> Vec<u8> {
+    match caller {
+        None => proto::hello_answer(VERSION.as_bytes()),
+        Some(c) => proto::hello_accepted(VERSION.as_bytes(), c.role.name().as_bytes()),
+    }
+}
+
+/// Answers the Hello that opened a connection. `Some(caller)`: go on with
+/// the request behind it, as `caller` (None without tokens); None: the
+/// token was refused, answered and logged, and the connection ends.
+pub async fn greet(
+    stream: &mut Stream,
+    peer: SocketAddr,
+    shared: &Shared,
+    token: &[u8],
+) -> Option<Option<Caller>> {
+    let Some(tokens) = &shared.tokens else {
+        let _ = stream.write_all(&welcome(None)).await;
+        return Some(None);
+    };
+    if let Some(caller) = tokens.check(token) {
+        let _ = stream.write_all(&welcome(Some(caller))).await;
+        return Some(Some(caller));
+    }
+    Counters::bump(&shared.counters.refused);
+    let (why, reason) = match token.is_empty() {
+        true => (Refusal::NoToken, "serve --token-file"),
+        false => (
+            Refusal::WrongToken,
+            "it is not one of its tokens (serve --token-file)",
+        ),
+    };
+    if tokens.first_refusal(peer.ip(), why) {
+        shared.events.error(format_args!(
+            "{peer}: refused: {}; further such refusals of {} are not logged",
+            match why {
+                Refusal::NoToken => "a Hello without a token",
+                _ => "a token that is not in the token file",
+            },
+            peer.ip()
+        ));
+    }
+    let _ = stream.write_all(&proto::not_allowed(reason)).await;
+    None
+}
+
+/// A connection to a server with tokens whose first frame is not a Hello:
+/// `-` (what a reference client understands), then the close.
+pub async fn refuse_unannounced(
+    stream: &mut Stream,
+    peer: SocketAddr,
+    shared: &Shared,
+    request: &Request,
+) {
+    Counters::bump(&shared.counters.refused);
+    let first = shared
+        .tokens
+        .as_ref()
+        .is_some_and(|t| t.first_refusal(peer.ip(), Refusal::NoHello));
+    if first {
+        shared.events.error(format_args!(
+            "{peer}: refused: action {} before a Hello with a token (serve --token-file); \
+             further such refusals of {} are not logged",
+            request.action(),
+            peer.ip()
+        ));
+    }
+    let _ = stream.write_all(&[Answer::Fail.byte()]).await;
+}
+
+/// A Hello that is not the first frame (a client that sent two): answered
+/// as the first was, and the connection ends.
+pub async fn serve(mut stream: Stream, caller: Option<Caller>) {
+    let _ = stream.write_all(&welcome(caller)).await;
 }

@@ -18,6 +18,7 @@ mod session;
 pub mod stream;
 pub mod table;
 pub mod tls;
+pub mod tokens;
 mod trylock;
 mod unlock;
 
@@ -50,6 +51,10 @@ pub struct ServerOptions {
     /// Connections open at once, in all and from one peer address.
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
+    /// `--token-file`: every connection must open with a Hello that
+    /// carries one of them (see `tokens.rs`); None: no tokens, as the
+    /// reference server.
+    pub tokens: Option<Arc<tokens::Tokens>>,
 }
 
 /// A session hold outlives its holder's last word this long by default:
@@ -66,6 +71,7 @@ impl Default for ServerOptions {
             extensions: true,
             max_connections: limits::default_max_connections(),
             max_connections_per_peer: usize::MAX,
+            tokens: None,
         }
     }
 }
@@ -84,6 +90,7 @@ pub struct Shared {
     pub reclaim_grace: Duration,
     pub extensions: bool,
     pub limits: Arc<limits::Limits>,
+    pub tokens: Option<Arc<tokens::Tokens>>,
 }
 
 impl Shared {
@@ -100,6 +107,7 @@ impl Shared {
                 options.max_connections,
                 options.max_connections_per_peer,
             )),
+            tokens: options.tokens.clone(),
         }
     }
 

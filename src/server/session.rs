@@ -14,7 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::events::now_held_by;
 use super::metrics::Counters;
-use super::table::{Expiry, GrantId, LinkEnd, LinkState};
+use super::table::{Expiry, GrantId, LinkEnd, LinkState, NotYours, Owner, Whose};
+use super::tokens;
 use super::unlock;
 use super::Shared;
 use crate::proto::printable;
@@ -82,9 +83,16 @@ pub async fn hold(
                     Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
                 match request {
                     Some(Next::Release { key: k, token }) => {
-                        let answer =
-                            Box::pin(unlock::release(&shared, peer, &k, ReleaseKind::Token(token))).await;
-                        let _ = stream.write_all(&[answer.byte()]).await;
+                        // With tokens, the holds of this session's token only.
+                        let whose = match &shared.tokens {
+                            Some(_) => shared.table.owner_of(&key, id).map_or(Whose::Any, Whose::Only),
+                            None => Whose::Any,
+                        };
+                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose)).await;
+                        let _ = match answer {
+                            Ok(answer) => stream.write_all(&[answer.byte()]).await,
+                            Err(NotYours) => stream.write_all(&proto::not_allowed(tokens::NOT_YOURS)).await,
+                        };
                         // The connection's part in the session is over. A
                         // hold released ends this task at the next turn (its
                         // link is dropped); one the log could not release
@@ -199,16 +207,30 @@ async fn check_expiry(
 
 /// Reclaim: a holder whose connection broke takes its hold back on this
 /// one; `!` if it is not held under that token any more.
+///
+/// With tokens, `whose` says which holds the caller may take back and
+/// `owner` is its token's (the hold is then its); another token's hold is
+/// refused with `%`.
 pub async fn reclaim(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
     token: u64,
+    (whose, owner): (Whose, Option<Owner>),
 ) {
-    let Some(g) = shared.table.reclaim(&key, token) else {
-        let _ = stream.write_all(&[SESSION_LOST]).await;
-        return;
+    let g = match shared.table.reclaim_by(&key, token, whose, owner) {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            let _ = stream.write_all(&[SESSION_LOST]).await;
+            return;
+        }
+        Err(NotYours) => {
+            let _ = stream
+                .write_all(&proto::not_allowed(tokens::NOT_YOURS))
+                .await;
+            return;
+        }
     };
     shared.events.session(format_args!(
         "{peer}: reclaimed the session hold of '{}' (token {token})",

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
+use super::table::{NotYours, Whose};
 use super::Shared;
 use crate::proto::printable;
 use crate::proto::{Answer, ReleaseKind};
@@ -15,10 +16,18 @@ use crate::proto::{Answer, ReleaseKind};
 /// The key stays held until its release is durable: if the log cannot record
 /// it, nothing changes (a restart would bring the holder back anyway) and the
 /// client is told `-`, "not released".
-/// The answers differ by `kind` (see [`ReleaseKind`]).
-pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], kind: ReleaseKind) -> Answer {
-    let Some((id, durable)) = shared.table.begin_release(key, kind.token()) else {
-        return kind.not_held();
+/// The answers differ by `kind` (see [`ReleaseKind`]). Only the holds
+/// `whose` may release are looked at (a `lock` token's own); `Err` if the
+/// key is held, but by none of them.
+pub async fn release_by(
+    shared: &Shared,
+    peer: SocketAddr,
+    key: &[u8],
+    kind: ReleaseKind,
+    whose: Whose,
+) -> Result<Answer, NotYours> {
+    let Some((id, durable)) = shared.table.begin_release_by(key, kind.token(), whose)? else {
+        return Ok(kind.not_held());
     };
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
@@ -26,7 +35,7 @@ pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], kind: Releas
             "{peer}: release of '{}' not recorded in the log, the key stays held: {e}",
             printable(key)
         ));
-        return Answer::Fail;
+        return Ok(Answer::Fail);
     }
     // None: a reset (or another Unlock) released this holder meanwhile;
     // that release is as durable as ours.
@@ -35,5 +44,5 @@ pub async fn release(shared: &Shared, peer: SocketAddr, key: &[u8], kind: Releas
         Counters::bump(&shared.counters.releases);
         shared.events.release(key, &holder.source, peer);
     }
-    Answer::Ok
+    Ok(Answer::Ok)
 }

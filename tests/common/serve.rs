@@ -26,6 +26,7 @@ pub struct Serve {
 /// A running `lc-cli serve`.
 pub struct Server {
     pub addr: SocketAddr,
+    /// 0.0.0.0:0 when it is off (`--token-file` without `--manager`).
     pub manager: SocketAddr,
     /// Set when started with `--metrics`.
     pub metrics: Option<SocketAddr>,
@@ -137,7 +138,11 @@ impl Serve {
             line.trim().strip_prefix(prefix)?.parse::<SocketAddr>().ok()
         };
         let addr = read("listening on ");
-        let manager = read("manager on ");
+        let manager = read("manager on ").or_else(|| {
+            (!self.args.iter().any(|a| a == "--manager")
+                && self.args.iter().any(|a| a == "--token-file"))
+            .then(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+        });
         let metrics = if self.args.iter().any(|a| a == "--metrics") {
             read("metrics on ")
         } else {

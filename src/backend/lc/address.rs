@@ -1,6 +1,9 @@
 //! The built-in protocol's address: `host:port`,
-//! `lc://host:port[?manager=host:port]`, or over TLS
-//! `lcs://host:port[?cacert=FILE&cert=FILE&key=FILE&manager=host:port]`.
+//! `lc://[:TOKEN@]host:port[?manager=host:port]`, or over TLS
+//! `lcs://[:TOKEN@]host:port[?cacert=FILE&cert=FILE&key=FILE&manager=host:port]`.
+//! The token of a server with `--token-file` comes from the address, else
+//! [`TOKEN_ENV`], else the first line of the file [`TOKEN_FILE_ENV`] names;
+//! it is kept as the access's password (a `Secret`, shown `***`).
 
 use std::fmt;
 
@@ -8,6 +11,7 @@ use async_trait::async_trait;
 
 use super::LcBackend;
 use crate::backend::address::{check_tls, single_host, tls_param, Parts};
+use crate::backend::secret::{self, Secret};
 use crate::backend::{
     Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl,
 };
@@ -16,11 +20,17 @@ pub const DEFAULT_PORT: u16 = 22119;
 /// The reference manager protocol's port: the lock port + 1 by default.
 pub const DEFAULT_MANAGER_PORT: u16 = 22120;
 
+/// The token for a server with `--token-file`, when the address has none.
+pub const TOKEN_ENV: &str = "LC_TOKEN";
+/// A file whose first line is the token, when neither the address nor
+/// [`TOKEN_ENV`] gives one.
+pub const TOKEN_FILE_ENV: &str = "LC_TOKEN_FILE";
+
 pub const SCHEME: Scheme = Scheme {
     service: "Locking-Center",
     names: &["", "lc", "lcs"],
     params: &["manager", "cacert", "cert", "key"],
-    env: &[],
+    env: &[TOKEN_ENV, TOKEN_FILE_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
     // A reference server may still answer '-' to shared or limited
@@ -46,11 +56,15 @@ pub struct LcAddress {
     pub manager: Option<String>,
     /// `lcs://`: TLS on the lock port (its files are in the URL's access).
     pub tls: bool,
+    /// The address carried a token (`lc://:TOKEN@`): it is shown
+    /// `lc://:***@HOST`, with the scheme.
+    pub token_in_url: bool,
 }
 
 impl fmt::Display for LcAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.manager, self.tls) {
+            (None, false) if self.token_in_url => write!(f, "lc://{}", self.addr),
             (None, false) => write!(f, "{}", self.addr),
             (None, true) => write!(f, "lcs://{}", self.addr),
             (Some(m), tls) => {
@@ -74,25 +88,73 @@ impl ServerAddress for LcAddress {
 
 fn parse(p: &Parts) -> std::result::Result<ServerUrl, String> {
     let mut t = crate::backend::secret::Tls::default();
-    let address = lc_address(p, &mut t)?;
+    let (access, host) = secret::split_userinfo(p.rest, p.whole, None)?;
+    if access.user.is_some() {
+        return Err(format!(
+            "'{}': the built-in server takes a token, not a user: lc://:TOKEN@HOST:PORT (or {TOKEN_ENV})",
+            p.shown
+        ));
+    }
+    let mut address = lc_address(p, host, &mut t)?;
     check_tls(&t, &p.shown)?;
+    let token = match access.password.filter(|t| !t.expose().is_empty()) {
+        Some(t) => Some(t),
+        None => token_from_env()?,
+    };
+    if let Some(t) = &token {
+        check_token(t.expose())?;
+    }
+    address.token_in_url = access.password_in_url;
     let tls = address.tls;
     let mut url = ServerUrl::plain(address);
+    url.access.password = token;
+    url.access.password_in_url = access.password_in_url;
     url.access.tls = tls.then_some(t);
     Ok(url)
 }
 
+/// [`TOKEN_ENV`], else the first line of [`TOKEN_FILE_ENV`]'s file.
+fn token_from_env() -> std::result::Result<Option<Secret>, String> {
+    if let Some(t) = std::env::var_os(TOKEN_ENV).filter(|t| !t.is_empty()) {
+        let t = t
+            .into_string()
+            .map_err(|_| format!("{TOKEN_ENV} is not UTF-8"))?;
+        return Ok(Some(Secret::new(t)));
+    }
+    let Some(path) = std::env::var_os(TOKEN_FILE_ENV).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let path = std::path::PathBuf::from(path);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("{TOKEN_FILE_ENV}: cannot read {}: {e}", path.display()))?;
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.is_empty() {
+        return Err(format!(
+            "{TOKEN_FILE_ENV}: {} has no token on its first line",
+            path.display()
+        ));
+    }
+    Ok(Some(Secret::new(line.to_string())))
+}
+
+/// A token the Hello can carry.
+fn check_token(token: &str) -> std::result::Result<(), String> {
+    if token.len() > crate::proto::MAX_FIELD {
+        return Err(format!(
+            "the token is {} bytes long: at most {} are sent",
+            token.len(),
+            crate::proto::MAX_FIELD
+        ));
+    }
+    Ok(())
+}
+
 fn lc_address(
     p: &Parts,
+    host: &str,
     t: &mut crate::backend::secret::Tls,
 ) -> std::result::Result<LcAddress, String> {
     let tls = p.scheme == "lcs";
-    if p.rest.contains('@') {
-        return Err(format!(
-            "'{}': the built-in server takes no credentials (see the README's Security section)",
-            p.shown
-        ));
-    }
     let mut manager = None;
     for &(name, value) in &p.params {
         match name {
@@ -108,9 +170,10 @@ fn lc_address(
         }
     }
     Ok(LcAddress {
-        addr: single_host(p.rest, DEFAULT_PORT, p.whole)?,
+        addr: single_host(host, DEFAULT_PORT, &p.shown)?,
         manager,
         tls,
+        token_in_url: false,
     })
 }
 
@@ -119,7 +182,8 @@ mod tests {
     use super::*;
 
     fn lc(s: &str) -> LcAddress {
-        lc_address(&Parts::split(s).unwrap(), &mut Default::default()).unwrap()
+        let p = Parts::split(s).unwrap();
+        lc_address(&p, p.rest, &mut Default::default()).unwrap()
     }
 
     #[test]
@@ -133,6 +197,7 @@ mod tests {
             "a:1,b:2",
             "h:notaport",
             "lc://u:pw@h:1",
+            "lc://u@h:1",
             "lc://h:1?manager=a:1,b:2",
         ] {
             assert!(bad.parse::<ServerUrl>().is_err(), "{bad}");
@@ -141,6 +206,29 @@ mod tests {
         assert!(e.contains("lc:// knows manager"), "{e}");
         let u: ServerUrl = "lc://h:5?manager=h:7".parse().unwrap();
         assert_eq!(u.server.to_string(), "lc://h:5?manager=h:7");
+    }
+
+    #[test]
+    fn a_token_in_the_address_is_never_shown() {
+        let u: ServerUrl = "lc://:t0k3n-in-the-url-0123@h:5".parse().unwrap();
+        assert_eq!(u.server.to_string(), "lc://h:5");
+        assert_eq!(
+            u.access.password.as_ref().map(Secret::expose),
+            Some("t0k3n-in-the-url-0123")
+        );
+        assert_eq!(u.access.show(&u.server.to_string()), "lc://:***@h:5");
+        let u: ServerUrl = "lcs://:t%40k@h:5?cacert=/ca.pem".parse().unwrap();
+        assert_eq!(u.access.password.as_ref().map(Secret::expose), Some("t@k"));
+        assert_eq!(u.access.show(&u.server.to_string()), "lcs://:***@h:5");
+        let e = format!("lc://:{}@h:5", "x".repeat(128))
+            .parse::<ServerUrl>()
+            .unwrap_err();
+        assert!(e.contains("at most 127"), "{e}");
+        let e = "lc://ops:pw@h:5".parse::<ServerUrl>().unwrap_err();
+        assert!(
+            e.contains("lc://:TOKEN@HOST:PORT") && !e.contains("pw"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -3,10 +3,20 @@
 //! and its name or IP address; a client certificate from `cert=`/`key=`).
 //! A TLS failure is one line saying which side is wrong: a plain server, an
 //! untrusted certificate, a client certificate missing or refused.
+//!
+//! Every connection opens with a Hello (action 16) carrying the token, if
+//! any: [`LcStream`] puts it in front of the first frame written (one write,
+//! no round trip of its own) and takes its answer off the front of what is
+//! read, so a caller sees only the answer to its own frame. What the server
+//! answered is kept in the dialer's [`Greeting`]: a token refused ends the
+//! read with an error (`LcBackend` turns it into the refusal), and a
+//! server that answers the Hello `-` (a reference server) gets no more
+//! Hellos.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,12 +29,85 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::backend::secret::Tls;
+use crate::proto::{self, HelloAnswer, Request};
 
 /// How the lock port of one server is reached.
 #[derive(Clone)]
 pub struct Dialer {
     pub addr: String,
     tls: Option<Arc<ClientTls>>,
+    greeting: Arc<Greeting>,
+}
+
+/// The Hello every connection of one dialer opens with, and what the
+/// server answered the last one.
+pub struct Greeting {
+    frame: Vec<u8>,
+    has_token: bool,
+    /// The server answered a Hello `-`: it does not know it (a reference
+    /// server, or an lc-cli serve from before Hello); none is sent again.
+    unknown: AtomicBool,
+    answer: Mutex<Option<HelloAnswer>>,
+}
+
+impl Greeting {
+    fn new(token: Option<&str>) -> Greeting {
+        // The version ends in CR LF, as the Ping's key does: a line-based
+        // server (Redis, HTTP) sees a whole line before the token and
+        // answers it with text at once (see `probe.rs`).
+        let frame = proto::encode(&Request::Hello {
+            client: concat!(env!("CARGO_PKG_VERSION"), "\r\n")
+                .as_bytes()
+                .to_vec(),
+            token: token.unwrap_or("").as_bytes().to_vec(),
+        })
+        .expect("a token of at most 127 bytes (checked when the address was parsed)");
+        Greeting {
+            frame,
+            has_token: token.is_some(),
+            unknown: AtomicBool::new(false),
+            answer: Mutex::new(None),
+        }
+    }
+
+    fn record(&self, answer: HelloAnswer) {
+        *self.answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+    }
+
+    /// What the server answered the last Hello (None: none answered yet,
+    /// or it does not know Hello).
+    pub fn answer(&self) -> Option<HelloAnswer> {
+        self.answer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn has_token(&self) -> bool {
+        self.has_token
+    }
+
+    /// Hellos are still sent (the server has not answered one `-`).
+    pub fn sends_hello(&self) -> bool {
+        !self.unknown.load(Ordering::Relaxed)
+    }
+
+    /// Why the server refused the token, as the one line says it; None if
+    /// it did not.
+    pub fn refusal(&self) -> Option<String> {
+        match self.answer()? {
+            HelloAnswer::Refused(reason) => Some(match self.has_token {
+                true => format!("the server refused the token: {reason}"),
+                false => format!(
+                    "the server takes only clients with a token ({reason}): set {} (or {}, \
+                     or give lc://:TOKEN@HOST:PORT)",
+                    super::address::TOKEN_ENV,
+                    super::address::TOKEN_FILE_ENV
+                ),
+            }),
+            _ => None,
+        }
+    }
 }
 
 struct ClientTls {
@@ -39,7 +122,18 @@ impl Dialer {
         Dialer {
             addr: addr.to_string(),
             tls: None,
+            greeting: Arc::new(Greeting::new(None)),
         }
+    }
+
+    /// The same dialer, its Hellos carrying `token`.
+    pub fn with_token(mut self, token: Option<&str>) -> Dialer {
+        self.greeting = Arc::new(Greeting::new(token));
+        self
+    }
+
+    pub fn greeting(&self) -> &Greeting {
+        &self.greeting
     }
 
     /// TLS to `addr`; the files are read now, so a missing one is an error
@@ -93,6 +187,7 @@ impl Dialer {
                 name,
                 trusted_by,
             })),
+            greeting: Arc::new(Greeting::new(None)),
         })
     }
 
@@ -124,13 +219,27 @@ impl Dialer {
     }
 
     async fn secure(&self, tcp: TcpStream, within: Duration) -> Result<LcStream, String> {
+        Ok(LcStream {
+            io: self.wrap(tcp, within).await?,
+            hello: self.greeting.sends_hello().then(|| {
+                Box::new(Pending {
+                    out: self.greeting.frame.clone(),
+                    got: Vec::new(),
+                    parsed: false,
+                    greeting: self.greeting.clone(),
+                })
+            }),
+        })
+    }
+
+    async fn wrap(&self, tcp: TcpStream, within: Duration) -> Result<Io, String> {
         tcp.set_nodelay(true).ok();
         let Some(tls) = &self.tls else {
-            return Ok(LcStream::Plain(tcp));
+            return Ok(Io::Plain(tcp));
         };
         let plain = format!("is it a plain server (lc://{})?", self.addr);
         match tokio::time::timeout(within, tls.connector.connect(tls.name.clone(), tcp)).await {
-            Ok(Ok(s)) => Ok(LcStream::Tls(Box::new(s))),
+            Ok(Ok(s)) => Ok(Io::Tls(Box::new(s))),
             Ok(Err(e)) => Err(handshake_failure(&e, &tls.trusted_by, &plain)),
             Err(_) => Err(format!(
                 "no answer to the TLS handshake within {:.1}s: {plain}",
@@ -197,10 +306,83 @@ fn refused(alert: AlertDescription) -> String {
     }
 }
 
-/// A connection to the lock port.
-pub enum LcStream {
+/// A connection to the lock port, with the Hello in front of what is
+/// written first and its answer taken off what is read.
+pub struct LcStream {
+    io: Io,
+    /// Until the Hello's answer is read (None: no Hello on it).
+    hello: Option<Box<Pending>>,
+}
+
+enum Io {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl LcStream {
+    /// The local address of the connection: the peer the server records.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.io {
+            Io::Plain(s) => s.local_addr().ok(),
+            Io::Tls(s) => s.get_ref().0.local_addr().ok(),
+        }
+    }
+}
+
+/// The Hello of one connection: what is not yet written of it, and what
+/// is read of its answer.
+struct Pending {
+    out: Vec<u8>,
+    /// Read so far: the Hello's answer, then (once `parsed`) the bytes
+    /// after it, for the caller.
+    got: Vec<u8>,
+    parsed: bool,
+    greeting: Arc<Greeting>,
+}
+
+/// The server refused the Hello's token (the reason: [`Greeting::refusal`]).
+#[derive(Debug)]
+pub struct TokenRefused(pub String);
+
+impl std::fmt::Display for TokenRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TokenRefused {}
+
+/// The server answered the Hello `-`: it does not know it (the request
+/// behind it was not served; ask again, without a Hello).
+#[derive(Debug)]
+pub struct HelloUnknown;
+
+impl std::fmt::Display for HelloUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("it answered '-' to lc-cli's Hello (a reference Locking-Center server)")
+    }
+}
+
+impl std::error::Error for HelloUnknown {}
+
+/// Whether `e` is [`HelloUnknown`].
+pub fn hello_unknown(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|r| r.is::<HelloUnknown>())
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(&mut **s)
+                .poll_read(cx, buf)
+                .map_err(after_handshake),
+        }
+    }
 }
 
 impl AsyncRead for LcStream {
@@ -209,12 +391,64 @@ impl AsyncRead for LcStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            LcStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            LcStream::Tls(s) => Pin::new(&mut **s)
-                .poll_read(cx, buf)
-                .map_err(after_handshake),
+        let this = self.get_mut();
+        loop {
+            let Some(h) = this.hello.as_mut() else {
+                return Pin::new(&mut this.io).poll_read(cx, buf);
+            };
+            if h.parsed {
+                if h.got.is_empty() {
+                    this.hello = None;
+                    continue;
+                }
+                let n = h.got.len().min(buf.remaining());
+                buf.put_slice(&h.got[..n]);
+                h.got.drain(..n);
+                return Poll::Ready(Ok(()));
+            }
+            let mut tmp = [0u8; 2 + 2 * proto::MAX_FIELD];
+            let mut more = ReadBuf::new(&mut tmp);
+            let closed = match ready(Pin::new(&mut this.io).poll_read(cx, &mut more)) {
+                None => return Poll::Pending,
+                Some(Ok(())) => more.filled().is_empty(),
+                // A reset after the reference's `-`, or after part of an
+                // answer: judged on what came.
+                Some(Err(_)) if !h.got.is_empty() => true,
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+            };
+            h.got.extend_from_slice(more.filled());
+            let Some((answer, used)) = proto::parse_hello(&h.got, closed) else {
+                continue;
+            };
+            match answer {
+                HelloAnswer::Unknown => {
+                    h.greeting.unknown.store(true, Ordering::Relaxed);
+                    this.hello = None;
+                    return Poll::Ready(Err(io::Error::other(HelloUnknown)));
+                }
+                HelloAnswer::Refused(_) => {
+                    h.greeting.record(answer);
+                    let why = h.greeting.refusal().unwrap_or_default();
+                    this.hello = None;
+                    return Poll::Ready(Err(io::Error::other(TokenRefused(why))));
+                }
+                // Not an answer to a Hello: the caller judges the bytes.
+                HelloAnswer::Foreign => {}
+                HelloAnswer::Unchecked { .. } | HelloAnswer::Accepted { .. } => {
+                    h.greeting.record(answer);
+                    h.got.drain(..used);
+                }
+            }
+            h.parsed = true;
         }
+    }
+}
+
+/// `Poll` as an option, so the arms above read as a match on the result.
+fn ready<T>(p: Poll<T>) -> Option<T> {
+    match p {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
     }
 }
 
@@ -244,17 +478,17 @@ pub fn refusal(e: &io::Error) -> Option<String> {
     e.get_ref()?.downcast_ref::<Refusal>().map(|r| r.0.clone())
 }
 
-impl AsyncWrite for LcStream {
+impl AsyncWrite for Io {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            LcStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             // tokio-rustls writes the records through as far as the socket
             // takes them: a frame needs no separate flush.
-            LcStream::Tls(s) => Pin::new(&mut **s)
+            Io::Tls(s) => Pin::new(&mut **s)
                 .poll_write(cx, buf)
                 .map_err(after_handshake),
         }
@@ -262,18 +496,66 @@ impl AsyncWrite for LcStream {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            LcStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            LcStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            LcStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
             // close_notify, then the TCP half-close: the server reads it as
             // the hang-up that withdraws a wait.
-            LcStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
+    }
+}
+
+impl AsyncWrite for LcStream {
+    /// The first write carries the Hello in front of the caller's bytes,
+    /// in one write to the socket (one segment, one TLS record).
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(h) = this.hello.as_mut().filter(|h| !h.out.is_empty()) {
+            let hello = h.out.len();
+            let mut joined = std::mem::take(&mut h.out);
+            joined.extend_from_slice(buf);
+            let written = Pin::new(&mut this.io).poll_write(cx, &joined);
+            joined.truncate(hello);
+            match written {
+                Poll::Ready(Ok(n)) if n > hello => return Poll::Ready(Ok(n - hello)),
+                Poll::Ready(Ok(0)) => {
+                    h.out = joined;
+                    return Poll::Ready(Ok(0));
+                }
+                Poll::Ready(Ok(n)) => {
+                    joined.drain(..n);
+                    h.out = joined;
+                    if !h.out.is_empty() {
+                        // Part of the Hello went: ask to be called again.
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                }
+                other => {
+                    h.out = joined;
+                    return other.map(|r| r.map(|_| 0));
+                }
+            }
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

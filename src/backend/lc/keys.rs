@@ -149,14 +149,6 @@ async fn read_listing(stream: &mut LcStream, addr: &str) -> Result<Answered> {
     }
 }
 
-/// The local address of a connection: the peer the server records for it.
-pub fn local_addr(stream: &LcStream) -> Option<SocketAddr> {
-    match stream {
-        LcStream::Plain(s) => s.local_addr().ok(),
-        LcStream::Tls(s) => s.get_ref().0.local_addr().ok(),
-    }
-}
-
 /// Our place in `key`'s line: how many live waiters are ahead of the one
 /// whose peer is `us` (None when it is not among them: granted meanwhile,
 /// or the server sees another address, behind a proxy or NAT).

@@ -69,6 +69,8 @@ impl LcBackend {
                 })?
             }
         };
+        let token = config.access.password.as_ref().map(|t| t.expose());
+        let dialer = dialer.with_token(token);
         Ok(LcBackend {
             dialer,
             addr: address.addr.clone(),
@@ -109,16 +111,50 @@ impl LcBackend {
     }
 
     /// The answer byte; more than one byte, or another byte, is a peer that
-    /// does not speak the protocol (see `probe.rs`).
+    /// does not speak the protocol (see `probe.rs`). A `%` and its reason is
+    /// a request the token's role may not make.
     async fn read_answer(&self, stream: &mut LcStream) -> Result<Answer> {
-        let mut buf = [0u8; 48];
+        let mut buf = [0u8; 2 + proto::MAX_FIELD];
         match stream.read(&mut buf).await {
             Ok(0) => Err(self.unavailable("the server closed the connection without an answer")),
-            Ok(n) => match probe::classify(&buf[..n]) {
-                probe::Reply::Answer(a) => Ok(a),
-                probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
-            },
+            Ok(n) => {
+                if let Some(reason) = proto::parse_not_allowed(&buf[..n]) {
+                    return Err(self.refused(reason));
+                }
+                match probe::classify(&buf[..n]) {
+                    probe::Reply::Answer(a) => Ok(a),
+                    probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
+                }
+            }
             Err(e) => Err(self.unavailable(dial::refusal(&e).unwrap_or(e.to_string()))),
+        }
+    }
+
+    fn refused(&self, reason: impl ToString) -> BackendError {
+        BackendError::Refused {
+            server: self.addr.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Runs `op`, the whole of one client request, under the Hello's rules:
+    /// a server that answered the Hello `-` (a reference server) served
+    /// nothing, so `op` runs once more without one; a token the server
+    /// refused is the error, whatever `op` made of the closed connection.
+    async fn guarded<'a, T, F, Fut>(&'a self, op: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + 'a,
+    {
+        let greeting = self.dialer.greeting();
+        let hello = greeting.sends_hello();
+        let mut result = op().await;
+        if result.is_err() && hello && !greeting.sends_hello() {
+            result = op().await;
+        }
+        match (result, greeting.refusal()) {
+            (Err(_), Some(reason)) => Err(self.refused(reason)),
+            (result, _) => result,
         }
     }
 
@@ -182,7 +218,7 @@ impl LcBackend {
 #[async_trait]
 impl Backend for LcBackend {
     async fn ping(&self) -> Result<super::ping::PingReport> {
-        self.ping_server().await
+        self.guarded(|| self.ping_server()).await
     }
 
     async fn acquire(
@@ -192,50 +228,37 @@ impl Backend for LcBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         check_source(&request.source)?;
-        if !self.classic_only.load(Ordering::Relaxed) {
-            if let Some(acquired) = self.acquire_extended(request, &cancel, progress).await? {
-                return Ok(acquired);
-            }
-            self.classic_only.store(true, Ordering::Relaxed);
-            if self.verbose && request.mode == LockMode::Exclusive {
-                eprintln!(
-                    "lc-cli: {} does not know session locks (it answered '-', as a reference Locking-Center server does): holding '{}' the classic way, without loss detection or a fencing token",
-                    self.addr, request.key
-                );
-            }
-        }
-        // Never an exclusive lock in place of the mode asked for.
-        if let Some(reason) = address::REFERENCE_CAPS.refusal("this server", request.mode) {
-            return Err(BackendError::Unsupported {
-                server: self.addr.clone(),
-                reason,
-            });
-        }
-        self.acquire_classic(request, cancel, progress).await
+        self.guarded(|| self.acquire_any(request, cancel.clone(), progress))
+            .await
     }
 
     async fn unlock(&self, key: &str) -> Result<bool> {
-        self.unlock_key(key).await
+        self.guarded(|| self.unlock_key(key)).await
     }
 
     async fn reset_key(&self, key: &str) -> Result<()> {
-        self.expect_ok(Request::ResetByKey {
-            key: key.as_bytes().to_vec(),
+        self.guarded(|| {
+            self.expect_ok(Request::ResetByKey {
+                key: key.as_bytes().to_vec(),
+            })
         })
         .await
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
-        let t = self.connect_timeout;
-        let dial = keys::Dial::Retry(t);
-        if !self.classic_only.load(Ordering::Relaxed) {
-            if let keys::Answered::Listing(l) =
-                keys::ask(&self.dialer, None, false, dial, t).await?
-            {
-                return Ok(l.holds.into_iter().map(keys::key_info).collect());
+        self.guarded(|| async {
+            let t = self.connect_timeout;
+            let dial = keys::Dial::Retry(t);
+            if !self.classic_only.load(Ordering::Relaxed) {
+                if let keys::Answered::Listing(l) =
+                    keys::ask(&self.dialer, None, false, dial, t).await?
+                {
+                    return Ok(l.holds.into_iter().map(keys::key_info).collect());
+                }
             }
-        }
-        keys::list_manager(&self.addr, self.manager.as_deref(), dial, t).await
+            keys::list_manager(&self.addr, self.manager.as_deref(), dial, t).await
+        })
+        .await
     }
 
     /// Best effort, within [`keys::HOLDER_LIMIT`] in all, one attempt each:
@@ -262,24 +285,59 @@ impl Backend for LcBackend {
     /// Keys with its waiters, on the lock port; a reference server does
     /// not say who waits.
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
-        let t = self.connect_timeout;
-        let dial = keys::Dial::Retry(t);
-        match keys::ask(&self.dialer, None, true, dial, t).await? {
-            keys::Answered::Listing(l) => Ok(Some(keys::waiter_infos(l.waiters))),
-            keys::Answered::Unknown => Ok(None),
-        }
+        self.guarded(|| async {
+            let t = self.connect_timeout;
+            let dial = keys::Dial::Retry(t);
+            match keys::ask(&self.dialer, None, true, dial, t).await? {
+                keys::Answered::Listing(l) => Ok(Some(keys::waiter_infos(l.waiters))),
+                keys::Answered::Unknown => Ok(None),
+            }
+        })
+        .await
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
         check_source(source)?;
-        self.expect_ok(Request::ResetBySource {
-            source: source.as_bytes().to_vec(),
+        self.guarded(|| {
+            self.expect_ok(Request::ResetBySource {
+                source: source.as_bytes().to_vec(),
+            })
         })
         .await
     }
 }
 
 impl LcBackend {
+    /// A lock: with lc-cli's actions, else (a server that answered `-` to
+    /// them) the classic ones.
+    async fn acquire_any(
+        &self,
+        request: &LockRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(WaitProgress) + Send + Sync),
+    ) -> Result<Acquired> {
+        if !self.classic_only.load(Ordering::Relaxed) {
+            if let Some(acquired) = self.acquire_extended(request, &cancel, progress).await? {
+                return Ok(acquired);
+            }
+            self.classic_only.store(true, Ordering::Relaxed);
+            if self.verbose && request.mode == LockMode::Exclusive {
+                eprintln!(
+                    "lc-cli: {} does not know session locks (it answered '-', as a reference Locking-Center server does): holding '{}' the classic way, without loss detection or a fencing token",
+                    self.addr, request.key
+                );
+            }
+        }
+        // Never an exclusive lock in place of the mode asked for.
+        if let Some(reason) = address::REFERENCE_CAPS.refusal("this server", request.mode) {
+            return Err(BackendError::Unsupported {
+                server: self.addr.clone(),
+                reason,
+            });
+        }
+        self.acquire_classic(request, cancel, progress).await
+    }
+
     /// The frame of a request with lc-cli's actions: a session lock (8, 9)
     /// for an exclusive hold of a command, else a mode lock (12 to 15).
     fn extended_frame(request: &LockRequest) -> Request {
@@ -323,7 +381,7 @@ impl LcBackend {
         progress(WaitProgress::default());
         let budget = self.connect_timeout + started.elapsed();
         // Our place in line, at a terminal (the status line shows it).
-        let us = keys::local_addr(&stream).filter(|_| crate::terminal::stderr_is_terminal());
+        let us = stream.local_addr().filter(|_| crate::terminal::stderr_is_terminal());
         let answer = tokio::select! {
             e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             never = self.watch_place(&request.key, us, progress) => match never {},
@@ -394,6 +452,7 @@ impl LcBackend {
             }),
             Some(Granted::Foreign(bytes)) => Err(probe::foreign(&self.addr, &bytes)),
             Some(Granted::Refused(reason)) => Err(self.unavailable(reason)),
+            Some(Granted::NotAllowed(reason)) => Err(self.refused(reason)),
             None => Err(self.unavailable(
                 "lost the connection while waiting: the server closed it without an answer",
             )),

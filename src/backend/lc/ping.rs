@@ -1,7 +1,9 @@
 //! `lc-cli ping` on the Locking-Center protocol: PING (action 7) tells a
 //! Locking-Center server (`+` lc-cli serve, `-` a reference one) from any
-//! other peer; only after a `+` is HELLO (action 16) sent for the version,
-//! as a reference server does not know it.
+//! other peer. The Hello (action 16) in front of it, as on every
+//! connection, tells lc-cli serve's version and whether it took the token,
+//! with which role; a server that does not know Hello (`-`) is pinged
+//! again without it (`LcBackend::guarded`).
 
 use std::time::Instant;
 
@@ -11,7 +13,7 @@ use super::probe::{self, Reply};
 use super::LcBackend;
 use crate::backend::ping::PingReport;
 use crate::backend::{BackendError, Result};
-use crate::proto::{self, Answer, Request, PING_FRAME};
+use crate::proto::{self, Answer, HelloAnswer, Request, PING_FRAME};
 
 impl LcBackend {
     pub(super) async fn ping_server(&self) -> Result<PingReport> {
@@ -23,13 +25,29 @@ impl LcBackend {
             tls: Some(self.dialer.is_tls()),
             ..PingReport::default()
         };
+        let greeting = self.dialer.greeting();
         match probe::classify(&reply) {
             Reply::Answer(Answer::Ok) => {
                 report.service = "lc-cli serve".into();
-                report.version = self.hello().await?;
+                match greeting.answer() {
+                    Some(HelloAnswer::Unchecked { version }) => report.version = Some(version),
+                    Some(HelloAnswer::Accepted { version, role }) => {
+                        report.version = Some(version);
+                        report.authenticated = Some(true);
+                        report.role = Some(role);
+                    }
+                    // No Hello on this connection: an lc-cli serve from
+                    // before it, or one that answered it `-`.
+                    _ => report.version = self.hello().await?,
+                }
             }
             Reply::Answer(_) => report.service = "Locking-Center server".into(),
             Reply::Foreign(bytes) => return Err(probe::foreign(&self.addr, &bytes)),
+        }
+        // A token the server does not check (it has no --token-file, or
+        // does not know Hello): not "accepted".
+        if greeting.has_token() && report.authenticated.is_none() {
+            report.authenticated = Some(false);
         }
         Ok(report)
     }

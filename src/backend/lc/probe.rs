@@ -81,6 +81,8 @@ pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
                         break;
                     }
                 }
+                // The reference's `-` to the Hello in front: it speaks.
+                Ok(Err(e)) if super::dial::hello_unknown(&e) => return Probe::Speaks,
                 Ok(Err(e)) if got.is_empty() => return Probe::Unreachable(e.to_string()),
                 Ok(Err(_)) | Err(_) => break,
             }
@@ -138,11 +140,17 @@ pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
             ),
         };
     }
+    // Its first line only: the answer to the Hello's line, which the
+    // token (after it) is not part of.
+    let line = match bytes.iter().position(|&b| b == b'\n') {
+        Some(end) => &bytes[..=end],
+        None => bytes,
+    };
     BackendError::Protocol {
         server: addr.to_string(),
         reason: format!(
             "\"{}\": not the Locking-Center protocol{}",
-            printable(&bytes[..bytes.len().min(SHOWN)]),
+            printable(&line[..line.len().min(SHOWN)]),
             port_hint(addr)
         ),
     }

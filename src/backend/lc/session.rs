@@ -316,7 +316,21 @@ impl Keeper {
                 )));
                 false
             }
-            _ => false,
+            Some(Granted::NotAllowed(reason)) => {
+                self.lose(LostReason::new(format!(
+                    "the server refused to give it back: {reason}"
+                )));
+                false
+            }
+            _ => {
+                // A token rotated out (SIGHUP) while the connection was down.
+                if let Some(reason) = self.dialer.greeting().refusal() {
+                    self.lose(LostReason::new(format!(
+                        "the server refused the reconnection: {reason}"
+                    )));
+                }
+                false
+            }
         }
     }
 
@@ -372,12 +386,14 @@ pub(super) enum Granted {
     /// The server refused our TLS connection (a client certificate it
     /// does not take): the reason.
     Refused(String),
+    /// `%`: the token's role may not (a reclaim of another token's hold).
+    NotAllowed(String),
 }
 
 /// Reads the answer to a session or mode frame; None if the connection
 /// ended or broke first.
 pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
-    let mut buf = [0u8; 48];
+    let mut buf = [0u8; 2 + proto::MAX_FIELD];
     let mut len = 0;
     loop {
         let only_dash = buf[..len] == [b'-'];
@@ -419,6 +435,13 @@ pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
                     None => Granted::Foreign(buf[..len].to_vec()),
                 })
             }
+            proto::NOT_ALLOWED => match proto::parse_hello(&buf[..len], false) {
+                None => continue,
+                Some((proto::HelloAnswer::Refused(reason), _)) => {
+                    return Some(Granted::NotAllowed(reason))
+                }
+                Some(_) => return Some(Granted::Foreign(buf[..len].to_vec())),
+            },
             SESSION_LOST if len == 1 => return Some(Granted::Lost),
             b'#' if len == 1 => return Some(Granted::Busy),
             // A reference server closes after its `-`: wait for the close,

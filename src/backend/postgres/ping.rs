@@ -38,6 +38,7 @@ impl PgBackend {
                 Vec::new()
             },
             nodes: Vec::new(),
+            ..PingReport::default()
         })
     }
 }

@@ -19,7 +19,35 @@ pub struct Ask {
     /// Unlock.
     pub session: bool,
     pub mode: LockMode,
+    /// The fingerprint of the token its connection gave (`--token-file`).
+    pub owner: Option<Owner>,
 }
+
+/// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
+/// `Option` of it is 8 bytes (an `Ask` is part of every parked waiter).
+pub type Owner = std::num::NonZeroU64;
+
+/// Whose holds a release (or a reclaim) may end: any, or only those of one
+/// token (a `lock` role's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    Any,
+    Only(Owner),
+}
+
+impl Whose {
+    /// Whether a hold of `owner` is one this may release.
+    pub fn may_release(self, owner: Option<Owner>) -> bool {
+        match self {
+            Whose::Any => true,
+            Whose::Only(o) => owner == Some(o),
+        }
+    }
+}
+
+/// The hold asked for is held, but not under the caller's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotYours;
 
 /// A hold as the live table keeps it: its grant id and the holder's socket
 /// address. Its two other forms each carry what this one cannot: the log's
@@ -36,6 +64,9 @@ pub struct Holder {
     pub since: SystemTime,
     pub session: bool,
     pub mode: LockMode,
+    /// Whose token it was granted under; None without tokens, or restored
+    /// from the log (which does not keep it) until its holder reclaims it.
+    pub owner: Option<Owner>,
 }
 
 /// The live end of a session hold.
@@ -130,11 +161,20 @@ impl KeyState {
 
     /// The hold a plain Unlock (`lc-cli unlock KEY`) ends: the oldest kept
     /// hold, else the oldest hold.
+    #[cfg(test)]
     pub fn unlock_target(&self) -> Option<&Holder> {
-        self.holds
+        self.unlock_target_of(Whose::Any)
+    }
+
+    /// As [`KeyState::unlock_target`], among the holds `whose` may release.
+    pub fn unlock_target_of(&self, whose: Whose) -> Option<&Holder> {
+        let mut mine = self
+            .holds
             .iter()
-            .find(|h| !h.holder.session)
-            .or_else(|| self.holds.first())
+            .filter(|h| whose.may_release(h.holder.owner));
+        let first = mine.clone().next();
+        mine.find(|h| !h.holder.session)
+            .or(first)
             .map(|h| &h.holder)
     }
 

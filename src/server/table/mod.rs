@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
-pub use self::key::{Ask, Holder, LinkEnd};
+pub use self::key::{Ask, Holder, LinkEnd, NotYours, Owner, Whose};
 use self::key::{Hold, KeyState, Link, Waiter};
 use super::metrics::Counters;
 
@@ -261,6 +261,12 @@ impl Table {
         }
     }
 
+    /// The owner (token fingerprint) of hold `id` of `key`, if it has one.
+    pub fn owner_of(&self, key: &[u8], id: GrantId) -> Option<Owner> {
+        let inner = self.lock_inner();
+        inner.keys.get(key)?.hold(id)?.holder.owner
+    }
+
     /// Whether the task of connection `gen` still serves session hold `id`.
     pub fn link_state(&self, key: &[u8], id: GrantId, gen: u64) -> LinkState {
         let inner = self.lock_inner();
@@ -293,23 +299,44 @@ impl Table {
 
     /// Moves session hold `token` of `key` to a new connection, if it is
     /// still held under that token.
+    #[cfg(test)]
     pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
+        self.reclaim_by(key, token, Whose::Any, None).ok().flatten()
+    }
+
+    /// As [`Table::reclaim`], for a caller who may reclaim only `whose`
+    /// holds (and those without an owner: restored from the log); the
+    /// hold is then `owner`'s, if given.
+    pub fn reclaim_by(
+        &self,
+        key: &[u8],
+        token: Token,
+        whose: Whose,
+        owner: Option<Owner>,
+    ) -> Result<Option<Grant>, NotYours> {
         let mut inner = self.lock_inner();
-        let hold = inner
-            .keys
-            .get_mut(key)?
-            .holds
-            .iter_mut()
-            .find(|h| h.holder.session && h.holder.token == token)?;
+        let Some(hold) = inner.keys.get_mut(key).and_then(|s| {
+            s.holds
+                .iter_mut()
+                .find(|h| h.holder.session && h.holder.token == token)
+        }) else {
+            return Ok(None);
+        };
+        if hold.holder.owner.is_some() && !whose.may_release(hold.holder.owner) {
+            return Err(NotYours);
+        }
+        if owner.is_some() {
+            hold.holder.owner = owner;
+        }
         let gen = hold.link.as_ref().map_or(0, |l| l.gen) + 1;
         let (link, end) = Link::new(gen);
         hold.link = Some(link);
-        Some(Grant {
+        Ok(Some(Grant {
             id: hold.holder.id,
             token,
             durable: Durable::default(),
             link: Some(end),
-        })
+        }))
     }
 
     /// Releases the hold a plain Unlock ends (see [`Table::begin_release`])
@@ -333,18 +360,38 @@ impl Table {
     /// With `token`, only the hold under that token is released (a
     /// session's own release: a stale token frees nothing); without, the
     /// oldest kept hold, else the oldest hold.
+    #[cfg(test)]
     pub fn begin_release(&self, key: &[u8], token: Option<Token>) -> Option<(GrantId, Durable)> {
+        self.begin_release_by(key, token, Whose::Any).ok().flatten()
+    }
+
+    /// As [`Table::begin_release`], among the holds `whose` may release:
+    /// `Err` if the key is held (under `token`, if given) but by none of
+    /// them.
+    pub fn begin_release_by(
+        &self,
+        key: &[u8],
+        token: Option<Token>,
+        whose: Whose,
+    ) -> Result<Option<(GrantId, Durable)>, NotYours> {
         let inner = self.lock_inner();
-        let state = inner.keys.get(key)?;
-        let h = match token {
-            Some(t) => state
-                .holds
-                .iter()
-                .map(|h| &h.holder)
-                .find(|h| h.token == t)?,
-            None => state.unlock_target()?,
+        let Some(state) = inner.keys.get(key) else {
+            return Ok(None);
         };
-        Some((h.id, inner.record_release(key, h.token)))
+        let target = match token {
+            Some(t) => state.holds.iter().map(|h| &h.holder).find(|h| h.token == t),
+            None => state.unlock_target_of(whose),
+        };
+        let Some(h) = target else {
+            return match token.is_none() && !state.holds.is_empty() {
+                true => Err(NotYours),
+                false => Ok(None),
+            };
+        };
+        if !whose.may_release(h.owner) {
+            return Err(NotYours);
+        }
+        Ok(Some((h.id, inner.record_release(key, h.token))))
     }
 
     /// Second half, once the release is durable: ends hold `id` in memory
@@ -522,6 +569,7 @@ impl Table {
             since: held.since,
             session: held.session,
             mode: held.mode,
+            owner: None,
         };
         let state = inner.keys.entry(held.key.clone()).or_default();
         state.holds.push(Hold { holder, link });
@@ -604,6 +652,7 @@ impl Inner {
             since: SystemTime::now(),
             session: ask.session,
             mode: ask.mode,
+            owner: ask.owner,
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);

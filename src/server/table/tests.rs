@@ -16,6 +16,7 @@ fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
         peer: peer(),
         session,
         mode,
+        owner: None,
     }
 }
 
@@ -318,4 +319,63 @@ fn a_plain_unlock_ends_the_oldest_kept_hold_first() {
     let (h, _, _) = t.unlock(b"k").unwrap();
     assert_eq!(h.source, b"session");
     assert!(t.unlock(b"k").is_none());
+}
+
+#[test]
+fn a_token_releases_only_its_own_holds() {
+    let o = |n: u64| Owner::new(n).unwrap();
+    let t = Table::new();
+    let mine = Ask {
+        owner: Some(o(7)),
+        ..ask(b"a", false)
+    };
+    let theirs = Ask {
+        owner: Some(o(8)),
+        ..ask(b"b", false)
+    };
+    let LockOutcome::Granted(a) = t.lock(b"k", &mine) else {
+        panic!()
+    };
+    let LockOutcome::Granted(b) = t.lock(b"j", &theirs) else {
+        panic!()
+    };
+    assert_eq!(
+        t.begin_release_by(b"j", None, Whose::Only(o(7))).err(),
+        Some(NotYours)
+    );
+    assert_eq!(
+        t.begin_release_by(b"j", Some(b.token), Whose::Only(o(7)))
+            .err(),
+        Some(NotYours)
+    );
+    assert!(t
+        .begin_release_by(b"free", None, Whose::Only(o(7)))
+        .unwrap()
+        .is_none());
+    let (id, _) = t
+        .begin_release_by(b"k", None, Whose::Only(o(7)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, a.id);
+    assert!(t
+        .begin_release_by(b"j", None, Whose::Any)
+        .unwrap()
+        .is_some());
+    // A session hold restored without an owner is its reclaimer's after.
+    let LockOutcome::Granted(s) = t.lock(b"s", &ask(b"c", true)) else {
+        panic!()
+    };
+    assert!(t
+        .reclaim_by(b"s", s.token, Whose::Only(o(7)), Some(o(7)))
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        t.reclaim_by(b"s", s.token, Whose::Only(o(8)), Some(o(8)))
+            .err(),
+        Some(NotYours)
+    );
+    assert!(t
+        .reclaim_by(b"s", s.token, Whose::Any, Some(o(9)))
+        .unwrap()
+        .is_some());
 }
