@@ -268,18 +268,20 @@ impl Backend for LcBackend {
     async fn holder(&self, key: &str) -> Result<Option<super::KeyInfo>> {
         let started = std::time::Instant::now();
         let once = keys::Dial::Once;
-        if !self.classic_only.load(Ordering::Relaxed) {
-            let limit = keys::HOLDER_LIMIT;
-            if let keys::Answered::Listing(l) =
-                keys::ask(&self.dialer, Some(key), false, once, limit).await?
-            {
-                let hold = l.holds.into_iter().find(|h| h.key == key.as_bytes());
-                return Ok(hold.map(keys::key_info));
+        let left = || keys::HOLDER_LIMIT.saturating_sub(started.elapsed());
+        self.guarded(|| async {
+            if !self.classic_only.load(Ordering::Relaxed) {
+                if let keys::Answered::Listing(l) =
+                    keys::ask(&self.dialer, Some(key), false, once, left()).await?
+                {
+                    let hold = l.holds.into_iter().find(|h| h.key == key.as_bytes());
+                    return Ok(hold.map(keys::key_info));
+                }
             }
-        }
-        let left = keys::HOLDER_LIMIT.saturating_sub(started.elapsed());
-        let all = keys::list_manager(&self.addr, self.manager.as_deref(), once, left).await?;
-        Ok(all.into_iter().find(|k| k.key == key))
+            let all = keys::list_manager(&self.addr, self.manager.as_deref(), once, left()).await?;
+            Ok(all.into_iter().find(|k| k.key == key))
+        })
+        .await
     }
 
     /// Keys with its waiters, on the lock port; a reference server does
@@ -381,7 +383,9 @@ impl LcBackend {
         progress(WaitProgress::default());
         let budget = self.connect_timeout + started.elapsed();
         // Our place in line, at a terminal (the status line shows it).
-        let us = stream.local_addr().filter(|_| crate::terminal::stderr_is_terminal());
+        let us = stream
+            .local_addr()
+            .filter(|_| crate::terminal::stderr_is_terminal());
         let answer = tokio::select! {
             e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
             never = self.watch_place(&request.key, us, progress) => match never {},
