@@ -21,6 +21,7 @@
 //! | ModeSessionTryLock | `[13]` as 12 (lc-cli extension) |
 //! | ModeLock           | `[14]` as 12 (lc-cli extension) |
 //! | ModeTryLock        | `[15]` as 12 (lc-cli extension) |
+//! | ExpiringLock       | `[18]` as 12, then `[8][ttl_ms:u64be][1][wait:u8 0\|1]` (lc-cli extension) |
 //!
 //! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
 //! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
@@ -90,6 +91,10 @@ pub const ACTION_MODE_TRY_LOCK: u8 = 15;
 /// may be empty; answered `+[len][server version]`. The token field is
 /// where issue 22's token goes: a server without tokens ignores it.
 pub const ACTION_HELLO: u8 = 16;
+/// lc-cli's extension: a kept hold in a mode that the server releases
+/// `ttl_ms` after its grant (`lock KEY --expire`); `wait` 0 is a try.
+/// Answered as 14 and 15.
+pub const ACTION_EXPIRING_LOCK: u8 = 18;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it

@@ -19,11 +19,24 @@ pub enum Hold {
     /// Kept until an Unlock, in a mode (14, 15): `=` with the token and a
     /// timeout of 0, `!` refused, `~` a mode conflict.
     Kept,
+    /// Kept until an Unlock or until this many ms after its grant, when the
+    /// server releases it (18, `lock KEY --expire`): answered as `Kept`.
+    Expiring(u64),
+}
+
+impl Hold {
+    /// How long an expiring hold lasts after its grant.
+    pub fn ttl(self) -> Option<std::time::Duration> {
+        match self {
+            Hold::Expiring(ms) => Some(std::time::Duration::from_millis(ms)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Actions 1, 5, 8, 9 and 12 to 15.
+    /// Actions 1, 5, 8, 9, 12 to 15 and 18.
     Lock {
         key: Vec<u8>,
         source: Vec<u8>,
@@ -74,6 +87,7 @@ impl Request {
                 (Hold::Session, _, false) => ACTION_MODE_SESSION_TRY_LOCK,
                 (Hold::Kept, _, true) => ACTION_MODE_LOCK,
                 (Hold::Kept, _, false) => ACTION_MODE_TRY_LOCK,
+                (Hold::Expiring(_), _, _) => ACTION_EXPIRING_LOCK,
             },
             Request::Release { kind, .. } => match kind {
                 ReleaseKind::Unlock => ACTION_UNLOCK,
@@ -113,6 +127,8 @@ pub enum FrameError {
     BadToken(u8),
     /// A mode field that is not 4 bytes.
     BadMode(u8),
+    /// A TTL field that is not 8 bytes, or a wait flag not 1 byte of 0 or 1.
+    BadExpiry(u8),
 }
 
 impl fmt::Display for FrameError {
@@ -123,6 +139,12 @@ impl fmt::Display for FrameError {
             FrameError::EmptyKey => write!(f, "empty key"),
             FrameError::BadToken(n) => write!(f, "a token of {n} byte(s), not 8"),
             FrameError::BadMode(n) => write!(f, "a mode of {n} byte(s), not 4"),
+            FrameError::BadExpiry(n) => {
+                write!(
+                    f,
+                    "an expiry field of {n} byte(s) (a TTL is 8, a wait flag 1)"
+                )
+            }
         }
     }
 }
@@ -175,6 +197,17 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
             };
             let wait = matches!(action, ACTION_MODE_SESSION_LOCK | ACTION_MODE_LOCK);
             lock(key, source, mode, hold, wait)
+        }
+        ACTION_EXPIRING_LOCK => {
+            let key = need!(cur.key());
+            let source = need!(cur.field());
+            let mode = need!(cur.mode());
+            let ttl = need!(cur.token().map_err(|e| match e {
+                FrameError::BadToken(n) => FrameError::BadExpiry(n),
+                e => e,
+            }));
+            let wait = need!(cur.flag());
+            lock(key, source, mode, Hold::Expiring(ttl), wait)
         }
         ACTION_UNLOCK | ACTION_RELEASE => {
             let key = need!(cur.key());
@@ -259,6 +292,18 @@ impl Cursor<'_> {
         }
     }
 
+    /// A one-byte field of 0 or 1.
+    fn flag(&mut self) -> Result<Option<bool>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 1 => Err(FrameError::BadExpiry(n)),
+            _ => match self.field()? {
+                None => Ok(None),
+                Some(b) if b[0] <= 1 => Ok(Some(b[0] == 1)),
+                Some(b) => Err(FrameError::BadExpiry(b[0])),
+            },
+        }
+    }
+
     fn token(&mut self) -> Result<Option<u64>, FrameError> {
         match self.buf.get(self.pos) {
             Some(&n) if n != 8 => Err(FrameError::BadToken(n)),
@@ -334,7 +379,7 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             source,
             mode,
             hold,
-            ..
+            wait,
         } => {
             check_key(key)?;
             check_source(source)?;
@@ -346,6 +391,10 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, source);
             if action >= ACTION_MODE_SESSION_LOCK {
                 push_field(&mut out, &mode.word().to_be_bytes());
+            }
+            if let Hold::Expiring(ttl_ms) = hold {
+                push_field(&mut out, &ttl_ms.to_be_bytes());
+                push_field(&mut out, &[u8::from(*wait)]);
             }
         }
         Request::Release { key, kind } => {

@@ -13,8 +13,9 @@ use super::table::Ask;
 use super::{hello, lock, reset, session, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
-/// The longest frame: action, two size bytes, two full fields.
-const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
+/// The longest frame: action, two size bytes, two full fields, and an
+/// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes).
+const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
 
 /// Serves one connection.
 ///
@@ -51,6 +52,7 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
                 peer,
                 session: hold == Hold::Session,
                 mode,
+                expire: hold.ttl(),
             };
             if wait {
                 lock::serve(stream, &shared, key, ask, hold).await
@@ -166,6 +168,7 @@ mod tests {
             super::super::events::Events { verbose: false },
             &super::super::ServerOptions::default(),
         ));
+        eprintln!("ask {} hold {} request {} stream {} lockfut {}", std::mem::size_of::<super::Ask>(), std::mem::size_of::<super::Hold>(), std::mem::size_of::<super::Request>(), std::mem::size_of::<super::Stream>(), 0);
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);
         assert!(size <= 800, "the connection future is {size} bytes");

@@ -6,6 +6,7 @@
 
 pub mod conn;
 pub mod events;
+mod expiry;
 mod grant;
 mod hello;
 pub mod limits;
@@ -146,6 +147,9 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Restored session holds, expired by `serve` unless reclaimed.
     orphans: Vec<(Vec<u8>, table::GrantId, table::LinkEnd)>,
+    /// Restored kept holds that expire: released by `serve` at their
+    /// deadline, before it accepts anyone if that has passed.
+    expiring: Vec<(Vec<u8>, table::GrantId, SystemTime)>,
 }
 
 impl Server {
@@ -158,6 +162,7 @@ impl Server {
             return Ok(Server {
                 shared: Arc::new(Shared::new(Table::new(), events, &options)),
                 orphans: Vec::new(),
+                expiring: Vec::new(),
             });
         };
         let fsync = Arc::new(FsyncHistogram::default());
@@ -202,24 +207,39 @@ impl Server {
             ));
         }
         let mut orphans = Vec::new();
+        let mut expiring = Vec::new();
         for h in &held {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             let since = h.since;
-            let restored = table.restore(h, peer);
-            let mut kind = match &restored {
-                Some(_) => format!(
+            let (id, link) = table.restore(h, peer);
+            let mut kind = match (&link, h.expires) {
+                (Some(_), _) => format!(
                     "session hold, token {}, released in {:?} unless its holder reclaims it",
                     h.token, options.reclaim_grace
                 ),
-                None => format!("token {}", h.token),
+                (None, Some(at)) => format!(
+                    "token {}, expires at {}{}",
+                    h.token,
+                    humantime::format_rfc3339_millis(at),
+                    match at.duration_since(SystemTime::now()) {
+                        Ok(left) => format!(
+                            ", in {}",
+                            humantime::format_duration(Duration::from_secs(left.as_secs()))
+                        ),
+                        Err(_) => ": past, released now".to_string(),
+                    }
+                ),
+                (None, None) => format!("token {}", h.token),
             };
             if h.mode != crate::mode::LockMode::Exclusive {
                 kind = format!("{}, {kind}", h.mode);
             }
-            if let Some((id, link)) = restored {
+            if let Some(link) = link {
                 orphans.push((h.key.clone(), id, link));
+            } else if let Some(at) = h.expires {
+                expiring.push((h.key.clone(), id, at));
             }
             events.info(format_args!(
                 "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
@@ -239,6 +259,7 @@ impl Server {
         Ok(Server {
             shared: Arc::new(shared),
             orphans,
+            expiring,
         })
     }
 
@@ -251,6 +272,15 @@ impl Server {
         let shared = self.shared;
         for (key, id, link) in self.orphans {
             tokio::spawn(session::orphan(shared.clone(), key, id, link));
+        }
+        for (key, id, at) in self.expiring {
+            if at <= SystemTime::now() {
+                // Past its deadline while the server was down: released
+                // (and logged) before anyone can see it held.
+                expiry::run(shared.clone(), key, id).await;
+            } else {
+                expiry::spawn(&shared, key, id);
+            }
         }
         let listener = listeners.lock;
         let tls = listeners.tls;

@@ -101,6 +101,7 @@ pub async fn list(lock_addr: &str, manager: Option<&str>, dial: Dial) -> Result<
             // A server before sessions cannot tell.
             kept: r.session.map(|session| !session),
             token: r.token,
+            expires: r.expires,
             mode: r.mode.unwrap_or(crate::backend::LockMode::Exclusive),
         })
         .collect())

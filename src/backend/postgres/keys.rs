@@ -177,6 +177,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                     .then_some(false),
                 mode: h.mode,
                 token: None,
+                expires: None,
             }
         })
         .collect())

@@ -217,7 +217,7 @@ impl Backend for ZkBackend {
         for node in &holders {
             let p = node.as_str();
             if let Ok(Some(stat)) = s.retry(|c| async move { c.check_stat(p).await }).await {
-                if stat.ephemeral_owner == 0 {
+                if names::is_kept_owner(stat.ephemeral_owner) {
                     pick = Some(node.clone());
                     break;
                 }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
@@ -19,6 +19,8 @@ pub struct Ask {
     /// Unlock.
     pub session: bool,
     pub mode: LockMode,
+    /// A kept hold the server releases this long after its grant.
+    pub expire: Option<Duration>,
 }
 
 /// A hold as the live table keeps it: its grant id and the holder's socket
@@ -36,6 +38,8 @@ pub struct Holder {
     pub since: SystemTime,
     pub session: bool,
     pub mode: LockMode,
+    /// When the server releases this kept hold (`lock KEY --expire`).
+    pub expires: Option<SystemTime>,
 }
 
 /// The live end of a session hold.

@@ -56,6 +56,8 @@ pub struct Grant {
     pub durable: Durable,
     /// For a session hold.
     pub link: Option<LinkEnd>,
+    /// When a kept hold that expires is released by the server.
+    pub expires: Option<SystemTime>,
 }
 
 /// Where the task serving a session hold stands.
@@ -289,6 +291,31 @@ impl Table {
         Expiry::Due(inner.record_release(key, token))
     }
 
+    /// First half of the expiry of kept hold `id` (`lock KEY --expire`) at
+    /// its deadline: records its release, as [`Table::expire`] does for a
+    /// session, and leaves the hold in place until that is durable
+    /// ([`Table::finish_release`] then ends it and hands the key on).
+    pub fn expire_kept(&self, key: &[u8], id: GrantId) -> Expiry {
+        let inner = self.lock_inner();
+        let Some(holder) = inner
+            .keys
+            .get(key)
+            .and_then(|s| s.hold(id))
+            .map(|h| &h.holder)
+        else {
+            return Expiry::Gone;
+        };
+        let Some(expires) = holder.expires else {
+            return Expiry::Gone;
+        };
+        if let Ok(left) = expires.duration_since(SystemTime::now()) {
+            if !left.is_zero() {
+                return Expiry::NotYet(Instant::now() + left);
+            }
+        }
+        Expiry::Due(inner.record_release(key, holder.token))
+    }
+
     /// Moves session hold `token` of `key` to a new connection, if it is
     /// still held under that token.
     pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
@@ -307,6 +334,7 @@ impl Table {
             token,
             durable: Durable::default(),
             link: Some(end),
+            expires: None,
         })
     }
 
@@ -470,6 +498,7 @@ impl Table {
                         token: Some(h.token),
                         session: Some(h.session),
                         mode: Some(h.mode),
+                        expires: h.expires,
                     }
                 })
             })
@@ -481,8 +510,9 @@ impl Table {
     /// Adds a hold without a client (restored from the log at start-up). A
     /// session hold is heard from "now", so its holder has the session
     /// timeout to reclaim it; its grant id and link are returned for the
-    /// task that expires it otherwise.
-    pub fn restore(&self, held: &Held, peer: SocketAddr) -> Option<(GrantId, LinkEnd)> {
+    /// task that expires it otherwise. The grant id of every hold is
+    /// returned too (a kept hold that expires needs it for its timer).
+    pub fn restore(&self, held: &Held, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
         inner.last_token = inner.last_token.max(held.token);
@@ -495,10 +525,11 @@ impl Table {
             since: held.since,
             session: held.session,
             mode: held.mode,
+            expires: held.expires,
         };
         let state = inner.keys.entry(held.key.clone()).or_default();
         state.holds.push(Hold { holder, link });
-        end.map(|end| (id, end))
+        (id, end)
     }
 
     /// The event counters of this table's server (grants are bumped here).
@@ -555,14 +586,18 @@ impl Inner {
     /// it may hold now), logged.
     fn grant(&mut self, key: &[u8], id: GrantId, ask: &Ask) -> Grant {
         let token = self.fresh_token();
+        let since = SystemTime::now();
+        // A kept hold only: a session hold ends with its holder.
+        let expires = ask.expire.filter(|_| !ask.session).map(|ttl| since + ttl);
         let holder = Holder {
             id,
             token,
             source: ask.source.clone(),
             peer: ask.peer,
-            since: SystemTime::now(),
+            since,
             session: ask.session,
             mode: ask.mode,
+            expires,
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);
@@ -574,6 +609,7 @@ impl Inner {
             token,
             durable,
             link: end,
+            expires,
         }
     }
 
@@ -597,6 +633,7 @@ impl Inner {
             token: holder.token,
             session: holder.session,
             mode: holder.mode,
+            expires: holder.expires,
         };
         Durable(vec![wal.append(&held.record())])
     }

@@ -16,6 +16,7 @@ fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
         peer: peer(),
         session,
         mode,
+        expire: None,
     }
 }
 
