@@ -94,7 +94,7 @@ impl Hold {
     pub fn granted(self, token: u64, session_timeout: Duration) -> Vec<u8> {
         match self {
             Hold::Classic => vec![Answer::Ok.byte()],
-            Hold::Kept | Hold::Expiring(_) => session_grant(token, Duration::ZERO).to_vec(),
+            Hold::Kept => session_grant(token, Duration::ZERO).to_vec(),
             Hold::Session => session_grant(token, session_timeout).to_vec(),
         }
     }
@@ -103,7 +103,7 @@ impl Hold {
     pub fn refused(self) -> u8 {
         match self {
             Hold::Classic => Answer::Fail.byte(),
-            Hold::Kept | Hold::Expiring(_) | Hold::Session => SESSION_LOST,
+            Hold::Kept | Hold::Session => SESSION_LOST,
         }
     }
 
@@ -111,7 +111,7 @@ impl Hold {
     pub fn conflict(self, theirs: LockMode) -> Vec<u8> {
         match self {
             Hold::Classic => vec![Answer::Fail.byte()],
-            Hold::Kept | Hold::Expiring(_) | Hold::Session => mode_conflict(theirs).to_vec(),
+            Hold::Kept | Hold::Session => mode_conflict(theirs).to_vec(),
         }
     }
 }

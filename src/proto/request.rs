@@ -19,24 +19,11 @@ pub enum Hold {
     /// Kept until an Unlock, in a mode (14, 15): `=` with the token and a
     /// timeout of 0, `!` refused, `~` a mode conflict.
     Kept,
-    /// Kept until an Unlock or until this many ms after its grant, when the
-    /// server releases it (18, `lock KEY --expire`): answered as `Kept`.
-    Expiring(u64),
-}
-
-impl Hold {
-    /// How long an expiring hold lasts after its grant.
-    pub fn ttl(self) -> Option<std::time::Duration> {
-        match self {
-            Hold::Expiring(ms) => Some(std::time::Duration::from_millis(ms)),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Actions 1, 5, 8, 9, 12 to 15 and 18.
+    /// Actions 1, 5, 8, 9 and 12 to 15.
     Lock {
         key: Vec<u8>,
         source: Vec<u8>,
@@ -63,6 +50,17 @@ pub enum Request {
     ResetBySource {
         source: Vec<u8>,
     },
+    /// A kept hold in a mode that the server releases `ttl_ms` after its
+    /// grant (18, `lock KEY --expire`), waiting in line or only trying;
+    /// answered as a kept hold (14, 15). A variant of its own, not a `Hold`,
+    /// so the requests every waiter keeps stay as small as before.
+    ExpiringLock {
+        key: Vec<u8>,
+        source: Vec<u8>,
+        mode: LockMode,
+        ttl_ms: u64,
+        wait: bool,
+    },
     /// Are you a Locking-Center server? (7)
     Ping,
     /// Who are you? (16): the client's version and a token, either empty.
@@ -87,8 +85,8 @@ impl Request {
                 (Hold::Session, _, false) => ACTION_MODE_SESSION_TRY_LOCK,
                 (Hold::Kept, _, true) => ACTION_MODE_LOCK,
                 (Hold::Kept, _, false) => ACTION_MODE_TRY_LOCK,
-                (Hold::Expiring(_), _, _) => ACTION_EXPIRING_LOCK,
             },
+            Request::ExpiringLock { .. } => ACTION_EXPIRING_LOCK,
             Request::Release { kind, .. } => match kind {
                 ReleaseKind::Unlock => ACTION_UNLOCK,
                 ReleaseKind::Release => ACTION_RELEASE,
@@ -207,7 +205,13 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 e => e,
             }));
             let wait = need!(cur.flag());
-            lock(key, source, mode, Hold::Expiring(ttl), wait)
+            Request::ExpiringLock {
+                key,
+                source,
+                mode,
+                ttl_ms: ttl,
+                wait,
+            }
         }
         ACTION_UNLOCK | ACTION_RELEASE => {
             let key = need!(cur.key());
@@ -379,7 +383,7 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             source,
             mode,
             hold,
-            wait,
+            ..
         } => {
             check_key(key)?;
             check_source(source)?;
@@ -392,10 +396,22 @@ pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             if action >= ACTION_MODE_SESSION_LOCK {
                 push_field(&mut out, &mode.word().to_be_bytes());
             }
-            if let Hold::Expiring(ttl_ms) = hold {
-                push_field(&mut out, &ttl_ms.to_be_bytes());
-                push_field(&mut out, &[u8::from(*wait)]);
-            }
+        }
+        Request::ExpiringLock {
+            key,
+            source,
+            mode,
+            ttl_ms,
+            wait,
+        } => {
+            check_key(key)?;
+            check_source(source)?;
+            out.push(action);
+            push_field(&mut out, key);
+            push_field(&mut out, source);
+            push_field(&mut out, &mode.word().to_be_bytes());
+            push_field(&mut out, &ttl_ms.to_be_bytes());
+            push_field(&mut out, &[u8::from(*wait)]);
         }
         Request::Release { key, kind } => {
             check_key(key)?;

@@ -52,12 +52,33 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
                 peer,
                 session: hold == Hold::Session,
                 mode,
-                expire: hold.ttl(),
+                expire: None,
             };
             if wait {
                 lock::serve(stream, &shared, key, ask, hold).await
             } else {
                 Box::pin(trylock::serve(stream, &shared, key, ask, hold)).await
+            }
+        }
+        // Rare: boxed, so a plain waiter's future does not grow for it.
+        Request::ExpiringLock {
+            key,
+            source,
+            mode,
+            ttl_ms,
+            wait,
+        } => {
+            let ask = Ask {
+                source: or_peer(source),
+                peer,
+                session: false,
+                mode,
+                expire: Some(Ask::expire_secs(ttl_ms)),
+            };
+            if wait {
+                Box::pin(lock::serve(stream, &shared, key, ask, Hold::Kept)).await
+            } else {
+                Box::pin(trylock::serve(stream, &shared, key, ask, Hold::Kept)).await
             }
         }
         Request::Release { key, kind } => {
@@ -168,7 +189,6 @@ mod tests {
             super::super::events::Events { verbose: false },
             &super::super::ServerOptions::default(),
         ));
-        eprintln!("ask {} hold {} request {} stream {} lockfut {}", std::mem::size_of::<super::Ask>(), std::mem::size_of::<super::Hold>(), std::mem::size_of::<super::Request>(), std::mem::size_of::<super::Stream>(), 0);
         let f = super::handle(c, addr, shared);
         let size = std::mem::size_of_val(&f);
         assert!(size <= 800, "the connection future is {size} bytes");

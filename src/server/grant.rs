@@ -24,7 +24,9 @@ pub async fn hand_over(
     hold: Hold,
 ) {
     let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, hold).await;
-    if delivered && g.expires.is_some() {
+    // A kept hold that expires (not kept in the Grant: every waiter's
+    // future holds one).
+    if delivered && hold == Hold::Kept && shared.table.expires(&key, g.id).is_some() {
         expiry::spawn(shared, key.clone(), g.id);
     }
     if let (true, Some(link)) = (delivered, g.link) {

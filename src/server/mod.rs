@@ -248,6 +248,11 @@ impl Server {
                 humantime::format_rfc3339_millis(since)
             ));
         }
+        // Past their deadline while the server was down: released (and
+        // logged, durably) before the port is announced, let alone served.
+        expiring.retain(|(key, id, at): &(Vec<u8>, table::GrantId, SystemTime)| {
+            *at > SystemTime::now() || !release_expired(&table, &events, key, *id)
+        });
         events.info(format_args!(
             "{}: {} record(s) read, {} hold(s) restored",
             path.display(),
@@ -273,14 +278,8 @@ impl Server {
         for (key, id, link) in self.orphans {
             tokio::spawn(session::orphan(shared.clone(), key, id, link));
         }
-        for (key, id, at) in self.expiring {
-            if at <= SystemTime::now() {
-                // Past its deadline while the server was down: released
-                // (and logged) before anyone can see it held.
-                expiry::run(shared.clone(), key, id).await;
-            } else {
-                expiry::spawn(&shared, key, id);
-            }
+        for (key, id, _) in self.expiring {
+            expiry::spawn(&shared, key, id);
         }
         let listener = listeners.lock;
         let tls = listeners.tls;
@@ -359,6 +358,34 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Releases restored kept hold `id` of `key`, whose deadline passed while
+/// the server was down, at start-up: its release is made durable first
+/// (blocking), then the hold ends. False if the log could not record it:
+/// the hold stays, and its timer tries again once the server runs.
+fn release_expired(table: &Table, events: &Events, key: &[u8], id: table::GrantId) -> bool {
+    let table::Expiry::Due(_durable) = table.expire_kept(key, id) else {
+        return true;
+    };
+    if let Err(e) = table.sync_wal() {
+        events.error(format_args!(
+            "expiry of the kept hold of '{}' not recorded in the log, the key stays held until it is: {e}",
+            printable(key)
+        ));
+        return false;
+    }
+    if let Some((holder, _)) = table.finish_release(key, id) {
+        Counters::bump(&table.counters().releases);
+        events.session(format_args!(
+            "{}: kept hold of '{}' by '{}' (token {}) expired at its deadline, while the server was down",
+            holder.peer,
+            printable(key),
+            printable(&holder.source),
+            holder.token
+        ));
+    }
+    true
 }
 
 /// Accepts on the manager port, one task per connection.

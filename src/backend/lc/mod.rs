@@ -262,10 +262,19 @@ impl LcBackend {
     fn extended_frame(request: &LockRequest) -> Request {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
-        let hold = match (request.detached, request.expire) {
-            (true, Some(ttl)) => Hold::Expiring(ttl.as_millis().min(u64::MAX as u128) as u64),
-            (true, None) => Hold::Kept,
-            (false, _) => Hold::Session,
+        if let (true, Some(ttl)) = (request.detached, request.expire) {
+            return Request::ExpiringLock {
+                key,
+                source,
+                mode: request.mode,
+                ttl_ms: ttl.as_millis().min(u64::MAX as u128) as u64,
+                wait: !request.nonblock,
+            };
+        }
+        let hold = if request.detached {
+            Hold::Kept
+        } else {
+            Hold::Session
         };
         Request::Lock {
             key,

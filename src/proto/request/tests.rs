@@ -117,7 +117,13 @@ fn mode_frames() {
     }
     roundtrip(lock(b"k", b"", LockMode::Shared, Hold::Session, true));
     for wait in [true, false] {
-        let req = lock(b"k", b"s", X, Hold::Expiring(7_200_000), wait);
+        let req = Request::ExpiringLock {
+            key: b"k".to_vec(),
+            source: b"s".to_vec(),
+            mode: X,
+            ttl_ms: 7_200_000,
+            wait,
+        };
         let mut want = vec![18, 1, b'k', 1, b's', 4, 0, 0, 0, 1, 8];
         want.extend_from_slice(&7_200_000u64.to_be_bytes());
         want.extend_from_slice(&[1, u8::from(wait)]);

@@ -3,7 +3,8 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::num::NonZeroU32;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
@@ -19,8 +20,19 @@ pub struct Ask {
     /// Unlock.
     pub session: bool,
     pub mode: LockMode,
-    /// A kept hold the server releases this long after its grant.
-    pub expire: Option<Duration>,
+    /// A kept hold the server releases this many seconds after its grant
+    /// (whole seconds, rounded up: it fits in the padding of this struct,
+    /// which every waiter keeps).
+    pub expire: Option<NonZeroU32>,
+}
+
+impl Ask {
+    /// The whole seconds of a TTL in ms, rounded up (at least 1, at most
+    /// u32::MAX: 136 years).
+    pub fn expire_secs(ttl_ms: u64) -> NonZeroU32 {
+        let secs = ttl_ms.div_ceil(1000).clamp(1, u64::from(u32::MAX));
+        NonZeroU32::new(secs as u32).expect("at least 1")
+    }
 }
 
 /// A hold as the live table keeps it: its grant id and the holder's socket

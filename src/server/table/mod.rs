@@ -56,8 +56,6 @@ pub struct Grant {
     pub durable: Durable,
     /// For a session hold.
     pub link: Option<LinkEnd>,
-    /// When a kept hold that expires is released by the server.
-    pub expires: Option<SystemTime>,
 }
 
 /// Where the task serving a session hold stands.
@@ -193,6 +191,15 @@ impl Table {
         self.lock_inner().wal.as_ref().map(Wal::stats)
     }
 
+    /// Blocks until everything appended to the log so far is durable (Ok
+    /// without a log); for start-up, before any client is served.
+    pub fn sync_wal(&self) -> Result<(), NotDurable> {
+        match &self.lock_inner().wal {
+            Some(wal) => wal.sync(),
+            None => Ok(()),
+        }
+    }
+
     /// Writes what is pending to the log and stops its writer (shutdown);
     /// returns its final counters. Blocks: run it off the async threads.
     pub fn close_wal(&self) -> Option<WalStats> {
@@ -291,6 +298,12 @@ impl Table {
         Expiry::Due(inner.record_release(key, token))
     }
 
+    /// When hold `id` of `key` expires (a kept hold with `--expire`).
+    pub fn expires(&self, key: &[u8], id: GrantId) -> Option<SystemTime> {
+        let inner = self.lock_inner();
+        inner.keys.get(key)?.hold(id)?.holder.expires
+    }
+
     /// First half of the expiry of kept hold `id` (`lock KEY --expire`) at
     /// its deadline: records its release, as [`Table::expire`] does for a
     /// session, and leaves the hold in place until that is durable
@@ -334,7 +347,6 @@ impl Table {
             token,
             durable: Durable::default(),
             link: Some(end),
-            expires: None,
         })
     }
 
@@ -588,7 +600,10 @@ impl Inner {
         let token = self.fresh_token();
         let since = SystemTime::now();
         // A kept hold only: a session hold ends with its holder.
-        let expires = ask.expire.filter(|_| !ask.session).map(|ttl| since + ttl);
+        let expires = ask
+            .expire
+            .filter(|_| !ask.session)
+            .map(|secs| since + Duration::from_secs(u64::from(secs.get())));
         let holder = Holder {
             id,
             token,
@@ -609,7 +624,6 @@ impl Inner {
             token,
             durable,
             link: end,
-            expires,
         }
     }
 
