@@ -288,3 +288,91 @@ fn postgresql_refuses_it() {
         "{err}"
     );
 }
+
+/// The log in-process: a kept hold's deadline (a tag 7 Grant) comes back
+/// from a reopen and from a compaction to the millisecond, a log of
+/// version 3 is upgraded in place with its holders, and an old lc-cli's
+/// holds (tag 5) still read as holds that do not expire.
+#[test]
+fn the_log_keeps_the_deadline_through_a_reopen_and_a_compaction() {
+    use lc_cli::mode::LockMode;
+    use lc_cli::wal::{Options, Record, Wal};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let grant = |key: &str, token: u64, expires_ms: Option<u64>| Record::Grant {
+        key: key.as_bytes().to_vec(),
+        source: b"ops".to_vec(),
+        peer: b"127.0.0.1:1".to_vec(),
+        since_ms: 1_700_000_000_000,
+        token,
+        session: false,
+        mode: LockMode::Exclusive,
+        expires_ms,
+    };
+    let deadline = 1_700_000_007_200_123u64;
+    // A version 3 log (no expiring holds) is upgraded, its hold kept.
+    let mut v3 = b"LCCLIWAL".to_vec();
+    v3.extend_from_slice(&3u32.to_le_bytes());
+    v3.extend(grant("old", 1, None).encode());
+    std::fs::write(&path, &v3).unwrap();
+    let (wal, held, recovery) = Wal::open(&path, Options::default()).unwrap();
+    assert_eq!(recovery.upgraded, Some(3));
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].expires, None);
+    let _ = wal.append(&grant("maint", 2, Some(deadline)));
+    wal.sync().unwrap();
+    drop(wal);
+    let want = Some(UNIX_EPOCH + Duration::from_millis(deadline));
+    let (wal, held, _) = Wal::open(&path, Options::default()).unwrap();
+    let maint = held.iter().find(|h| h.key == b"maint").unwrap();
+    assert_eq!(maint.expires, want);
+    // Many cycles on another key force compactions: the hold survives them.
+    let options = Options {
+        compact_min: 512,
+        ..Options::default()
+    };
+    drop(wal);
+    let (wal, _, _) = Wal::open(&path, options.clone()).unwrap();
+    for t in 10..400u64 {
+        let _ = wal.append(&grant("busy", t, None));
+        let _ = wal.append(&Record::Release {
+            key: b"busy".to_vec(),
+            token: Some(t),
+        });
+    }
+    wal.sync().unwrap();
+    assert!(wal.stats().compactions > 0, "{:?}", wal.stats());
+    drop(wal);
+    let (_wal, held, _) = Wal::open(&path, options).unwrap();
+    let keys: Vec<&[u8]> = held.iter().map(|h| h.key.as_slice()).collect();
+    assert_eq!(keys, [&b"maint"[..], b"old"]);
+    assert_eq!(held[0].expires, want);
+    assert_eq!(held[1].expires, None);
+}
+
+/// Action 18 on the wire: `=` with the token and a grace of 0 (a kept
+/// hold), and the key is free again about its TTL later; a bad wait byte
+/// is bad input (`-`).
+#[test]
+fn the_frame_on_the_wire() {
+    use std::io::{Read, Write};
+    let server = Server::start();
+    let mut f = vec![18, 1, b'w', 1, b's', 4, 0, 0, 0, 1, 8];
+    f.extend_from_slice(&1_000u64.to_be_bytes());
+    let mut s = server.connect();
+    s.write_all(&[&f[..], &[1, 1]].concat()).unwrap();
+    let mut answer = [0u8; 13];
+    s.read_exact(&mut answer).unwrap();
+    assert_eq!(answer[0], b'=');
+    assert_eq!(&answer[9..], &[0, 0, 0, 0], "a kept hold's grace is 0");
+    drop(s);
+    // Held now (a try finds it taken), free once it expired.
+    assert_eq!(
+        server.raw(&frame(action::TRY, b"w", Some(b"t"))),
+        Some(b'#')
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        server.raw(&frame(action::TRY, b"w", Some(b"t"))) == Some(b'+')
+    }));
+    assert_eq!(server.raw(&[&f[..], &[1, 2]].concat()), Some(b'-'));
+}
