@@ -112,6 +112,11 @@ fn expires_and_hands_on(lc: Lc) {
         "the waiter started {:.3} s after the hold was taken",
         (started - after) as f64 / 1e9
     );
+    eprintln!(
+        "the waiter's command started {:.3} s after the kept lock was asked for ({:.3} s after it was granted), TTL {TTL:?}",
+        (started - before) as f64 / 1e9,
+        (started - after) as f64 / 1e9
+    );
     // Freed: nobody holds it now.
     assert!(entry(lc, "maint").is_none());
 
