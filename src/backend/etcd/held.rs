@@ -271,25 +271,23 @@ impl HeldLock for EtcdHeld {
                 async move { c.txn(txn).await }
             })
             .await;
-        let resp = match resp {
-            Ok(resp) if resp.succeeded() => resp,
-            other => {
-                if let Some(id) = bare {
-                    let _ = self
-                        .rpc
-                        .call("revoking an unused lease", |mut c| async move {
-                            c.lease_revoke(id).await
-                        })
-                        .await;
-                }
-                other?;
-                return Err(BackendError::Refused {
-                    server: self.rpc.server.clone(),
-                    reason: format!("{key} was gone before it could be kept held"),
-                });
+        // An error may hide a transaction that went through: the new lease
+        // is then left to run out on its own (freeing the key at the
+        // deadline), never revoked under a key it may carry.
+        if !resp?.succeeded() {
+            if let Some(id) = bare {
+                let _ = self
+                    .rpc
+                    .call("revoking an unused lease", |mut c| async move {
+                        c.lease_revoke(id).await
+                    })
+                    .await;
             }
-        };
-        drop(resp);
+            return Err(BackendError::Refused {
+                server: self.rpc.server.clone(),
+                reason: format!("{key} was gone before it could be kept held"),
+            });
+        }
         self.released = true;
         self.lease.revoke().await
     }
