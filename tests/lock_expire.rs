@@ -31,6 +31,9 @@ const LATE: Duration = Duration::from_secs(8);
 /// system's wall clock) is below this.
 const CLOCK: Duration = Duration::from_millis(50);
 
+/// How long a server's log line may take to reach the test.
+const LOG: Duration = Duration::from_secs(10);
+
 type Lc<'a> = &'a dyn Fn(&[&str]) -> Command;
 
 fn ns(d: Duration) -> i128 {
@@ -141,6 +144,7 @@ fn builtin_server() {
     let url = server.url();
     let lc = |args: &[&str]| lc_at(&url, args);
     expires_and_hands_on(&lc);
+    server.wait_for("kept hold of 'maint'", 1, LOG);
     assert!(
         server.logged(&["kept hold of 'maint'", "expired at its deadline"]),
         "{}",
@@ -167,8 +171,10 @@ fn builtin_server_keeps_the_deadline_across_a_restart() {
     let at = expires_ns(&entry(&lc, "k").unwrap());
     server.kill();
     server = serve.clone().listen(&listen).restart();
+    // Its log lines come on stderr, maybe after the banner was read.
+    server.wait_for("restored 'k' ", 1, LOG);
     assert!(
-        server.logged(&["restored 'k'", "expires at"]),
+        server.logged(&["restored 'k' ", "expires at"]),
         "{}",
         server.log()
     );
@@ -202,12 +208,13 @@ fn builtin_server_keeps_the_deadline_across_a_restart() {
         std::thread::sleep(Duration::from_millis(50));
     }
     server = serve.listen(&listen).restart();
+    server.wait_for("while the server was down", 1, LOG);
     assert!(
         server.logged(&["restored 'k2'", "past, released now"]),
         "{}",
         server.log()
     );
-    // Before the banner the test waited for: before anyone was served.
+    // Logged before the banner: before anyone was served.
     assert!(
         server.logged(&[
             "kept hold of 'k2'",
