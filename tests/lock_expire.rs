@@ -273,6 +273,54 @@ fn zookeeper_with_ttl_nodes() {
     expires_and_hands_on(&lc);
 }
 
+/// The TTL node keeps the lock node's name and layout: a client of
+/// Curator's lock recipe sees the key held, waits, and gets it once the
+/// node expired.
+#[test]
+fn zookeeper_ttl_node_is_a_lock_node_to_curator() {
+    use common::zk::{curator_client, curator_lock_options, CuratorHold};
+    use zookeeper_client as zkc;
+    let zk = common::zk::Zk::start_extended();
+    let (before, _) = keep(&|args: &[&str]| zk.lc("/c", args), "k", "2s");
+    let queue = zk.queue("/c/k");
+    assert_eq!(queue.len(), 1, "{queue:?}");
+    assert!(
+        queue[0].starts_with("_c_") && queue[0].contains("-lock-"),
+        "{queue:?}"
+    );
+    // Not ephemeral (ZooKeeper shows a TTL node's owner as 0), with the
+    // deadline in lc-cli's data.
+    let (data, owner) = zk.node(&format!("/c/k/{}", queue[0])).unwrap();
+    assert_eq!(owner, 0);
+    assert!(
+        String::from_utf8_lossy(&data).contains("\nexpires="),
+        "{data:?}"
+    );
+    let (rt, client) = curator_client(&zk);
+    let guard = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            client.lock(
+                zkc::LockPrefix::new_curator("/c/k", "lock-").unwrap(),
+                b"10.0.0.1",
+                curator_lock_options(),
+            ),
+        )
+        .await
+        .expect("Curator's client got the key once the TTL node expired")
+        .unwrap()
+        .into_owned()
+    });
+    let got = now_ns();
+    let guard = CuratorHold::new(&rt, guard);
+    assert!(
+        got >= before + ns(TTL) - ns(CLOCK),
+        "Curator's client got the key {:.3} s after the kept lock, before its {TTL:?}",
+        (got - before) as f64 / 1e9
+    );
+    drop(guard);
+}
+
 /// Without `zookeeper.extendedTypesEnabled` the server cannot make TTL
 /// nodes: one line naming the setting, and the key is free again.
 #[test]

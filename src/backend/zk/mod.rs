@@ -217,7 +217,8 @@ impl Backend for ZkBackend {
         for node in &holders {
             let p = node.as_str();
             if let Ok(Some(stat)) = s.retry(|c| async move { c.check_stat(p).await }).await {
-                if names::is_kept_owner(stat.ephemeral_owner) {
+                // A TTL node (`--expire`) shows owner 0 too, as any persistent node.
+                if stat.ephemeral_owner == 0 {
                     pick = Some(node.clone());
                     break;
                 }

@@ -183,13 +183,6 @@ pub fn detached_name(ephemeral: &str) -> Option<String> {
     ))
 }
 
-/// Whether a node's owner (`Stat::ephemeral_owner`) makes it a kept hold:
-/// a persistent node (0), or a TTL node (`--expire`), whose owner field
-/// holds ZooKeeper's extended-type mark, the top byte 0xFF.
-pub fn is_kept_owner(ephemeral_owner: i64) -> bool {
-    ephemeral_owner == 0 || (ephemeral_owner as u64) >> 56 == 0xFF
-}
-
 /// Whether a node waits/holds for a live session or keeps a detached hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
