@@ -311,7 +311,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -346,6 +346,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --expire)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -487,7 +491,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -510,6 +514,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --expire)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

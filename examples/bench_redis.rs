@@ -203,6 +203,7 @@ async fn run_round(
                 source: format!("bench-{i}"),
                 nonblock: false,
                 detached: false,
+                expire: None,
             };
             loop {
                 let got = backend
@@ -330,6 +331,7 @@ fn request(key: &str, mode: LockMode, i: usize) -> LockRequest {
         source: format!("bench-{i}"),
         nonblock: false,
         detached: false,
+        expire: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn request_in(mode: LockMode) -> LockRequest {
         source: "bench".into(),
         nonblock: false,
         detached: false,
+        expire: None,
     }
 }
 

@@ -149,6 +149,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub kill_after: Duration,
 
+    /// Without a command only: the kept hold frees itself DURATION after it
+    /// is granted (the next waiter gets KEY), unless `unlock` or `reset`
+    /// ends it first; not on PostgreSQL, nor on ZooKeeper without
+    /// `zookeeper.extendedTypesEnabled=true`
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub expire: Option<Duration>,
+
     /// No line on stderr for a conflict, a timeout, or a hold kept without a
     /// command
     #[arg(long, short = 'q')]

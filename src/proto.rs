@@ -24,6 +24,7 @@
 //! | ModeTryLock        | `[15]` as 12 (lc-cli extension) |
 //! | Hello              | `[16][len][client version][len][token]` (lc-cli extension) |
 //! | Keys               | `[17][len][key or empty][len][flags]` (lc-cli extension) |
+//! | ExpiringLock       | `[18]` as 12, then `[8][ttl_ms:u64be][1][wait:u8 0\|1]` (lc-cli extension) |
 //!
 //! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
 //! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
@@ -101,6 +102,10 @@ pub const ACTION_HELLO: u8 = 16;
 /// the key's entries, or every key's when the key is empty; flags bit 0
 /// asks for the waiters too. Answered by a listing ([`listing`]).
 pub const ACTION_KEYS: u8 = 17;
+/// lc-cli's extension: a kept hold in a mode that the server releases
+/// `ttl_ms` after its grant (`lock KEY --expire`); `wait` 0 is a try.
+/// Answered as 14 and 15.
+pub const ACTION_EXPIRING_LOCK: u8 = 18;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it

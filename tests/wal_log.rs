@@ -20,6 +20,7 @@ fn grant(key: &str, source: &str) -> Record {
         token: 7,
         session: false,
         mode: LockMode::Exclusive,
+        expires_ms: None,
     }
 }
 

@@ -201,6 +201,7 @@ fn progress_reports_the_place_and_cancel_withdraws() {
             source: "test".into(),
             nonblock: false,
             detached: false,
+            expire: None,
         };
         let progress = {
             let seen = seen.clone();

@@ -95,6 +95,9 @@ pub struct LockRequest {
     /// The hold outlives this process (`lock` without a command): it stays
     /// until `unlock` or `reset`.
     pub detached: bool,
+    /// A detached hold that frees itself this long after its grant (`lock
+    /// KEY --expire 2h`); only with `detached`.
+    pub expire: Option<std::time::Duration>,
 }
 
 /// What happened to a lock request.
@@ -135,6 +138,10 @@ pub struct KeyInfo {
     pub mode: LockMode,
     /// The hold's fencing token, where the service shows it.
     pub token: Option<u64>,
+    /// When a kept hold frees itself (`lock KEY --expire`), where the
+    /// service knows it; None: it does not expire (or the service cannot
+    /// tell).
+    pub expires: Option<std::time::SystemTime>,
 }
 
 /// A request waiting in a key's line, as an operator sees it (`lc-cli keys
@@ -333,8 +340,11 @@ pub trait HeldLock: Send {
     /// called again after an error (the service was unreachable).
     async fn release(&mut self) -> Result<()>;
 
-    /// Leaves the lock held after this process exits (`lock` without a command).
-    async fn detach(self: Box<Self>) -> Result<()>;
+    /// Leaves the lock held after this process exits (`lock` without a
+    /// command); with `expire`, until that long from now, when the service
+    /// frees it and grants the next waiter (lc-cli's server was told with
+    /// the request, and ignores it here).
+    async fn detach(self: Box<Self>, expire: Option<std::time::Duration>) -> Result<()>;
 }
 
 /// Opens the backend the address names.

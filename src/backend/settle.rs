@@ -76,7 +76,7 @@ mod tests {
         async fn release(&mut self) -> Result<()> {
             Ok(())
         }
-        async fn detach(self: Box<Self>) -> Result<()> {
+        async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
             Ok(())
         }
     }

@@ -85,6 +85,7 @@ mod tests {
             kept: Some(false),
             mode: crate::backend::LockMode::Exclusive,
             token: None,
+            expires: None,
         };
         assert_eq!(
             describe(&info, now),

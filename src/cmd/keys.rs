@@ -208,6 +208,26 @@ fn hold_kind(kept: Option<bool>) -> &'static str {
     }
 }
 
+/// How long until a kept hold frees itself (`lock KEY --expire`); zero
+/// once due (the service frees it at its next check).
+fn expires_in(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
+    info.expires
+        .map(|e| e.duration_since(now).unwrap_or_default())
+}
+
+/// The EXPIRES cell: `in 1h 59m 58s`, `due`, or `-` for a hold that does
+/// not expire.
+fn expires_cell(info: &KeyInfo, now: SystemTime) -> String {
+    match expires_in(info, now) {
+        None => "-".into(),
+        Some(d) if d.as_secs() == 0 => "due".into(),
+        Some(d) => format!(
+            "in {}",
+            humantime::format_duration(Duration::from_secs(d.as_secs()))
+        ),
+    }
+}
+
 fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
     info.since
         .map(|s| now.duration_since(s).unwrap_or_default())
@@ -232,6 +252,8 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
             "mode": mode_name(k.mode),
             "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
             "token": k.token,
+            "expires": k.expires.map(|e| humantime::format_rfc3339_millis(e).to_string()),
+            "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -257,11 +279,16 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
     // A TOKEN column only where the service shows tokens (lc-cli's server).
     let tokens = keys.iter().any(|k| k.token.is_some());
+    // An EXPIRES column only where some kept hold expires (`--expire`).
+    let expiring = keys.iter().any(|k| k.expires.is_some());
     let mut header: Vec<String> = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
         .map(String::from)
         .to_vec();
     if with_mode {
         header.push("MODE".into());
+    }
+    if expiring {
+        header.push("EXPIRES".into());
     }
     if tokens {
         header.push("TOKEN".into());
@@ -283,6 +310,9 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         ];
         if with_mode {
             row.push(mode_cell(k.mode));
+        }
+        if expiring {
+            row.push(expires_cell(k, now));
         }
         if tokens {
             row.push(k.token.map_or_else(|| "-".into(), |t| t.to_string()));
@@ -330,6 +360,7 @@ mod tests {
             kept: None,
             mode: crate::backend::LockMode::Exclusive,
             token: None,
+            expires: None,
         }
     }
 
@@ -430,5 +461,29 @@ mod tests {
         assert_eq!(v["waiting"], 2);
         assert_eq!(v["held_ms"], 1000);
         assert_eq!(v["peer"], "127.0.0.1:4000");
+        assert_eq!(v["expires"], serde_json::Value::Null);
+        assert_eq!(v["expires_in_ms"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn an_expiring_hold_shows_when_it_frees_itself() {
+        let now = SystemTime::now();
+        let plain = info("a", 0, 5, now);
+        assert!(!as_table(std::slice::from_ref(&plain), now).contains("EXPIRES"));
+        let mut kept = info("b", 1, 5, now);
+        kept.kept = Some(true);
+        kept.expires = Some(now + Duration::from_millis(7_200_400));
+        let mut due = info("c", 0, 5, now);
+        due.expires = Some(now - Duration::from_secs(1));
+        let t = as_table(&[plain, kept.clone(), due], now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("EXPIRES"), "{t}");
+        assert!(lines[1].ends_with(" -"), "{t}");
+        assert!(lines[2].ends_with("in 2h"), "{t}");
+        assert!(lines[3].ends_with("due"), "{t}");
+        let j = as_json(&[kept], now);
+        let v: serde_json::Value = serde_json::from_str(j.trim()).unwrap();
+        assert_eq!(v["expires_in_ms"], 7_200_400);
+        assert!(v["expires"].as_str().unwrap().ends_with('Z'));
     }
 }

@@ -43,6 +43,8 @@ pub struct LockOptions {
     /// No line on stderr for a conflict, a timeout or a detached hold.
     pub quiet: bool,
     pub command: CommandSpec,
+    /// A kept hold (`Detach`) that frees itself this long after its grant.
+    pub expire: Option<Duration>,
 }
 
 impl LockOptions {
@@ -61,6 +63,24 @@ impl LockOptions {
             }
             (None, true) => CommandSpec::Detach,
         };
+        match (args.expire, &command) {
+            (Some(_), CommandSpec::Exec(_)) => {
+                return Err(fail(
+                    ExitCode::Usage,
+                    format!(
+                        "--expire is for a hold of '{}' kept without a command (`lc-cli lock KEY --expire 2h`): a command's hold ends with the command",
+                        args.key
+                    ),
+                ))
+            }
+            (Some(ttl), _) if ttl < Duration::from_millis(1) => {
+                return Err(fail(
+                    ExitCode::Usage,
+                    format!("--expire for '{}' must be at least 1ms", args.key),
+                ))
+            }
+            _ => {}
+        }
         Ok(LockOptions {
             key: args.key,
             mode: mode_of(&args.mode),
@@ -71,6 +91,7 @@ impl LockOptions {
             kill_after: args.kill_after,
             quiet: args.quiet,
             command,
+            expire: args.expire,
         })
     }
 }
@@ -101,10 +122,14 @@ pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
         let context = || format!("lock '{}' on {}", options.key, config.shown());
         super::check_source_shape(&options.source).with_context(context)?;
         if matches!(options.command, CommandSpec::Detach) && !config.server.keeps_detached_holds() {
+            let what = match options.expire {
+                Some(_) => "no hold that expires (--expire) can be kept here: ",
+                None => "",
+            };
             return Err(fail(
                 ExitCode::Usage,
                 format!(
-                    "lock '{}' on {}: a hold here lasts only as long as lc-cli's session; give a command (`lc-cli lock KEY -- CMD`)",
+                    "lock '{}' on {}: {what}a hold here lasts only as long as lc-cli's session; give a command (`lc-cli lock KEY -- CMD`)",
                     options.key, config.server
                 ),
             ));
@@ -135,6 +160,7 @@ async fn hold_and_run(
         source: options.source.clone(),
         nonblock,
         detached: matches!(options.command, CommandSpec::Detach),
+        expire: options.expire,
     };
     let outcome =
         waiting::wait_for_grant(backend, config, &request, options.timeout, signals).await;
@@ -174,15 +200,20 @@ async fn hold_and_run(
     }
     match &options.command {
         CommandSpec::Detach => {
-            held.detach()
+            held.detach(options.expire)
                 .await
                 .or_fail()
                 .with_context(|| format!("lock '{key}' on {server}"))?;
             if !options.quiet {
-                eprintln!(
-                    "'{key}' is held until '{}'",
-                    super::command_line(config, "unlock", key)
-                );
+                let unlock = super::command_line(config, "unlock", key);
+                match options.expire {
+                    Some(ttl) => eprintln!(
+                        "'{key}' is held until '{unlock}' or until it expires at {} (in {})",
+                        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + ttl),
+                        humantime::format_duration(Duration::from_secs(ttl.as_secs().max(1)))
+                    ),
+                    None => eprintln!("'{key}' is held until '{unlock}'"),
+                }
             }
             Ok(ExitCode::Success)
         }

@@ -20,6 +20,7 @@ pub fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         kill_after: std::time::Duration::ZERO,
         quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
+        expire: None,
     };
     lock::run(config, options)
 }

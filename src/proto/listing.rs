@@ -9,7 +9,7 @@
 //!
 //! | kind | body |
 //! | --- | --- |
-//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32]` |
+//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never]` (`expires` may be absent: never) |
 //! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8]` |
 //!
 //! A key's holds come first (oldest first), then its waiters in line
@@ -141,6 +141,7 @@ pub fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
         out.push(u8::from(r.session == Some(true)));
         let mode = r.mode.unwrap_or(LockMode::Exclusive);
         out.extend_from_slice(&mode.word().to_be_bytes());
+        out.extend_from_slice(&r.expires.map_or(0, unix_ms).to_be_bytes());
     });
 }
 
@@ -205,6 +206,8 @@ pub fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
             let token = cur.u64().ok_or_else(bad)?;
             let session = cur.flag().ok_or_else(bad)?;
             let mode = cur.u32().ok_or_else(bad)?;
+            // Absent from a server before expiring holds.
+            let expires = cur.i64().filter(|&ms| ms != 0).map(from_unix_ms);
             Entry::Hold(KeyReport {
                 key,
                 source,
@@ -215,6 +218,7 @@ pub fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 token: (token != 0).then_some(token),
                 session: Some(session),
                 mode: Some(LockMode::from_word(mode)),
+                expires,
             })
         }
         WAITER => {
@@ -357,6 +361,7 @@ mod tests {
             token: Some(1_700_000_000_123_456),
             session: Some(true),
             mode: Some(LockMode::limit(3)),
+            expires: None,
         }
     }
 
@@ -379,6 +384,7 @@ mod tests {
                 session: Some(false),
                 mode: Some(LockMode::Exclusive),
                 token: None,
+                expires: Some(from_unix_ms(1_700_000_060_000)),
                 ..hold("b")
             },
         ];

@@ -7,12 +7,14 @@
 //! | `KEYS`  | -                         | `u32 n`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer `ip:port`, `i64` unix seconds) |
 //! | `RSET`  | `u32 n`, n × (`u8 len` key)    | one `+` per key reset |
 //! | `RSBS`  | `u32 n`, n × (`u8 len` source) | one `+` per source reset; n = 0 resets the caller's IP and answers one `+` |
-//! | `KEYX`  | -                         | `u32 n \| 0xC000_0000`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters, `u64` fencing token, `u8` 1 = session hold / 0 = kept, `u32` mode: 0 shared, 1 exclusive, N a limit of N) |
+//! | `KEYX`  | -                         | `u32 n \| 0xC000_0000`, then n × (`u8 len` key, `u8 len` source, `u8 len` peer, `i64` unix ms held since, `u32` waiters, `u64` fencing token, `u8` 1 = session hold / 0 = kept, `u32` mode: 0 shared, 1 exclusive, N a limit of N); with bit `0x2000_0000` of the count also set, each entry ends with `i64` unix ms when the hold expires (0: never) |
 //!
 //! `KEYX` is lc-cli's own: what `lc-cli keys` shows beyond the reference
 //! `KEYS`, one entry per hold (a shared or limited key has several). The
 //! high bit of its count marks entries with a token and a hold kind, the
-//! next bit entries with a mode; lc-cli also reads the answers of earlier
+//! next bit entries with a mode, the third entries with an expiry (set
+//! only when some hold expires, `lock KEY --expire`, so the answer of a
+//! server without such holds is as before); lc-cli also reads the answers of earlier
 //! servers, without them (an earlier lc-cli finds this one malformed and
 //! says so).
 //! `KEYS` stays as the reference writes it: no token, no kind.
@@ -50,13 +52,18 @@ pub struct KeyReport {
     /// How the key is held; None from a server before shared locks (there,
     /// exclusive).
     pub mode: Option<LockMode>,
+    /// When a kept hold frees itself (`lock KEY --expire`); None: never, or
+    /// a server before expiring holds.
+    pub expires: Option<SystemTime>,
 }
 
 /// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
 const WITH_TOKENS: u32 = 0x8000_0000;
 /// The next bit: entries carry a mode too.
 const WITH_MODES: u32 = 0x4000_0000;
-const COUNT: u32 = !(WITH_TOKENS | WITH_MODES);
+/// The third: entries carry when they expire (sent only when one does).
+const WITH_EXPIRES: u32 = 0x2000_0000;
+const COUNT: u32 = !(WITH_TOKENS | WITH_MODES | WITH_EXPIRES);
 
 /// Unix milliseconds of `t`, negative before the epoch.
 fn unix_ms(t: SystemTime) -> i64 {
@@ -95,7 +102,11 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
 
 /// The answer to `KEYX` (final `+` included).
 pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
-    let n = (reports.len() as u32).min(COUNT) | WITH_TOKENS | WITH_MODES;
+    let with_expires = reports.iter().any(|r| r.expires.is_some());
+    let mut n = (reports.len() as u32).min(COUNT) | WITH_TOKENS | WITH_MODES;
+    if with_expires {
+        n |= WITH_EXPIRES;
+    }
     let mut out = n.to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
@@ -107,6 +118,9 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
         out.push(u8::from(r.session == Some(true)));
         let mode = r.mode.unwrap_or(LockMode::Exclusive);
         out.extend_from_slice(&mode.word().to_le_bytes());
+        if with_expires {
+            out.extend_from_slice(&r.expires.map_or(0, unix_ms).to_le_bytes());
+        }
     }
     out.push(b'+');
     out
@@ -118,7 +132,8 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
     let n = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
     let with_tokens = n & WITH_TOKENS != 0;
     let with_modes = n & WITH_MODES != 0;
-    if with_modes && !with_tokens {
+    let with_expires = n & WITH_EXPIRES != 0;
+    if (with_modes && !with_tokens) || (with_expires && !with_modes) {
         return None;
     }
     let n = n & COUNT;
@@ -147,6 +162,13 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             ))),
             false => None,
         };
+        let expires = match with_expires {
+            true => match i64::from_le_bytes(cur.take(8)?.try_into().ok()?) {
+                0 => None,
+                ms => Some(from_unix_ms(ms)),
+            },
+            false => None,
+        };
         out.push(KeyReport {
             key,
             source,
@@ -156,6 +178,7 @@ pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             token,
             session,
             mode,
+            expires,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -204,6 +227,7 @@ mod tests {
             token: Some(1_700_000_000_123_456),
             session: Some(true),
             mode: Some(LockMode::limit(3)),
+            expires: None,
         }
     }
 
@@ -253,9 +277,18 @@ mod tests {
             },
         ];
         let bytes = encode_keys_extended(&reports);
-        assert_eq!(decode_keys_extended(&bytes), Some(reports));
+        assert_eq!(decode_keys_extended(&bytes), Some(reports.clone()));
         for cut in 0..bytes.len() {
             assert_eq!(decode_keys_extended(&bytes[..cut]), None);
+        }
+        // One hold that expires: every entry carries the field.
+        let mut expiring = reports;
+        expiring[1].expires = Some(from_unix_ms(1_700_000_007_000));
+        let bytes2 = encode_keys_extended(&expiring);
+        assert_eq!(bytes2.len(), bytes.len() + 8 * expiring.len());
+        assert_eq!(decode_keys_extended(&bytes2), Some(expiring));
+        for cut in 0..bytes2.len() {
+            assert_eq!(decode_keys_extended(&bytes2[..cut]), None);
         }
     }
 

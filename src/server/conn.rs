@@ -16,8 +16,9 @@ use super::tokens::{self, Caller, Permit};
 use super::{hello, keys, lock, reset, session, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
-/// The longest frame: action, two size bytes, two full fields.
-const MAX_FRAME: usize = 3 + 2 * MAX_FIELD;
+/// The longest frame: action, two size bytes, two full fields, and an
+/// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes).
+const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
 
 /// Serves one connection.
 ///
@@ -57,6 +58,7 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
                 session: hold == Hold::Session,
                 mode,
                 owner,
+                expire: None,
             };
             if wait {
                 lock::serve(stream, &shared, key, ask, hold).await
@@ -77,7 +79,8 @@ fn or_peer(source: Vec<u8>, peer: SocketAddr) -> Vec<u8> {
     }
 }
 
-/// Every request but a Lock: served at once.
+/// Every request but a Lock: served at once, but for an expiring lock
+/// (rare, so boxed here rather than growing every parked waiter).
 async fn serve_short(
     stream: Stream,
     peer: SocketAddr,
@@ -88,6 +91,27 @@ async fn serve_short(
 ) {
     match request {
         Request::Lock { .. } => unreachable!("served by handle"),
+        Request::ExpiringLock {
+            key,
+            source,
+            mode,
+            ttl_ms,
+            wait,
+        } => {
+            let ask = Ask {
+                source: or_peer(source, peer),
+                peer,
+                session: false,
+                mode,
+                owner: caller.map(|c| c.owner),
+                expire: Some(Ask::expire_secs(ttl_ms)),
+            };
+            if wait {
+                lock::serve(stream, shared, key, ask, Hold::Kept).await
+            } else {
+                trylock::serve(stream, shared, key, ask, Hold::Kept).await
+            }
+        }
         Request::Release { key, kind } => {
             match unlock::release_by(shared, peer, &key, kind, whose).await {
                 Ok(answer) => reply(stream, async { answer }).await,

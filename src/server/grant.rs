@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::metrics::Counters;
 use super::table::{Durable, Grant, GrantId, Token};
-use super::{session, Shared};
+use super::{expiry, session, Shared};
 use crate::proto::{printable, Hold};
 
 /// Answers grant `g` (see [`answer`]); a delivered session grant is then
@@ -24,6 +24,11 @@ pub async fn hand_over(
     hold: Hold,
 ) {
     let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, hold).await;
+    // A kept hold that expires (not kept in the Grant: every waiter's
+    // future holds one).
+    if delivered && hold == Hold::Kept && shared.table.expires(&key, g.id).is_some() {
+        expiry::spawn(shared, key.clone(), g.id);
+    }
     if let (true, Some(link)) = (delivered, g.link) {
         session::spawn_hold(stream, peer, shared, key, g.id, link);
     }

@@ -6,6 +6,7 @@
 
 pub mod conn;
 pub mod events;
+mod expiry;
 mod grant;
 mod hello;
 mod keys;
@@ -155,6 +156,9 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Restored session holds, expired by `serve` unless reclaimed.
     orphans: Vec<(Vec<u8>, table::GrantId, table::LinkEnd)>,
+    /// Restored kept holds that expire: released by `serve` at their
+    /// deadline, before it accepts anyone if that has passed.
+    expiring: Vec<(Vec<u8>, table::GrantId, SystemTime)>,
 }
 
 impl Server {
@@ -167,6 +171,7 @@ impl Server {
             return Ok(Server {
                 shared: Arc::new(Shared::new(Table::new(), events, &options)),
                 orphans: Vec::new(),
+                expiring: Vec::new(),
             });
         };
         let fsync = Arc::new(FsyncHistogram::default());
@@ -211,24 +216,39 @@ impl Server {
             ));
         }
         let mut orphans = Vec::new();
+        let mut expiring = Vec::new();
         for h in &held {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             let since = h.since;
-            let restored = table.restore(h, peer);
-            let mut kind = match &restored {
-                Some(_) => format!(
+            let (id, link) = table.restore(h, peer);
+            let mut kind = match (&link, h.expires) {
+                (Some(_), _) => format!(
                     "session hold, token {}, released in {:?} unless its holder reclaims it",
                     h.token, options.reclaim_grace
                 ),
-                None => format!("token {}", h.token),
+                (None, Some(at)) => format!(
+                    "token {}, expires at {}{}",
+                    h.token,
+                    humantime::format_rfc3339_millis(at),
+                    match at.duration_since(SystemTime::now()) {
+                        Ok(left) => format!(
+                            ", in {}",
+                            humantime::format_duration(Duration::from_secs(left.as_secs()))
+                        ),
+                        Err(_) => ": past, released now".to_string(),
+                    }
+                ),
+                (None, None) => format!("token {}", h.token),
             };
             if h.mode != crate::mode::LockMode::Exclusive {
                 kind = format!("{}, {kind}", h.mode);
             }
-            if let Some((id, link)) = restored {
+            if let Some(link) = link {
                 orphans.push((h.key.clone(), id, link));
+            } else if let Some(at) = h.expires {
+                expiring.push((h.key.clone(), id, at));
             }
             events.info(format_args!(
                 "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
@@ -237,6 +257,11 @@ impl Server {
                 humantime::format_rfc3339_millis(since)
             ));
         }
+        // Past their deadline while the server was down: released (and
+        // logged, durably) before the port is announced, let alone served.
+        expiring.retain(|(key, id, at): &(Vec<u8>, table::GrantId, SystemTime)| {
+            *at > SystemTime::now() || !release_expired(&table, &events, key, *id)
+        });
         events.info(format_args!(
             "{}: {} record(s) read, {} hold(s) restored",
             path.display(),
@@ -248,6 +273,7 @@ impl Server {
         Ok(Server {
             shared: Arc::new(shared),
             orphans,
+            expiring,
         })
     }
 
@@ -260,6 +286,9 @@ impl Server {
         let shared = self.shared;
         for (key, id, link) in self.orphans {
             tokio::spawn(session::orphan(shared.clone(), key, id, link));
+        }
+        for (key, id, _) in self.expiring {
+            expiry::spawn(&shared, key, id);
         }
         let listener = listeners.lock;
         let tls = listeners.tls;
@@ -338,6 +367,34 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Releases restored kept hold `id` of `key`, whose deadline passed while
+/// the server was down, at start-up: its release is made durable first
+/// (blocking), then the hold ends. False if the log could not record it:
+/// the hold stays, and its timer tries again once the server runs.
+fn release_expired(table: &Table, events: &Events, key: &[u8], id: table::GrantId) -> bool {
+    let table::Expiry::Due(_durable) = table.expire_kept(key, id) else {
+        return true;
+    };
+    if let Err(e) = table.sync_wal() {
+        events.error(format_args!(
+            "expiry of the kept hold of '{}' not recorded in the log, the key stays held until it is: {e}",
+            printable(key)
+        ));
+        return false;
+    }
+    if let Some((holder, _)) = table.finish_release(key, id) {
+        Counters::bump(&table.counters().releases);
+        events.session(format_args!(
+            "{}: kept hold of '{}' by '{}' (token {}) expired at its deadline, while the server was down",
+            holder.peer,
+            printable(key),
+            printable(&holder.source),
+            holder.token
+        ));
+    }
+    true
 }
 
 /// Accepts on the manager port, one task per connection.

@@ -305,9 +305,11 @@ pub fn allowed(role: Role, request: &Request) -> Permit {
     match request {
         // Keys (the listing of holders and waiters) is the `keys` of a lock
         // token too: it shows sources and fencing tokens, never a token.
-        Request::Lock { .. } | Request::Ping | Request::Hello { .. } | Request::Keys { .. } => {
-            Permit::Yes
-        }
+        Request::Lock { .. }
+        | Request::ExpiringLock { .. }
+        | Request::Ping
+        | Request::Hello { .. }
+        | Request::Keys { .. } => Permit::Yes,
         // A reclaim names its hold by the grant's token, which `keys`
         // shows: the owner is checked too.
         Request::Release { .. } | Request::Reclaim { .. } if admin => Permit::Yes,

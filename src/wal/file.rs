@@ -16,13 +16,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
-/// The format this build writes and reads (3: grants carry a mode, and a
-/// release names the hold's token; versions 1 and 2 are still read, and
-/// their header rewritten).
-pub const VERSION: u32 = 3;
+/// The format this build writes and reads (4: a kept hold's grant may
+/// carry its expiry deadline, tag 7; 3: grants carry a mode, and a release
+/// names the hold's token; versions 1 to 3 are still read, and their
+/// header rewritten).
+pub const VERSION: u32 = 4;
 /// The earlier formats, read and upgraded in place: 1 (grants without
-/// tokens), 2 (grants with a token and a session flag, one hold per key).
-pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=2;
+/// tokens), 2 (grants with a token and a session flag, one hold per key),
+/// 3 (no expiring holds).
+pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=3;
 pub const HEADER_LEN: usize = 12;
 
 /// The header of a log in this build's format.
@@ -143,9 +145,9 @@ mod tests {
         assert_eq!(classify(&h[..5], false), Format::New);
         assert_eq!(classify(&h, false), Format::Current);
         let mut newer = h;
-        newer[8] = 4;
-        assert_eq!(classify(&newer, false), Format::Version(4));
-        for v in [1, 2] {
+        newer[8] = 5;
+        assert_eq!(classify(&newer, false), Format::Version(5));
+        for v in [1, 2, 3] {
             let mut earlier = h;
             earlier[8] = v;
             assert_eq!(classify(&earlier, false), Format::Earlier(u32::from(v)));

@@ -89,6 +89,7 @@ mod tests {
             token,
             session: false,
             mode,
+            expires_ms: None,
         }
     }
 

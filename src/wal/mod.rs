@@ -48,6 +48,8 @@ pub struct Held {
     pub token: u64,
     pub session: bool,
     pub mode: LockMode,
+    /// When the server releases this kept hold (`lock KEY --expire`).
+    pub expires: Option<SystemTime>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,6 +233,11 @@ impl Held {
             token: self.token,
             session: self.session,
             mode: self.mode,
+            expires_ms: self.expires.map(|at| {
+                at.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0)
+            }),
         }
     }
 }

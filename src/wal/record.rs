@@ -4,6 +4,9 @@
 //! bit in either is caught. Payloads:
 //!
 //! - Grant   `[5][keyLen][key][sourceLen][source][peerLen][peer][since_ms:u64le][token:u64le][session:u8][mode:u32le]`
+//! - Grant of a kept hold that expires (version 4, `lock KEY --expire`):
+//!   `[7]` as 5, then `[expires_ms:u64le]` (the deadline, wall clock, ms
+//!   since the epoch)
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
@@ -19,8 +22,8 @@ use crate::mode::LockMode;
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
-/// token, session flag, mode).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4;
+/// token, session flag, mode, deadline).
+pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4 + 8;
 
 const TAG_GRANT_V1: u8 = 1;
 const TAG_RELEASE_ALL: u8 = 2;
@@ -28,6 +31,7 @@ const TAG_GRANT_V2: u8 = 3;
 const TAG_FLOOR: u8 = 4;
 const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
+const TAG_GRANT_EXPIRING: u8 = 7;
 
 /// One change to the table of held keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +48,9 @@ pub enum Record {
         session: bool,
         /// Exclusive (then the key's only hold), shared or limited.
         mode: LockMode,
+        /// A kept hold released at this wall-clock deadline (ms since the
+        /// epoch); written as tag 7, None as tag 5.
+        expires_ms: Option<u64>,
     },
     /// The hold of `key` under `token` ended; with no token (logs of
     /// earlier versions), every hold of `key`.
@@ -74,8 +81,12 @@ impl Record {
                 token,
                 session,
                 mode,
+                expires_ms,
             } => {
-                out.push(TAG_GRANT);
+                out.push(match expires_ms {
+                    Some(_) => TAG_GRANT_EXPIRING,
+                    None => TAG_GRANT,
+                });
                 for field in [key, source, peer] {
                     let field = &field[..field.len().min(255)];
                     out.push(field.len() as u8);
@@ -85,6 +96,9 @@ impl Record {
                 out.extend_from_slice(&token.to_le_bytes());
                 out.push(u8::from(*session));
                 out.extend_from_slice(&mode.word().to_le_bytes());
+                if let Some(at) = expires_ms {
+                    out.extend_from_slice(&at.to_le_bytes());
+                }
             }
             Record::Floor { token } => {
                 out.push(TAG_FLOOR);
@@ -164,10 +178,11 @@ fn parse(payload: &[u8]) -> Option<Record> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT => {
+        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
+            let mut expires_ms = None;
             let (since, token, session, mode) = match (tag, cur.len()) {
                 (TAG_GRANT_V1, 8) => (&cur[..8], [0; 8], 0, LockMode::Exclusive),
                 (TAG_GRANT_V2, 17) => (
@@ -182,6 +197,15 @@ fn parse(payload: &[u8]) -> Option<Record> {
                     cur[16],
                     LockMode::from_word(u32::from_le_bytes(cur[17..].try_into().ok()?)),
                 ),
+                (TAG_GRANT_EXPIRING, 29) => {
+                    expires_ms = Some(u64::from_le_bytes(cur[21..].try_into().ok()?));
+                    (
+                        &cur[..8],
+                        cur[8..16].try_into().ok()?,
+                        cur[16],
+                        LockMode::from_word(u32::from_le_bytes(cur[17..21].try_into().ok()?)),
+                    )
+                }
                 _ => return None,
             };
             if session > 1 {
@@ -195,6 +219,7 @@ fn parse(payload: &[u8]) -> Option<Record> {
                 token: u64::from_le_bytes(token),
                 session: session == 1,
                 mode,
+                expires_ms,
             }
         }
         TAG_FLOOR => {
@@ -234,7 +259,22 @@ mod tests {
             token: 1_700_000_000_123_456,
             session: true,
             mode: LockMode::limit(3),
+            expires_ms: None,
         }
+    }
+
+    /// A kept hold that expires at `at_ms` (tag 7).
+    fn expiring(at_ms: u64) -> Record {
+        let mut r = grant();
+        if let Record::Grant {
+            session,
+            expires_ms,
+            ..
+        } = &mut r
+        {
+            (*session, *expires_ms) = (false, Some(at_ms));
+        }
+        r
     }
 
     #[test]
@@ -250,6 +290,7 @@ mod tests {
             token: 0,
             session: false,
             mode: LockMode::Exclusive,
+            expires_ms: None,
         };
         assert_eq!(decode(&framed), Next::Record(want, framed.len()));
     }
@@ -296,8 +337,10 @@ mod tests {
 
     #[test]
     fn roundtrip_and_every_cut_is_incomplete() {
+        let expiring = expiring(1_700_000_007_200_000);
         for r in [
             grant(),
+            expiring,
             Record::Release {
                 key: b"k".to_vec(),
                 token: Some(42),
@@ -318,13 +361,15 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_is_caught() {
-        let bytes = grant().encode();
-        for i in 0..bytes.len() {
-            let mut b = bytes.clone();
-            b[i] ^= 0xff;
-            // Followed by plenty of bytes, so a grown length is still whole.
-            b.extend_from_slice(&[0x55; 2 * MAX_PAYLOAD]);
-            assert!(matches!(decode(&b), Next::Corrupt(_)), "flip at {i}");
+        let expiring = expiring(9);
+        for bytes in [grant().encode(), expiring.encode()] {
+            for i in 0..bytes.len() {
+                let mut b = bytes.clone();
+                b[i] ^= 0xff;
+                // Followed by plenty of bytes, so a grown length is still whole.
+                b.extend_from_slice(&[0x55; 2 * MAX_PAYLOAD]);
+                assert!(matches!(decode(&b), Next::Corrupt(_)), "flip at {i}");
+            }
         }
     }
 

@@ -184,6 +184,7 @@ impl Held {
                 token,
                 session,
                 mode,
+                expires_ms,
             },
             _,
         ) = decode(framed)
@@ -198,6 +199,7 @@ impl Held {
             token,
             session,
             mode,
+            expires: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
         })
     }
 }

@@ -20,6 +20,8 @@ pub struct Zk {
     pub tick_ms: u64,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// Java system properties the server starts with (`-Dname=value`).
+    props: Vec<String>,
 }
 
 impl Zk {
@@ -36,8 +38,30 @@ impl Zk {
         Zk::start_at(port, tick_ms)
     }
 
+    /// With TTL nodes (`zookeeper.extendedTypesEnabled=true`, which `lock
+    /// KEY --expire` needs), and the container and TTL reaper run every
+    /// 100 ms instead of every minute, so an expired node goes soon.
+    pub fn start_extended() -> Zk {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().unwrap().port()
+        };
+        Zk::start_with_props(
+            port,
+            200,
+            &[
+                "-Dzookeeper.extendedTypesEnabled=true",
+                "-Dznode.container.checkIntervalMs=100",
+            ],
+        )
+    }
+
     /// On a port chosen beforehand (clients may already be trying it).
     pub fn start_at(port: u16, tick_ms: u64) -> Zk {
+        Zk::start_with_props(port, tick_ms, &[])
+    }
+
+    fn start_with_props(port: u16, tick_ms: u64, props: &[&str]) -> Zk {
         let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
         let cfg = format!(
             "tickTime={tick_ms}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={port}\n\
@@ -51,6 +75,7 @@ impl Zk {
             tick_ms,
             dir,
             child: None,
+            props: props.iter().map(|p| p.to_string()).collect(),
         };
         zk.spawn();
         zk
@@ -76,6 +101,9 @@ impl Zk {
                 "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            ])
+            .args(&self.props)
+            .args([
                 "-cp",
                 &format!("{ZK_JAR}:{SLF4J_JAR}"),
                 "org.apache.zookeeper.server.ZooKeeperServerMain",

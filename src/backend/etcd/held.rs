@@ -233,25 +233,56 @@ impl HeldLock for EtcdHeld {
 
     /// Takes our key off the lease, in one transaction that checks it is
     /// still ours: its create revision, and so its place at the head of the
-    /// queue, stay; then the lease is revoked.
-    async fn detach(mut self: Box<Self>) -> Result<()> {
+    /// queue, stay; then the lease is revoked. With `expire`, the key goes
+    /// onto a new lease of that TTL (whole seconds, rounded up; the server
+    /// may round up to its minimum) that nobody keeps alive: when it runs
+    /// out the server deletes the key, and the next waiter, watching it,
+    /// holds (as after a crashed holder).
+    async fn detach(mut self: Box<Self>, expire: Option<Duration>) -> Result<()> {
         let key = self.place.key.clone();
-        let data = KeyData::new(&self.source, self.mode, true).encode();
+        let mut data = KeyData::new(&self.source, self.mode, true);
+        let mut put = None;
+        let mut bare = None;
+        if let Some(ttl) = expire {
+            let secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
+            let granted = self
+                .rpc
+                .call(
+                    "granting the lease of a kept hold that expires",
+                    |mut c| async move { c.lease_grant(secs, None).await },
+                )
+                .await?;
+            let granted_ms = (granted.ttl().max(1) as u64) * 1000;
+            data.expires_ms = Some(data.since_ms + granted_ms);
+            put = Some(etcd_client::PutOptions::new().with_lease(granted.id()));
+            bare = Some(granted.id());
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),
                 CompareOp::Equal,
                 self.place.rev,
             )])
-            .and_then([TxnOp::put(key.as_str(), data, None)]);
+            .and_then([TxnOp::put(key.as_str(), data.encode(), put)]);
         let resp = self
             .rpc
             .call(&format!("detaching {key} from its lease"), |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
-            .await?;
-        if !resp.succeeded() {
+            .await;
+        // An error may hide a transaction that went through: the new lease
+        // is then left to run out on its own (freeing the key at the
+        // deadline), never revoked under a key it may carry.
+        if !resp?.succeeded() {
+            if let Some(id) = bare {
+                let _ = self
+                    .rpc
+                    .call("revoking an unused lease", |mut c| async move {
+                        c.lease_revoke(id).await
+                    })
+                    .await;
+            }
             return Err(BackendError::Refused {
                 server: self.rpc.server.clone(),
                 reason: format!("{key} was gone before it could be kept held"),

@@ -82,7 +82,7 @@ impl EtcdBackend {
         // by the next one: a few rounds at most.
         for _ in 0..10 {
             let held = holding(self.queue(key).await?).0;
-            let Some(kv) = held.iter().find(|kv| kv.lease() == 0).or(held.first()) else {
+            let Some(kv) = held.iter().find(|kv| is_kept(kv)).or(held.first()) else {
                 return Ok(false);
             };
             if self.delete_exact(kv).await? {
@@ -167,6 +167,12 @@ fn holding(mut kvs: Vec<etcd_client::KeyValue>) -> (Vec<etcd_client::KeyValue>, 
     (held, waiting)
 }
 
+/// A hold that outlived its lc-cli: off any lease, or marked detached by
+/// lc-cli on a lease nobody renews (`--expire`).
+fn is_kept(kv: &etcd_client::KeyValue) -> bool {
+    kv.lease() == 0 || KeyData::decode(kv.value()).is_some_and(|d| d.detached)
+}
+
 fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
     let data = KeyData::decode(kv.value());
     KeyInfo {
@@ -177,9 +183,14 @@ fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
             .map(|d| d.source.clone())
             .unwrap_or_else(|| format!("lease {:x}", kv.lease())),
         peer: None,
-        // A kept hold is lc-cli's key taken off its lease.
-        kept: data.as_ref().map(|_| kv.lease() == 0),
+        // A kept hold is lc-cli's key taken off its lease (or put on one
+        // nobody renews, `--expire`).
+        kept: data.as_ref().map(|_| is_kept(kv)),
         token: None,
+        expires: data
+            .as_ref()
+            .and_then(|d| d.expires_ms)
+            .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
         since: data.as_ref().map(|d| d.since()),
         waiting,
         mode: KeyData::mode_of(kv.value()),

@@ -95,8 +95,12 @@ pub struct KeyData {
     /// Milliseconds since the epoch: arrival in the queue, or the moment a
     /// detached hold was taken.
     pub since_ms: u64,
-    /// Held after its lc-cli exited (no lease), until `unlock` or `reset`.
+    /// Held after its lc-cli exited (no lease), until `unlock` or `reset`;
+    /// or on a lease nobody renews, until it runs out (`--expire`).
     pub detached: bool,
+    /// The deadline of a kept hold that expires (ms since the epoch, the
+    /// writer's clock); absent otherwise.
+    pub expires_ms: Option<u64>,
 }
 
 impl KeyData {
@@ -110,6 +114,7 @@ impl KeyData {
             mode,
             since_ms,
             detached,
+            expires_ms: None,
         }
     }
 
@@ -127,6 +132,9 @@ impl KeyData {
         });
         if let LockMode::Limit(n) = self.mode {
             v["limit"] = n.get().into();
+        }
+        if let Some(at) = self.expires_ms {
+            v["expires_ms"] = at.into();
         }
         v.to_string().into_bytes()
     }
@@ -146,6 +154,7 @@ impl KeyData {
             mode,
             since_ms: v.get("since_ms")?.as_u64()?,
             detached: v.get("detached")?.as_bool()?,
+            expires_ms: v.get("expires_ms").and_then(|e| e.as_u64()),
         })
     }
 

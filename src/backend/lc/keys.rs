@@ -232,6 +232,7 @@ pub fn key_info(r: KeyReport) -> KeyInfo {
         // A server before sessions cannot tell.
         kept: r.session.map(|session| !session),
         token: r.token,
+        expires: r.expires,
         mode: r.mode.unwrap_or(LockMode::Exclusive),
     }
 }

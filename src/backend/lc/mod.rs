@@ -330,6 +330,17 @@ impl LcBackend {
                 );
             }
         }
+        // Never a hold that does not expire in place of one that does.
+        if let Some(ttl) = request.expire {
+            return Err(BackendError::Unsupported {
+                server: self.addr.clone(),
+                reason: format!(
+                    "this server cannot keep holds that expire (asked for --expire {}{})",
+                    humantime::format_duration(ttl),
+                    address::REFERENCE_CAPS.why
+                ),
+            });
+        }
         // Never an exclusive lock in place of the mode asked for.
         if let Some(reason) = address::REFERENCE_CAPS.refusal("this server", request.mode) {
             return Err(BackendError::Unsupported {
@@ -345,6 +356,15 @@ impl LcBackend {
     fn extended_frame(request: &LockRequest) -> Request {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
+        if let (true, Some(ttl)) = (request.detached, request.expire) {
+            return Request::ExpiringLock {
+                key,
+                source,
+                mode: request.mode,
+                ttl_ms: ttl.as_millis().min(u64::MAX as u128) as u64,
+                wait: !request.nonblock,
+            };
+        }
         let hold = if request.detached {
             Hold::Kept
         } else {
@@ -624,7 +644,7 @@ impl HeldLock for LcHeld {
         }
     }
 
-    async fn detach(self: Box<Self>) -> Result<()> {
+    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
         Ok(())
     }
 }

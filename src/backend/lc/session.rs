@@ -159,7 +159,7 @@ impl HeldLock for LcSession {
         }
     }
 
-    async fn detach(self: Box<Self>) -> Result<()> {
+    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
         // Never asked for: a detached hold is a classic one.
         Ok(())
     }

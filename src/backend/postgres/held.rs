@@ -162,7 +162,7 @@ impl HeldLock for PgHeld {
         }
     }
 
-    async fn detach(self: Box<Self>) -> Result<()> {
+    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
         Err(BackendError::Other(
             "a PostgreSQL advisory lock cannot outlive its session".into(),
         ))

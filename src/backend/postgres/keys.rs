@@ -158,6 +158,7 @@ pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                     .then_some(false),
                 mode: h.mode,
                 token: None,
+                expires: None,
             }
         })
         .collect())

@@ -206,14 +206,19 @@ impl HeldLock for RedisHeld {
         sh.need_quorum(&answers)
     }
 
-    async fn detach(mut self: Box<Self>) -> Result<()> {
+    async fn detach(mut self: Box<Self>, expire: Option<Duration>) -> Result<()> {
         self.stop_renewing();
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.detach,
                 &self.key,
-                vec![self.key.clone(), self.id.clone()],
+                vec![
+                    self.key.clone(),
+                    self.id.clone(),
+                    // Every node the same TTL, in ms, at least 1.
+                    expire.map_or(0, |ttl| ttl.as_millis().max(1)).to_string(),
+                ],
             )
             .await;
         sh.need_quorum(&answers)?;

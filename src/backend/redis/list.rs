@@ -13,8 +13,9 @@ use crate::backend::{KeyInfo, LockMode, Result, WaiterInfo};
 
 /// One held key as one node sees it: (name, owner token, source, since in
 /// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
-/// The last: the holder's mode, `x`, `s` or N.
-type NodeKey = (String, String, String, i64, i64, i64, String);
+/// Then the holder's mode, `x`, `s` or N; last, a kept hold's deadline in
+/// server ms (`--expire`), or -1.
+type NodeKey = (String, String, String, i64, i64, i64, String, i64);
 
 /// One node's answer: its clock (ms) and its held keys.
 type NodeListing = (i64, Vec<NodeKey>);
@@ -122,25 +123,31 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .into_values()
         .filter(|(n, _, _)| *n >= majority)
         .map(
-            |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode))| KeyInfo {
-                mode: match mode.as_str() {
-                    "s" => LockMode::Shared,
-                    n => LockMode::limit(n.parse().unwrap_or(1)),
-                },
-                key: name.clone(),
-                source: if source.is_empty() {
-                    "-".into()
-                } else {
-                    source.clone()
-                },
-                peer: None,
-                since: (*since_ms >= 0).then(|| {
-                    let age = Duration::from_millis((now_ms - since_ms).max(0) as u64);
-                    received.checked_sub(age).unwrap_or(received)
-                }),
-                waiting: (*waiting).max(0) as usize,
-                kept: (*detached >= 0).then_some(*detached == 1),
-                token: None,
+            |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode, expires_ms))| {
+                KeyInfo {
+                    mode: match mode.as_str() {
+                        "s" => LockMode::Shared,
+                        n => LockMode::limit(n.parse().unwrap_or(1)),
+                    },
+                    key: name.clone(),
+                    source: if source.is_empty() {
+                        "-".into()
+                    } else {
+                        source.clone()
+                    },
+                    peer: None,
+                    since: (*since_ms >= 0).then(|| {
+                        let age = Duration::from_millis((now_ms - since_ms).max(0) as u64);
+                        received.checked_sub(age).unwrap_or(received)
+                    }),
+                    waiting: (*waiting).max(0) as usize,
+                    kept: (*detached >= 0).then_some(*detached == 1),
+                    token: None,
+                    // On our clock too: what is left by the node's clock.
+                    expires: (*expires_ms >= 0).then(|| {
+                        received + Duration::from_millis((expires_ms - now_ms).max(0) as u64)
+                    }),
+                }
             },
         )
         .collect()
@@ -159,6 +166,7 @@ mod tests {
             waiting,
             0,
             "x".into(),
+            -1,
         )
     }
 
@@ -178,6 +186,11 @@ mod tests {
         assert_eq!(keys[0].since, Some(now - Duration::from_millis(2_500)));
         assert_eq!(keys[1].since, None);
         assert_eq!(keys[0].kept, Some(false));
+        assert_eq!(keys[0].expires, None);
+        let mut kept = key("e", "t3", 9_000, 0);
+        (kept.5, kept.7) = (1, 12_000);
+        let keys = agreed(&[&(10_000, vec![kept])], 1, now);
+        assert_eq!(keys[0].expires, Some(now + Duration::from_millis(2_000)));
     }
 
     #[test]
@@ -230,7 +243,16 @@ mod tests {
     fn an_unknown_owner_shows_as_a_dash() {
         let node: NodeListing = (
             0,
-            vec![("k".into(), "t".into(), String::new(), -1, 0, -1, "x".into())],
+            vec![(
+                "k".into(),
+                "t".into(),
+                String::new(),
+                -1,
+                0,
+                -1,
+                "x".into(),
+                -1,
+            )],
         );
         let keys = agreed(&[&node], 1, SystemTime::now());
         assert_eq!(keys[0].source, "-");

@@ -6,10 +6,10 @@
 //! | key | type | what |
 //! | --- | --- | --- |
 //! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
-//! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold) |
-//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered}` |
+//! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold; a kept hold that expires, `--expire`: its deadline) |
+//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires}` |
 //! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits |
-//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed); valid only while `P lock` holds the same token |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
 //! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms,"a":ms it queued}` (mode `x`, `s` or `l`) |
@@ -433,20 +433,36 @@ promote(now, false, 0)
 return was
 "#;
 
-/// Makes our hold permanent (`lock` without a command). ARGV: name, id.
-/// Returns 1, or 0 when the lock is not ours.
+/// Makes our hold permanent (`lock` without a command); with a TTL
+/// (`--expire`), a kept hold whose lease runs out that long from now, as a
+/// dead holder's does: the next script to settle the key (a waiter's
+/// heartbeat) grants the next waiter. ARGV: name, id, ttl_ms (0 or absent:
+/// no expiry). Returns 1, or 0 when the lock is not ours.
 const DETACH: &str = r#"
 local id = ARGV[2]
+local ttl = tonumber(ARGV[3] or '0') or 0
 if redis.call('ZSCORE', HOLDERS, id) then
   local h = holder_info(id)
   h.d = 1
-  redis.call('HSET', HINFO, id, cjson.encode(h))
-  redis.call('ZADD', HOLDERS, 'XX', 'inf', id)
+  if ttl > 0 then
+    h.e = now_ms() + ttl
+    redis.call('HSET', HINFO, id, cjson.encode(h))
+    redis.call('ZADD', HOLDERS, 'XX', h.e, id)
+  else
+    redis.call('HSET', HINFO, id, cjson.encode(h))
+    redis.call('ZADD', HOLDERS, 'XX', 'inf', id)
+  end
   return 1
 end
 if redis.call('GET', LOCK) ~= ARGV[2] then return 0 end
-redis.call('PERSIST', LOCK)
-redis.call('HSET', OWNER, 'detached', 1)
+if ttl > 0 then
+  redis.call('PEXPIRE', LOCK, ttl)
+  redis.call('HSET', OWNER, 'detached', 1, 'expires', now_ms() + ttl)
+else
+  redis.call('PERSIST', LOCK)
+  redis.call('HSET', OWNER, 'detached', 1)
+  redis.call('HDEL', OWNER, 'expires')
+end
 return 1
 "#;
 
@@ -458,6 +474,16 @@ local now = now_ms()
 local token = redis.call('GET', LOCK)
 if not token then
   local kept = redis.call('ZRANGEBYSCORE', HOLDERS, 'inf', 'inf', 'LIMIT', 0, 1)[1]
+  if not kept then
+    -- A kept hold that expires (`--expire`) has its deadline as score.
+    local oldest
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', HOLDERS, '('..now, '(inf')) do
+      local h = holder_info(id)
+      if h and h.d == 1 and h.e and (not oldest or h.since < oldest) then
+        kept, oldest = id, h.since
+      end
+    end
+  end
   if kept then
     drop_holder(kept, false)
     promote(now, false, 0)
@@ -530,13 +556,14 @@ return n
 /// listed; when nobody waits for it either, its record is settled and it
 /// leaves the index (what a release would have done). Stands alone: no
 /// `KEYS`, no `ARGV`, not prefixed with [`COMMON`].
-/// Returns {now_ms, {{name, token, source, since_ms, waiting, detached, mode}, ...}},
+/// Returns {now_ms, {{name, token, source, since_ms, waiting, detached, mode, expires_ms}, ...}},
 /// one entry per holder (mode `x` exclusive, `s` shared, N for --limit N),
 /// where source is '' and since_ms and detached -1 when the owner record does
 /// not match the lock (a lock key written by someone else), detached is 1 for
 /// a kept hold, 0 for a running command's and -1 for an offer not yet
-/// confirmed (its holder is not known to run yet), and waiting counts the queue
-/// entries not yet expired.
+/// confirmed (its holder is not known to run yet), waiting counts the queue
+/// entries not yet expired, and expires_ms is a kept hold's deadline
+/// (`--expire`, server ms) or -1.
 const LIST: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -545,14 +572,15 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
   local P = 'lc-cli:{'..name..'}:'
   local token = redis.call('GET', P..'lock')
   if token then
-    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached', 'offered')
-    local source, since, detached = '', -1, -1
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached', 'offered', 'expires')
+    local source, since, detached, expires = '', -1, -1, -1
     if o[1] == token then
       source, since, detached = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1
       if o[5] == '1' then detached = -1 end
+      if detached == 1 then expires = tonumber(o[6]) or -1 end
     end
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
-    held[#held + 1] = {name, token, source, since, waiting, detached, 'x'}
+    held[#held + 1] = {name, token, source, since, waiting, detached, 'x', expires}
   end
   local set = redis.call('ZRANGEBYSCORE', P..'holders', '('..now, '+inf')
   if #set > 0 then
@@ -562,13 +590,14 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
     for _, id in ipairs(set) do
       local raw = redis.call('HGET', P..'hinfo', id)
-      local source, since, detached = '', -1, -1
+      local source, since, detached, expires = '', -1, -1, -1
       if raw then
         local h = cjson.decode(raw)
         source, since, detached = h.s or '', tonumber(h.since) or -1, tonumber(h.d) or -1
         if h.o then detached = -1 end
+        if detached == 1 and h.e then expires = tonumber(h.e) end
       end
-      held[#held + 1] = {name, id, source, since, waiting, detached, mode}
+      held[#held + 1] = {name, id, source, since, waiting, detached, mode, expires}
     end
   end
   if not token and #set == 0 and redis.call('EXISTS', P..'queue') == 0 then

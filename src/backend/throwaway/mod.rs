@@ -78,7 +78,7 @@ impl HeldLock for Held {
         Ok(())
     }
 
-    async fn detach(self: Box<Self>) -> Result<()> {
+    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
         Ok(())
     }
 }
@@ -94,6 +94,7 @@ mod tests {
             source: "test".into(),
             nonblock: true,
             detached: false,
+            expire: None,
         }
     }
 

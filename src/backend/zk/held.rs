@@ -183,8 +183,14 @@ impl HeldLock for ZkHeld {
 
     /// Replaces our ephemeral node by a persistent one with the same
     /// sequence digits, in one transaction: the key stays held, at the same
-    /// place in the queue, after our session ends.
-    async fn detach(mut self: Box<Self>) -> Result<()> {
+    /// place in the queue, after our session ends. With `expire`, a TTL
+    /// node (same name and layout, so Curator sees the same lock node),
+    /// which the server deletes once it is that old (at its next container
+    /// check, `znode.container.checkIntervalMs`); the next waiter, watching
+    /// it, then holds. A server without `zookeeper.extendedTypesEnabled`
+    /// refuses the transaction whole: nothing is kept, and our session's
+    /// end frees the key.
+    async fn detach(mut self: Box<Self>, expire: Option<Duration>) -> Result<()> {
         let Some(name) = self.node.rsplit('/').next().and_then(names::detached_name) else {
             return Err(BackendError::Other(format!(
                 "{} is not a queue node",
@@ -193,8 +199,15 @@ impl HeldLock for ZkHeld {
         };
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
-        let data = NodeData::new(Mode::Detached, &self.source).encode();
-        let options = zk::CreateMode::Persistent.with_acls(self.s.acls);
+        let mut data = NodeData::new(Mode::Detached, &self.source);
+        let mut options = zk::CreateMode::Persistent.with_acls(self.s.acls);
+        if let Some(ttl) = expire {
+            // ZooKeeper's TTLs are whole ms, at least 1.
+            let ttl = Duration::from_millis(ttl.as_millis().clamp(1, u64::MAX as u128) as u64);
+            data.expires_ms = Some(data.since_ms + ttl.as_millis() as u64);
+            options = options.with_ttl(ttl);
+        }
+        let data = data.encode();
         let (node, target, data, options) =
             (self.node.as_str(), persistent.as_str(), &data, &options);
         let result = self
@@ -217,6 +230,12 @@ impl HeldLock for ZkHeld {
                     .await
                 {
                     Ok(Some(_)) => Ok(()),
+                    _ if expire.is_some() && e == zk::Error::Unimplemented => {
+                        Err(BackendError::Unsupported {
+                            server: self.s.server.clone(),
+                            reason: "this ZooKeeper server does not create TTL nodes, which --expire needs: start it with zookeeper.extendedTypesEnabled=true (nothing was kept: the key is free again)".to_string(),
+                        })
+                    }
                     _ => Err(self.s.error(&format!("replacing {node} by {target}"), e)),
                 }
             }

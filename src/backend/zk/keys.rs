@@ -377,6 +377,9 @@ async fn holder_of(s: &Session, dir: &str) -> Result<Option<(Vec<u8>, zk::Stat, 
 fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo {
     // A Curator client's node carries no mode: held by a live session, but
     // whether it runs a command is not known.
+    let expires = NodeData::decode(data)
+        .and_then(|d| d.expires_ms)
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
     let (source, since_ms, kept) = match NodeData::decode(data) {
         Some(d) if d.mode == Mode::Detached && d.since_ms > 0 => (d.source, d.since_ms, Some(true)),
         Some(d) => {
@@ -398,6 +401,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         kept,
         mode: crate::backend::LockMode::Exclusive,
         token: None,
+        expires,
     }
 }
 

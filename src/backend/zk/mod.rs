@@ -217,6 +217,7 @@ impl Backend for ZkBackend {
         for node in &holders {
             let p = node.as_str();
             if let Ok(Some(stat)) = s.retry(|c| async move { c.check_stat(p).await }).await {
+                // A TTL node (`--expire`) shows owner 0 too, as any persistent node.
                 if stat.ephemeral_owner == 0 {
                     pick = Some(node.clone());
                     break;

@@ -202,6 +202,10 @@ pub struct NodeData {
     pub pid: u32,
     /// The N of a `--limit N` request (its semaphore's lease count).
     pub limit: Option<u32>,
+    /// A detached hold on a TTL node (`--expire`): its deadline, ms since
+    /// the epoch (the server deletes the node once it is that old, at its
+    /// next check).
+    pub expires_ms: Option<u64>,
     /// Last, so it may contain anything.
     pub source: String,
 }
@@ -218,6 +222,7 @@ impl NodeData {
                 .unwrap_or(0),
             pid: std::process::id(),
             limit: None,
+            expires_ms: None,
             source: source.to_string(),
         }
     }
@@ -232,10 +237,13 @@ impl NodeData {
             Mode::Queue => "queue",
             Mode::Detached => "detached",
         };
-        let limit = match self.limit {
+        let mut limit = match self.limit {
             Some(n) => format!("limit={n}\n"),
             None => String::new(),
         };
+        if let Some(at) = self.expires_ms {
+            limit.push_str(&format!("expires={at}\n"));
+        }
         format!(
             "{MAGIC}mode={mode}\nsince={}\npid={}\n{limit}source={}",
             self.since_ms, self.pid, self.source
@@ -252,6 +260,7 @@ impl NodeData {
             since_ms: 0,
             pid: 0,
             limit: None,
+            expires_ms: None,
             source: String::new(),
         };
         loop {
@@ -267,6 +276,7 @@ impl NodeData {
                 ("since", v) => out.since_ms = v.parse().ok()?,
                 ("pid", v) => out.pid = v.parse().ok()?,
                 ("limit", v) => out.limit = Some(v.parse().ok()?),
+                ("expires", v) => out.expires_ms = Some(v.parse().ok()?),
                 _ => {}
             }
         }

@@ -120,6 +120,34 @@ fn mode_frames() {
         roundtrip(req);
     }
     roundtrip(lock(b"k", b"", LockMode::Shared, Hold::Session, true));
+    for wait in [true, false] {
+        let req = Request::ExpiringLock {
+            key: b"k".to_vec(),
+            source: b"s".to_vec(),
+            mode: X,
+            ttl_ms: 7_200_000,
+            wait,
+        };
+        let mut want = vec![18, 1, b'k', 1, b's', 4, 0, 0, 0, 1, 8];
+        want.extend_from_slice(&7_200_000u64.to_be_bytes());
+        want.extend_from_slice(&[1, u8::from(wait)]);
+        assert_eq!(encode(&req).unwrap(), want);
+        roundtrip(req);
+    }
+    let mut bad = vec![18, 1, b'k', 0, 4, 0, 0, 0, 1, 8];
+    bad.extend_from_slice(&5u64.to_be_bytes());
+    assert_eq!(
+        decode(&[&bad[..], &[1, 2]].concat()),
+        Err(FrameError::BadExpiry(2))
+    );
+    assert_eq!(
+        decode(&[&bad[..], &[2]].concat()),
+        Err(FrameError::BadExpiry(2))
+    );
+    assert_eq!(
+        decode(&[18, 1, b'k', 0, 4, 0, 0, 0, 1, 4]),
+        Err(FrameError::BadExpiry(4))
+    );
     // An exclusive kept hold has only the mode actions.
     roundtrip(lock(b"k", b"", X, Hold::Kept, false));
     assert_eq!(decode(&[12, 1, b'k', 0, 8]), Err(FrameError::BadMode(8)));

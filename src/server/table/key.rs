@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::oneshot;
@@ -21,6 +22,19 @@ pub struct Ask {
     pub mode: LockMode,
     /// The fingerprint of the token its connection gave (`--token-file`).
     pub owner: Option<Owner>,
+    /// A kept hold the server releases this many seconds after its grant
+    /// (whole seconds, rounded up: it fits in the padding of this struct,
+    /// which every waiter keeps).
+    pub expire: Option<NonZeroU32>,
+}
+
+impl Ask {
+    /// The whole seconds of a TTL in ms, rounded up (at least 1, at most
+    /// u32::MAX: 136 years).
+    pub fn expire_secs(ttl_ms: u64) -> NonZeroU32 {
+        let secs = ttl_ms.div_ceil(1000).clamp(1, u64::from(u32::MAX));
+        NonZeroU32::new(secs as u32).expect("at least 1")
+    }
 }
 
 /// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
@@ -67,6 +81,8 @@ pub struct Holder {
     /// Whose token it was granted under; None without tokens, or restored
     /// from the log (which does not keep it) until its holder reclaims it.
     pub owner: Option<Owner>,
+    /// When the server releases this kept hold (`lock KEY --expire`).
+    pub expires: Option<SystemTime>,
 }
 
 /// The live end of a session hold.

@@ -192,6 +192,15 @@ impl Table {
         self.lock_inner().wal.as_ref().map(Wal::stats)
     }
 
+    /// Blocks until everything appended to the log so far is durable (Ok
+    /// without a log); for start-up, before any client is served.
+    pub fn sync_wal(&self) -> Result<(), NotDurable> {
+        match &self.lock_inner().wal {
+            Some(wal) => wal.sync(),
+            None => Ok(()),
+        }
+    }
+
     /// Writes what is pending to the log and stops its writer (shutdown);
     /// returns its final counters. Blocks: run it off the async threads.
     pub fn close_wal(&self) -> Option<WalStats> {
@@ -295,6 +304,37 @@ impl Table {
         }
         let token = inner.keys[key].hold(id).expect("its link").holder.token;
         Expiry::Due(inner.record_release(key, token))
+    }
+
+    /// When hold `id` of `key` expires (a kept hold with `--expire`).
+    pub fn expires(&self, key: &[u8], id: GrantId) -> Option<SystemTime> {
+        let inner = self.lock_inner();
+        inner.keys.get(key)?.hold(id)?.holder.expires
+    }
+
+    /// First half of the expiry of kept hold `id` (`lock KEY --expire`) at
+    /// its deadline: records its release, as [`Table::expire`] does for a
+    /// session, and leaves the hold in place until that is durable
+    /// ([`Table::finish_release`] then ends it and hands the key on).
+    pub fn expire_kept(&self, key: &[u8], id: GrantId) -> Expiry {
+        let inner = self.lock_inner();
+        let Some(holder) = inner
+            .keys
+            .get(key)
+            .and_then(|s| s.hold(id))
+            .map(|h| &h.holder)
+        else {
+            return Expiry::Gone;
+        };
+        let Some(expires) = holder.expires else {
+            return Expiry::Gone;
+        };
+        if let Ok(left) = expires.duration_since(SystemTime::now()) {
+            if !left.is_zero() {
+                return Expiry::NotYet(Instant::now() + left);
+            }
+        }
+        Expiry::Due(inner.record_release(key, holder.token))
     }
 
     /// Moves session hold `token` of `key` to a new connection, if it is
@@ -555,8 +595,9 @@ impl Table {
     /// Adds a hold without a client (restored from the log at start-up). A
     /// session hold is heard from "now", so its holder has the session
     /// timeout to reclaim it; its grant id and link are returned for the
-    /// task that expires it otherwise.
-    pub fn restore(&self, held: &Held, peer: SocketAddr) -> Option<(GrantId, LinkEnd)> {
+    /// task that expires it otherwise. The grant id of every hold is
+    /// returned too (a kept hold that expires needs it for its timer).
+    pub fn restore(&self, held: &Held, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
         let mut inner = self.lock_inner();
         let id = inner.fresh_id();
         inner.last_token = inner.last_token.max(held.token);
@@ -570,10 +611,11 @@ impl Table {
             session: held.session,
             mode: held.mode,
             owner: None,
+            expires: held.expires,
         };
         let state = inner.keys.entry(held.key.clone()).or_default();
         state.holds.push(Hold { holder, link });
-        end.map(|end| (id, end))
+        (id, end)
     }
 
     /// The event counters of this table's server (grants are bumped here).
@@ -618,6 +660,7 @@ fn report(key: &[u8], h: &Holder, waiting: u32) -> KeyReport {
         token: Some(h.token),
         session: Some(h.session),
         mode: Some(h.mode),
+        expires: h.expires,
     }
 }
 
@@ -644,15 +687,22 @@ impl Inner {
     /// it may hold now), logged.
     fn grant(&mut self, key: &[u8], id: GrantId, ask: &Ask) -> Grant {
         let token = self.fresh_token();
+        let since = SystemTime::now();
+        // A kept hold only: a session hold ends with its holder.
+        let expires = ask
+            .expire
+            .filter(|_| !ask.session)
+            .map(|secs| since + Duration::from_secs(u64::from(secs.get())));
         let holder = Holder {
             id,
             token,
             source: ask.source.clone(),
             peer: ask.peer,
-            since: SystemTime::now(),
+            since,
             session: ask.session,
             mode: ask.mode,
             owner: ask.owner,
+            expires,
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);
@@ -687,6 +737,7 @@ impl Inner {
             token: holder.token,
             session: holder.session,
             mode: holder.mode,
+            expires: holder.expires,
         };
         Durable(vec![wal.append(&held.record())])
     }

@@ -17,6 +17,7 @@ fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
         session,
         mode,
         owner: None,
+        expire: None,
     }
 }
 
@@ -378,4 +379,46 @@ fn a_token_releases_only_its_own_holds() {
         .reclaim_by(b"s", s.token, Whose::Any, Some(o(9)))
         .unwrap()
         .is_some());
+}
+
+/// A kept hold that expires (`--expire`): its deadline is set at its grant
+/// (a waiter's at its hand-off, not at its arrival), listed, and its expiry
+/// is due only then; the release hands the key to the next in line.
+#[test]
+fn an_expiring_kept_hold_is_due_at_its_deadline_and_hands_on() {
+    let t = Table::new();
+    let mut first = ask(b"a", false);
+    first.expire = std::num::NonZeroU32::new(1);
+    let LockOutcome::Granted(Grant { id, .. }) = t.lock(b"k", &first) else {
+        panic!()
+    };
+    let at = t.expires(b"k", id).expect("an expiring hold");
+    let left = at.duration_since(SystemTime::now()).unwrap();
+    assert!(left <= Duration::from_secs(1) && left > Duration::from_millis(500));
+    assert_eq!(t.held()[0].expires, Some(at));
+    assert!(matches!(t.expire_kept(b"k", id), Expiry::NotYet(_)));
+    let mut second = ask(b"b", false);
+    second.expire = std::num::NonZeroU32::new(60);
+    let LockOutcome::Queued(next, mut rx) = t.lock(b"k", &second) else {
+        panic!()
+    };
+    std::thread::sleep(left + Duration::from_millis(20));
+    let Expiry::Due(_) = t.expire_kept(b"k", id) else {
+        panic!("not due at its deadline")
+    };
+    let (holder, handed) = t.finish_release(b"k", id).unwrap();
+    assert_eq!(holder.source, b"a");
+    assert_eq!(handed[0].source, b"b");
+    assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
+    // The waiter's deadline counts from its own grant.
+    let at2 = t.expires(b"k", next).unwrap();
+    assert!(at2.duration_since(SystemTime::now()).unwrap() > Duration::from_secs(59));
+    assert!(matches!(t.expire_kept(b"k", id), Expiry::Gone));
+    // A hold without --expire has no deadline and no expiry.
+    let t = Table::new();
+    let LockOutcome::Granted(Grant { id, .. }) = t.lock(b"x", &ask(b"a", false)) else {
+        panic!()
+    };
+    assert_eq!(t.expires(b"x", id), None);
+    assert!(matches!(t.expire_kept(b"x", id), Expiry::Gone));
 }
