@@ -348,6 +348,8 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
         }
         kills += 1;
         let mut guard = server.write().unwrap();
+        // Reaped before the restart: until then its log's lock is its own.
+        guard.kill();
         let restarted = serve_on(&path);
         *addr.lock().unwrap() = restarted.addr;
         *guard = restarted;

@@ -329,6 +329,10 @@ async fn run_child(
             tokio::time::Instant::now() + half.max(EXPIRY_LOOK)
         });
         let lost = tokio::select! {
+            // In this order: the service's own loss notice falls due at the
+            // very stop deadline the look checks, and that tie is a silent
+            // service, not a frozen lc-cli.
+            biased;
             end = running.supervise(signals) => Ok(end),
             reason = held.lost() => Err(reason),
             _ = sleep_until_some(look) => match frozen_past(held.expiry()) {
