@@ -18,9 +18,9 @@
 //! later server may add both.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use super::manager::KeyReport;
+use super::manager::{from_unix_ms, push_short, unix_ms, KeyReport};
 use crate::mode::LockMode;
 
 /// The first byte of a listing (a reference server answers `-`).
@@ -97,27 +97,6 @@ impl fmt::Display for ListingError {
 }
 
 impl std::error::Error for ListingError {}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis().min(i64::MAX as u128) as i64,
-        Err(e) => -(e.duration().as_millis().min(i64::MAX as u128) as i64),
-    }
-}
-
-fn from_unix_ms(ms: i64) -> SystemTime {
-    if ms >= 0 {
-        UNIX_EPOCH + Duration::from_millis(ms as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
-    }
-}
-
-fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
-    let bytes = &bytes[..bytes.len().min(u8::MAX as usize)];
-    out.push(bytes.len() as u8);
-    out.extend_from_slice(bytes);
-}
 
 /// Appends one record: its header, then the body `fill` writes.
 fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {

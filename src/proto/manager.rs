@@ -66,14 +66,14 @@ const WITH_EXPIRES: u32 = 0x2000_0000;
 const COUNT: u32 = !(WITH_TOKENS | WITH_MODES | WITH_EXPIRES);
 
 /// Unix milliseconds of `t`, negative before the epoch.
-fn unix_ms(t: SystemTime) -> i64 {
+pub(super) fn unix_ms(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i64,
-        Err(e) => -(e.duration().as_millis() as i64),
+        Ok(d) => d.as_millis().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_millis().min(i64::MAX as u128) as i64),
     }
 }
 
-fn from_unix_ms(ms: i64) -> SystemTime {
+pub(super) fn from_unix_ms(ms: i64) -> SystemTime {
     if ms >= 0 {
         UNIX_EPOCH + Duration::from_millis(ms as u64)
     } else {
@@ -81,7 +81,7 @@ fn from_unix_ms(ms: i64) -> SystemTime {
     }
 }
 
-fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(super) fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
     let bytes = &bytes[..bytes.len().min(u8::MAX as usize)];
     out.push(bytes.len() as u8);
     out.extend_from_slice(bytes);

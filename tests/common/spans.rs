@@ -47,7 +47,10 @@ pub fn note(log: &Path, what: &str, tag: &str) {
         .append(true)
         .open(log)
         .unwrap();
-    writeln!(f, "{what} {tag} {}", now_ns()).unwrap();
+    // One write, so that a line cannot interleave with the commands' own
+    // appends (a formatted `writeln!` writes piece by piece).
+    f.write_all(format!("{what} {tag} {}\n", now_ns()).as_bytes())
+        .unwrap();
 }
 
 /// Children killed when dropped (a failing test leaves none behind).
