@@ -21,16 +21,26 @@ type NodeKey = (String, String, String, i64, i64, i64, String, i64);
 type NodeListing = (i64, Vec<NodeKey>);
 
 pub(super) async fn keys(sh: &Quorum) -> Result<Vec<KeyInfo>> {
-    let answers: Vec<NodeResult<NodeListing>> = sh
+    let (answers, received) = ask_all::<NodeListing>(sh, |s| &s.list).await?;
+    let listings: Vec<&NodeListing> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+    Ok(agreed(&listings, sh.majority(), received))
+}
+
+/// Runs one of the listing scripts on every node: their answers (a quorum
+/// of them, or the error) and when they were in, on our clock.
+async fn ask_all<T: redis::FromRedisValue + Send + 'static>(
+    sh: &Quorum,
+    script: fn(&Scripts) -> &redis::Script,
+) -> Result<(Vec<NodeResult<T>>, SystemTime)> {
+    let answers: Vec<NodeResult<T>> = sh
         .all(|node| async move {
-            let inv = Scripts::get().list.prepare_invoke();
+            let inv = script(Scripts::get()).prepare_invoke();
             node.run(&inv).await
         })
         .await;
     let received = SystemTime::now();
     sh.need_quorum(&answers)?;
-    let listings: Vec<&NodeListing> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
-    Ok(agreed(&listings, sh.majority(), received))
+    Ok((answers, received))
 }
 
 /// One live waiter as one node sees it: (name, waiter id, source, queued
@@ -41,14 +51,7 @@ type NodeWaiter = (String, String, String, i64, String, String);
 type NodeWaiters = (i64, Vec<NodeWaiter>);
 
 pub(super) async fn waiters(sh: &Quorum) -> Result<Vec<WaiterInfo>> {
-    let answers: Vec<NodeResult<NodeWaiters>> = sh
-        .all(|node| async move {
-            let inv = Scripts::get().list_waiters.prepare_invoke();
-            node.run(&inv).await
-        })
-        .await;
-    let received = SystemTime::now();
-    sh.need_quorum(&answers)?;
+    let (answers, received) = ask_all::<NodeWaiters>(sh, |s| &s.list_waiters).await?;
     let listings: Vec<&NodeWaiters> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
     Ok(agreed_waiters(&listings, sh.majority(), received))
 }
