@@ -1,8 +1,19 @@
-//! Redis work per grant and hand-off latency with 1, 16 and 64 waiters
-//! queued, for the exclusive lock, `--limit 4` and `--shared`, in one run
-//! against a private redis-server.
+//! Redis work per uncontended lock and release, per grant and hand-off
+//! latency with 1, 16 and 64 waiters queued, for the exclusive lock,
+//! `--limit 4` and `--shared`, in one run against a private redis-server.
 //!
 //!     cargo run --release --example bench_redis [-- CYCLES [--free-running]]
+//!
+//! Commands are counted as `MONITOR` shows them (module [`monitor`]): every
+//! command the server ran for lc-cli, the ones inside the Lua scripts as
+//! well as `EVALSHA` and `BLPOP`, the connections' greeting (`HELLO`, `AUTH`,
+//! `CLIENT ...`, `SELECT`) and this program's own connection excluded.
+//!
+//! Uncontended: one backend, connected once, takes and releases a key
+//! nobody else uses; its commands per lock+release are counted, and listed
+//! in order for one of them. The connection's own commands (made once per
+//! lc-cli process) and a renewal's (one every third of the ttl held) are
+//! counted apart.
 //!
 //! Controlled cycles (the method of `bench_zk`): per row, the holders (4
 //! with `--limit 4`, else 1) hold and exactly W waiters are queued, each a
@@ -13,10 +24,9 @@
 //! are open at once, on three keys, and take their cycles in turn, one at
 //! a time, so that every row sees the same load. The cycle's window ends once
 //! the server shows every waiter blocked on its wake-up list and no
-//! connection left over; Redis counts the commands of the window (`INFO
-//! commandstats`: the commands run inside the scripts as well as EVALSHA
-//! and BLPOP; `INFO`/`CONFIG` excluded) and the time it spent in the
-//! scripts. Every window must hold exactly one wake-up push (LPUSH), or the
+//! connection left over; the commands of the window are counted with
+//! `MONITOR`, the time Redis spent in the scripts from `INFO
+//! commandstats`. Every window must hold exactly one wake-up push (LPUSH), or the
 //! program stops. Hand-off latency: from the start of the release to the
 //! moment the next waiter holds the key. The waiters' heartbeats (a CHECK
 //! every 10 s each) are work per waiter per second, not per grant: those
@@ -26,7 +36,10 @@
 //! Then, for comparison with earlier figures, the free-running loop of the
 //! first version of this program, exclusive lock only (all three shapes
 //! with `--free-running`): every task loops wait in line, hold 1 ms,
-//! release, queue again.
+//! release, queue again; counted from `INFO commandstats`, as it was.
+//!
+//! `MONITOR` makes the server format every command for the monitor: the
+//! latencies are those of a server doing that too.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::process::{Child, Command, Stdio};
@@ -132,6 +145,139 @@ fn command_calls(con: &mut redis::Connection) -> (u64, Vec<(String, u64)>) {
         .collect();
     per.sort_by_key(|p| std::cmp::Reverse(p.1));
     (per.iter().map(|p| p.1).sum(), per)
+}
+
+/// Counting commands with `MONITOR`: a connection of its own streams every
+/// command the server runs, in the order it runs them.
+mod monitor {
+    use std::collections::BTreeMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpStream;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    /// The connection's greeting (`CLIENT` for `CLIENT SETINFO`/`SETNAME`).
+    const GREETING: [&str; 4] = ["hello", "auth", "client", "select"];
+
+    #[derive(Default)]
+    struct Seen {
+        /// Commands by name (lower case), since the start.
+        counts: BTreeMap<String, u64>,
+        /// The last of our markers seen: everything before it is counted.
+        mark: u64,
+        /// While on: each command's line as `MONITOR` shows it.
+        log: Option<Vec<String>>,
+    }
+
+    pub struct Monitor {
+        seen: Arc<(Mutex<Seen>, Condvar)>,
+        marks: u64,
+    }
+
+    /// The client, the command's name and its arguments in one `MONITOR`
+    /// line: `+1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "..."`, or
+    /// `[0 lua]` for a command a script ran.
+    fn parse(line: &str) -> Option<(&str, &str, &str)> {
+        let (_, rest) = line.split_once(" [")?;
+        let (client, args) = rest.split_once("] ")?;
+        let client = client.split_once(' ').map_or(client, |(_, c)| c);
+        let name = args.strip_prefix('"')?.split('"').next()?;
+        Some((client, name, args))
+    }
+
+    impl Monitor {
+        /// Starts monitoring the server on `port`; `own` is this program's
+        /// connection (its commands, and the markers it sends, are not
+        /// counted).
+        pub fn start(port: u16, own: &mut redis::Connection) -> Monitor {
+            let info: String = redis::cmd("CLIENT").arg("INFO").query(own).unwrap();
+            let own_addr = info
+                .split(' ')
+                .find_map(|f| f.strip_prefix("addr="))
+                .expect("CLIENT INFO has addr=")
+                .to_string();
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.write_all(b"MONITOR\r\n").unwrap();
+            let mut lines = BufReader::new(stream);
+            let mut ok = String::new();
+            lines.read_line(&mut ok).unwrap();
+            assert_eq!(ok.trim_end(), "+OK", "MONITOR");
+            let seen: Arc<(Mutex<Seen>, Condvar)> = Default::default();
+            let shared = seen.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let Some((client, name, args)) = parse(line.trim_end()) else {
+                        continue;
+                    };
+                    let (lock, wake) = &*shared;
+                    let mut seen = lock.lock().unwrap();
+                    if client == own_addr {
+                        let mark = args
+                            .strip_prefix("\"ECHO\" \"lc-bench-mark-")
+                            .and_then(|m| m.strip_suffix('"'))
+                            .and_then(|m| m.parse().ok());
+                        if let Some(mark) = mark {
+                            seen.mark = mark;
+                            wake.notify_all();
+                        }
+                        continue;
+                    }
+                    let name = name.to_ascii_lowercase();
+                    if GREETING.contains(&name.as_str()) {
+                        continue;
+                    }
+                    if let Some(log) = seen.log.as_mut() {
+                        log.push(format!("[{client}] {args}"));
+                    }
+                    *seen.counts.entry(name).or_default() += 1;
+                }
+            });
+            Monitor { seen, marks: 0 }
+        }
+
+        /// Every command counted so far, by name: all those the server ran
+        /// before this call (a marker sent on `own`, and waited for).
+        pub fn counts(&mut self, own: &mut redis::Connection) -> BTreeMap<String, u64> {
+            self.marks += 1;
+            let marker = format!("lc-bench-mark-{}", self.marks);
+            let _: String = redis::cmd("ECHO").arg(&marker).query(own).unwrap();
+            let (lock, wake) = &*self.seen;
+            let mut seen = lock.lock().unwrap();
+            while seen.mark < self.marks {
+                seen = wake.wait(seen).unwrap();
+            }
+            seen.counts.clone()
+        }
+
+        /// Starts the log of commands (true), or stops it and returns it.
+        pub fn log(&mut self, on: bool) -> Vec<String> {
+            let mut seen = self.seen.0.lock().unwrap();
+            let log = seen.log.take().unwrap_or_default();
+            if on {
+                seen.log = Some(Vec::new());
+            }
+            log
+        }
+    }
+}
+
+use monitor::Monitor;
+
+/// Commands counted by `MONITOR`, each with the microseconds `INFO
+/// commandstats` says the server spent in it.
+fn sample(con: &mut redis::Connection, mon: &mut Monitor) -> Counts {
+    let usec = command_stats(con);
+    mon.counts(con)
+        .into_iter()
+        .map(|(n, c)| {
+            let u = usec.get(&n).map_or(0, |v| v[1]);
+            (n, [c, u])
+        })
+        .collect()
 }
 
 struct Round {
@@ -494,6 +640,7 @@ impl Line {
 async fn controlled_round(
     url: &str,
     con: &mut redis::Connection,
+    mon: &mut Monitor,
     shape: Shape,
     round: usize,
     cycles: usize,
@@ -504,8 +651,8 @@ async fn controlled_round(
     for &waiters in &SIZES {
         lines.push(Line::new(&config, shape, waiters, round).await);
     }
-    // This connection, and the lines'.
-    let connected = 1 + lines.iter().map(Line::connections).sum::<u64>();
+    // This connection, the monitor's, and the lines'.
+    let connected = 2 + lines.iter().map(Line::connections).sum::<u64>();
     let blocked: u64 = SIZES.iter().map(|&w| w as u64).sum();
     settle(con, connected, blocked).await;
     // The end of the last window: what happens from there to the next
@@ -513,7 +660,7 @@ async fn controlled_round(
     let mut last: Option<(Instant, Counts)> = None;
     for cycle in 0..WARM_UP + cycles {
         for (line, into) in lines.iter_mut().zip(rows.iter_mut()) {
-            let before = command_stats(con);
+            let before = sample(con, mon);
             let t = Instant::now();
             if let Some((end, after)) = last.take() {
                 add(&mut into.between, &minus(&before, &after));
@@ -521,7 +668,7 @@ async fn controlled_round(
             }
             let latency = line.cycle().await;
             settle(con, connected, blocked).await;
-            let after = command_stats(con);
+            let after = sample(con, mon);
             let window = minus(&after, &before);
             // No herd, and the cycle is what it claims: one grant, one wake-up.
             assert_eq!(
@@ -540,6 +687,98 @@ async fn controlled_round(
     for line in lines {
         line.close().await;
     }
+}
+
+/// What `after` counted beyond `before`, by name.
+fn since(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(n, c)| (n.clone(), c - before.get(n).copied().unwrap_or(0)))
+        .filter(|(_, c)| *c > 0)
+        .collect()
+}
+
+/// `name count` per command, most first, each divided by `per`.
+fn breakdown(counts: &BTreeMap<String, u64>, per: f64) -> String {
+    let mut v: Vec<(&String, &u64)> = counts.iter().collect();
+    v.sort_by_key(|(_, c)| std::cmp::Reverse(**c));
+    let parts: Vec<String> = v
+        .iter()
+        .map(|(n, c)| format!("{n} {:.2}", **c as f64 / per))
+        .collect();
+    parts.join(", ")
+}
+
+async fn lock_release(backend: &dyn Backend, request: &LockRequest) {
+    let got = backend
+        .acquire(request, CancellationToken::new(), &|_| {})
+        .await
+        .unwrap();
+    let Acquired::Held(mut held) = got else {
+        panic!("an unused key not granted at once");
+    };
+    held.release().await.unwrap();
+}
+
+/// Uncontended: the commands of one lock+release of a key nobody else
+/// uses, on a backend connected once; of connecting (once per lc-cli
+/// process); and of a renewal (one per third of the ttl held).
+async fn uncontended(url: &str, con: &mut redis::Connection, mon: &mut Monitor, pairs: usize) {
+    let config = config(url);
+    let before = mon.counts(con);
+    let backend = backend::connect(&config).await.unwrap();
+    let connecting = since(&mon.counts(con), &before);
+    let request = request("solo", LockMode::Exclusive, 0);
+    for _ in 0..WARM_UP {
+        lock_release(&*backend, &request).await;
+    }
+    let before = mon.counts(con);
+    for _ in 0..pairs {
+        lock_release(&*backend, &request).await;
+    }
+    let counted = since(&mon.counts(con), &before);
+    let total: u64 = counted.values().sum();
+    mon.log(true);
+    lock_release(&*backend, &request).await;
+    mon.counts(con);
+    let one = mon.log(false);
+    println!(
+        "uncontended lock+release (one node, exclusive, {pairs} pairs on one connected backend): {:.2} commands each",
+        total as f64 / pairs as f64
+    );
+    println!("  per lock+release: {}", breakdown(&counted, pairs as f64));
+    println!("  one lock+release, in order ({} commands):", one.len());
+    for line in &one {
+        let shown: String = line.chars().take(110).collect();
+        println!("    {shown}");
+    }
+    println!(
+        "  connecting, once per process: {}",
+        breakdown(&connecting, 1.0)
+    );
+    // Renewals: ttl 300 ms, one every 100 ms, counted over a 1 s hold.
+    let short = BackendConfig {
+        ttl: Duration::from_millis(300),
+        ..config.clone()
+    };
+    let backend = backend::connect(&short).await.unwrap();
+    let got = backend
+        .acquire(&request, CancellationToken::new(), &|_| {})
+        .await
+        .unwrap();
+    let Acquired::Held(mut held) = got else {
+        panic!("not granted");
+    };
+    let before = mon.counts(con);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let renewing = since(&mon.counts(con), &before);
+    held.release().await.unwrap();
+    let renewals = renewing.get("evalsha").copied().unwrap_or(0).max(1);
+    println!(
+        "  renewal, one per ttl/3 held ({renewals} in 1 s at ttl 300 ms): {:.2} commands each: {}",
+        renewing.values().sum::<u64>() as f64 / renewals as f64,
+        breakdown(&renewing, renewals as f64)
+    );
 }
 
 fn print_controlled(title: &str, rows: &mut [Figures]) {
@@ -684,6 +923,8 @@ async fn main() {
     let url = format!("redis://127.0.0.1:{port}");
     let client = redis::Client::open(format!("{url}/")).unwrap();
     let mut con = client.get_connection().unwrap();
+    let mut mon = Monitor::start(port, &mut con);
+    uncontended(&url, &mut con, &mut mon, cycles).await;
     let shapes = [
         (Shape::Exclusive, "exclusive"),
         (
@@ -704,7 +945,7 @@ async fn main() {
     // row alike.
     for round in 0..ROUNDS {
         for (s, (shape, _)) in shapes.iter().enumerate() {
-            controlled_round(&url, &mut con, *shape, round, cycles, &mut rows[s]).await;
+            controlled_round(&url, &mut con, &mut mon, *shape, round, cycles, &mut rows[s]).await;
         }
     }
     println!(

@@ -147,6 +147,8 @@ pub(super) struct RedisHeld {
     pub(super) quorum: Arc<Quorum>,
     pub(super) key: String,
     pub(super) id: String,
+    /// Our `--source`: the release takes it out of the source's index.
+    pub(super) source: String,
     pub(super) fence: u64,
     pub(super) lost: watch::Receiver<Option<LostReason>>,
     /// When the lease can first run out, as of the last confirmed renewal.
@@ -200,7 +202,7 @@ impl HeldLock for RedisHeld {
             .script(
                 |s| &s.release,
                 &self.key,
-                vec![self.key.clone(), self.id.clone()],
+                vec![self.key.clone(), self.id.clone(), self.source.clone()],
             )
             .await;
         sh.need_quorum(&answers)

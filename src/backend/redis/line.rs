@@ -157,6 +157,7 @@ impl RedisBackend {
             quorum: self.quorum.clone(),
             key: request.key.clone(),
             id: id.to_string(),
+            source: request.source.clone(),
             fence,
             lost: rx,
             valid_until: valid_rx,
@@ -228,8 +229,10 @@ impl RedisBackend {
     ) -> Result<Acquired> {
         let sh = &self.quorum;
         let mut line = self.enqueue(request, id).await?;
-        // Aborted when dropped, on every way out.
-        let (_listeners, mut wake) = self.wake_ups(&request.key, id);
+        // Started once a round says we wait (a key granted at once needs no
+        // connection for them: a push waits in its list); aborted when
+        // dropped, on every way out.
+        let mut wake_ups = None;
         let mut last_contact = Instant::now();
         let mut last_ahead = None;
         loop {
@@ -259,6 +262,8 @@ impl RedisBackend {
                     counts_in.map_or(poll, |left| poll.min(soon(left)))
                 }
             };
+            let (_listeners, wake) =
+                wake_ups.get_or_insert_with(|| self.wake_ups(&request.key, id));
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.leave(&request.key, id).await;

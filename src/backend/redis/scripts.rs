@@ -8,7 +8,7 @@
 //! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
 //! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold; a kept hold that expires, `--expire`: its deadline) |
 //! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires}` |
-//! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits |
+//! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits; absent under an exclusive hold with nobody else around (`P lock` without a kind is a lock) |
 //! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
@@ -19,7 +19,7 @@
 //! | `P gone:ID` | string, PX | tombstone of a waiter withdrawn by `reset --source` |
 //! | `P revoked:ID` | string, PX ttl | tombstone of a hold freed by `reset`: its renewals must not put the key back |
 //! | `lc-cli:source:SRC` | hash | KEY -> how many holds and waits SRC has on KEY |
-//! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`) |
+//! | `lc-cli:keys` | set | every KEY held or waited for (for `keys`); a KEY out of it has nothing to settle |
 //!
 //! Offers: a grant to a waiter other than the script's caller (a release
 //! handing the key on) is an *offer*, leased for [`OFFER`] only (at most
@@ -34,6 +34,14 @@
 //!
 //! A key stays in `lc-cli:keys` after its holder's lease ran out until a
 //! script settles it (the next waiter's heartbeat, a release, or `keys`).
+//!
+//! The uncontended lock: a key out of `lc-cli:keys` has no holder, no
+//! waiter and no record left to settle, so ENQUEUE's `SADD` answering 1 lets
+//! an exclusive request take it at once without looking further (7
+//! commands, the EVALSHA included). Such a hold records no `P kind`; every
+//! waiter and every other holder does, so RELEASE finding our token and no
+//! kind (one `MGET`) frees the key and takes it out of the index without
+//! looking at the line (5 commands).
 //!
 //! The per-waiter and per-source keys are named inside the scripts, so the
 //! layout is for standalone Redis (not Redis Cluster).
@@ -125,6 +133,8 @@ end
 -- number (0: a lock, N: --limit N).
 local function disagrees(info, now)
   local want, have = kind_of(info), redis.call('GET', KIND)
+  -- An exclusive hold taken at once (ENQUEUE's first branch) records no kind.
+  if not have and redis.call('EXISTS', LOCK) == 1 then have = 'lock' end
   if have and have ~= want then
     local used = redis.call('EXISTS', LOCK) == 1 or settle_set(now) > 0 or redis.call('ZCARD', QUEUE) > 0
     if used then
@@ -156,13 +166,18 @@ local function grant_set(id, info, now, caller, lease)
   end
   return f
 end
+-- The owner record of the lock just set to id (offered: 0 or 1); its fence.
+local function own(id, info, now, o)
+  local f = redis.call('INCR', FENCE)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
+  return f
+end
 -- Gives the (free) lock to waiter id; wakes it unless it is the caller.
 local function grant(id, info, now, caller, lease)
   unqueue(id, info, true)
-  local f = redis.call('INCR', FENCE)
   local t, o = lease_of(id, info, caller, lease)
   redis.call('SET', LOCK, id, 'PX', t)
-  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
+  local f = own(id, info, now, o)
   if id ~= caller then
     redis.call('LPUSH', wake_key(id), 'g')
     redis.call('PEXPIRE', wake_key(id), info.q)
@@ -179,9 +194,11 @@ end
 -- first served (an exclusive waiter stops the shared ones behind it; each
 -- free slot of a --limit N key goes to the next one). Returns caller when
 -- it was granted (for `lease` ms), else false.
-local function promote(now, caller, lease)
-  cleanup(now)
+local function promote(now, caller, lease, cleaned)
+  if not cleaned then cleanup(now) end
   local free = settle()
+  -- Nobody fits beside an exclusive holder (their records are settled once it is gone).
+  if not free then return false end
   local held = settle_set(now)
   local got = false
   for _ = 1, 1000 do
@@ -232,19 +249,24 @@ local function revoke(token)
   if redis.call('HGET', OWNER, 'token') ~= token or t <= 0 then t = redis.call('PTTL', LOCK) end
   if t > 0 then redis.call('SET', P..'revoked:'..token, 1, 'PX', t) end
 end
--- Puts id in line at ticket t (0: take the next ticket here).
-local function enqueue(id, info, t, now)
+-- A quorum's ticket t raises this node's counter (later tickets are larger).
+local function raise_seq(t)
+  if t > 0 and tonumber(redis.call('GET', SEQ) or 0) < t then redis.call('SET', SEQ, t) end
+end
+-- Puts id in line at ticket t (0: take the next ticket here); indexed:
+-- the key is already in `lc-cli:keys`.
+local function enqueue(id, info, t, now, indexed)
   if t == 0 then
     t = redis.call('INCR', SEQ)
-  elseif tonumber(redis.call('GET', SEQ) or 0) < t then
-    redis.call('SET', SEQ, t)
+  else
+    raise_seq(t)
   end
   redis.call('ZADD', QUEUE, t, id)
   redis.call('ZADD', EXPIRY, now + info.q, id)
   info.a = info.a or now
   redis.call('HSET', WAITERS, id, cjson.encode(info))
   src_add(info.s, 1)
-  redis.call('SADD', ALL, NAME)
+  if not indexed then redis.call('SADD', ALL, NAME) end
 end
 -- Ms left of an unconfirmed offer of the lock (it passes on after that,
 -- at the next script), else -1; the first in line re-checks then.
@@ -255,8 +277,8 @@ local function offer_left()
   return t
 end
 -- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left} waiting.
-local function standing(now, id, lease)
-  if promote(now, id, lease) == id then return {1, fence_of(id)} end
+local function standing(now, id, lease, cleaned)
+  if promote(now, id, lease, cleaned) == id then return {1, fence_of(id)} end
   local ahead = redis.call('ZRANK', QUEUE, id)
   if ahead == 0 then return {2, 0, offer_left()} end
   return {2, ahead, -1}
@@ -293,8 +315,17 @@ end
 /// {4, theirs} refused: the key is used another way (0: as a lock, N: with
 /// --limit N).
 const ENQUEUE: &str = r#"
-local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
+local id, lease = ARGV[2], tonumber(ARGV[10])
 local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
+-- A key out of the index is unused (nobody holds, waits, or left a record
+-- to settle): an exclusive request takes it at once, in a few commands.
+local indexed = info.m == 'x'
+if indexed and redis.call('SADD', ALL, NAME) == 1 and redis.call('SET', LOCK, id, 'NX', 'PX', lease) then
+  raise_seq(tonumber(ARGV[6]))
+  src_add(info.s, 1)
+  return {1, own(id, info, now_ms(), 0)}
+end
+local now = now_ms()
 cleanup(now)
 local theirs = disagrees(info, now)
 if theirs then return {4, theirs} end
@@ -302,14 +333,14 @@ if ARGV[7] == '1' then
   local free = settle()
   if fits(info, free, settle_set(now)) and redis.call('ZCARD', QUEUE) == 0 then
     src_add(info.s, 1)
-    redis.call('SADD', ALL, NAME)
+    if not indexed then redis.call('SADD', ALL, NAME) end
     if info.m == 'x' then return {1, grant(id, info, now, id, lease)} end
     return {1, grant_set(id, info, now, id, lease)}
   end
   return {0, 0}
 end
-enqueue(id, info, tonumber(ARGV[6]), now)
-return standing(now, id, lease)
+enqueue(id, info, tonumber(ARGV[6]), now, indexed)
+return standing(now, id, lease, true)
 "#;
 
 /// A waiter's heartbeat: refreshes its entry, takes the lock if it is its turn.
@@ -349,9 +380,9 @@ else
   local info = info_of({ARGV[3], ARGV[4], ARGV[5], nil, nil, ARGV[8], ARGV[9], ARGV[11]})
   local theirs = disagrees(info, now)
   if theirs then return {4, theirs} end
-  enqueue(id, info, tonumber(ARGV[6]), now)
+  enqueue(id, info, tonumber(ARGV[6]), now, false)
 end
-return standing(now, id, lease)
+return standing(now, id, lease, false)
 "#;
 
 /// Renews our lease and raises the node's fence counter to our token (the
@@ -410,12 +441,22 @@ return fence_of_owner()
 "#;
 
 /// Gives back our hold and/or our place in line (release, cancel, rollback);
-/// the next waiter is granted. ARGV: name, id.
+/// the next waiter is granted. ARGV: name, id, source.
 /// Returns 1 if we held the lock, 2 if we only left the line, 0 if neither.
 const RELEASE: &str = r#"
-local id, now = ARGV[2], now_ms()
+local id, src = ARGV[2], ARGV[3]
+local lock_kind = redis.call('MGET', LOCK, KIND)
+-- Our exclusive hold and no kind: nobody waits and nobody else holds (each
+-- of them records the kind), so the key leaves the index at once.
+if lock_kind[1] == id and not lock_kind[2] and src then
+  redis.call('DEL', LOCK, OWNER)
+  redis.call('HDEL', 'lc-cli:source:'..src, NAME)
+  redis.call('SREM', ALL, NAME)
+  return 1
+end
+local now = now_ms()
 local was = 0
-if redis.call('GET', LOCK) == id then
+if lock_kind[1] == id then
   redis.call('DEL', LOCK)
   was = 1
 end
@@ -601,12 +642,21 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
     end
   end
   if not token and #set == 0 and redis.call('EXISTS', P..'queue') == 0 then
-    local s = redis.call('HGET', P..'owner', 'source')
-    if s then
+    local function leave_source(s)
       local k = 'lc-cli:source:'..s
       if redis.call('HINCRBY', k, name, -1) <= 0 then redis.call('HDEL', k, name) end
+    end
+    local s = redis.call('HGET', P..'owner', 'source')
+    if s then
+      leave_source(s)
       redis.call('DEL', P..'owner')
     end
+    -- Shared holders whose lease ran out: a key out of the index has none.
+    for _, id in ipairs(redis.call('ZRANGE', P..'holders', 0, -1)) do
+      local raw = redis.call('HGET', P..'hinfo', id)
+      if raw then leave_source(cjson.decode(raw).s) end
+    end
+    redis.call('DEL', P..'holders', P..'hinfo')
     redis.call('DEL', P..'kind')
     redis.call('SREM', 'lc-cli:keys', name)
   end
