@@ -6,9 +6,10 @@
 //! The method of `bench_zk`: for each queue length N, a holder and N
 //! waiters (a backend each, in this process, as separate lc-cli processes
 //! would have) queue on one key. Each measured hand-off first tops the queue
-//! up to N waiters and lets their requests land (20 ms), then reads etcd's
-//! `/metrics` before the holder's release and 20 ms after the next waiter's
-//! acquire returned (so the new holder's own requests are in): the gRPC
+//! up to N waiters, then reads etcd's `/metrics` once it is quiet (two reads
+//! 20 ms apart agree, keepalives aside) before the holder's release, and
+//! again once it is quiet after the next waiter's acquire returned (so the
+//! new holder's own requests are in): the gRPC
 //! messages the server received, per method (`grpc_server_msg_received_total`:
 //! a unary call is one, a stream counts each message sent on it, a watch
 //! its create request). Lease keepalives are work per waiter per second, not
@@ -91,6 +92,26 @@ fn received(port: u16) -> BTreeMap<String, f64> {
         *per.entry(method.to_string()).or_default() += value.trim().parse::<f64>().unwrap();
     }
     per
+}
+
+/// The messages received once nothing but keepalives arrives any more (two
+/// reads 20 ms apart agree): the requests in flight have landed. Bounded: 5 s.
+async fn settled(port: u16) -> BTreeMap<String, f64> {
+    let quiet = |m: &BTreeMap<String, f64>| {
+        let mut m = m.clone();
+        m.remove(KEEPALIVE);
+        m
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = received(port);
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = received(port);
+        if quiet(&now) == quiet(&last) || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// Connects, queues, and returns once it is in line; the handle resolves
@@ -186,14 +207,12 @@ impl Line {
         while self.queue.len() < waiters {
             self.queue.push_back(queue_one(config, &self.key).await);
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let before = received(port);
+        let before = settled(port).await;
         let t = Instant::now();
         release(self.holder.take().unwrap()).await;
         self.holder = Some(self.queue.pop_front().unwrap().await.unwrap());
         let took = t.elapsed();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let after = received(port);
+        let after = settled(port).await;
         if let Some(tally) = tally {
             tally.add(&before, &after);
             tally.latencies.push(took);

@@ -945,7 +945,16 @@ async fn main() {
     // row alike.
     for round in 0..ROUNDS {
         for (s, (shape, _)) in shapes.iter().enumerate() {
-            controlled_round(&url, &mut con, &mut mon, *shape, round, cycles, &mut rows[s]).await;
+            controlled_round(
+                &url,
+                &mut con,
+                &mut mon,
+                *shape,
+                round,
+                cycles,
+                &mut rows[s],
+            )
+            .await;
         }
     }
     println!(

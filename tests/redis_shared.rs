@@ -53,13 +53,18 @@ fn dead_holders(nodes: &[RedisServer], url: &str) {
 fn refusals(url: &str) {
     spans::refusals(&|args| lc(url, args));
     // An exclusive hold taken at once (no kind recorded): still a lock.
-    let holder = spans::Kids(vec![lc(url, &["lock", "x", "sleep", "30"]).spawn().unwrap()]);
+    let holder = spans::Kids(vec![lc(url, &["lock", "x", "sleep", "30"])
+        .spawn()
+        .unwrap()]);
     let limit = std::time::Duration::from_secs(10);
     assert!(common::wait_until(limit, || {
         let out = lc(url, &["keys", "--json"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).contains("\"x\"")
     }));
-    for args in [&["lock", "--limit", "2", "x", "true"][..], &["trylock", "--limit", "2", "x", "true"]] {
+    for args in [
+        &["lock", "--limit", "2", "x", "true"][..],
+        &["trylock", "--limit", "2", "x", "true"],
+    ] {
         let err = common::expect_error_line(&mut lc(url, args), 78);
         assert!(err.contains("as a lock"), "{args:?}: {err}");
     }
