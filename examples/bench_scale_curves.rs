@@ -9,9 +9,10 @@
 //! all in this one process on a 2-worker tokio runtime. Per service, in
 //! this order (the held keys stay, so they come last):
 //!
-//! - clients C: C backends connect, then each loops lock+release on a key
-//!   of its own; pairs/s and acquire latency over a 4 s window after 1 s
-//!   of warm-up.
+//! - clients C: C loops of lock+release, each on a key of its own, each
+//!   pair as one lc-cli process makes it (connect, acquire, release,
+//!   close); pairs/s and connect-to-grant latency of the pairs that end in
+//!   a 5 s window after 2 s of warm-up.
 //! - waiters W: one holder, W backends queued on its key; the holder
 //!   releases and every waiter releases as soon as it is granted: grants/s
 //!   along the line and hand-off latency (a release's start to the next
@@ -63,6 +64,9 @@ struct Service {
     /// The most sessions a point may open (PostgreSQL's max_connections).
     session_cap: Option<usize>,
     kept_holds: bool,
+    /// Whether lc-cli's backend says when a plain lock waits in line (its
+    /// progress callback); PostgreSQL's waits inside pg_advisory_lock.
+    says_queued: bool,
     _guard: Guard,
 }
 
@@ -75,7 +79,10 @@ enum DataSize {
 }
 
 enum Guard {
-    Serve(#[allow(dead_code)] Proc, #[allow(dead_code)] Option<tempfile::TempDir>),
+    Serve(
+        #[allow(dead_code)] Proc,
+        #[allow(dead_code)] Option<tempfile::TempDir>,
+    ),
     Child(Child, #[allow(dead_code)] tempfile::TempDir),
     /// A process group (PostgreSQL: the postmaster and its backends).
     Group(Child, #[allow(dead_code)] tempfile::TempDir),
@@ -174,7 +181,7 @@ async fn run_service(svc: &Service, sizes: &Sizes, budget: Duration) {
         if !curve.go_on(svc, c) {
             continue;
         }
-        let row = clients_point(svc, c, budget).await;
+        let row = clients_point(svc, c).await;
         curve.push(c, row);
     }
     header("waiters W on one key", "grants/s", "hand-off");
@@ -234,7 +241,10 @@ impl Curve {
     fn go_on(&mut self, svc: &Service, n: usize) -> bool {
         if let Some(cap) = svc.session_cap {
             if n > cap && !svc.kept_holds {
-                self.extrapolate(n, &format!("skipped: over max_connections={PG_MAX_CONNECTIONS} here"));
+                self.extrapolate(
+                    n,
+                    &format!("skipped: over max_connections={PG_MAX_CONNECTIONS} here"),
+                );
                 return false;
             }
         }
@@ -339,54 +349,22 @@ async fn held(b: &dyn Backend, req: &LockRequest) -> Box<dyn HeldLock> {
     }
 }
 
-/// `n` backends connected, at most SETUP_PARALLEL at a time, or None past
-/// the deadline (those connected are closed).
-async fn connect_many(
-    svc: &Service,
-    n: usize,
-    deadline: Instant,
-) -> Option<Vec<Arc<dyn Backend>>> {
-    let config = config(svc);
-    let sem = Arc::new(Semaphore::new(SETUP_PARALLEL));
-    let mut tasks = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (config, sem) = (config.clone(), sem.clone());
-        tasks.push(tokio::spawn(async move {
-            let _permit = sem.acquire_owned().await.unwrap();
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::timeout(left, backend::connect(&config)).await
-        }));
-    }
-    let mut out: Vec<Arc<dyn Backend>> = Vec::with_capacity(n);
-    let mut failed = None;
-    for t in tasks {
-        match t.await.unwrap() {
-            Ok(Ok(b)) => out.push(Arc::from(b)),
-            Ok(Err(e)) => failed = Some(e.to_string()),
-            Err(_) => failed = Some("over the budget".into()),
-        }
-    }
-    if let Some(why) = failed {
-        println!("  (connecting {n} backends: {why}; {} connected)", out.len());
-        close_all(&out).await;
-        return None;
-    }
-    Some(out)
-}
-
-async fn close_all(backends: &[Arc<dyn Backend>]) {
-    let sem = Arc::new(Semaphore::new(SETUP_PARALLEL));
-    let mut tasks = Vec::new();
-    for b in backends {
-        let (b, sem) = (b.clone(), sem.clone());
-        tasks.push(tokio::spawn(async move {
-            let _p = sem.acquire_owned().await.unwrap();
-            b.close().await;
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
+/// One lock+release as one lc-cli process makes it: connect, acquire,
+/// release, close (lc-cli's ZooKeeper backend ends its session with the
+/// release, so a backend serves one acquisition). Returns the time from
+/// the connect to the grant.
+async fn one_pair(config: &BackendConfig, req: &LockRequest) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    let b = backend::connect(config).await.map_err(|e| e.to_string())?;
+    let got = b.acquire(req, CancellationToken::new(), &|_| {}).await;
+    let acquired = t0.elapsed();
+    let released = match got {
+        Ok(Acquired::Held(mut h)) => h.release().await.map_err(|e| e.to_string()),
+        Ok(_) => Err("not granted".to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    b.close().await;
+    released.map(|()| acquired)
 }
 
 /// Latencies of a window, and the pairs that ended in it.
@@ -396,12 +374,12 @@ struct Window {
     pairs: usize,
 }
 
-/// `backends.len()` clients, each looping lock+release on `key_prefix/i`:
-/// what the window from `warm_up` to `warm_up + window` saw, and the
-/// service's memory in its middle.
+/// `clients` loops of lock+release, each on `key_prefix/i`: what the
+/// window from `warm_up` to `warm_up + window` saw, and the service's
+/// memory in its middle.
 async fn pair_loops(
     svc: &Service,
-    backends: &[Arc<dyn Backend>],
+    clients: usize,
     key_prefix: &str,
     warm_up: Duration,
     window: Duration,
@@ -410,29 +388,28 @@ async fn pair_loops(
     let (from, until) = (start + warm_up, start + warm_up + window);
     let seen = Arc::new(Mutex::new(Window::default()));
     let error: Arc<Mutex<Option<String>>> = Arc::default();
+    let config = config(svc);
     let mut tasks = Vec::new();
-    for (i, b) in backends.iter().enumerate() {
-        let (b, seen, error) = (b.clone(), seen.clone(), error.clone());
+    for i in 0..clients {
+        let (config, seen, error) = (config.clone(), seen.clone(), error.clone());
         let req = request(format!("{key_prefix}/{i}"), false);
         tasks.push(tokio::spawn(async move {
             let mut mine = Window::default();
             while Instant::now() < until {
-                let t0 = Instant::now();
-                let got = b.acquire(&req, CancellationToken::new(), &|_| {}).await;
-                let acquired = t0.elapsed();
-                let released = match got {
-                    Ok(Acquired::Held(mut h)) => h.release().await.map_err(|e| e.to_string()),
-                    Ok(_) => Err("not granted".to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(e) = released {
-                    *error.lock().unwrap() = Some(e);
-                    break;
-                }
-                let now = Instant::now();
-                if t0 >= from && now <= until {
-                    mine.acquire.push(acquired.as_secs_f64() * 1e3);
-                    mine.pairs += 1;
+                match one_pair(&config, &req).await {
+                    Ok(acquired) => {
+                        // Counted by when it ended: at 10^4 clients a pair
+                        // may take longer than the window.
+                        let now = Instant::now();
+                        if now >= from && now <= until {
+                            mine.acquire.push(acquired.as_secs_f64() * 1e3);
+                            mine.pairs += 1;
+                        }
+                    }
+                    Err(e) => {
+                        *error.lock().unwrap() = Some(e);
+                        break;
+                    }
                 }
             }
             let mut s = seen.lock().unwrap();
@@ -450,22 +427,12 @@ async fn pair_loops(
     (w, mem, e)
 }
 
-async fn clients_point(svc: &Service, c: usize, budget: Duration) -> Row {
+async fn clients_point(svc: &Service, c: usize) -> Row {
     let client0 = rss(std::process::id()) as i64;
-    let t0 = Instant::now();
-    let Some(backends) = connect_many(svc, c, t0 + budget).await else {
-        return Row {
-            reached: Some(0),
-            note: "could not connect them all within the budget".into(),
-            ..Row::default()
-        };
-    };
-    let setup_s = t0.elapsed().as_secs_f64();
-    let window = Duration::from_secs(4);
-    let (mut w, mem, err) = pair_loops(svc, &backends, &format!("c{c}"), Duration::from_secs(1), window).await;
+    let window = Duration::from_secs(5);
+    let (mut w, mem, err) =
+        pair_loops(svc, c, &format!("c{c}"), Duration::from_secs(2), window).await;
     let client = rss(std::process::id()) as i64 - client0;
-    close_all(&backends).await;
-    drop(backends);
     let (p50, p99) = percentiles(&mut w.acquire);
     Row {
         rate: w.pairs as f64 / window.as_secs_f64(),
@@ -473,7 +440,6 @@ async fn clients_point(svc: &Service, c: usize, budget: Duration) -> Row {
         p99_ms: p99,
         mem,
         client,
-        setup_s,
         note: err.map(|e| format!("an error: {e}")).unwrap_or_default(),
         ..Row::default()
     }
@@ -490,7 +456,9 @@ struct Line {
 
 async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
     let key = format!("line{w}");
-    let deadline = Instant::now() + budget;
+    // Two thirds of the budget to queue, the rest (a third at least) to drain.
+    let point_end = Instant::now() + budget;
+    let deadline = Instant::now() + budget * 2 / 3;
     let holder_backend = backend::connect(&config(svc)).await.unwrap();
     let mut holder = held(holder_backend.as_ref(), &request(key.clone(), false)).await;
     let mem0 = service_memory(svc.pid);
@@ -508,7 +476,9 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
     let cancel = CancellationToken::new();
     let mut tasks = Vec::with_capacity(w);
     for _ in 0..w {
-        let (config, sem, line, cancel) = (config.clone(), sem.clone(), line.clone(), cancel.clone());
+        let (config, sem, line, cancel) =
+            (config.clone(), sem.clone(), line.clone(), cancel.clone());
+        let says_queued = svc.says_queued;
         let req = request(key.clone(), false);
         tasks.push(tokio::spawn(async move {
             let permit = Mutex::new(Some(sem.acquire_owned().await.unwrap()));
@@ -522,6 +492,9 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
                     line.queued.fetch_add(1, Ordering::SeqCst);
                 }
             };
+            if !says_queued {
+                progress(Default::default());
+            }
             let got = b.acquire(&req, cancel.clone(), &progress).await;
             if permit.lock().unwrap().take().is_some() {
                 line.queued.fetch_add(1, Ordering::SeqCst);
@@ -529,7 +502,10 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
             if let Ok(Acquired::Held(mut h)) = got {
                 let now = Instant::now();
                 if let Some(s) = line.release_started.lock().unwrap().take() {
-                    line.handoffs.lock().unwrap().push((now - s).as_secs_f64() * 1e3);
+                    line.handoffs
+                        .lock()
+                        .unwrap()
+                        .push((now - s).as_secs_f64() * 1e3);
                 }
                 line.granted.fetch_add(1, Ordering::SeqCst);
                 *line.last_grant.lock().unwrap() = Some(now);
@@ -547,8 +523,10 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let queued = line.queued.load(Ordering::SeqCst);
-    // Let the last requests reach the service's queue.
-    tokio::time::sleep(Duration::from_millis(500) + Duration::from_micros(50 * w as u64)).await;
+    // Let the last requests reach the service's queue (longer where the
+    // count is of requests sent, not of requests in line).
+    let settle = if svc.says_queued { 50 } else { 1000 };
+    tokio::time::sleep(Duration::from_millis(500) + Duration::from_micros(settle * w as u64)).await;
     let setup_s = t0.elapsed().as_secs_f64();
     let mem = service_memory(svc.pid);
     let client = rss(std::process::id()) as i64 - client0;
@@ -559,7 +537,7 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
     let release = Instant::now();
     *line.release_started.lock().unwrap() = Some(release);
     holder.release().await.unwrap();
-    let drain_deadline = Instant::now() + budget;
+    let drain_deadline = point_end.max(Instant::now() + budget / 3);
     while line.granted.load(Ordering::SeqCst) < queued && Instant::now() < drain_deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -599,39 +577,40 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
 
 /// The kept holds of the held-keys curve, filled cumulatively.
 struct Filler {
-    backends: Vec<Arc<dyn Backend>>,
+    /// The next key's number (only grows: a failed key's name is not reused).
     next: Arc<AtomicUsize>,
-    /// PostgreSQL: the sessions that hold the keys.
-    sessions: Arc<Mutex<Vec<Box<dyn HeldLock>>>>,
+    held: Arc<AtomicUsize>,
+    /// PostgreSQL: the sessions that hold the keys, with their backends.
+    sessions: Arc<Mutex<Vec<(Box<dyn Backend>, Box<dyn HeldLock>)>>>,
     kept: bool,
+    /// The first error a worker met (it stops there).
+    error: Arc<Mutex<Option<String>>>,
 }
 
 impl Filler {
     fn new(svc: &Service) -> Filler {
         Filler {
-            backends: Vec::new(),
             next: Arc::default(),
+            held: Arc::default(),
             sessions: Arc::default(),
             kept: svc.kept_holds,
+            error: Arc::default(),
         }
     }
 
-    /// Holds keys until `n` are held or the deadline; returns how many are.
+    /// Holds keys until `n` are held or the deadline, each as one `lc-cli
+    /// lock KEY` (its own connect); returns how many are held.
     async fn fill_to(&mut self, svc: &Service, n: usize, deadline: Instant) -> usize {
-        if self.backends.is_empty() {
-            self.backends = connect_many(svc, FILL_WORKERS, deadline)
-                .await
-                .expect("the fill workers' backends");
-        }
-        let done = Arc::new(AtomicUsize::new(self.next.load(Ordering::SeqCst)));
+        let config = config(svc);
         let mut tasks = Vec::new();
-        for b in &self.backends {
-            let (b, next, done, sessions, kept) = (
-                b.clone(),
+        for _ in 0..FILL_WORKERS {
+            let (config, next, held, sessions, kept, error) = (
+                config.clone(),
                 self.next.clone(),
-                done.clone(),
+                self.held.clone(),
                 self.sessions.clone(),
                 self.kept,
+                self.error.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 while Instant::now() < deadline {
@@ -640,34 +619,56 @@ impl Filler {
                         next.fetch_sub(1, Ordering::SeqCst);
                         break;
                     }
-                    let h = held(b.as_ref(), &request(format!("held/{i}"), kept)).await;
-                    if kept {
-                        h.detach(None).await.unwrap();
-                    } else {
-                        sessions.lock().unwrap().push(h);
+                    let req = request(format!("held/{i}"), kept);
+                    let got = match backend::connect(&config).await {
+                        Ok(b) => match b.acquire(&req, CancellationToken::new(), &|_| {}).await {
+                            Ok(Acquired::Held(h)) => Ok((b, h)),
+                            Ok(_) => Err("not granted".to_string()),
+                            Err(e) => Err(e.to_string()),
+                        },
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let kept_ok = match got {
+                        Ok((b, h)) if kept => {
+                            let detached = h.detach(None).await.map_err(|e| e.to_string());
+                            b.close().await;
+                            detached
+                        }
+                        Ok(session) => {
+                            sessions.lock().unwrap().push(session);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = kept_ok {
+                        error
+                            .lock()
+                            .unwrap()
+                            .get_or_insert(format!("held/{i}: {e}"));
+                        break;
                     }
-                    done.fetch_add(1, Ordering::SeqCst);
+                    held.fetch_add(1, Ordering::SeqCst);
                 }
             }));
         }
         for t in tasks {
             t.await.unwrap();
         }
-        done.load(Ordering::SeqCst)
+        self.held.load(Ordering::SeqCst)
     }
 
     async fn release(self) {
         let sessions = std::mem::take(&mut *self.sessions.lock().unwrap());
-        for mut h in sessions {
+        for (b, mut h) in sessions {
             let _ = h.release().await;
+            b.close().await;
         }
-        close_all(&self.backends).await;
     }
 }
 
 async fn held_point(svc: &Service, filler: &mut Filler, n: usize, budget: Duration) -> Row {
     let t0 = Instant::now();
-    let before = filler.next.load(Ordering::SeqCst);
+    let before = filler.held.load(Ordering::SeqCst);
     let client0 = rss(std::process::id()) as i64;
     let reached = filler.fill_to(svc, n, t0 + budget).await;
     let setup_s = t0.elapsed().as_secs_f64();
@@ -675,6 +676,9 @@ async fn held_point(svc: &Service, filler: &mut Filler, n: usize, budget: Durati
     let mem = service_memory(svc.pid);
     let data = data_size(&svc.data);
     let mut note = format!("fill {fill_rate:.0} holds/s");
+    if let Some(e) = filler.error.lock().unwrap().take() {
+        note.push_str(&format!("; a fill error: {e}"));
+    }
     if reached < n {
         note.push_str(&format!(
             "; all {n} would take ~{:.0} s more at that rate",
@@ -682,12 +686,15 @@ async fn held_point(svc: &Service, filler: &mut Filler, n: usize, budget: Durati
         ));
     }
     let client = rss(std::process::id()) as i64 - client0;
-    let probe = connect_many(svc, PROBE_CLIENTS, Instant::now() + budget)
-        .await
-        .expect("the probe's backends");
     let window = Duration::from_secs(3);
-    let (mut w, _, err) = pair_loops(svc, &probe, &format!("probe{n}"), Duration::from_millis(500), window).await;
-    close_all(&probe).await;
+    let (mut w, _, err) = pair_loops(
+        svc,
+        PROBE_CLIENTS,
+        &format!("probe{n}"),
+        Duration::from_millis(500),
+        window,
+    )
+    .await;
     if let Some(e) = err {
         note.push_str(&format!("; probe error: {e}"));
     }
@@ -715,7 +722,10 @@ async fn pg_lock_table(svc: &Service) {
     let show = |name: &'static str| {
         let client = &client;
         async move {
-            let row = client.query_one(&format!("SHOW {name}"), &[]).await.unwrap();
+            let row = client
+                .query_one(&format!("SHOW {name}"), &[])
+                .await
+                .unwrap();
             row.get::<_, String>(0)
         }
     };
@@ -732,7 +742,11 @@ async fn pg_lock_table(svc: &Service) {
         );
         match client.query_one(&sql, &[]).await {
             Ok(_) => held += step,
-            Err(e) => break e.to_string(),
+            Err(e) => {
+                break e
+                    .as_db_error()
+                    .map_or(e.to_string(), |d| d.message().to_string())
+            }
         }
         if held >= 10_000_000 {
             break "stopped at 10^7".into();
@@ -762,7 +776,11 @@ fn lc_cli_bin() -> PathBuf {
     // target/release/examples/THIS -> target/release/lc-cli
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("lc-cli");
-    assert!(bin.exists(), "{} is missing: cargo build --release first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: cargo build --release first",
+        bin.display()
+    );
     bin
 }
 
@@ -788,7 +806,11 @@ fn start_serve(bin: &Path, on_disk: bool) -> Service {
     }
     let proc = Proc::start(cmd);
     Service {
-        name: if on_disk { "lc-cli serve --data (disk)" } else { "lc-cli serve (memory)" },
+        name: if on_disk {
+            "lc-cli serve --data (disk)"
+        } else {
+            "lc-cli serve (memory)"
+        },
         url: format!("lc://{}", proc.addr),
         pid: proc.pid(),
         data: dir
@@ -796,6 +818,7 @@ fn start_serve(bin: &Path, on_disk: bool) -> Service {
             .map_or(DataSize::None, |d| DataSize::Dir(d.path().to_path_buf())),
         session_cap: None,
         kept_holds: true,
+        says_queued: true,
         _guard: Guard::Serve(proc, dir),
     }
 }
@@ -822,6 +845,7 @@ fn start_redis() -> Service {
         data: DataSize::Dir(dir.path().to_path_buf()),
         session_cap: None,
         kept_holds: true,
+        says_queued: true,
         _guard: Guard::Child(child, dir),
     }
 }
@@ -855,7 +879,10 @@ fn start_zk() -> Service {
         .expect("java for ZooKeeper");
     let start = Instant::now();
     while four(port, "ruok").as_deref() != Some("imok") {
-        assert!(start.elapsed() < Duration::from_secs(60), "ZooKeeper did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "ZooKeeper did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     Service {
@@ -865,6 +892,7 @@ fn start_zk() -> Service {
         data: DataSize::ZkMntr(port),
         session_cap: None,
         kept_holds: true,
+        says_queued: true,
         _guard: Guard::Child(child, dir),
     }
 }
@@ -906,6 +934,7 @@ fn start_etcd() -> Service {
         data: DataSize::Dir(dir.path().join("data/member/snap")),
         session_cap: None,
         kept_holds: true,
+        says_queued: true,
         _guard: Guard::Child(child, dir),
     }
 }
@@ -922,7 +951,10 @@ fn start_pg() -> Service {
         dirs.pop().unwrap()
     };
     let id = |flag: &str| -> u32 {
-        let out = Command::new("id").args([flag, "postgres"]).output().unwrap();
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     };
     let (uid, gid) = (id("-u"), id("-g"));
@@ -936,7 +968,11 @@ fn start_pg() -> Service {
         .gid(gid)
         .output()
         .unwrap();
-    assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "initdb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let port = free_port();
     let log = std::fs::File::create(dir.path().join("log")).unwrap();
     let child = Command::new(bin_dir.join("postgres"))
@@ -964,6 +1000,7 @@ fn start_pg() -> Service {
         data: DataSize::None,
         session_cap: Some(PG_POINT_CAP),
         kept_holds: false,
+        says_queued: false,
         _guard: Guard::Group(child, dir),
     }
 }
@@ -975,7 +1012,10 @@ fn pg_conninfo(svc: &Service) -> String {
 fn wait_port(port: u16, what: &str) {
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(30), "{what} did not listen");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what} did not listen"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -1005,7 +1045,11 @@ fn process_tree(root: u32) -> Vec<u32> {
         let Some(rest) = stat.rsplit_once(')').map(|r| r.1) else {
             continue;
         };
-        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
+        if let Some(ppid) = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok())
+        {
             parent.push((pid, ppid));
         }
     }
@@ -1055,10 +1099,16 @@ fn dir_size(p: &Path) -> u64 {
 /// Raises the soft and hard open-file limits (root may raise the hard one
 /// up to fs.nr_open); returns the soft limit in force.
 fn raise_fd_limit(want: u64) -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        let raised = libc::rlimit { rlim_cur: want, rlim_max: want.max(lim.rlim_max) };
+        let raised = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: want.max(lim.rlim_max),
+        };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
