@@ -255,7 +255,17 @@ impl Curve {
         true
     }
 
-    fn push(&mut self, n: usize, row: Row) {
+    fn push(&mut self, n: usize, mut row: Row) {
+        // The baseline of the same run: the curve's first point.
+        if let Some((n0, first)) = self.measured.first() {
+            if first.rate > 0.0 {
+                row.note = format!(
+                    "{:.2}x the rate at {n0}; {}",
+                    row.rate / first.rate,
+                    row.note
+                );
+            }
+        }
         print_row(&n.to_string(), &row);
         self.stopped = row.reached.is_some();
         self.measured.push((n, row));
@@ -273,14 +283,22 @@ impl Curve {
         let (n2, r2) = &self.measured[len - 1];
         let n1 = r1.reached.unwrap_or(*n1) as f64;
         let n2 = r2.reached.unwrap_or(*n2) as f64;
-        let line = |a: f64, b: f64| a + (b - a) / (n2 - n1) * (n as f64 - n1);
+        // A falling or flat line (memory the earlier curves left behind was
+        // returned) says nothing of the growth: NaN, printed as "-".
+        let line = |a: f64, b: f64| {
+            if b > a {
+                a + (b - a) / (n2 - n1) * (n as f64 - n1)
+            } else {
+                f64::NAN
+            }
+        };
         let row = Row {
             rate: r2.rate,
             p50_ms: r2.p50_ms,
             p99_ms: r2.p99_ms,
-            mem: line(r1.mem as f64, r2.mem as f64).max(0.0) as u64,
+            mem: line(r1.mem as f64, r2.mem as f64) as u64,
             data: match (r1.data, r2.data) {
-                (Some(a), Some(b)) => Some(line(a as f64, b as f64).max(0.0) as u64),
+                (Some(a), Some(b)) => Some(line(a as f64, b as f64) as u64).filter(|d| *d > 0),
                 _ => None,
             },
             client: line(r1.client as f64, r2.client as f64) as i64,
@@ -310,7 +328,7 @@ fn print_row(n: &str, r: &Row) {
         r.rate,
         r.p50_ms,
         r.p99_ms,
-        mib(r.mem),
+        if r.mem == 0 { "-".into() } else { mib(r.mem) },
         r.data.map(mib).unwrap_or_else(|| "-".into()),
         mib_signed(r.client),
         r.setup_s,
