@@ -593,13 +593,16 @@ async fn waiters_point(svc: &Service, w: usize, budget: Duration) -> Row {
     }
 }
 
+/// A PostgreSQL hold: the backend and the session that holds the key.
+type Session = (Box<dyn Backend>, Box<dyn HeldLock>);
+
 /// The kept holds of the held-keys curve, filled cumulatively.
 struct Filler {
     /// The next key's number (only grows: a failed key's name is not reused).
     next: Arc<AtomicUsize>,
     held: Arc<AtomicUsize>,
     /// PostgreSQL: the sessions that hold the keys, with their backends.
-    sessions: Arc<Mutex<Vec<(Box<dyn Backend>, Box<dyn HeldLock>)>>>,
+    sessions: Arc<Mutex<Vec<Session>>>,
     kept: bool,
     /// The first error a worker met (it stops there).
     error: Arc<Mutex<Option<String>>>,
