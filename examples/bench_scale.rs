@@ -30,7 +30,11 @@ use lc_cli::wal::{file, Held};
 const SOURCE: &[u8] = b"bench-host";
 
 struct Args {
+    /// Holds in the restarted log.
     keys: usize,
+    /// Holds taken live (by Lock requests: slower, about 4,000 a second
+    /// on a loaded machine).
+    held_keys: usize,
     waiters: usize,
     only: Option<String>,
     bins: Vec<(String, PathBuf)>,
@@ -101,11 +105,32 @@ fn parse_args() -> Args {
     }
     Args {
         keys: value("--keys").map_or(1_000_000, |v| v.parse().unwrap()),
+        held_keys: value("--held-keys")
+            .or_else(|| value("--keys"))
+            .map_or(1_000_000, |v| v.parse().unwrap()),
         waiters: value("--waiters").map_or(10_000, |v| v.parse().unwrap()),
         only: value("--only"),
         bins,
         dir: here.parent().unwrap().join("bench-scale"),
     }
+}
+
+/// CPU time (user + system) a running process has used, seconds: on a
+/// loaded machine a better measure of the work than the wall time.
+fn cpu_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// CPU time (user + system) of every child waited for so far, seconds.
+fn children_cpu() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(u.ru_utime) + s(u.ru_stime)
 }
 
 fn load() -> String {
@@ -201,7 +226,7 @@ fn settled_rss(pid: u32) -> u64 {
 /// Held keys: RSS growth per key, against the server idle; then (`keys`)
 /// `lc-cli keys --json` of them all against a `cat` of as many bytes.
 fn held(label: &str, bin: &Path, args: &Args, keys: bool) {
-    let n = args.keys;
+    let n = args.held_keys;
     let server = serve(bin, &[]);
     // A few holds and releases first, so the runtime and allocator are warm.
     hold_keys(server.addr, "warm", 1000);
@@ -223,25 +248,35 @@ fn held(label: &str, bin: &Path, args: &Args, keys: bool) {
         SOURCE.len()
     );
     if keys {
-        listing(label, bin, server.addr, &args.dir, n);
+        listing(label, bin, server.addr, server.pid(), &args.dir, n);
     }
 }
 
 /// `lc-cli keys --json` to /dev/null and to a file, 3 times each, against
 /// `cat` of the file it wrote (to /dev/null and to a file).
-fn listing(label: &str, bin: &Path, addr: SocketAddr, dir: &Path, n: usize) {
+fn listing(label: &str, bin: &Path, addr: SocketAddr, pid: u32, dir: &Path, n: usize) {
     let out = dir.join(format!("keys-{label}.json"));
     let copy = dir.join("cat-copy.json");
     let server = format!("lc://{addr}");
+    // The listing must come within the connect timeout (2 s by default):
+    // given a minute here, so a slower build is timed rather than cut off.
     let keys = |to: Stdio| {
+        let cpu = children_cpu();
         let t = Instant::now();
         let status = Command::new(bin)
-            .args(["--server", &server, "keys", "--json"])
+            .args([
+                "--server",
+                &server,
+                "--connect-timeout",
+                "60s",
+                "keys",
+                "--json",
+            ])
             .stdout(to)
             .status()
             .unwrap();
         assert!(status.success(), "keys --json");
-        t.elapsed()
+        (t.elapsed(), children_cpu() - cpu)
     };
     let cat = |to: Stdio| {
         let t = Instant::now();
@@ -250,9 +285,15 @@ fn listing(label: &str, bin: &Path, addr: SocketAddr, dir: &Path, n: usize) {
         t.elapsed()
     };
     let (mut null, mut file, mut cat_null, mut cat_file) = (vec![], vec![], vec![], vec![]);
+    let (mut cpu_null, mut cpu_file) = (vec![], vec![]);
+    let server_cpu = cpu_of(pid);
     for _ in 0..3 {
-        file.push(keys(File::create(&out).unwrap().into()).as_secs_f64());
-        null.push(keys(Stdio::null()).as_secs_f64());
+        let (t, c) = keys(File::create(&out).unwrap().into());
+        file.push(t.as_secs_f64());
+        cpu_file.push(c);
+        let (t, c) = keys(Stdio::null());
+        null.push(t.as_secs_f64());
+        cpu_null.push(c);
         cat_null.push(cat(Stdio::null()).as_secs_f64());
         cat_file.push(cat(File::create(&copy).unwrap().into()).as_secs_f64());
     }
@@ -261,9 +302,12 @@ fn listing(label: &str, bin: &Path, addr: SocketAddr, dir: &Path, n: usize) {
     assert_eq!(lines, n, "one line per held key");
     let (null, file) = (median(&mut null), median(&mut file));
     let (cat_null, cat_file) = (median(&mut cat_null), median(&mut cat_file));
+    let server_cpu = (cpu_of(pid) - server_cpu) / 6.0;
     println!(
-        "[{label}] keys --json of {n} keys ({:.1} MB): {null:.2} s to /dev/null, {file:.2} s to a file (medians of 3); cat of that file {:.3} s / {:.3} s ({:.0}x / {:.0}x)",
+        "[{label}] keys --json of {n} keys ({:.1} MB): {null:.2} s to /dev/null, {file:.2} s to a file (medians of 3; CPU: client {:.2} s / {:.2} s, server {server_cpu:.2} s per listing); cat of that file {:.3} s / {:.3} s ({:.0}x / {:.0}x)",
         size as f64 / 1e6,
+        median(&mut cpu_null),
+        median(&mut cpu_file),
         cat_null,
         cat_file,
         null / cat_null,
@@ -309,11 +353,12 @@ fn restart(label: &str, bin: &Path, log: &Path, dir: &Path, n: usize, round: usi
     let held = key("scale", n / 2);
     let answer = round_trip(server.addr, &frame(5, held.as_bytes(), Some(b"probe")));
     let serving = t.elapsed();
+    let cpu = cpu_of(server.pid());
     assert_eq!(answer, b'#', "TryLock of a held key after the restart");
     let size = std::fs::metadata(&data).unwrap().len();
     let idle_rss = settled_rss(server.pid());
     println!(
-        "[{label}] restart #{round} with {n} holds in a {:.1} MB log: serving (TryLock of '{held}' answered '#') {:.2} s after exec (banner {:.2} s); bare read of the log {:.3} s ({:.0}x); RSS then {:.1} MiB = {:.0} bytes per restored hold",
+        "[{label}] restart #{round} with {n} holds in a {:.1} MB log: serving (TryLock of '{held}' answered '#') {:.2} s after exec (banner {:.2} s, the server's CPU {cpu:.2} s); bare read of the log {:.3} s ({:.0}x); RSS then {:.1} MiB = {:.0} bytes per restored hold",
         size as f64 / 1e6,
         serving.as_secs_f64(),
         banner.as_secs_f64(),

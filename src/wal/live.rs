@@ -1,6 +1,8 @@
 //! The holds a log still describes (granted, not yet released): what a
 //! replay rebuilds and what a compaction keeps. Each is kept as its framed
-//! Grant record, by key and token.
+//! Grant record; a key's records share one allocation, found by the key in
+//! them (about 110 bytes per held key, where a map of key copies to vectors
+//! of records took about 350).
 //!
 //! The writer applies a batch only once it is durable: a batch that could
 //! not be written changes nothing here, as it changed nothing in the file.

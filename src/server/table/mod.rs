@@ -561,7 +561,7 @@ impl Table {
     pub fn listing_into(&self, key: Option<&[u8]>, waiters: bool, out: &mut Vec<u8>) {
         let inner = self.lock_inner();
         let one = key.map(|k| inner.keys.get_key_value(k));
-        let keys: Box<dyn Iterator<Item = (&Box<[u8]>, &Box<KeyState>)>> = match one {
+        let keys: Box<dyn Iterator<Item = Entry<'_>>> = match one {
             Some(found) => Box::new(found.into_iter()),
             None => Box::new(inner.keys.iter()),
         };
@@ -659,6 +659,9 @@ impl Table {
         (held, waiting)
     }
 }
+
+/// A key and its state, as the tree lends them.
+type Entry<'a> = (&'a Box<[u8]>, &'a Box<KeyState>);
 
 /// A hold as the manager's KEYX reads it.
 fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {
