@@ -1,6 +1,7 @@
 //! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
 //! when, and how many wait behind them; with `--waiters`, who they are.
 
+use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
@@ -235,30 +236,71 @@ fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
 
 /// One JSON object per key, one per line.
 pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(keys.len() * 240);
     for k in keys {
-        let since = k
-            .since
-            .map(|s| humantime::format_rfc3339_millis(s).to_string());
-        let held_ms = held_for(k, now).map(|d| d.as_millis() as u64);
-        let line = serde_json::json!({
-            "key": k.key,
-            "source": k.source,
-            "peer": k.peer,
-            "since": since,
-            "held_ms": held_ms,
-            "waiting": k.waiting,
-            "kept": k.kept,
-            "mode": mode_name(k.mode),
-            "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
-            "token": k.token,
-            "expires": k.expires.map(|e| humantime::format_rfc3339_millis(e).to_string()),
-            "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
-        });
-        out.push_str(&line.to_string());
-        out.push('\n');
+        json_line(&mut out, k, now);
     }
-    out
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// One key's object, written straight into `out` with its fields in the
+/// order serde_json's map gives them (by name), as `serde_json::json!` did
+/// (`json_is_the_maps_text` checks the two agree): a million keys are
+/// printed in well under a second, where a `Value` per key took seconds.
+fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime) {
+    fn time(out: &mut Vec<u8>, t: Option<SystemTime>) {
+        match t {
+            // Digits, '-', ':', 'T', '.' and 'Z': nothing to escape.
+            Some(t) => {
+                let _ = write!(out, "\"{}\"", humantime::format_rfc3339_millis(t));
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    fn num(out: &mut Vec<u8>, n: Option<u64>) {
+        match n {
+            Some(n) => {
+                let _ = write!(out, "{n}");
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    fn text(out: &mut Vec<u8>, s: Option<&str>) {
+        match s {
+            Some(s) => serde_json::to_writer(&mut *out, s).expect("a string"),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    out.extend_from_slice(b"{\"expires\":");
+    time(out, k.expires);
+    out.extend_from_slice(b",\"expires_in_ms\":");
+    num(out, expires_in(k, now).map(|d| d.as_millis() as u64));
+    out.extend_from_slice(b",\"held_ms\":");
+    num(out, held_for(k, now).map(|d| d.as_millis() as u64));
+    out.extend_from_slice(b",\"kept\":");
+    out.extend_from_slice(match k.kept {
+        Some(true) => b"true",
+        Some(false) => b"false",
+        None => b"null",
+    });
+    out.extend_from_slice(b",\"key\":");
+    text(out, Some(&k.key));
+    out.extend_from_slice(b",\"limit\":");
+    let limit = k.mode.slots().filter(|_| k.mode != LockMode::Exclusive);
+    num(out, limit.map(u64::from));
+    out.extend_from_slice(b",\"mode\":");
+    text(out, Some(mode_name(k.mode)));
+    out.extend_from_slice(b",\"peer\":");
+    text(out, k.peer.as_deref());
+    out.extend_from_slice(b",\"since\":");
+    time(out, k.since);
+    out.extend_from_slice(b",\"source\":");
+    text(out, Some(&k.source));
+    out.extend_from_slice(b",\"token\":");
+    num(out, k.token);
+    out.extend_from_slice(b",\"waiting\":");
+    num(out, Some(k.waiting as u64));
+    out.extend_from_slice(b"}\n");
 }
 
 /// A plain aligned table with a header. Keys, sources and peers have their
@@ -463,6 +505,49 @@ mod tests {
         assert_eq!(v["peer"], "127.0.0.1:4000");
         assert_eq!(v["expires"], serde_json::Value::Null);
         assert_eq!(v["expires_in_ms"], serde_json::Value::Null);
+    }
+
+    /// What `as_json` wrote with `serde_json::json!` (a map, by name).
+    fn json_by_map(k: &KeyInfo, now: SystemTime) -> String {
+        let since = k
+            .since
+            .map(|s| humantime::format_rfc3339_millis(s).to_string());
+        let held_ms = held_for(k, now).map(|d| d.as_millis() as u64);
+        let line = serde_json::json!({
+            "key": k.key,
+            "source": k.source,
+            "peer": k.peer,
+            "since": since,
+            "held_ms": held_ms,
+            "waiting": k.waiting,
+            "kept": k.kept,
+            "mode": mode_name(k.mode),
+            "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
+            "token": k.token,
+            "expires": k.expires.map(|e| humantime::format_rfc3339_millis(e).to_string()),
+            "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
+        });
+        format!("{line}\n")
+    }
+
+    #[test]
+    fn json_is_the_maps_text() {
+        let now = SystemTime::now();
+        let mut odd = info("quote\" back\\ nl\n tab\t \u{1} é \u{1F512}", 3, 7, now);
+        odd.source = "\x1b[31m".into();
+        odd.peer = None;
+        odd.since = None;
+        odd.kept = Some(true);
+        odd.mode = LockMode::Limit(std::num::NonZeroU32::new(4).unwrap());
+        odd.token = Some(u64::MAX);
+        odd.expires = Some(now + Duration::from_millis(1500));
+        let mut shared = info("s", 0, 0, now);
+        shared.mode = LockMode::Shared;
+        shared.kept = Some(false);
+        shared.expires = Some(now - Duration::from_secs(2));
+        for k in [info("a", 2, 1, now), odd, shared] {
+            assert_eq!(as_json(std::slice::from_ref(&k), now), json_by_map(&k, now));
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! later server may add both.
 
 use std::fmt;
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use super::manager::{from_unix_ms, push_short, unix_ms, KeyReport};
@@ -108,28 +110,112 @@ fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
     out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
 }
 
-/// Appends the record of a hold.
+/// A peer's address as a listing carries it: `ip:port` text (a
+/// [`KeyReport`]'s, in tests), or the address itself, written as that text.
+#[derive(Debug, Clone, Copy)]
+pub enum PeerText<'a> {
+    #[cfg_attr(not(test), allow(dead_code))]
+    Text(&'a [u8]),
+    Addr(SocketAddr),
+}
+
+/// A hold's fields, borrowed: the server writes its table's holds with
+/// this, without a [`KeyReport`] (three allocations) per hold.
+#[derive(Debug, Clone, Copy)]
+pub struct HoldView<'a> {
+    pub key: &'a [u8],
+    pub source: &'a [u8],
+    pub peer: PeerText<'a>,
+    pub since: SystemTime,
+    pub waiting: u32,
+    /// 0: none.
+    pub token: u64,
+    pub session: bool,
+    pub mode: LockMode,
+    pub expires: Option<SystemTime>,
+}
+
+/// A waiter's fields, borrowed (as [`HoldView`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WaiterView<'a> {
+    pub key: &'a [u8],
+    pub source: &'a [u8],
+    pub peer: PeerText<'a>,
+    pub since: SystemTime,
+    pub mode: LockMode,
+    pub session: bool,
+}
+
+fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
+    match peer {
+        PeerText::Text(bytes) => push_short(out, bytes),
+        PeerText::Addr(addr) => {
+            // At most 55 bytes (`[v6%scope]:port`): its length fits a u8.
+            let at = out.len();
+            out.push(0);
+            let _ = write!(out, "{addr}");
+            out[at] = (out.len() - at - 1) as u8;
+        }
+    }
+}
+
+/// Appends the record of a hold (the server writes its own holds with
+/// [`push_hold_view`]).
+#[cfg(test)]
 pub fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
+    push_hold_view(
+        out,
+        &HoldView {
+            key: &r.key,
+            source: &r.source,
+            peer: PeerText::Text(&r.peer),
+            since: r.since,
+            waiting: r.waiting,
+            token: r.token.unwrap_or(0),
+            session: r.session == Some(true),
+            mode: r.mode.unwrap_or(LockMode::Exclusive),
+            expires: r.expires,
+        },
+    );
+}
+
+/// Appends the record of a hold, from its fields.
+pub fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
     record(out, HOLD, |out| {
-        push_short(out, &r.key);
-        push_short(out, &r.source);
-        push_short(out, &r.peer);
-        out.extend_from_slice(&unix_ms(r.since).to_be_bytes());
-        out.extend_from_slice(&r.waiting.to_be_bytes());
-        out.extend_from_slice(&r.token.unwrap_or(0).to_be_bytes());
-        out.push(u8::from(r.session == Some(true)));
-        let mode = r.mode.unwrap_or(LockMode::Exclusive);
-        out.extend_from_slice(&mode.word().to_be_bytes());
-        out.extend_from_slice(&r.expires.map_or(0, unix_ms).to_be_bytes());
+        push_short(out, h.key);
+        push_short(out, h.source);
+        push_peer(out, h.peer);
+        out.extend_from_slice(&unix_ms(h.since).to_be_bytes());
+        out.extend_from_slice(&h.waiting.to_be_bytes());
+        out.extend_from_slice(&h.token.to_be_bytes());
+        out.push(u8::from(h.session));
+        out.extend_from_slice(&h.mode.word().to_be_bytes());
+        out.extend_from_slice(&h.expires.map_or(0, unix_ms).to_be_bytes());
     });
 }
 
-/// Appends the record of a waiter.
+/// Appends the record of a waiter (see [`push_hold`]).
+#[cfg(test)]
 pub fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
+    push_waiter_view(
+        out,
+        &WaiterView {
+            key: &w.key,
+            source: &w.source,
+            peer: PeerText::Text(&w.peer),
+            since: w.since,
+            mode: w.mode,
+            session: w.session,
+        },
+    );
+}
+
+/// Appends the record of a waiter, from its fields.
+pub fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
     record(out, WAITER, |out| {
-        push_short(out, &w.key);
-        push_short(out, &w.source);
-        push_short(out, &w.peer);
+        push_short(out, w.key);
+        push_short(out, w.source);
+        push_peer(out, w.peer);
         out.extend_from_slice(&unix_ms(w.since).to_be_bytes());
         out.extend_from_slice(&w.mode.word().to_be_bytes());
         out.push(u8::from(w.session));

@@ -1,9 +1,9 @@
 //! Keys (lc-cli's action 17): who holds a key (or every key) and, if
 //! asked, who waits for it, on the lock port, so a client needs no other
-//! port for `keys`, the holder's name or its place in line. The table is
-//! read in one pass under its mutex (one key: a lookup); the listing is
-//! written in pieces, each within the write limit, so a client that stops
-//! reading cannot keep the task.
+//! port for `keys`, the holder's name or its place in line. The table
+//! writes the records in one pass under its mutex (one key: a lookup);
+//! they are sent in pieces, each within the write limit, so a client that
+//! stops reading cannot keep the task.
 
 use std::time::Duration;
 
@@ -11,32 +11,23 @@ use tokio::io::AsyncWriteExt;
 
 use super::stream::Stream;
 use super::Shared;
-use crate::proto::listing::{self, Entry};
+use crate::proto::listing;
 
 /// A piece of the listing written at once.
 const PIECE: usize = 64 * 1024;
 
 pub async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
     let key = (!key.is_empty()).then_some(key);
-    let entries = shared.table.listing(key.as_deref(), waiters);
-    let limit = shared.read_timeout.max(Duration::from_secs(1));
-    let mut out = Vec::with_capacity(PIECE.min(64 + entries.len() * 96));
-    out.push(listing::LISTING);
-    for e in &entries {
-        match e {
-            Entry::Hold(h) => listing::push_hold(&mut out, h),
-            Entry::Waiter(w) => listing::push_waiter(&mut out, w),
-        }
-        if out.len() >= PIECE {
-            if !write(&mut stream, &out, limit).await {
-                return;
-            }
-            out.clear();
-        }
-    }
+    let mut out = vec![listing::LISTING];
+    shared.table.listing_into(key.as_deref(), waiters, &mut out);
     // The end record says the listing is whole; the close follows.
     listing::push_end(&mut out);
-    write(&mut stream, &out, limit).await;
+    let limit = shared.read_timeout.max(Duration::from_secs(1));
+    for piece in out.chunks(PIECE) {
+        if !write(&mut stream, piece, limit).await {
+            return;
+        }
+    }
 }
 
 async fn write(stream: &mut Stream, bytes: &[u8], limit: Duration) -> bool {

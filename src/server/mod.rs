@@ -217,46 +217,30 @@ impl Server {
         }
         let mut orphans = Vec::new();
         let mut expiring = Vec::new();
-        for h in &held {
+        let restored = held.len();
+        // Each hold read is dropped once restored, so a million of them are
+        // never in memory twice over.
+        for (i, h) in held.into_iter().enumerate() {
             let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let since = h.since;
-            let (id, link) = table.restore(h, peer);
-            let mut kind = match (&link, h.expires) {
-                (Some(_), _) => format!(
-                    "session hold, token {}, released in {:?} unless its holder reclaims it",
-                    h.token, options.reclaim_grace
-                ),
-                (None, Some(at)) => format!(
-                    "token {}, expires at {}{}",
-                    h.token,
-                    humantime::format_rfc3339_millis(at),
-                    match at.duration_since(SystemTime::now()) {
-                        Ok(left) => format!(
-                            ", in {}",
-                            humantime::format_duration(Duration::from_secs(left.as_secs()))
-                        ),
-                        Err(_) => ": past, released now".to_string(),
-                    }
-                ),
-                (None, None) => format!("token {}", h.token),
-            };
-            if h.mode != crate::mode::LockMode::Exclusive {
-                kind = format!("{}, {kind}", h.mode);
+            let (id, link) = table.restore(&h, peer);
+            if i < RESTORED_LINES {
+                log_restored(&events, &h, peer, link.is_some(), &options);
             }
             if let Some(link) = link {
-                orphans.push((h.key.clone(), id, link));
+                orphans.push((h.key, id, link));
             } else if let Some(at) = h.expires {
-                expiring.push((h.key.clone(), id, at));
+                expiring.push((h.key, id, at));
             }
+        }
+        if restored > RESTORED_LINES {
             events.info(format_args!(
-                "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
-                printable(&h.key),
-                printable(&h.source),
-                humantime::format_rfc3339_millis(since)
+                "restored {} more hold(s), not listed one by one (`lc-cli keys` lists them)",
+                restored - RESTORED_LINES
             ));
         }
+        wal::release_free_memory();
         // Past their deadline while the server was down: released (and
         // logged, durably) before the port is announced, let alone served.
         expiring.retain(|(key, id, at): &(Vec<u8>, table::GrantId, SystemTime)| {
@@ -266,7 +250,7 @@ impl Server {
             "{}: {} record(s) read, {} hold(s) restored",
             path.display(),
             recovery.records,
-            held.len()
+            restored
         ));
         let mut shared = Shared::new(table, events, &options);
         shared.fsync = Some(fsync);
@@ -367,6 +351,48 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Restored holds logged one by one at start-up; the rest are counted (a
+/// million lines would take longer than the restore itself).
+const RESTORED_LINES: usize = 1000;
+
+/// The start-up line of one restored hold.
+fn log_restored(
+    events: &Events,
+    h: &wal::Held,
+    peer: SocketAddr,
+    session: bool,
+    options: &ServerOptions,
+) {
+    let mut kind = match (session, h.expires) {
+        (true, _) => format!(
+            "session hold, token {}, released in {:?} unless its holder reclaims it",
+            h.token, options.reclaim_grace
+        ),
+        (false, Some(at)) => format!(
+            "token {}, expires at {}{}",
+            h.token,
+            humantime::format_rfc3339_millis(at),
+            match at.duration_since(SystemTime::now()) {
+                Ok(left) => format!(
+                    ", in {}",
+                    humantime::format_duration(Duration::from_secs(left.as_secs()))
+                ),
+                Err(_) => ": past, released now".to_string(),
+            }
+        ),
+        (false, None) => format!("token {}", h.token),
+    };
+    if h.mode != crate::mode::LockMode::Exclusive {
+        kind = format!("{}, {kind}", h.mode);
+    }
+    events.info(format_args!(
+        "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
+        printable(&h.key),
+        printable(&h.source),
+        humantime::format_rfc3339_millis(h.since)
+    ));
 }
 
 /// Releases restored kept hold `id` of `key`, whose deadline passed while

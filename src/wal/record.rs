@@ -131,6 +131,15 @@ impl Record {
     }
 }
 
+/// Whether the framed record at the start of `frame` (a valid one) is in
+/// this build's format, so that encoding it again gives the same bytes.
+pub fn is_current(frame: &[u8]) -> bool {
+    matches!(
+        frame.get(HEADER),
+        Some(&(TAG_GRANT | TAG_GRANT_EXPIRING | TAG_RELEASE | TAG_FLOOR))
+    )
+}
+
 fn checksum(len: &[u8], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(len), payload)
 }
@@ -353,6 +362,8 @@ mod tests {
         ] {
             let bytes = r.encode();
             assert_eq!(decode(&bytes), Next::Record(r.clone(), bytes.len()));
+            let release_all = matches!(r, Record::Release { token: None, .. });
+            assert_eq!(is_current(&bytes), !release_all, "{r:?}");
             for cut in 0..bytes.len() {
                 assert_eq!(decode(&bytes[..cut]), Next::Incomplete, "cut {cut}");
             }

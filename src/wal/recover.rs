@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::live::Live;
-use super::record::{decode, Next, Record};
+use super::record::{self, decode, Next, Record};
 use super::rewrite::{replace_log, snapshot, sync_dir, temp_path};
 use super::{file, io, Held, Options, Recovery, Wal, WalError};
 
@@ -147,8 +147,12 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
                     Record::Release { .. } => {}
                 }
                 // Kept in this build's format, for a compaction (a grant of
-                // an earlier version gains its fields).
-                live.apply(&record, &record.encode());
+                // an earlier version gains its fields; one of this version
+                // is kept as read).
+                match record::is_current(rest) {
+                    true => live.apply(&record, &rest[..used]),
+                    false => live.apply(&record, &record.encode()),
+                }
                 offset += used;
             }
             // A crash after the size grew but before the data landed

@@ -36,9 +36,9 @@ pub const HOLDER_LIMIT: Duration = Duration::from_millis(40);
 /// [`HOLDER_LIMIT`].
 const HOLDER_CONNECT_LIMIT: Duration = Duration::from_millis(25);
 
-/// The largest listing read (about a million holds): a peer that sends
-/// more is not believed.
-const MAX_LISTING: usize = 64 << 20;
+/// The largest listing read (a million holds of 13-byte keys take 77 MB;
+/// this is about three million): a peer that sends more is not believed.
+const MAX_LISTING: usize = 256 << 20;
 
 /// How often a waiter at a terminal asks its place in line.
 pub const PLACE_EVERY: Duration = Duration::from_secs(1);

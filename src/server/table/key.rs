@@ -2,9 +2,11 @@
 //! and who is next.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::num::NonZeroU32;
-use std::time::{Instant, SystemTime};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
@@ -63,12 +65,12 @@ impl Whose {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotYours;
 
-/// A hold as the live table keeps it: its grant id and the holder's socket
-/// address. Its two other forms each carry what this one cannot: the log's
-/// `wal::Held` (its key, the peer as text: what a restart reads back; built
-/// from this in one place, `Inner::record_grant`) and the manager's
-/// `KeyReport` (what `keys` reads, with the fields older servers lack as
-/// options). All three keep the start as a `SystemTime`.
+/// A hold as callers see it: a copy of the table's own, compact [`Hold`]
+/// (made by [`Hold::holder`]). Its two other forms each carry what this
+/// one cannot: the log's `wal::Held` (its key, the peer as text: what a
+/// restart reads back; built from this in one place, `Inner::record_grant`)
+/// and the manager's `KeyReport` (what `keys` reads, with the fields older
+/// servers lack as options). All three keep the start as a `SystemTime`.
 #[derive(Debug, Clone)]
 pub struct Holder {
     pub id: GrantId,
@@ -126,10 +128,202 @@ impl Link {
     }
 }
 
-/// One hold of a key: its holder and, for a session hold, its link.
-pub(super) struct Hold {
-    pub holder: Holder,
+/// A source name, one allocation shared by every hold of that source
+/// (see `Sources`): a million keys held by one host keep one copy.
+pub(super) type Source = Arc<[u8]>;
+
+/// A peer address in 16 bytes instead of `SocketAddr`'s 32: IPv4 inline,
+/// IPv6 (with its flow and scope) boxed.
+#[derive(Clone)]
+pub(super) enum Peer {
+    V4(SocketAddrV4),
+    V6(Box<SocketAddrV6>),
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr) -> Peer {
+        match addr {
+            SocketAddr::V4(a) => Peer::V4(a),
+            SocketAddr::V6(a) => Peer::V6(Box::new(a)),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Peer::V4(a) => SocketAddr::V4(*a),
+            Peer::V6(a) => SocketAddr::V6(**a),
+        }
+    }
+}
+
+/// What few holds have, kept apart so the others do not pay for it: the
+/// token's owner (`--token-file`), a kept hold's deadline (`--expire`),
+/// a session hold's link.
+#[derive(Default)]
+pub(super) struct Rare {
+    pub owner: Option<Owner>,
+    pub expires: Option<SystemTime>,
     pub link: Option<Link>,
+}
+
+/// One hold of a key, as the table keeps it: 80 bytes (a held key's
+/// memory is mostly this, its key and its map entry; see
+/// `a_hold_stays_small`). [`Hold::holder`] gives the [`Holder`] callers see.
+pub(super) struct Hold {
+    pub id: GrantId,
+    pub token: Token,
+    /// The start, in ns since the epoch (a `SystemTime` to the ns, 8 bytes).
+    since_ns: u64,
+    pub source: Source,
+    peer: Peer,
+    pub mode: LockMode,
+    pub session: bool,
+    rare: Option<Box<Rare>>,
+}
+
+impl Hold {
+    pub fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
+        let rare = Rare {
+            owner: h.owner,
+            expires: h.expires,
+            link,
+        };
+        let any = rare.owner.is_some() || rare.expires.is_some() || rare.link.is_some();
+        Hold {
+            id: h.id,
+            token: h.token,
+            since_ns: h
+                .since
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            source,
+            peer: Peer::new(h.peer),
+            mode: h.mode,
+            session: h.session,
+            rare: any.then(|| Box::new(rare)),
+        }
+    }
+
+    /// The hold as callers see it (a copy).
+    pub fn holder(&self) -> Holder {
+        Holder {
+            id: self.id,
+            token: self.token,
+            source: self.source.to_vec(),
+            peer: self.peer(),
+            since: self.since(),
+            session: self.session,
+            mode: self.mode,
+            owner: self.owner(),
+            expires: self.expires(),
+        }
+    }
+
+    pub fn since(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_nanos(self.since_ns)
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer.addr()
+    }
+
+    pub fn owner(&self) -> Option<Owner> {
+        self.rare.as_ref().and_then(|r| r.owner)
+    }
+
+    pub fn expires(&self) -> Option<SystemTime> {
+        self.rare.as_ref().and_then(|r| r.expires)
+    }
+
+    pub fn link(&self) -> Option<&Link> {
+        self.rare.as_ref().and_then(|r| r.link.as_ref())
+    }
+
+    pub fn link_mut(&mut self) -> Option<&mut Link> {
+        self.rare.as_mut().and_then(|r| r.link.as_mut())
+    }
+
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    pub fn set_owner(&mut self, owner: Owner) {
+        self.rare_mut().owner = Some(owner);
+    }
+
+    pub fn set_link(&mut self, link: Link) {
+        self.rare_mut().link = Some(link);
+    }
+}
+
+/// The holds of a key: one inline (nearly every key), several in a `Vec`
+/// (shared and limited keys). Read as a slice.
+pub(super) enum Holds {
+    One(Hold),
+    Many(Vec<Hold>),
+}
+
+impl Default for Holds {
+    fn default() -> Self {
+        Holds::Many(Vec::new())
+    }
+}
+
+impl Deref for Holds {
+    type Target = [Hold];
+    fn deref(&self) -> &[Hold] {
+        match self {
+            Holds::One(h) => std::slice::from_ref(h),
+            Holds::Many(v) => v,
+        }
+    }
+}
+
+impl DerefMut for Holds {
+    fn deref_mut(&mut self) -> &mut [Hold] {
+        match self {
+            Holds::One(h) => std::slice::from_mut(h),
+            Holds::Many(v) => v,
+        }
+    }
+}
+
+impl Holds {
+    pub fn push(&mut self, hold: Hold) {
+        *self = match std::mem::take(self) {
+            Holds::Many(v) if v.is_empty() => Holds::One(hold),
+            Holds::One(first) => Holds::Many(vec![first, hold]),
+            Holds::Many(mut v) => {
+                v.push(hold);
+                Holds::Many(v)
+            }
+        };
+    }
+
+    pub fn remove(&mut self, pos: usize) -> Hold {
+        match self {
+            Holds::Many(v) => v.remove(pos),
+            Holds::One(_) => {
+                assert_eq!(pos, 0, "one hold");
+                let Holds::One(h) = std::mem::take(self) else {
+                    unreachable!()
+                };
+                h
+            }
+        }
+    }
+
+    pub fn retain(&mut self, keep: impl FnMut(&Hold) -> bool) {
+        match self {
+            Holds::Many(v) => v.retain(keep),
+            Holds::One(h) => {
+                let mut keep = keep;
+                if !keep(h) {
+                    *self = Holds::default();
+                }
+            }
+        }
+    }
 }
 
 pub(super) struct Waiter {
@@ -140,12 +334,66 @@ pub(super) struct Waiter {
     pub notify: oneshot::Sender<Notice>,
 }
 
+/// A key's line of waiters, in arrival order: a pointer while nobody waits
+/// (most held keys), the queue once someone does (freed again when empty).
+// Boxed on purpose: 8 bytes in every key's state where a `VecDeque` is 32.
+#[allow(clippy::box_collection)]
+#[derive(Default)]
+pub(super) struct Line(Option<Box<VecDeque<Waiter>>>);
+
+impl Line {
+    pub fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |q| q.len())
+    }
+
+    pub fn front(&self) -> Option<&Waiter> {
+        self.0.as_ref()?.front()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.0.iter().flat_map(|q| q.iter())
+    }
+
+    pub fn push_back(&mut self, w: Waiter) {
+        self.0.get_or_insert_with(Box::default).push_back(w);
+    }
+
+    pub fn pop_front(&mut self) -> Option<Waiter> {
+        let w = self.0.as_mut()?.pop_front();
+        self.free_if_empty();
+        w
+    }
+
+    pub fn remove(&mut self, pos: usize) -> Option<Waiter> {
+        let w = self.0.as_mut()?.remove(pos);
+        self.free_if_empty();
+        w
+    }
+
+    pub fn retain_mut(&mut self, keep: impl FnMut(&mut Waiter) -> bool) {
+        if let Some(q) = &mut self.0 {
+            q.retain_mut(keep);
+        }
+        self.free_if_empty();
+    }
+
+    fn free_if_empty(&mut self) {
+        if self.is_empty() {
+            self.0 = None;
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct KeyState {
     /// In grant order, the oldest first: one, or several shared or limited.
-    pub holds: Vec<Hold>,
+    pub holds: Holds,
     /// In arrival order, across modes.
-    pub waiters: VecDeque<Waiter>,
+    pub waiters: Line,
 }
 
 impl KeyState {
@@ -153,7 +401,7 @@ impl KeyState {
     pub fn mode(&self) -> Option<LockMode> {
         self.holds
             .first()
-            .map(|h| h.holder.mode)
+            .map(|h| h.mode)
             .or_else(|| self.waiters.front().map(|w| w.ask.mode))
     }
 
@@ -162,39 +410,91 @@ impl KeyState {
     pub fn admits(&self, mode: LockMode) -> bool {
         match mode {
             LockMode::Exclusive => self.holds.is_empty(),
-            LockMode::Shared => self.holds.iter().all(|h| h.holder.mode == LockMode::Shared),
+            LockMode::Shared => self.holds.iter().all(|h| h.mode == LockMode::Shared),
             LockMode::Limit(n) => self.holds.len() < n.get() as usize,
         }
     }
 
     pub fn hold(&self, id: GrantId) -> Option<&Hold> {
-        self.holds.iter().find(|h| h.holder.id == id)
+        self.holds.iter().find(|h| h.id == id)
     }
 
     pub fn hold_mut(&mut self, id: GrantId) -> Option<&mut Hold> {
-        self.holds.iter_mut().find(|h| h.holder.id == id)
+        self.holds.iter_mut().find(|h| h.id == id)
     }
 
     /// The hold a plain Unlock (`lc-cli unlock KEY`) ends: the oldest kept
     /// hold, else the oldest hold.
     #[cfg(test)]
-    pub fn unlock_target(&self) -> Option<&Holder> {
+    pub fn unlock_target(&self) -> Option<&Hold> {
         self.unlock_target_of(Whose::Any)
     }
 
     /// As [`KeyState::unlock_target`], among the holds `whose` may release.
-    pub fn unlock_target_of(&self, whose: Whose) -> Option<&Holder> {
-        let mut mine = self
-            .holds
-            .iter()
-            .filter(|h| whose.may_release(h.holder.owner));
+    pub fn unlock_target_of(&self, whose: Whose) -> Option<&Hold> {
+        let mut mine = self.holds.iter().filter(|h| whose.may_release(h.owner()));
         let first = mine.clone().next();
-        mine.find(|h| !h.holder.session)
-            .or(first)
-            .map(|h| &h.holder)
+        mine.find(|h| !h.session).or(first)
     }
 
     pub fn is_idle(&self) -> bool {
         self.holds.is_empty() && self.waiters.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held key costs its map entry, its name, its `KeyState` and the
+    /// hold in it: keep the two small (a million held keys is ~100 MB
+    /// here). The hold was 160 bytes in a `Vec` of room for 4 (640).
+    #[test]
+    fn a_hold_stays_small() {
+        assert!(
+            std::mem::size_of::<Hold>() <= 80,
+            "{}",
+            std::mem::size_of::<Hold>()
+        );
+        assert!(std::mem::size_of::<Peer>() <= 16);
+        let state = std::mem::size_of::<KeyState>();
+        assert!(state <= 96, "a key's state is {state} bytes");
+    }
+
+    #[test]
+    fn holds_grow_and_shrink_through_one_inline() {
+        let holder = |id| Holder {
+            id,
+            token: id,
+            source: Vec::new(),
+            peer: "[::1]:7".parse().unwrap(),
+            since: SystemTime::now(),
+            session: false,
+            mode: LockMode::Shared,
+            owner: None,
+            expires: None,
+        };
+        let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
+        let mut holds = Holds::default();
+        assert!(holds.is_empty());
+        holds.push(hold(1));
+        assert!(matches!(holds, Holds::One(_)));
+        holds.push(hold(2));
+        holds.push(hold(3));
+        assert_eq!(holds.iter().map(|h| h.id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(holds.remove(1).id, 2);
+        holds.retain(|h| h.id != 1);
+        assert_eq!(holds.len(), 1);
+        let h = holds.remove(0);
+        assert!(holds.is_empty());
+        // What went in comes out: the start to the ns, the peer with v6.
+        let want = holder(9);
+        let got = Hold::new(&want, Arc::from(&b"s"[..]), None).holder();
+        assert_eq!((got.since, got.peer), (want.since, want.peer));
+        assert_eq!(h.peer(), want.peer);
+        let mut single = Holds::default();
+        single.push(hold(5));
+        single.retain(|_| false);
+        assert!(single.is_empty());
     }
 }
