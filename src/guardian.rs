@@ -2,30 +2,42 @@
 //! command's process group when lc-cli cannot.
 //!
 //! lc-cli renews its hold; if lc-cli is frozen (SIGSTOP, a debugger, swap)
-//! its command would run on past the lease, beside the next holder. So at
-//! each command lc-cli starts this process (the same binary, re-executed
-//! with [`ENV`] set, in a process group of its own so no group signal or
-//! terminal signal for lc-cli reaches it) and feeds it, over a pipe on its
-//! stdin, the deadlines of the last confirmed renewal as absolute
+//! its command would run on past the lease, beside the next holder. So for
+//! each command lc-cli starts this process and feeds it, over a socket on
+//! its side, the deadlines of the last confirmed renewal as absolute
 //! `CLOCK_BOOTTIME` times. Past `term_at` with no newer word it sends
 //! SIGTERM (and SIGCONT) to the command's group, past `kill_at` SIGKILL.
 //! It looks at least every [`POLL`], so when the whole machine was paused
 //! it acts within that of waking.
 //!
-//! If the pipe ends without lc-cli's goodbye (lc-cli was SIGKILLed), it
+//! It is a fork of lc-cli made first thing in `lock` (before the runtime
+//! and the signal thread exist, so the copy has one thread and may run any
+//! code), not an exec: no second load of the binary on the lock path. The
+//! copy puts itself in a process group of its own (no group signal or
+//! terminal signal for lc-cli reaches it), ignores the terminal signals,
+//! keeps only stderr and its socket (stdin and stdout on /dev/null, every
+//! other descriptor closed) and names itself `lc-cli-guardian` (argv and
+//! comm, as `ps` shows it). Until lc-cli names the command's group it
+//! just waits.
+//!
+//! If the socket ends without lc-cli's goodbye (lc-cli was SIGKILLed), it
 //! stops the group itself (SIGTERM now, SIGKILL after `--kill-after` or at
 //! `kill_at`, whichever is first) and exits once no live process is left in
 //! the group, or soon after the SIGKILL. A descriptor it was given (the
-//! PostgreSQL connection, whose end frees the key) stays open until then,
-//! so the key outlives its command.
+//! PostgreSQL connection, whose end frees the key, passed with its `K`
+//! line since it did not exist at the fork) stays open until then, so the
+//! key outlives its command.
 //!
-//! Lines on the pipe: `P PGID`, `E TERM_NS KILL_NS`, `S` (lc-cli is
-//! stopping the group itself: no SIGTERM from here, only the SIGKILL at
-//! `kill_at`), `G` (lc-cli ends normally: go).
+//! Lines on the socket: `P PGID`, `E TERM_NS KILL_NS`, `K` (with the
+//! descriptor to keep), `S` (lc-cli is stopping the group itself: no
+//! SIGTERM from here, only the SIGKILL at `kill_at`), `G` (lc-cli ends
+//! normally: go).
 
-use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::process::{Command, Stdio};
+mod socket;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -34,16 +46,15 @@ use nix::unistd::Pid;
 
 use crate::backend::Expiry;
 
-/// Set in the guardian's environment: `KILL_AFTER_MS KEPT_FD` (`-` for no
-/// descriptor). Checked first thing in `main`.
-pub const ENV: &str = "LC_CLI_GUARDIAN";
-
 /// The longest the guardian sleeps between two looks at its deadlines.
 pub const POLL: Duration = Duration::from_millis(50);
 
 /// After its SIGKILL, how long an orphaned guardian waits for the group
 /// to be reaped before it exits anyway (a zombie nobody reaps runs no code).
 const AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// What `ps` shows for the guardian (15 bytes: the most comm holds).
+const NAME: &[u8] = b"lc-cli-guardian\0";
 
 /// Now on `CLOCK_BOOTTIME`, in nanoseconds: a clock both processes read
 /// alike, which also counts a suspended machine (the service's lease runs
@@ -63,67 +74,51 @@ fn on_boottime(at: Instant) -> u64 {
     boottime_ns() + at.saturating_duration_since(Instant::now()).as_nanos() as u64
 }
 
-/// lc-cli's side: the pipe to a running guardian.
+/// lc-cli's side: the socket to a running guardian.
 pub struct Guardian {
-    pipe: std::fs::File,
+    sock: UnixStream,
     sent: Option<Expiry>,
     dismissed: bool,
 }
 
 impl Guardian {
-    /// Starts the guardian, not waiting for it to be ready (what it is told
-    /// meanwhile waits in the pipe). `keep`: a descriptor it holds open
-    /// until the command's group is gone.
-    pub fn start(kill_after: Duration, keep: Option<BorrowedFd<'_>>) -> io::Result<Guardian> {
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 fills the two descriptors, which we then own.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
+    /// Forks the guardian. Only while this process has one thread (a fork
+    /// of a threaded process may run async-signal-safe code only): lc-cli
+    /// calls it before it builds its runtime; otherwise it is an error.
+    pub fn start(kill_after: Duration) -> io::Result<Guardian> {
+        if proc_stat_fields(&[17]).map(|f| f[0]) != Some(1) {
+            return Err(io::Error::other(
+                "it must be forked before lc-cli starts any thread",
+            ));
         }
-        // SAFETY: just made by pipe2, owned by nothing else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // A stopped guardian must never block lc-cli: a full pipe drops a line.
-        nix::fcntl::fcntl(
-            &write,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )?;
-        // The kept descriptor crosses exec as a copy without CLOEXEC, made
-        // just for this spawn (no other process is started meanwhile) and
-        // closed here right after.
-        let kept: Option<OwnedFd> = match keep {
-            Some(fd) => {
-                let raw = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD(3))?;
-                // SAFETY: F_DUPFD returned a new descriptor that we own.
-                Some(unsafe { OwnedFd::from_raw_fd(raw) })
+        let (ours, theirs) = UnixStream::pair()?;
+        // A stopped guardian must never block lc-cli: a full socket drops a line.
+        ours.set_nonblocking(true)?;
+        // SAFETY: one thread (checked above), so the copy may run any code;
+        // it never returns from `guardian_main`.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                drop(ours);
+                guardian_main(theirs.into(), kill_after)
             }
-            None => None,
-        };
-        let kept_arg = kept
-            .as_ref()
-            .map_or("-".to_string(), |fd| fd.as_raw_fd().to_string());
-        let mut cmd = Command::new("/proc/self/exe");
-        cmd.env_clear()
-            .env(ENV, format!("{} {kept_arg}", kill_after.as_millis()))
-            .stdin(Stdio::from(read))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        use std::os::unix::process::CommandExt;
-        cmd.arg0("lc-cli-guardian");
-        let child = cmd.spawn()?;
-        drop(kept);
-        // Reaped by whoever inherits it: lc-cli does not wait for it.
-        drop(child);
-        Ok(Guardian {
-            pipe: std::fs::File::from(write),
-            sent: None,
-            dismissed: false,
-        })
+            // Reaped by whoever inherits it: lc-cli does not wait for it.
+            _ => Ok(Guardian {
+                sock: ours,
+                sent: None,
+                dismissed: false,
+            }),
+        }
     }
 
     fn say(&mut self, line: &str) {
         // A guardian that died or is stopped cannot be helped from here.
-        let _ = self.pipe.write_all(line.as_bytes());
+        let _ = socket::send(self.sock.as_fd(), line.as_bytes(), None);
+    }
+
+    /// A descriptor to hold open until the command's group is gone.
+    pub fn keep(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        socket::send(self.sock.as_fd(), b"K\n", Some(fd))
     }
 
     /// The group to guard: the command's.
@@ -163,6 +158,90 @@ impl Drop for Guardian {
     }
 }
 
+/// Fields of /proc/self/stat by index after the command name (0 is the
+/// state, field 3 in proc(5)), as numbers.
+fn proc_stat_fields(at: &[usize]) -> Option<Vec<usize>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold anything: the fields are read after its last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    at.iter().map(|&i| fields.get(i)?.parse().ok()).collect()
+}
+
+/// The forked copy: settles itself, watches, and exits (never returning
+/// into lc-cli's code, nor running its exit handlers).
+fn guardian_main(sock: OwnedFd, kill_after: Duration) -> ! {
+    // SAFETY: setpgid and signal with SIG_IGN install nothing of ours.
+    unsafe {
+        libc::setpgid(0, 0);
+        for sig in [
+            Signal::SIGHUP,
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGQUIT,
+            Signal::SIGTSTP,
+            Signal::SIGTTIN,
+            Signal::SIGTTOU,
+            Signal::SIGPIPE,
+        ] {
+            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+        }
+    }
+    let sock = settle_descriptors(sock);
+    name_self();
+    keep_watch(sock.as_fd(), kill_after);
+    // SAFETY: _exit ends the process at once.
+    unsafe { libc::_exit(0) }
+}
+
+/// stdin and stdout on /dev/null, stderr kept, the socket as descriptor 3
+/// and everything else lc-cli had open closed (as an exec's CLOEXEC would,
+/// and more: nothing the caller passed in is held open by the guardian).
+fn settle_descriptors(sock: OwnedFd) -> OwnedFd {
+    let sock = sock.into_raw_fd();
+    // SAFETY: plain descriptor calls on this process's own table; the
+    // socket ends up at 3, owned by the returned value alone.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+        }
+        if sock != 3 {
+            libc::dup2(sock, 3);
+        }
+        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) != 0 {
+            for fd in 4..1024 {
+                libc::close(fd);
+            }
+        }
+        OwnedFd::from_raw_fd(3)
+    }
+}
+
+/// Names this process `lc-cli-guardian`: comm, and the argument strings
+/// (what /proc/PID/cmdline and `ps` show), overwritten in place as
+/// setproctitle(3) does.
+fn name_self() {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0) };
+    // Fields 48 and 49 in proc(5): where the argument strings lie.
+    let Some([start, end]) =
+        proc_stat_fields(&[45, 46]).and_then(|f| <[usize; 2]>::try_from(f).ok())
+    else {
+        return;
+    };
+    if end <= start {
+        return;
+    }
+    // SAFETY: [start, end) holds this process's argument strings, in its
+    // own writable memory; nothing reads them from here on.
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
+    area.fill(0);
+    let n = NAME.len().min(area.len() - 1);
+    area[..n].copy_from_slice(&NAME[..n]);
+}
+
+/// The guardian's side: what it watches.
 /// The guardian's side: what it watches.
 #[derive(Default)]
 struct Watch {
@@ -176,35 +255,12 @@ struct Watch {
     gone: bool,
 }
 
-/// The guardian process: never returns.
-pub fn main(spec: &str) -> ! {
-    for sig in [
-        Signal::SIGHUP,
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGQUIT,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: SIG_IGN installs no handler.
-        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
-    }
-    let mut parts = spec.split(' ');
-    let kill_after = parts
-        .next()
-        .and_then(|ms| ms.parse().ok())
-        .map_or(Duration::from_secs(10), Duration::from_millis);
-    // Held only to be closed when this process ends.
-    let _kept: Option<OwnedFd> = parts
-        .next()
-        .and_then(|fd| fd.parse::<i32>().ok())
-        // SAFETY: lc-cli passed this descriptor to us, for us alone.
-        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+/// Watches until lc-cli's goodbye, or, orphaned, until the group is gone.
+fn keep_watch(sock: BorrowedFd<'_>, kill_after: Duration) {
     let mut w = Watch::default();
-    let stdin = io::stdin();
     let mut pending = Vec::new();
+    // Held only to be closed when this process ends.
+    let mut kept: Option<OwnedFd> = None;
     let mut orphaned = false;
     loop {
         let now = boottime_ns();
@@ -215,11 +271,14 @@ pub fn main(spec: &str) -> ! {
             .min()
             .map_or(POLL, |t| Duration::from_nanos(t - now).min(POLL));
         if !orphaned {
-            match read_lines(stdin.as_fd(), next, &mut pending) {
+            // No group named yet (lc-cli still waits for the key): nothing
+            // to look at until lc-cli speaks or goes.
+            let wait = w.pgid.map(|_| next);
+            match read_lines(sock, wait, &mut pending, &mut kept) {
                 Read::Lines(lines) => {
                     for line in lines {
                         if !w.take(&line) {
-                            std::process::exit(0);
+                            return;
                         }
                     }
                 }
@@ -234,12 +293,12 @@ pub fn main(spec: &str) -> ! {
         }
         w.check_group(orphaned);
         if w.gone && orphaned {
-            std::process::exit(0);
+            return;
         }
         w.enforce();
         if let (true, Some(at)) = (orphaned, w.killed_at) {
             if at.elapsed() >= AFTER_KILL {
-                std::process::exit(0);
+                return;
             }
         }
     }
@@ -260,6 +319,8 @@ impl Watch {
                 }
             }
             Some("S") => self.termed = true,
+            // Its descriptor was taken off the socket with it.
+            Some("K") => {}
             Some("G") => return false,
             _ => {}
         }
@@ -341,9 +402,15 @@ enum Read {
     Eof,
 }
 
-/// Waits up to `wait` for lc-cli's lines.
-fn read_lines(fd: BorrowedFd<'_>, wait: Duration, pending: &mut Vec<u8>) -> Read {
-    let ms = wait.as_millis().clamp(1, POLL.as_millis()) as i32;
+/// Waits up to `wait` (None: until something comes) for lc-cli's lines;
+/// a descriptor sent with them goes to `kept`.
+fn read_lines(
+    fd: BorrowedFd<'_>,
+    wait: Option<Duration>,
+    pending: &mut Vec<u8>,
+    kept: &mut Option<OwnedFd>,
+) -> Read {
+    let ms = wait.map_or(-1, |w| w.as_millis().clamp(1, POLL.as_millis()) as i32);
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -354,9 +421,12 @@ fn read_lines(fd: BorrowedFd<'_>, wait: Duration, pending: &mut Vec<u8>) -> Read
         return Read::Nothing;
     }
     let mut buf = [0u8; 512];
-    match nix::unistd::read(fd, &mut buf) {
-        Ok(0) => Read::Eof,
-        Ok(n) => {
+    match socket::recv(fd, &mut buf) {
+        Ok((0, _)) => Read::Eof,
+        Ok((n, fd)) => {
+            if fd.is_some() {
+                *kept = fd;
+            }
             pending.extend_from_slice(&buf[..n]);
             let mut lines = Vec::new();
             while let Some(at) = pending.iter().position(|&b| b == b'\n') {
@@ -365,7 +435,7 @@ fn read_lines(fd: BorrowedFd<'_>, wait: Duration, pending: &mut Vec<u8>) -> Read
             }
             Read::Lines(lines)
         }
-        Err(Errno::EINTR) | Err(Errno::EAGAIN) => Read::Nothing,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => Read::Nothing,
         Err(_) => Read::Eof,
     }
 }
@@ -422,6 +492,17 @@ mod tests {
         // A deadline already past is now.
         let past = Instant::now() - Duration::from_millis(10);
         assert!(on_boottime(past) <= boottime_ns());
+    }
+
+    #[test]
+    fn no_fork_once_threads_run() {
+        // A thread alive meanwhile, whatever the harness runs on.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        let err = Guardian::start(Duration::from_secs(1)).err().unwrap();
+        assert!(err.to_string().contains("before lc-cli starts any thread"));
+        drop(tx);
+        let _ = other.join();
     }
 
     #[test]
