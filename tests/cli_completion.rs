@@ -4,7 +4,7 @@
 //! pseudo-terminal). Issue 11, item 1: bash completed nothing after the
 //! subcommand (clap_complete's hyphenated-name bug).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! waited forever, `lock -w 3` exited 1 silently, `unlock` failed after 10 s).
 //! A real lock server whose key is held keeps its waiter waiting.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! ended, as flock(1)'s lock is held by a background job that inherited it;
 //! a process that leaves the group (`setsid`) does not keep it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Stdio};

@@ -3,7 +3,7 @@
 //! exact `lc-cli reset` command that clears it; the status line names it
 //! while waiting; `-q` silences the line.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! table, `--sort age`, and a server on `--listen ...:0` listed with or
 //! without `?manager=` (its lock port answers Keys).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `lock`, `trylock`, `unlock`, `wait`, `reset`: statuses, queueing and
 //! errors, with the real binary against a real `lc-cli serve`.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::process::Stdio;

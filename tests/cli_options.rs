@@ -2,7 +2,7 @@
 //! on the subcommands that use them, backend tuning in the server address,
 //! the command after KEY with or without `--`.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! without persistence (69 and the seconds left) and with it (0), a wrong
 //! Redis password (76), and a Redis quorum with one node of three down.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

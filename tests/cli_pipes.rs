@@ -3,7 +3,7 @@
 //! message. Before: `reset` panicked in println! (101) and left the next keys
 //! held, `completions` exited 70. And an invalid --source is 64 everywhere.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

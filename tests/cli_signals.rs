@@ -2,7 +2,7 @@
 //! group), while it waits (withdrawn from the queue), and SIGKILL of lc-cli
 //! (the command gets SIGTERM).
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::time::Duration;

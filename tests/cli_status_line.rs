@@ -2,7 +2,7 @@
 //! redrawn from column 0 with the rest of the line erased at each tick, "N
 //! ahead" counting the same waiters on every backend, the holder named.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! reaches the command exactly once, Ctrl-Z and `fg` work under a job-control
 //! shell, and the status line is drawn while waiting and erased after.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

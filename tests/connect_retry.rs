@@ -3,7 +3,7 @@
 //! through once it is up, on every subcommand; with no server at all it
 //! gives up (69) after about the timeout, with one line, not at once.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! release locks; a wrong or missing password is refused at once (76, one
 //! line), and never printed.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! A three-member etcd cluster: a hold survives the leader's death, and
 //! ends with 75 within the lease TTL once quorum is lost.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! they exclude each other both ways, a mixed queue is served in arrival
 //! order, the command sees etcdctl's variables, trylock, unreachable.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

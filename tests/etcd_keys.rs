@@ -2,7 +2,7 @@
 //! and unlock, `keys` with holder, source and waiters, reset --source, a
 //! signal that withdraws a waiter, a prefix in the address.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

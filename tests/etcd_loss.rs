@@ -3,7 +3,7 @@
 //! next holder (a real `etcdctl lock`) start; a lease revoked with etcdctl,
 //! or the key reset, stops it too. All exit 75.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

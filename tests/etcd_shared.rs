@@ -4,7 +4,7 @@
 //! exclusive to lc-cli's readers both ways, dead holders freed by their
 //! lease, disagreeing requests refused (78).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! the lease): the command is gone soon after the continue.
 //! Who ran when is read from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! ZooKeeper's and etcd's cases are in `serve_lockport.rs`, `zk_keys.rs`
 //! and `etcd_keys.rs`).
 
-mod common;
+use crate::common;
 
 use common::pg::PgServer;
 use common::redis::{lc as redis_lc, RedisServer};

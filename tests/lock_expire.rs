@@ -9,7 +9,7 @@
 //! PostgreSQL, a reference server, ZooKeeper without extended types, and
 //! with a command.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, UNIX_EPOCH};

@@ -2,7 +2,7 @@
 //! commands byte for byte, lc-cli's KEYX, and `lc-cli keys` / `reset`
 //! against it, with keys held and waiters queued.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};

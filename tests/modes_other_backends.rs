@@ -2,7 +2,7 @@
 //! (`--limit`: pg_limit.rs; etcd's modes: etcd_shared.rs; a reference
 //! Locking-Center server's refusal: serve_shared.rs).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

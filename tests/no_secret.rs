@@ -6,7 +6,7 @@
 //! server's token (`serve --token-file`) is such a password, in the
 //! address, LC_TOKEN_FILE, and the server's own `-v` log.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

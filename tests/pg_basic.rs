@@ -2,7 +2,7 @@
 //! trylock and -w, psql and lc-cli excluding each other, the token, keys
 //! and reset, the refusals, and the connection errors.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! gone), read from the commands' own logged times. And a refused
 //! connection is tried again within --connect-timeout, as on every backend.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! line), trylock on a full set "held" (1), and `keys` and `reset` of the
 //! slots. Read from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

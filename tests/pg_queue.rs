@@ -2,7 +2,7 @@
 //! FIFO with 8 waiters, a holder killed with SIGKILL, and the server
 //! killed and restarted while a command holds the key.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! `sslrootcert` (another CA's is refused, 69), `disable` stays plain; a
 //! server without TLS is refused by `require`, and reached by `prefer`.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};

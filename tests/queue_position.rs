@@ -2,7 +2,7 @@
 //! the backends that know it (the built-in server, ZooKeeper, Redis and
 //! etcd), and the place improves as the line ahead of it shortens.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

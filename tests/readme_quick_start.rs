@@ -2,7 +2,7 @@
 //! with `lc-cli` on PATH, against a built-in server on free ports (given by
 //! BIND_ADDRESS and LC_SERVER, so the lines are not changed).
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::path::Path;

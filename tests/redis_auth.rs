@@ -5,7 +5,7 @@
 //! PostgreSQL) and an untrusted certificate (69) each end in one line, at
 //! once, and no output ever holds the password.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

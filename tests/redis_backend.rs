@@ -1,6 +1,6 @@
 //! The Redis backend on one real redis-server, driving the real binary.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! next live waiter's command starts soon after, never beside another.
 //! Checked from the commands' own logged start and end times.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

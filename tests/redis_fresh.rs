@@ -6,7 +6,7 @@
 //! `appendfsync always` counts at once. On a quorum the line says how
 //! many nodes count and answer.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -6,7 +6,7 @@
 //! command that exits on SIGTERM at once, one that takes half a second,
 //! and one that ignores SIGTERM.
 
-mod common;
+use crate::common;
 
 use common::partition::{trial, trials};
 use common::proxy::Proxy;

@@ -1,6 +1,6 @@
 //! The Redis backend on a quorum of three real redis-servers.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! command runs, and the two never see the same `LC_LOCK_TOKEN`. Checked
 //! from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! served, readers together and writers alone, dead holders freed by their
 //! lease, disagreeing requests refused (78).
 
-mod common;
+use crate::common;
 
 use common::redis::{lc, quorum_url, RedisServer};
 use common::spans;

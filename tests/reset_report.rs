@@ -1,6 +1,6 @@
 //! `lc-cli reset` says what it released, on every backend.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

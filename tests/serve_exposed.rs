@@ -4,7 +4,7 @@
 //! an address. The servers bind port 0 on 0.0.0.0; the test connects only
 //! to 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

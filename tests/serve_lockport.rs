@@ -6,7 +6,7 @@
 //! without Keys (the test-only reference mode) is still listed through its
 //! manager port.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! server that answers lc-cli's own actions `-` as the reference does.
 //! Who held the key when is read from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

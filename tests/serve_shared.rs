@@ -6,7 +6,7 @@
 //! (76) instead of an exclusive lock in their place.
 //! Who held the key when is read from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! and the start-up line names an address a remote client can use. (With
 //! Keys, the holder is named over the lock port: `serve_lockport.rs`.)
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

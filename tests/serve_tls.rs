@@ -6,7 +6,7 @@
 //! without a certificate is refused and one with a certificate of the CA
 //! is served; a bad file stops the server at start-up (64).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

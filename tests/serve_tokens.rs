@@ -9,7 +9,7 @@
 //! given to a server without tokens, or to one that does not know Hello
 //! (the reference mode), changes nothing.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! traffic, `promtool check metrics` on the live output, and the alert
 //! rules' metric names present in it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

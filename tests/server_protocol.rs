@@ -1,7 +1,7 @@
 //! `lc-cli serve` spoken to byte by byte: FIFO, withdrawal, TryLock, resets,
 //! bad input, many connections, signals.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -2,7 +2,7 @@
 //! bytes, compaction under a long load and a crash injected mid-compaction.
 //! (The same behaviour through the real binary is in `wal_server.rs`.)
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -1,7 +1,7 @@
 //! `lc-cli serve --data PATH` through the real binary: restart, torn and
 //! corrupt logs, a full disk, and SIGKILL under load.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -7,7 +7,7 @@
 //! next waiter gets it once the expiry could be recorded. Who ran when is
 //! read from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Stdio};

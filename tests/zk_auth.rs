@@ -4,7 +4,7 @@
 //! the credentials can still list the queue and read the holder (`keys`),
 //! but cannot delete a lock node nor join the queue; `reset` with them works.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 use std::time::Duration;

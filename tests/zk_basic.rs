@@ -1,7 +1,7 @@
 //! The ZooKeeper backend through the real binary: trylock, timeout,
 //! detached hold and unlock, resets, bad keys, an unreachable ensemble.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

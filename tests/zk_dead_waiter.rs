@@ -3,7 +3,7 @@
 //! gets the key when ZooKeeper expires that session, never later (no stuck
 //! key). The delay is measured from the commands' own logged times.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! with waiters, a Curator-style holder, nested keys, patterns, handoffs and
 //! releases.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

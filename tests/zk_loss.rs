@@ -2,7 +2,7 @@
 //! outside, session expiry, a server restart, a killed waiter, a signal
 //! while waiting.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

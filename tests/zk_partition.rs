@@ -6,7 +6,7 @@
 //! command that exits on SIGTERM and one that ignores it (the SIGKILL
 //! deadline must not wait for `--kill-after`).
 
-mod common;
+use crate::common;
 
 use common::lc_at;
 use common::partition::{trial, trials};

@@ -1,7 +1,7 @@
 //! The queue's promises through the real binary: FIFO, mutual exclusion,
 //! and one release waking exactly one waiter.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

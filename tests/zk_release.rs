@@ -6,7 +6,7 @@
 //! after sees the key free. Kept down past the 10 s release retry: exit 74
 //! with one line naming `reset`.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! commands' own logged start and end times; the default recipe still makes
 //! an `InterProcessMutex` node, and an unknown recipe is a usage error.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

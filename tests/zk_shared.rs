@@ -4,7 +4,7 @@
 //! and writers alone, dead holders freed by their session, disagreeing
 //! requests refused.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

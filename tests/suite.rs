@@ -1,0 +1,75 @@
+//! Every integration test in one test binary: one crate to compile and link
+//! instead of one per file (the shared `common` module built once). Each
+//! file is a module; nextest runs each test in its own process and names it
+//! `FILE::TEST` (`cargo nextest run --release -E 'test(/^zk_loss::/)'`).
+
+mod common;
+
+mod backend_table;
+mod cli_completion;
+mod cli_foreign_peer;
+mod cli_group;
+mod cli_holder;
+mod cli_keys;
+mod cli_lock;
+mod cli_options;
+mod cli_ping;
+mod cli_pipes;
+mod cli_signals;
+mod cli_status_line;
+mod cli_terminal;
+mod connect_retry;
+mod deploy_files;
+mod docs_links;
+mod etcd_auth;
+mod etcd_cluster;
+mod etcd_interop;
+mod etcd_keys;
+mod etcd_loss;
+mod etcd_shared;
+mod fault_frozen;
+mod generated_docs;
+mod keys_waiters;
+mod lock_expire;
+mod manager_port;
+mod modes_other_backends;
+mod no_secret;
+mod pg_basic;
+mod pg_killed_holder;
+mod pg_limit;
+mod pg_queue;
+mod pg_tls;
+mod queue_position;
+mod readme_quick_start;
+mod redis_auth;
+mod redis_backend;
+mod redis_dead_waiters;
+mod redis_fresh;
+mod redis_partition;
+mod redis_quorum;
+mod redis_restart;
+mod redis_shared;
+mod reset_report;
+mod serve_exposed;
+mod serve_lockport;
+mod serve_sessions;
+mod serve_shared;
+mod serve_team;
+mod serve_tls;
+mod serve_tokens;
+mod server_metrics;
+mod server_protocol;
+mod smoke;
+mod wal_log;
+mod wal_server;
+mod wal_session_expiry;
+mod zk_auth;
+mod zk_basic;
+mod zk_dead_waiter;
+mod zk_keys;
+mod zk_loss;
+mod zk_partition;
+mod zk_queue;
+mod zk_release;
+mod zk_rwlock;
+mod zk_shared;
