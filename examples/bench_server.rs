@@ -1,19 +1,24 @@
 //! Speed and memory of `lc-cli serve` against a bare loopback floor.
 //!
 //!     cargo build --release && cargo run --release --example bench_server
+//!     LC_REFERENCE_BIN=/path/to/locking-center cargo run --release --example bench_server
 //!
-//! Starts the release `lc-cli serve` (and, for the floor, a trivial 1-byte
-//! echo server: this same program re-run with `--echo-server`, on the same
-//! kind of tokio runtime) on 127.0.0.1:0 and prints, in one run:
-//! lock+unlock pairs/s with 1 and 32 clients on distinct keys against two bare
-//! round trips; hand-off latency with 64 queued waiters; server RSS per queued
-//! waiter with 10,000 waiters; and with `--data` (on disk and on tmpfs)
-//! grants/s and grants per fsync. `--quick` shortens every phase;
-//! `--only mem|wal` runs one part.
+//! Starts the release `lc-cli serve` and, for the floor, a one-thread epoll
+//! server that answers each byte with one byte (this same program re-run
+//! with `--floor-server`), and with `LC_REFERENCE_BIN` the reference
+//! Locking-Center server (Go), all on 127.0.0.1, and prints, in one run:
+//! lock+unlock pairs/s with 1 and 32 clients on distinct keys against two
+//! floor round trips; hand-off latency with 64 queued waiters; server RSS
+//! per queued waiter with 10,000 waiters; and with `--data` (on disk and on
+//! tmpfs) grants/s and grants per fsync. `--quick` shortens every phase;
+//! `--only mem|wal` runs one part, `--only pairs` the pairs and the hand-off.
 
 mod bench_common;
 
-use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
+use bench_common::{
+    connect, floor, floor_server, lc_cli_bin, median, queue_waiters, raise_fd_limit, reference,
+    rss, us, Proc, NO_REFERENCE,
+};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -24,8 +29,8 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--echo-server") {
-        return echo_server();
+    if args.first().map(String::as_str) == Some("--floor-server") {
+        return floor_server();
     }
     let quick = args.iter().any(|a| a == "--quick");
     let only = args
@@ -37,65 +42,49 @@ fn main() {
     } else {
         Duration::from_millis(1500)
     };
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/lc-cli");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
+    let bin = lc_cli_bin();
     raise_fd_limit(u64::MAX);
 
-    let echo = echo();
-    println!("floor: 1-byte echo server on {}", echo.addr);
+    let floor = floor();
+    println!(
+        "floor: one-thread epoll server (1 byte in, 1 byte out) on {}",
+        floor.addr
+    );
     let mem = serve(&bin, &[]);
     println!(
         "lc-cli serve (in memory) on {}, pid {}",
         mem.addr,
         mem.pid()
     );
+    let reference = reference();
+    match &reference {
+        Some(r) => println!(
+            "Go reference (LC_REFERENCE_BIN) on {}, pid {}",
+            r.addr,
+            r.pid()
+        ),
+        None => println!("{NO_REFERENCE}"),
+    }
+    // An older build to compare with in the same run (before/after figures).
+    let baseline = std::env::var_os("LC_BASELINE_BIN").map(|b| serve(Path::new(&b), &[]));
+    if let Some(b) = &baseline {
+        println!(
+            "baseline lc-cli (LC_BASELINE_BIN) on {}, pid {}",
+            b.addr,
+            b.pid()
+        );
+    }
 
     if only.as_deref() == Some("wal") {
         return wal_bench(&bin, phase);
     }
-    // The machine is shared: floor and server are measured in alternation,
-    // three times each, and the medians compared.
-    let reps = 3;
-    let (floor1, pair1) = alternate(
-        reps,
-        || rate(1, phase, |_, _| round_trip(echo.addr, b"x")),
-        || rate(1, phase, |c, i| pair(mem.addr, c, i)),
-    );
-    let (floor32, pair32) = alternate(
-        reps,
-        || rate(32, phase, |_, _| round_trip(echo.addr, b"x")),
-        || rate(32, phase, |c, i| pair(mem.addr, c, i)),
-    );
-    println!(
-        "floor: bare connect+1 byte+answer+close: {floor1:.0}/s with 1 client, {floor32:.0}/s with 32"
-    );
-
-    {
-        // A pair is two round trips: cost ratio = (1/pair) / (2/floor).
-        println!(
-            "lock+unlock pairs/s, 1 client:   {pair1:.0}  -> a pair costs {:.2}x two bare round trips (target <= 1.3)",
-            floor1 / (2.0 * pair1)
-        );
-        println!(
-            "lock+unlock pairs/s, 32 clients: {pair32:.0}  -> a pair costs {:.2}x two bare round trips (target <= 1.3)",
-            floor32 / (2.0 * pair32)
-        );
-
-        let rounds = if quick { 2 } else { 8 };
-        let (med, p99, n) = handoff(mem.addr, 64, rounds);
-        let (rt_med, _) = floor_latency(echo.addr, 500);
-        println!(
-            "hand-off, 64 queued waiters ({n} samples): median {:.1} us, p99 {:.1} us (Unlock sent -> next waiter's '+'); bare round trip median {:.1} us ({:.2}x)",
-            us(med),
-            us(p99),
-            us(rt_med),
-            med.as_secs_f64() / rt_med.as_secs_f64()
-        );
-
+    let mut others = Vec::new();
+    others.extend(baseline.as_ref().map(|p| ("baseline lc-cli", p)));
+    others.extend(reference.as_ref().map(|p| ("Go reference", p)));
+    pairs(&floor, &mem, &others, phase, 1, 5);
+    pairs(&floor, &mem, &others, phase, 32, 3);
+    handoffs(&floor, &mem, &others, if quick { 2 } else { 8 });
+    if only.as_deref() != Some("pairs") {
         let waiters = 10_000;
         let per = rss_per_waiter(&mem, waiters);
         println!(
@@ -103,16 +92,89 @@ fn main() {
             per / 1024.0
         );
     }
-
-    if only.as_deref() != Some("mem") {
+    if only.is_none() {
         wal_bench(&bin, phase);
+    }
+}
+
+/// Lock+unlock pairs/s with `clients` clients: the floor, lc-cli and the
+/// `others` measured in turn, `rounds` times (the machine is shared), and
+/// the medians compared. A pair is two round trips on fresh connections, so
+/// its cost ratio is (1/pairs) / (2/floor round trips).
+fn pairs(
+    floor: &Proc,
+    mem: &Proc,
+    others: &[(&str, &Proc)],
+    phase: Duration,
+    clients: usize,
+    rounds: usize,
+) {
+    let mut f = Vec::new();
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); 1 + others.len()];
+    let servers: Vec<&Proc> = std::iter::once(mem)
+        .chain(others.iter().map(|o| o.1))
+        .collect();
+    for _ in 0..rounds {
+        f.push(rate(clients, phase, |_, _| round_trip(floor.addr, b"x")));
+        for (i, s) in servers.iter().enumerate() {
+            per[i].push(rate(clients, phase, |c, n| pair(s.addr, c, n)));
+        }
+    }
+    let f = median(&mut f);
+    let l = median(&mut per[0]);
+    println!(
+        "lock+unlock pairs/s, {clients} client(s), medians of {rounds}: floor {f:.0} round trips/s; lc-cli {l:.0} pairs/s = {:.2}x two floor round trips (target <= 1.3)",
+        f / (2.0 * l)
+    );
+    for ((name, _), v) in others.iter().zip(&mut per[1..]) {
+        let g = median(v);
+        println!(
+            "    {name} {g:.0} pairs/s = {:.2}x two floor round trips; lc-cli / {name} = {:.2}x the pairs/s",
+            f / (2.0 * g),
+            l / g
+        );
+    }
+}
+
+/// Hand-off with 64 queued waiters on lc-cli and the `others`, round by
+/// round in turn; against the floor's round trip.
+fn handoffs(floor: &Proc, mem: &Proc, others: &[(&str, &Proc)], rounds: usize) {
+    let mut per: Vec<Vec<Duration>> = vec![Vec::new(); 1 + others.len()];
+    let servers: Vec<&Proc> = std::iter::once(mem)
+        .chain(others.iter().map(|o| o.1))
+        .collect();
+    for round in 0..rounds {
+        for (i, s) in servers.iter().enumerate() {
+            per[i].extend(handoff(s.addr, 64, round));
+        }
+    }
+    let (rt_med, _) = floor_latency(floor.addr, 500);
+    let l = &mut per[0];
+    let med = percentile(l, 0.5);
+    println!(
+        "hand-off, 64 queued waiters ({} samples): median {:.1} us (target <= 100), p99 {:.1} us (Unlock sent -> next waiter's '+'); floor round trip median {:.1} us ({:.2}x)",
+        l.len(),
+        us(med),
+        us(percentile(l, 0.99)),
+        us(rt_med),
+        med.as_secs_f64() / rt_med.as_secs_f64()
+    );
+    for ((name, _), v) in others.iter().zip(&mut per[1..]) {
+        let m = percentile(v, 0.5);
+        println!(
+            "    {name}: median {:.1} us, p99 {:.1} us; lc-cli / {name} = {:.2}x the median",
+            us(m),
+            us(percentile(v, 0.99)),
+            med.as_secs_f64() / m.as_secs_f64()
+        );
     }
 }
 
 /// Grants/s with `--data` on disk and on tmpfs against in memory: the three
 /// servers run side by side and are measured in turn, three times; medians.
 fn wal_bench(bin: &Path, phase: Duration) {
-    let disk_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-wal");
+    // On the disk, beside the build (the target dir may be anywhere).
+    let disk_dir = bin.parent().unwrap().join("bench-wal");
     let shm_dir = PathBuf::from("/dev/shm").join(format!("lc-bench-{}", std::process::id()));
     let mut servers = Vec::new();
     for (name, dir) in [
@@ -167,27 +229,10 @@ fn wal_bench(bin: &Path, phase: Duration) {
     println!("target: 32 clients on tmpfs >= 0.5x in-memory");
 }
 
-/// Runs `a` and `b` in turn `reps` times; the median of each.
-fn alternate(reps: usize, a: impl Fn() -> f64, b: impl Fn() -> f64) -> (f64, f64) {
-    let mut xs = Vec::new();
-    let mut ys = Vec::new();
-    for _ in 0..reps {
-        xs.push(a());
-        ys.push(b());
-    }
-    (median(&mut xs), median(&mut ys))
-}
-
-/// The server under test, or the echo server that stands for the floor.
+/// The server under test.
 fn serve(bin: &Path, extra: &[&str]) -> Proc {
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(extra);
-    start(cmd)
-}
-
-fn echo() -> Proc {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.arg("--echo-server");
     start(cmd)
 }
 
@@ -268,9 +313,10 @@ fn rate(clients: usize, phase: Duration, op: impl Fn(usize, u64) -> u8 + Sync) -
     done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
 }
 
 fn floor_latency(addr: SocketAddr, n: usize) -> (Duration, Duration) {
@@ -281,15 +327,14 @@ fn floor_latency(addr: SocketAddr, n: usize) -> (Duration, Duration) {
             t.elapsed()
         })
         .collect();
-    v.sort();
-    (percentile(&v, 0.5), percentile(&v, 0.99))
+    (percentile(&mut v, 0.5), percentile(&mut v, 0.99))
 }
 
 /// `waiters` queued on one key; the bench unlocks it again and again and
 /// times each Unlock until the next waiter reads its '+'.
-fn handoff(addr: SocketAddr, waiters: usize, rounds: usize) -> (Duration, Duration, usize) {
+fn handoff(addr: SocketAddr, waiters: usize, round: usize) -> Vec<Duration> {
     let mut samples = Vec::new();
-    for round in 0..rounds {
+    {
         let key = format!("handoff/{round}");
         assert_eq!(
             round_trip(addr, &frame(1, key.as_bytes(), Some(b"h"))),
@@ -321,12 +366,7 @@ fn handoff(addr: SocketAddr, waiters: usize, rounds: usize) -> (Duration, Durati
             h.join().unwrap();
         }
     }
-    samples.sort();
-    (
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.99),
-        samples.len(),
-    )
+    samples
 }
 
 /// RSS growth of the server per queued waiter.
@@ -367,30 +407,4 @@ fn rss_per_waiter(server: &Proc, waiters: usize) -> f64 {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(round_trip(addr, &frame(2, b"rss", None)), b'+');
     (after.saturating_sub(before)) as f64 / waiters as f64
-}
-
-/// The floor: accept, read one byte, write one byte, close. The same runtime
-/// shape as `lc-cli serve`.
-fn echo_server() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        println!("listening on {}", listener.local_addr().unwrap());
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                s.set_nodelay(true).ok();
-                let mut b = [0u8; 1];
-                if s.read_exact(&mut b).await.is_ok() {
-                    let _ = s.write_all(&b).await;
-                }
-            });
-        }
-    });
 }

@@ -4,7 +4,10 @@
 //!
 //! 1. lock+release pairs/s on distinct keys, 1 and 32 clients: a session pair
 //!    (SessionLock, SessionRelease on the same connection) against a classic
-//!    pair (Lock, then Release on a second connection), in alternation;
+//!    pair (Lock, then Release on a second connection) and against their
+//!    floors, a one-thread epoll server answering two one-byte messages on
+//!    one fresh connection (session) or one on each of two (classic), all
+//!    in alternation (and an older build too with `LC_BASELINE_BIN`);
 //! 2. `lc-cli lock k -- true` against `flock FILE true` (and the classic
 //!    `lc-cli` path, against a server in reference mode), in alternation;
 //! 3. server RSS per held session with 10,000 session holders;
@@ -18,7 +21,9 @@
 
 mod bench_common;
 
-use bench_common::{connect, median, queue_waiters, raise_fd_limit, rss, us, Proc};
+use bench_common::{
+    connect, floor, floor_server, lc_cli_bin, median, queue_waiters, raise_fd_limit, rss, us, Proc,
+};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -28,30 +33,39 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--floor-server") {
+        return floor_server();
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let phase = Duration::from_millis(if quick { 700 } else { 2000 });
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/lc-cli");
-    assert!(bin.exists(), "run `cargo build --release` first");
+    let bin = lc_cli_bin();
     raise_fd_limit(20_000);
     if std::env::args().any(|a| a == "--token") {
         return token_phase(&bin, quick, phase);
     }
     let server = serve(&bin, &["--reclaim-grace", "60s"], false);
     println!("lc-cli serve on {}, pid {}", server.addr, server.child.id());
+    let floor = floor();
+    println!(
+        "floor: one-thread epoll server (1 byte in, 1 byte out) on {}",
+        floor.addr
+    );
+    let baseline = std::env::var_os("LC_BASELINE_BIN")
+        .map(|b| serve(Path::new(&b), &["--reclaim-grace", "60s"], false));
+    if let Some(b) = &baseline {
+        println!(
+            "baseline lc-cli (LC_BASELINE_BIN) on {}, pid {}",
+            b.addr,
+            b.child.id()
+        );
+    }
 
     println!("\n## lock+release pairs/s (distinct keys; medians of 3 alternated runs)");
     for clients in [1, 32] {
-        let mut session = Vec::new();
-        let mut classic = Vec::new();
-        for _ in 0..3 {
-            session.push(pairs_per_sec(server.addr, clients, phase, Pair::Session));
-            classic.push(pairs_per_sec(server.addr, clients, phase, Pair::Classic));
-        }
-        let (s, c) = (median(&mut session), median(&mut classic));
-        println!(
-            "{clients:>2} client(s): session {s:>8.0}/s, classic {c:>8.0}/s, ratio {:.2}x",
-            s / c
-        );
+        pair_rates(&server, baseline.as_ref(), &floor, clients, phase);
+    }
+    if std::env::args().any(|a| a == "--pairs") {
+        return;
     }
 
     println!("\n## `lc-cli lock k -- true` vs `flock FILE true` (wall time per run)");
@@ -134,12 +148,77 @@ fn main() {
     }
 }
 
+/// Session and classic pairs/s against their floors (and the baseline
+/// build's), 3 rounds in turn; medians.
+fn pair_rates(
+    server: &Proc,
+    baseline: Option<&Proc>,
+    floor: &Proc,
+    clients: usize,
+    phase: Duration,
+) {
+    let kinds = [
+        Pair::Session,
+        Pair::Classic,
+        Pair::FloorSession,
+        Pair::FloorClassic,
+    ];
+    let mut rates = vec![Vec::new(); kinds.len()];
+    let mut before = vec![Vec::new(); 2];
+    for _ in 0..3 {
+        for (k, kind) in kinds.iter().enumerate() {
+            let addr = if kind.is_floor() {
+                floor.addr
+            } else {
+                server.addr
+            };
+            rates[k].push(pairs_per_sec(addr, clients, phase, *kind));
+        }
+        if let Some(b) = baseline {
+            for (k, kind) in kinds[..2].iter().enumerate() {
+                before[k].push(pairs_per_sec(b.addr, clients, phase, *kind));
+            }
+        }
+    }
+    let m: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
+    println!(
+        "{clients:>2} client(s): session {:>7.0}/s, classic {:>7.0}/s: session / classic {:.2}x (target >= 2 at 1 client)",
+        m[0], m[1], m[0] / m[1]
+    );
+    println!(
+        "    floors: one connection, two bytes {:>7.0}/s; two connections, a byte each {:>7.0}/s: session / its floor {:.2}x (target >= 0.8), classic / its floor {:.2}x",
+        m[2], m[3], m[0] / m[2], m[1] / m[3]
+    );
+    if baseline.is_some() {
+        let b: Vec<f64> = before.iter_mut().map(|r| median(r)).collect();
+        println!(
+            "    baseline build: session {:>7.0}/s, classic {:>7.0}/s (this build: {:.2}x, {:.2}x)",
+            b[0],
+            b[1],
+            m[0] / b[0],
+            m[1] / b[1]
+        );
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pair {
     Session,
     Classic,
     /// A session pair whose connection opens with a Hello and the token.
     TokenSession,
+    /// The session pair's floor: two one-byte round trips on one fresh
+    /// connection to the floor server.
+    FloorSession,
+    /// The classic pair's floor: one one-byte round trip on each of two
+    /// fresh connections.
+    FloorClassic,
+}
+
+impl Pair {
+    fn is_floor(self) -> bool {
+        matches!(self, Pair::FloorSession | Pair::FloorClassic)
+    }
 }
 
 /// The token of the `--token` phase's servers.
@@ -350,6 +429,18 @@ fn one_pair(addr: SocketAddr, key: &[u8], kind: Pair) {
             release.extend_from_slice(key);
             assert_eq!(classic(addr, &release), b'+');
         }
+        Pair::FloorSession => {
+            let mut s = connect(addr);
+            let mut b = [0u8; 1];
+            for _ in 0..2 {
+                s.write_all(b"x").unwrap();
+                s.read_exact(&mut b).unwrap();
+            }
+        }
+        Pair::FloorClassic => {
+            classic(addr, b"x");
+            classic(addr, b"x");
+        }
     }
 }
 
@@ -392,15 +483,16 @@ fn hold_sessions(addr: SocketAddr, n: usize, prefix: &str) -> Vec<TcpStream> {
 /// is granted. Latency of a hand-off: from the release's send to the next
 /// grant's arrival.
 fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<Duration> {
+    assert!(!kind.is_floor(), "a floor has no queue");
     let key = format!("handoff-{kind:?}-{round}").into_bytes();
     let lock_frame = match kind {
         Pair::Session | Pair::TokenSession => frame(8, &key, b"w"),
-        Pair::Classic => frame(1, &key, b"w"),
+        _ => frame(1, &key, b"w"),
     };
     let read_grant = move |s: &mut TcpStream| -> u64 {
         match kind {
             Pair::Session | Pair::TokenSession => read_session_grant(s),
-            Pair::Classic => {
+            _ => {
                 let mut b = [0u8; 1];
                 s.read_exact(&mut b).unwrap();
                 assert_eq!(b[0], b'+');
@@ -410,7 +502,7 @@ fn handoffs(addr: SocketAddr, waiters: usize, kind: Pair, round: usize) -> Vec<D
     };
     let release = move |s: &mut TcpStream, key: &[u8], token: u64| match kind {
         Pair::Session | Pair::TokenSession => session_release(s, key, token),
-        Pair::Classic => {
+        _ => {
             let mut r = vec![6, key.len() as u8];
             r.extend_from_slice(key);
             assert_eq!(classic(addr, &r), b'+');

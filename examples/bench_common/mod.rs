@@ -107,3 +107,132 @@ pub fn median(v: &mut [f64]) -> f64 {
 pub fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
+
+/// The release `lc-cli` built beside this bench program (so a
+/// `CARGO_TARGET_DIR` elsewhere is followed): `.../release/examples/bench_x`
+/// -> `.../release/lc-cli`.
+pub fn lc_cli_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    let bin = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .expect("target/release/examples")
+        .join("lc-cli");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release` first",
+        bin.display()
+    );
+    bin
+}
+
+/// The floor every ratio is measured against, re-run from this program
+/// (`--floor-server`): see [`floor_server`].
+pub fn floor() -> Proc {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.arg("--floor-server").stderr(Stdio::null());
+    Proc::start(cmd)
+}
+
+/// A one-thread epoll server on 127.0.0.1:0 that answers every byte it
+/// reads with one byte and closes a connection when its client does: what
+/// a lock server could at best do per request here (no runtime, no table,
+/// no wake-up of another thread). Never returns.
+pub fn floor_server() {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    println!("listening on {}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let lfd = listener.as_raw_fd();
+    // SAFETY: plain epoll and socket calls on descriptors this loop owns;
+    // the buffers passed are live and as long as said.
+    unsafe {
+        let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+        assert!(ep >= 0, "epoll_create1");
+        let watch = |fd: i32| {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: fd as u64,
+            };
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev);
+        };
+        watch(lfd);
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut buf = [0u8; 64];
+        loop {
+            let n = libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1);
+            for ev in &events[..n.max(0) as usize] {
+                let fd = ev.u64 as i32;
+                if fd == lfd {
+                    loop {
+                        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+                        let c =
+                            libc::accept4(lfd, std::ptr::null_mut(), std::ptr::null_mut(), flags);
+                        if c < 0 {
+                            break;
+                        }
+                        let on: libc::c_int = 1;
+                        libc::setsockopt(
+                            c,
+                            libc::IPPROTO_TCP,
+                            libc::TCP_NODELAY,
+                            (&on as *const libc::c_int).cast(),
+                            std::mem::size_of::<libc::c_int>() as u32,
+                        );
+                        watch(c);
+                    }
+                    continue;
+                }
+                let r = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+                if r > 0 {
+                    libc::write(fd, buf.as_ptr().cast(), r as usize);
+                } else if r == 0 || *libc::__errno_location() != libc::EAGAIN {
+                    libc::close(fd); // also leaves the epoll set
+                }
+            }
+        }
+    }
+}
+
+/// The reference Locking-Center server (Go), if `LC_REFERENCE_BIN` names
+/// its binary: started on a free port of loopback (and the next one, its
+/// manager port), ready once it accepts.
+pub fn reference() -> Option<Proc> {
+    let bin = std::env::var_os("LC_REFERENCE_BIN")?;
+    let addr = free_port_pair();
+    let mut child = Command::new(&bin)
+        .env("BIND_ADDRESS", addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {bin:?}: {e}"));
+    let ready = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        if std::time::Instant::now() > ready || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("the reference server {bin:?} did not start on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Proc {
+        addr,
+        child,
+        stderr: None,
+    })
+}
+
+/// What the benches print where the reference is not measured.
+pub const NO_REFERENCE: &str = "Go reference: not given (set LC_REFERENCE_BIN)";
+
+/// A loopback port that is free, and whose successor is too.
+fn free_port_pair() -> SocketAddr {
+    loop {
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = a.local_addr().unwrap();
+        let next = SocketAddr::new(addr.ip(), addr.port().wrapping_add(1));
+        if addr.port() < u16::MAX && std::net::TcpListener::bind(next).is_ok() {
+            return addr;
+        }
+    }
+}

@@ -49,10 +49,8 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         }
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
+    let runtime =
+        crate::server::runtime::build(tls.is_some()).context("cannot start the runtime")?;
     let options = ServerOptions {
         read_timeout: args.read_timeout,
         verbose,

@@ -15,6 +15,7 @@ mod lock;
 pub mod manager_port;
 pub mod metrics;
 mod reset;
+pub mod runtime;
 mod session;
 pub mod stream;
 pub mod table;

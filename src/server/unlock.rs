@@ -40,9 +40,15 @@ pub async fn release_by(
     // None: a reset (or another Unlock) released this holder meanwhile;
     // that release is as durable as ours.
     // The holders let in log their own grants.
-    if let Some((holder, _)) = shared.table.finish_release(key, id) {
+    if let Some((holder, next)) = shared.table.finish_release(key, id) {
         Counters::bump(&shared.counters.releases);
         shared.events.release(key, &holder.source, peer);
+        if !next.is_empty() {
+            // The hand-off first: the tasks of the holders let in were just
+            // woken; one turn of the scheduler lets them write their grants
+            // before this answer and this connection's close.
+            tokio::task::yield_now().await;
+        }
     }
     Ok(Answer::Ok)
 }

@@ -395,8 +395,13 @@ pub fn limit_n(lc: Lc, queued: impl Fn(&str) -> bool) -> f64 {
         gap < 400.0,
         "fewer than {n} ran for {gap} ms while {n} waited: {spans:#?}"
     );
+    // The first n are granted at once, each before the next arrives, but
+    // their commands' own start lines may swap under load (a fork is slow):
+    // they are compared as a set; the n who waited, in their order.
     let order: Vec<String> = (0..2 * n).map(|i| format!("c{i}")).collect();
-    assert_eq!(tags(&spans), order, "not first come, first served");
+    let mut seen = tags(&spans);
+    seen[..n].sort();
+    assert_eq!(seen, order, "not first come, first served: {spans:#?}");
     assert_tokens_grow(&log, &spans);
     gap
 }
