@@ -14,7 +14,7 @@
 
 mod bench_common;
 
-use bench_common::{connect, median, raise_fd_limit, rss, Proc};
+use bench_common::{connect, frame, median, raise_fd_limit, rss, Proc};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -149,16 +149,6 @@ fn serve(bin: &Path, extra: &[&str]) -> Proc {
         .env_remove("DATA_PATH")
         .stderr(Stdio::null());
     Proc::start(cmd)
-}
-
-fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
-    let mut f = vec![action, key.len() as u8];
-    f.extend_from_slice(key);
-    if let Some(s) = source {
-        f.push(s.len() as u8);
-        f.extend_from_slice(s);
-    }
-    f
 }
 
 /// Closed with a reset, so a million connections leave no TIME_WAIT behind.

@@ -27,6 +27,14 @@
 //! (linear in N from the last two measured points, marked `~`).
 
 mod bench_common;
+#[path = "../tests/common/etcd.rs"]
+mod etcd;
+#[path = "../tests/common/tls.rs"]
+#[allow(dead_code)]
+mod tls;
+
+/// `etcd.rs` can also build lc-cli commands; this program does not.
+pub const BIN: &str = "lc-cli";
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -86,12 +94,14 @@ enum Guard {
     Child(Child, #[allow(dead_code)] tempfile::TempDir),
     /// A process group (PostgreSQL: the postmaster and its backends).
     Group(Child, #[allow(dead_code)] tempfile::TempDir),
+    /// Stopped by its own drop.
+    Etcd(#[allow(dead_code)] etcd::Etcd),
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         match self {
-            Guard::Serve(..) => {}
+            Guard::Serve(..) | Guard::Etcd(..) => {}
             Guard::Child(c, _) => {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -929,34 +939,16 @@ fn four(port: u16, word: &str) -> Option<String> {
 }
 
 fn start_etcd() -> Service {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let (port, peer) = (free_port(), free_port());
-    let client_url = format!("http://127.0.0.1:{port}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args(["--listen-client-urls", &client_url])
-        .args(["--advertise-client-urls", &client_url])
-        .args(["--listen-peer-urls", &peer_url])
-        .args(["--initial-advertise-peer-urls", &peer_url])
-        .args(["--initial-cluster", &format!("t={peer_url}")])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("etcd");
-    wait_port(port, "etcd");
-    std::thread::sleep(Duration::from_secs(2));
+    let etcd = etcd::Etcd::start();
     Service {
         name: "etcd (one member, WAL on disk)",
-        url: format!("etcd://127.0.0.1:{port}/bench"),
-        pid: child.id(),
-        data: DataSize::Dir(dir.path().join("data/member/snap")),
+        url: format!("etcd://127.0.0.1:{}/bench", etcd.port),
+        pid: etcd.pid(),
+        data: DataSize::Dir(etcd.data_dir().join("member/snap")),
         session_cap: None,
         kept_holds: true,
         says_queued: true,
-        _guard: Guard::Child(child, dir),
+        _guard: Guard::Etcd(etcd),
     }
 }
 

@@ -16,8 +16,8 @@
 mod bench_common;
 
 use bench_common::{
-    connect, floor, floor_server, lc_cli_bin, median, queue_waiters, raise_fd_limit, reference,
-    rss, us, Proc, NO_REFERENCE,
+    connect, floor, floor_server, frame, lc_cli_bin, median, queue_waiters, raise_fd_limit,
+    reference, rss, us, Proc, NO_REFERENCE,
 };
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -250,16 +250,6 @@ fn stop_and_read_log(p: &mut Proc) -> String {
     }
     let _ = p.child.wait();
     log
-}
-
-fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
-    let mut f = vec![action, key.len() as u8];
-    f.extend_from_slice(key);
-    if let Some(s) = source {
-        f.push(s.len() as u8);
-        f.extend_from_slice(s);
-    }
-    f
 }
 
 /// Connect, send, read the one-byte answer, close.

@@ -9,6 +9,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
 
+/// A classic frame: `[action][key len][key]([source len][source])`.
+pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
+    let mut f = vec![action, key.len() as u8];
+    f.extend_from_slice(key);
+    if let Some(s) = source {
+        f.push(s.len() as u8);
+        f.extend_from_slice(s);
+    }
+    f
+}
+
 /// A server process that prints `listening on ADDR` first on stdout;
 /// killed when dropped.
 pub struct Proc {

@@ -109,6 +109,16 @@ impl Etcd {
         etcd
     }
 
+    /// The server's process id (benchmarks read its memory).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Where the member keeps its data.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
     /// Adds the user `root` with `password` and the role `root`, and turns
     /// authentication on: `ctl` without credentials is refused from then on.
     pub fn enable_auth(&self, password: &str) {
