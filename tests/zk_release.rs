@@ -164,11 +164,14 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
         let key = format!("k{i}");
         let dir = format!("/e/{key}");
         let script = spans::script(&log, &tag, 0.3);
-        // A 4 s session: its command (0.3 s) must end after ZooKeeper is
+        // A 6 s session: its command (0.3 s) must end after ZooKeeper is
         // stopped and well before lc-cli counts the lock lost (two thirds of
-        // the session after the last contact), even on a loaded machine.
+        // the session after the last contact), and the restarted server
+        // must still have the node when the test looks (the session expires
+        // a session timeout after the server loaded it: with 4 s, a loaded
+        // CI run once found the node gone already).
         let mut holder = spans::Kids(vec![zk
-            .lc_session("/e", "4s", &["lock", &key, "-c", &script])
+            .lc_session("/e", "6s", &["lock", &key, "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -192,7 +195,7 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
         zk.start_again();
         let node_back = zk.queue(&dir).len();
         // Restored with the session, then expired with it.
-        let expired = wait_until(Duration::from_secs(20), || zk.queue(&dir).is_empty());
+        let expired = wait_until(Duration::from_secs(30), || zk.queue(&dir).is_empty());
         kill(pid, Signal::SIGCONT).unwrap();
         let code = holder.wait_all(Duration::from_secs(30))[0];
         let mut stderr = String::new();
