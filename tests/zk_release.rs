@@ -156,7 +156,8 @@ fn release_never_confirmed_exits_74_with_the_reset_line() {
 fn a_session_expired_meanwhile_is_a_confirmed_release() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let mut zk = Zk::start();
+    // tickTime 500 ms: sessions up to 10 s (the default 200 ms caps them at 4 s).
+    let mut zk = Zk::start_with_tick(500);
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     for i in 0..3 {
@@ -164,14 +165,14 @@ fn a_session_expired_meanwhile_is_a_confirmed_release() {
         let key = format!("k{i}");
         let dir = format!("/e/{key}");
         let script = spans::script(&log, &tag, 0.3);
-        // A 6 s session: its command (0.3 s) must end after ZooKeeper is
+        // An 8 s session: its command (0.3 s) must end after ZooKeeper is
         // stopped and well before lc-cli counts the lock lost (two thirds of
         // the session after the last contact), and the restarted server
-        // must still have the node when the test looks (the session expires
-        // a session timeout after the server loaded it: with 4 s, a loaded
-        // CI run once found the node gone already).
+        // must still have the node when the test looks: the session expires
+        // a session timeout after the server loaded it, and under load a
+        // restart (the JVM's start to `ruok`) took 5.8 s, past a 4 s session.
         let mut holder = spans::Kids(vec![zk
-            .lc_session("/e", "6s", &["lock", &key, "-c", &script])
+            .lc_session("/e", "8s", &["lock", &key, "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
