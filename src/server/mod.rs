@@ -221,20 +221,25 @@ impl Server {
         let restored = held.len();
         // Each hold read is dropped once restored, so a million of them are
         // never in memory twice over.
-        for (i, h) in held.into_iter().enumerate() {
-            let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
-                .parse()
-                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let (id, link) = table.restore(&h, peer);
+        let mut i = 0;
+        let with_peers = held.into_iter().map(|h| {
+            let peer: SocketAddr = std::str::from_utf8(&h.peer)
+                .ok()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            (h, peer)
+        });
+        table.restore_all(with_peers, |h, peer, id, link| {
             if i < RESTORED_LINES {
                 log_restored(&events, &h, peer, link.is_some(), &options);
             }
+            i += 1;
             if let Some(link) = link {
                 orphans.push((h.key, id, link));
             } else if let Some(at) = h.expires {
                 expiring.push((h.key, id, at));
             }
-        }
+        });
         if restored > RESTORED_LINES {
             events.info(format_args!(
                 "restored {} more hold(s), not listed one by one (`lc-cli keys` lists them)",

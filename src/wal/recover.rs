@@ -2,14 +2,15 @@
 //! records, cut a torn tail, upgrade or migrate an older format, and start
 //! the writer on what is left.
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::live::Live;
-use super::record::{self, decode, Next, Record};
+use super::live::{self, Change, Live};
+use super::record::{self, decode, decode_ref, Next, Record, RecordRef};
 use super::rewrite::{replace_log, snapshot, sync_dir, temp_path};
 use super::{file, io, Held, Options, Recovery, Wal, WalError};
 
@@ -130,28 +131,37 @@ struct Replayed {
 }
 
 /// Replays the records of `bytes` from `start`.
+///
+/// Each record is checked and read in place; its change is kept beside its
+/// framed bytes (this build's format: a grant of an earlier version gains
+/// its fields, one of this version is kept as read), and the live set is
+/// built from them grouped by key (a stable sort keeps each key's changes
+/// in log order, and the changes of different keys commute). A lookup in
+/// the set per record, two with its take and insert, was most of a
+/// restart; a compacted log is in key order already, which the sort
+/// finds in one pass.
 fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
-    let mut live = Live::default();
+    let mut changes: Vec<(Change, Cow<'_, [u8]>)> = Vec::new();
     let mut max_token = 0;
     let mut records = 0;
     let mut offset = start;
     while offset < bytes.len() {
         let rest = &bytes[offset..];
-        match decode(rest) {
+        match decode_ref(rest) {
             Next::Record(record, used) => {
                 records += 1;
-                match &record {
-                    Record::Grant { token, .. } | Record::Floor { token } => {
-                        max_token = max_token.max(*token)
+                match record {
+                    RecordRef::Grant { token, .. } | RecordRef::Floor { token } => {
+                        max_token = max_token.max(token)
                     }
-                    Record::Release { .. } => {}
+                    RecordRef::Release { .. } => {}
                 }
-                // Kept in this build's format, for a compaction (a grant of
-                // an earlier version gains its fields; one of this version
-                // is kept as read).
-                match record::is_current(rest) {
-                    true => live.apply(&record, &rest[..used]),
-                    false => live.apply(&record, &record.encode()),
+                if let Some(change) = Change::of(&record) {
+                    let framed = match record::is_current(rest) {
+                        true => Cow::Borrowed(&rest[..used]),
+                        false => Cow::Owned(record.to_owned().encode()),
+                    };
+                    changes.push((change, framed));
                 }
                 offset += used;
             }
@@ -168,6 +178,8 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
             }
         }
     }
+    changes.sort_by(|a, b| live::key_of(&a.1).cmp(live::key_of(&b.1)));
+    let live = Live::from_key_order(changes.iter().map(|(c, f)| (*c, &f[..])));
     Ok(Replayed {
         live,
         offset,

@@ -422,3 +422,51 @@ fn an_expiring_kept_hold_is_due_at_its_deadline_and_hands_on() {
     assert_eq!(t.expires(b"x", id), None);
     assert!(matches!(t.expire_kept(b"x", id), Expiry::Gone));
 }
+
+/// Holds restored from a log all land, in key order and each key's oldest
+/// first, given out of order too (one by one then).
+#[test]
+fn restored_holds_are_all_kept_in_key_order() {
+    let held = |key: &str, token: u64, mode: LockMode| {
+        let held = Held {
+            key: key.into(),
+            source: b"s".to_vec(),
+            peer: b"127.0.0.1:2".to_vec(),
+            since: SystemTime::now(),
+            token,
+            session: false,
+            mode,
+            expires: None,
+        };
+        (held, peer())
+    };
+    let t = Table::new();
+    let shared = LockMode::Shared;
+    let given = [
+        held("b", 1, shared),
+        held("b", 2, shared),
+        held("d", 3, LockMode::Exclusive),
+        held("a", 4, LockMode::Exclusive),
+        held("c", 5, shared),
+        held("b", 6, shared),
+    ];
+    let mut ids = Vec::new();
+    t.restore_all(given, |h, _, id, link| {
+        assert!(link.is_none());
+        ids.push((h.token, id));
+    });
+    assert_eq!(ids.len(), 6);
+    let listed: Vec<(Vec<u8>, Option<u64>)> =
+        t.held().into_iter().map(|r| (r.key, r.token)).collect();
+    let want: Vec<(Vec<u8>, Option<u64>)> =
+        [("a", 4), ("b", 1), ("b", 2), ("b", 6), ("c", 5), ("d", 3)]
+            .iter()
+            .map(|(k, t)| (k.as_bytes().to_vec(), Some(*t)))
+            .collect();
+    assert_eq!(listed, want);
+    // A restored key is held: a TryLock of it must wait.
+    assert!(matches!(
+        t.try_lock(b"a", &ask(b"x", false)),
+        TryOutcome::Busy
+    ));
+}
