@@ -29,6 +29,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -566,41 +567,35 @@ impl Table {
             None => Box::new(inner.keys.iter()),
         };
         for (k, s) in keys {
-            let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
-            for h in s.holds.iter() {
-                listing::push_hold_view(
-                    out,
-                    &HoldView {
-                        key: k,
-                        source: &h.source,
-                        peer: PeerText::Addr(h.peer()),
-                        since: h.since(),
-                        waiting,
-                        token: h.token,
-                        session: h.session,
-                        mode: h.mode,
-                        expires: h.expires(),
-                    },
-                );
-            }
-            if !waiters {
-                continue;
-            }
-            // A waiter whose client is gone is no longer in line.
-            for w in s.waiters.iter().filter(|w| !w.notify.is_closed()) {
-                listing::push_waiter_view(
-                    out,
-                    &WaiterView {
-                        key: k,
-                        source: &w.ask.source,
-                        peer: PeerText::Addr(w.ask.peer),
-                        since: w.since,
-                        mode: w.ask.mode,
-                        session: w.ask.session,
-                    },
-                );
+            push_listed(out, k, s, waiters);
+        }
+    }
+
+    /// A part of the listing of every key ([`Table::listing_into`] of
+    /// None): the records of the keys after `after` (from the first when
+    /// None), in key order, appended to `out` until it has `budget` bytes
+    /// (a key's records are never split). Returns the last key listed, to
+    /// go on from, or None once the last key is in. Each part takes the
+    /// mutex once, for about `budget` bytes' work, so a listing of a
+    /// million keys never holds up the server for all of it.
+    pub fn listing_part(
+        &self,
+        after: Option<&[u8]>,
+        waiters: bool,
+        out: &mut Vec<u8>,
+        budget: usize,
+    ) -> Option<Box<[u8]>> {
+        let inner = self.lock_inner();
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut keys = inner.keys.range::<[u8], _>((from, Bound::Unbounded));
+        for (k, s) in keys.by_ref() {
+            push_listed(out, k, s, waiters);
+            if out.len() >= budget {
+                // More to come only if a key follows.
+                return keys.next().is_some().then(|| k.clone());
             }
         }
+        None
     }
 
     /// Adds the holds of a log, without a client (restored at start-up),
@@ -678,6 +673,45 @@ impl Table {
 
 /// A key and its state, as the tree lends them.
 type Entry<'a> = (&'a Box<[u8]>, &'a Box<KeyState>);
+
+/// Appends the records of key `k` (state `s`): its holds oldest first and,
+/// with `waiters`, its live waiters in line order.
+fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
+    let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
+    for h in s.holds.iter() {
+        listing::push_hold_view(
+            out,
+            &HoldView {
+                key: k,
+                source: &h.source,
+                peer: PeerText::Addr(h.peer()),
+                since: h.since(),
+                waiting,
+                token: h.token,
+                session: h.session,
+                mode: h.mode,
+                expires: h.expires(),
+            },
+        );
+    }
+    if !waiters {
+        return;
+    }
+    // A waiter whose client is gone is no longer in line.
+    for w in s.waiters.iter().filter(|w| !w.notify.is_closed()) {
+        listing::push_waiter_view(
+            out,
+            &WaiterView {
+                key: k,
+                source: &w.ask.source,
+                peer: PeerText::Addr(w.ask.peer),
+                since: w.since,
+                mode: w.ask.mode,
+                session: w.ask.session,
+            },
+        );
+    }
+}
 
 /// A hold as the manager's KEYX reads it.
 fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {

@@ -470,3 +470,43 @@ fn restored_holds_are_all_kept_in_key_order() {
         TryOutcome::Busy
     ));
 }
+
+/// The listing of every key made in parts is the one made in one pass.
+#[test]
+fn a_listing_in_parts_is_the_whole_listing() {
+    let t = Table::new();
+    for i in 0..50 {
+        let key = format!("k{i:02}");
+        assert!(matches!(
+            t.lock(key.as_bytes(), &in_mode(b"a", false, LockMode::Shared)),
+            LockOutcome::Granted(_)
+        ));
+        if i % 3 == 0 {
+            let _ = t.lock(key.as_bytes(), &in_mode(b"b", false, LockMode::Shared));
+        }
+    }
+    let mut whole = Vec::new();
+    t.listing_into(None, true, &mut whole);
+    for budget in [1, 100, 1000, 1 << 20] {
+        let (mut parts, mut after, mut n) = (Vec::new(), None, 0);
+        loop {
+            let mut part = Vec::new();
+            after = t.listing_part(after.as_deref(), true, &mut part, budget);
+            assert!(!part.is_empty() || after.is_none());
+            parts.extend_from_slice(&part);
+            n += 1;
+            if after.is_none() {
+                break;
+            }
+        }
+        assert_eq!(parts, whole, "budget {budget}");
+        if budget == 1 {
+            assert_eq!(n, 50, "one key a part");
+        }
+    }
+    let mut none = Vec::new();
+    assert!(Table::new()
+        .listing_part(None, true, &mut none, 10)
+        .is_none());
+    assert!(none.is_empty());
+}
