@@ -10,14 +10,27 @@ use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::live::{self, Change, Live};
-use super::record::{self, decode, decode_ref, Next, Record, RecordRef};
+use super::record::{self, decode_ref, Next, RecordRef};
 use super::rewrite::{replace_log, snapshot, sync_dir, temp_path};
-use super::{file, io, Held, Options, Recovery, Wal, WalError};
+use super::{file, io, Held, HeldRef, Options, Recovery, Wal, WalError};
 
 impl Wal {
     /// Opens (or creates) the log at `path`, recovers it and starts the
     /// writer. Returns the held keys, sorted by key.
     pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
+        let mut held = Vec::new();
+        let (wal, recovery) = Self::open_with(path, options, |h| held.push(h.to_owned()))?;
+        Ok((wal, held, recovery))
+    }
+
+    /// [`Wal::open`], each held key told to `each` as read in place (no
+    /// copy of its fields: what a restart of a million holds wants), sorted
+    /// by key, then token, before the writer starts.
+    pub fn open_with(
+        path: &Path,
+        options: Options,
+        mut each: impl FnMut(HeldRef<'_>),
+    ) -> Result<(Wal, Recovery), WalError> {
         // First of all: nothing of the log is touched (not even a stale
         // temp file) while another server may be using it.
         let lock = file::LogLock::acquire(path).map_err(|e| match e {
@@ -36,7 +49,7 @@ impl Wal {
             recovery.stale_temp = true;
         }
         let (mut file, bytes) = open_and_read(path)?;
-        let first_record = matches!(decode(&bytes), Next::Record(..));
+        let first_record = matches!(decode_ref(&bytes), Next::Record(..));
         let start = match file::classify(&bytes, first_record) {
             file::Format::New => {
                 // New, or a crash cut its header short: (re)write the header.
@@ -100,10 +113,21 @@ impl Wal {
             recovery.migrated = true;
         }
 
-        let mut held: Vec<Held> = live.frames().filter_map(Held::from_frame).collect();
-        held.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
+        // The set is by key; a key's holds are in log order, put in token
+        // order here (the same but for logs before tokens).
+        let mut one_key: Vec<HeldRef<'_>> = Vec::new();
+        for h in live.frames().filter_map(HeldRef::from_frame) {
+            if one_key.last().is_some_and(|last| last.key != h.key) {
+                one_key.sort_by_key(|h| h.token);
+                one_key.drain(..).for_each(&mut each);
+            }
+            one_key.push(h);
+        }
+        one_key.sort_by_key(|h| h.token);
+        one_key.drain(..).for_each(&mut each);
+        drop(one_key);
         let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
-        Ok((wal, held, recovery))
+        Ok((wal, recovery))
     }
 }
 
@@ -188,11 +212,11 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
     })
 }
 
-impl Held {
-    /// The hold a framed Grant record describes.
-    fn from_frame(framed: &[u8]) -> Option<Held> {
+impl<'a> HeldRef<'a> {
+    /// The hold a framed Grant record describes, its fields in the record.
+    fn from_frame(framed: &'a [u8]) -> Option<HeldRef<'a>> {
         let Next::Record(
-            Record::Grant {
+            RecordRef::Grant {
                 key,
                 source,
                 peer,
@@ -203,11 +227,11 @@ impl Held {
                 expires_ms,
             },
             _,
-        ) = decode(framed)
+        ) = decode_ref(framed)
         else {
             return None;
         };
-        Some(Held {
+        Some(HeldRef {
             key,
             source,
             peer,

@@ -42,7 +42,7 @@ use super::metrics::Counters;
 use crate::mode::LockMode;
 use crate::proto::listing::{self, HoldView, PeerText, WaiterView};
 use crate::proto::manager::KeyReport;
-use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
+use crate::wal::{Held, HeldRef, NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -187,11 +187,10 @@ impl Table {
         Self::default()
     }
 
-    /// A table whose grants and releases are recorded in `wal` first.
-    pub fn with_wal(wal: Wal) -> Self {
-        let table = Self::default();
-        table.lock_inner().wal = Some(wal);
-        table
+    /// From now on, grants and releases are recorded in `wal` first (for a
+    /// table just restored from it).
+    pub fn attach_wal(&self, wal: Wal) {
+        self.lock_inner().wal = Some(wal);
     }
 
     /// The log's counters, with a log.
@@ -598,45 +597,13 @@ impl Table {
         None
     }
 
-    /// Adds the holds of a log, without a client (restored at start-up),
-    /// given sorted by key (as [`Wal::open`] returns them). A session hold
-    /// is heard from "now", so its holder has the session timeout to
-    /// reclaim it; `each` is told every hold (in the order given) with its
-    /// peer, its grant id (a kept hold that expires needs it for its timer)
-    /// and, for a session hold, its link, for the task that expires it
-    /// otherwise.
-    ///
-    /// The tree of keys is built in one pass, node by node, instead of a
-    /// lookup and an insert per key (most of a restart's time with a
-    /// million keys), and its nodes are full. A hold out of that order is
-    /// added one by one.
-    pub fn restore_all(
-        &self,
-        held: impl IntoIterator<Item = (Held, SocketAddr)>,
-        mut each: impl FnMut(Held, SocketAddr, GrantId, Option<LinkEnd>),
-    ) {
-        let mut inner = self.lock_inner();
-        let mut built: Vec<(Box<[u8]>, Box<KeyState>)> = Vec::new();
-        let mut stragglers: Vec<(Vec<u8>, Hold)> = Vec::new();
-        for (h, peer) in held {
-            let (hold, end) = inner.restored(&h, peer);
-            let id = hold.id;
-            match built.last_mut() {
-                Some((k, state)) if **k == *h.key => state.holds.push(hold),
-                Some((k, _)) if **k > *h.key => stragglers.push((h.key.clone(), hold)),
-                _ => {
-                    let mut state = Box::<KeyState>::default();
-                    state.holds.push(hold);
-                    built.push((h.key.as_slice().into(), state));
-                }
-            }
-            each(h, peer, id, end);
-        }
-        // Sorted and each key once: collected without a sort's moves.
-        let mut tree: BTreeMap<Box<[u8]>, Box<KeyState>> = built.into_iter().collect();
-        inner.keys.append(&mut tree);
-        for (key, hold) in stragglers {
-            inner.add_hold(&key, hold);
+    /// Adds the holds of a log, without a client (restored at start-up):
+    /// see [`Restorer`]. The table is locked until it is dropped.
+    pub fn restorer(&self) -> Restorer<'_> {
+        Restorer {
+            inner: self.lock_inner(),
+            built: Vec::new(),
+            stragglers: Vec::new(),
         }
     }
 
@@ -668,6 +635,53 @@ impl Table {
         let held = inner.keys.values().map(|s| s.holds.len()).sum();
         let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();
         (held, waiting)
+    }
+}
+
+/// Adds the holds of a log to a table, given sorted by key (as
+/// [`Wal::open_with`] tells them), one [`Restorer::add`] each; they enter
+/// the table's tree when it is dropped. The tree is built in one pass,
+/// node by node, instead of a lookup and an insert per key (most of a
+/// restart's time with a million keys), and its nodes are full. A hold out
+/// of that order is added one by one.
+pub struct Restorer<'t> {
+    inner: std::sync::MutexGuard<'t, Inner>,
+    /// Each key once, in key order.
+    built: Vec<(Box<[u8]>, Box<KeyState>)>,
+    stragglers: Vec<(Box<[u8]>, Hold)>,
+}
+
+impl Restorer<'_> {
+    /// Adds `held`. A session hold is heard from "now", so its holder has
+    /// the session timeout to reclaim it; its link is returned for the task
+    /// that expires it otherwise. The grant id of every hold is returned
+    /// too (a kept hold that expires needs it for its timer).
+    pub fn add(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
+        let (hold, end) = self.inner.restored(held, peer);
+        let id = hold.id;
+        let key = held.key;
+        match self.built.last_mut() {
+            Some((k, state)) if **k == *key => state.holds.push(hold),
+            Some((k, _)) if **k > *key => self.stragglers.push((key.into(), hold)),
+            _ => {
+                let mut state = Box::<KeyState>::default();
+                state.holds.push(hold);
+                self.built.push((key.into(), state));
+            }
+        }
+        (id, end)
+    }
+}
+
+impl Drop for Restorer<'_> {
+    fn drop(&mut self) {
+        // Sorted and each key once: collected without a sort's moves.
+        let mut tree: BTreeMap<Box<[u8]>, Box<KeyState>> =
+            std::mem::take(&mut self.built).into_iter().collect();
+        self.inner.keys.append(&mut tree);
+        for (key, hold) in std::mem::take(&mut self.stragglers) {
+            self.inner.add_hold(&key, hold);
+        }
     }
 }
 
@@ -755,7 +769,7 @@ impl Sources {
 impl Inner {
     /// The hold `held` describes, with a fresh grant id, its source
     /// interned and its link (for a session hold): not yet in the tree.
-    fn restored(&mut self, held: &Held, peer: SocketAddr) -> (Hold, Option<LinkEnd>) {
+    fn restored(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (Hold, Option<LinkEnd>) {
         let id = self.fresh_id();
         self.last_token = self.last_token.max(held.token);
         let (link, end) = Link::for_hold(held.session);
@@ -770,7 +784,7 @@ impl Inner {
             owner: None,
             expires: held.expires,
         };
-        let source = self.sources.intern(&held.source);
+        let source = self.sources.intern(held.source);
         (Hold::new(&holder, source, link), end)
     }
 
