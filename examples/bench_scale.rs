@@ -6,6 +6,10 @@
 //!     ... -- --before OLD/lc-cli   # the same parts for another build too, interleaved
 //!     ... -- --keys 100000 --only held|restart|keys|waiters
 //!
+//! `keys` also times TryLocks of a held key on other connections during one
+//! more listing (every 5 ms: the median and longest wait for an answer),
+//! to show whether the one-thread server serves others while it lists.
+//!
 //! Each figure against a baseline measured in the same run: the server's
 //! RSS idle (and the bare bytes of the key names), its RSS before the
 //! waiters came, a bare read of the log file, a `cat` of a file as large
@@ -287,6 +291,36 @@ fn listing(label: &str, bin: &Path, addr: SocketAddr, pid: u32, dir: &Path, n: u
         cat_null.push(cat(Stdio::null()).as_secs_f64());
         cat_file.push(cat(File::create(&copy).unwrap().into()).as_secs_f64());
     }
+    // Another client meanwhile: a TryLock of a held key every 5 ms during
+    // one more listing (to /dev/null), its longest wait for the answer.
+    let probing = std::sync::atomic::AtomicBool::new(true);
+    let held = key("scale", 0);
+    let (waits, listed) = std::thread::scope(|s| {
+        let probe = s.spawn(|| {
+            let mut waits = Vec::new();
+            while probing.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                assert_eq!(
+                    round_trip(addr, &frame(5, held.as_bytes(), Some(b"probe"))),
+                    b'#'
+                );
+                waits.push(t.elapsed().as_secs_f64());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            waits
+        });
+        let (listed, _) = keys(Stdio::null());
+        probing.store(false, Ordering::Relaxed);
+        (probe.join().unwrap(), listed)
+    });
+    let mut sorted = waits.clone();
+    println!(
+        "[{label}] during one more listing ({:.2} s): {} TryLocks of a held key on other connections, answered within {:.1} ms (median) / {:.1} ms (longest)",
+        listed.as_secs_f64(),
+        waits.len(),
+        median(&mut sorted) * 1e3,
+        waits.iter().cloned().fold(0.0, f64::max) * 1e3
+    );
     let size = std::fs::metadata(&out).unwrap().len();
     let lines = std::fs::read_to_string(&out).unwrap().lines().count();
     assert_eq!(lines, n, "one line per held key");

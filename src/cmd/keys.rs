@@ -56,7 +56,10 @@ pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
     }
     let now = SystemTime::now();
     let out = match (json, with_waiters) {
-        (true, false) => as_json(&keys, now),
+        (true, false) => {
+            super::print_with(|out| write_json(&keys, now, out))?;
+            return Ok(ExitCode::Success);
+        }
         (true, true) => as_json_with_waiters(&keys, waiters.as_deref(), now),
         (false, _) => {
             let mut out = as_table(&keys, now);
@@ -237,36 +240,109 @@ fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
 /// One JSON object per key, one per line.
 pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
     let mut out = Vec::with_capacity(keys.len() * 240);
-    for k in keys {
-        json_line(&mut out, k, now);
-    }
+    write_json(keys, now, &mut out).expect("a Vec takes every write");
     String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// [`as_json`] written to `to` in pieces of [`PIECE`] bytes: a million keys
+/// are 240 MB of JSON, never in memory at once.
+pub fn write_json(keys: &[KeyInfo], now: SystemTime, to: &mut impl Write) -> std::io::Result<()> {
+    const PIECE: usize = 256 * 1024;
+    let mut out = Vec::with_capacity(PIECE + 4096);
+    let mut clock = Clock::default();
+    for k in keys {
+        json_line(&mut out, k, now, &mut clock);
+        if out.len() >= PIECE {
+            to.write_all(&out)?;
+            out.clear();
+        }
+    }
+    to.write_all(&out)?;
+    to.flush()
+}
+
+/// Writes times as `humantime::format_rfc3339_millis` does, the date and
+/// time of day made once per second (a listing's holds mostly began within
+/// a few seconds of each other).
+#[derive(Default)]
+struct Clock {
+    /// The second last written, and its text up to the seconds' digits
+    /// (`2026-12-03T06:48:53`).
+    second: Option<(u64, [u8; 19])>,
+}
+
+impl Clock {
+    fn push(&mut self, out: &mut Vec<u8>, t: SystemTime) {
+        let Ok(since) = t.duration_since(std::time::UNIX_EPOCH) else {
+            let _ = write!(out, "{}", humantime::format_rfc3339_millis(t));
+            return;
+        };
+        let secs = since.as_secs();
+        let prefix = match self.second {
+            Some((s, prefix)) if s == secs => prefix,
+            _ => {
+                let text = humantime::format_rfc3339_seconds(t).to_string();
+                let Some(prefix) = text.as_bytes().get(..19).and_then(|p| p.try_into().ok()) else {
+                    let _ = write!(out, "{}", humantime::format_rfc3339_millis(t));
+                    return;
+                };
+                self.second = Some((secs, prefix));
+                prefix
+            }
+        };
+        out.extend_from_slice(&prefix);
+        let ms = since.subsec_millis();
+        out.extend_from_slice(&[
+            b'.',
+            b'0' + (ms / 100) as u8,
+            b'0' + (ms / 10 % 10) as u8,
+            b'0' + (ms % 10) as u8,
+            b'Z',
+        ]);
+    }
 }
 
 /// One key's object, written straight into `out` with its fields in the
 /// order serde_json's map gives them (by name), as `serde_json::json!` did
 /// (`json_is_the_maps_text` checks the two agree): a million keys are
 /// printed in well under a second, where a `Value` per key took seconds.
-fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime) {
-    fn time(out: &mut Vec<u8>, t: Option<SystemTime>) {
-        match t {
-            // Digits, '-', ':', 'T', '.' and 'Z': nothing to escape.
-            Some(t) => {
-                let _ = write!(out, "\"{}\"", humantime::format_rfc3339_millis(t));
-            }
-            None => out.extend_from_slice(b"null"),
+fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock) {
+    let mut time = |out: &mut Vec<u8>, t: Option<SystemTime>| match t {
+        // Digits, '-', ':', 'T', '.' and 'Z': nothing to escape.
+        Some(t) => {
+            out.push(b'"');
+            clock.push(out, t);
+            out.push(b'"');
         }
-    }
+        None => out.extend_from_slice(b"null"),
+    };
     fn num(out: &mut Vec<u8>, n: Option<u64>) {
         match n {
-            Some(n) => {
-                let _ = write!(out, "{n}");
+            Some(mut n) => {
+                let mut digits = [0u8; 20];
+                let mut at = digits.len();
+                loop {
+                    at -= 1;
+                    digits[at] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                out.extend_from_slice(&digits[at..]);
             }
             None => out.extend_from_slice(b"null"),
         }
     }
     fn text(out: &mut Vec<u8>, s: Option<&str>) {
         match s {
+            // Nothing serde_json would escape (a control character, '"' or
+            // '\\'): as it is.
+            Some(s) if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') => {
+                out.push(b'"');
+                out.extend_from_slice(s.as_bytes());
+                out.push(b'"');
+            }
             Some(s) => serde_json::to_writer(&mut *out, s).expect("a string"),
             None => out.extend_from_slice(b"null"),
         }
@@ -548,6 +624,34 @@ mod tests {
         for k in [info("a", 2, 1, now), odd, shared] {
             assert_eq!(as_json(std::slice::from_ref(&k), now), json_by_map(&k, now));
         }
+    }
+
+    /// Times of one second and of the next, one after another, as the map
+    /// wrote them (the date and time of day are made once per second).
+    #[test]
+    fn times_written_in_a_row_are_the_maps_text() {
+        let now = SystemTime::now();
+        let epoch = std::time::UNIX_EPOCH;
+        let times = [
+            now,
+            now - Duration::from_millis(1),
+            now - Duration::from_millis(999),
+            now - Duration::from_millis(1000),
+            now - Duration::from_millis(1000),
+            epoch + Duration::from_millis(1_700_000_000_009),
+            epoch + Duration::from_millis(1_700_000_000_999),
+            epoch + Duration::from_millis(1_700_000_001_000),
+            epoch,
+        ];
+        let keys: Vec<KeyInfo> = times
+            .iter()
+            .map(|t| KeyInfo {
+                since: Some(*t),
+                ..info("k", 1, 0, now)
+            })
+            .collect();
+        let want: String = keys.iter().map(|k| json_by_map(k, now)).collect();
+        assert_eq!(as_json(&keys, now), want);
     }
 
     #[test]

@@ -242,8 +242,16 @@ pub(crate) fn command_line(config: &BackendConfig, subcommand: &str, key: &str) 
 /// write error is one.
 pub(crate) fn print_out(text: impl AsRef<[u8]>) -> Result<()> {
     use std::io::Write;
+    print_with(|out| out.write_all(text.as_ref()).and_then(|()| out.flush()))
+}
+
+/// Writes to stdout with `write` (a broken pipe is no error, as in
+/// [`print_out`]).
+pub(crate) fn print_with(
+    write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
+) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+    match write(&mut out) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(fail(
             ExitCode::Software,
             format!("cannot write to stdout: {e}"),

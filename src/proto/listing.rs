@@ -153,10 +153,42 @@ fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
             // At most 55 bytes (`[v6%scope]:port`): its length fits a u8.
             let at = out.len();
             out.push(0);
-            let _ = write!(out, "{addr}");
+            match addr {
+                // As `Display` writes it, without its machinery (a listing
+                // of a million holds has a million peers).
+                SocketAddr::V4(v4) => {
+                    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+                        if i > 0 {
+                            out.push(b'.');
+                        }
+                        push_decimal(out, u32::from(octet));
+                    }
+                    out.push(b':');
+                    push_decimal(out, u32::from(v4.port()));
+                }
+                SocketAddr::V6(_) => {
+                    let _ = write!(out, "{addr}");
+                }
+            }
             out[at] = (out.len() - at - 1) as u8;
         }
     }
+}
+
+/// `n` in decimal digits.
+fn push_decimal(out: &mut Vec<u8>, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Appends the record of a hold (the server writes its own holds with
@@ -461,6 +493,25 @@ mod tests {
         assert_eq!(got.holds, holds);
         assert_eq!(got.waiters, waiters);
         assert_eq!(decode(&encode(&[], &[])).unwrap(), Some(Listing::default()));
+    }
+
+    /// A peer address is written as its `Display` text.
+    #[test]
+    fn a_peer_is_its_display_text() {
+        for peer in [
+            "0.0.0.0:0",
+            "127.0.0.1:9",
+            "10.200.3.45:65535",
+            "255.255.255.255:10000",
+            "[::1]:80",
+            "[fe80::1%2]:4000",
+        ] {
+            let addr: SocketAddr = peer.parse().unwrap();
+            let mut out = Vec::new();
+            push_peer(&mut out, PeerText::Addr(addr));
+            assert_eq!(out[0] as usize, out.len() - 1);
+            assert_eq!(&out[1..], addr.to_string().as_bytes(), "{peer}");
+        }
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! Keys (lc-cli's action 17): who holds a key (or every key) and, if
 //! asked, who waits for it, on the lock port, so a client needs no other
-//! port for `keys`, the holder's name or its place in line. The table
-//! writes the records in one pass under its mutex (one key: a lookup);
-//! they are sent in pieces, each within the write limit, so a client that
-//! stops reading cannot keep the task.
+//! port for `keys`, the holder's name or its place in line. One key is a
+//! lookup under the table's mutex. Every key is listed in parts of about
+//! [`PIECE`] bytes, each written under the mutex from where the last one
+//! ended (in key order, each key once) and sent before the next is made,
+//! with a yield between two: the one-thread server serves every other
+//! connection between parts (a million keys in one pass under the mutex
+//! held everyone up for half a second), and the client reads one part
+//! while the next is made. So a listing of many keys is not one instant's:
+//! a key changed while it is listed is shown as it was, or as it is, when
+//! its part was made. Each piece is written within the write limit, so a
+//! client that stops reading cannot keep the task.
 
 use std::time::Duration;
 
@@ -13,20 +20,37 @@ use super::stream::Stream;
 use super::Shared;
 use crate::proto::listing;
 
-/// A piece of the listing written at once.
+/// A part of the listing made and written at once.
 const PIECE: usize = 64 * 1024;
 
 pub async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
-    let key = (!key.is_empty()).then_some(key);
-    let mut out = vec![listing::LISTING];
-    shared.table.listing_into(key.as_deref(), waiters, &mut out);
-    // The end record says the listing is whole; the close follows.
-    listing::push_end(&mut out);
     let limit = shared.read_timeout.max(Duration::from_secs(1));
-    for piece in out.chunks(PIECE) {
-        if !write(&mut stream, piece, limit).await {
+    let mut out = Vec::with_capacity(PIECE + 4096);
+    out.push(listing::LISTING);
+    if !key.is_empty() {
+        shared.table.listing_into(Some(&key), waiters, &mut out);
+        // The end record says the listing is whole; the close follows.
+        listing::push_end(&mut out);
+        for piece in out.chunks(PIECE) {
+            if !write(&mut stream, piece, limit).await {
+                return;
+            }
+        }
+        return;
+    }
+    let mut after: Option<Box<[u8]>> = None;
+    loop {
+        after = shared
+            .table
+            .listing_part(after.as_deref(), waiters, &mut out, PIECE);
+        if after.is_none() {
+            listing::push_end(&mut out);
+        }
+        if !write(&mut stream, &out, limit).await || after.is_none() {
             return;
         }
+        out.clear();
+        tokio::task::yield_now().await;
     }
 }
 

@@ -181,14 +181,41 @@ impl Server {
             on_sync: Some(Arc::new(move |took| observer.observe(took))),
             ..wal::Options::default()
         };
-        let (wal, held, recovery) = Wal::open(&path, wal_options).map_err(|e| match e {
+        // Each hold is restored as the log's bytes have it (no copy of its
+        // fields), straight into the table's tree, before the log's writer
+        // starts.
+        let table = Table::new();
+        let mut orphans = Vec::new();
+        let mut expiring = Vec::new();
+        let mut restored = 0;
+        // The first holds' lines, told after what the recovery found.
+        let mut lines = Vec::new();
+        let mut restorer = table.restorer();
+        let opened = Wal::open_with(&path, wal_options, |h| {
+            let peer: SocketAddr = std::str::from_utf8(h.peer)
+                .ok()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            let (id, link) = restorer.add(&h, peer);
+            if restored < RESTORED_LINES {
+                lines.push((h.to_owned(), peer, link.is_some()));
+            }
+            restored += 1;
+            if let Some(link) = link {
+                orphans.push((h.key.to_vec(), id, link));
+            } else if let Some(at) = h.expires {
+                expiring.push((h.key.to_vec(), id, at));
+            }
+        });
+        drop(restorer);
+        let (wal, recovery) = opened.map_err(|e| match e {
             WalError::Corrupt { .. } | WalError::Version { .. } | WalError::Foreign { .. } => {
                 OpenError::Corrupt(e)
             }
             WalError::Locked { .. } => OpenError::InUse(e),
             WalError::Io { .. } => OpenError::Io(e),
         })?;
-        let table = Table::with_wal(wal);
+        table.attach_wal(wal);
         table.raise_token_floor(recovery.token_floor);
         if let Some(version) = recovery.upgraded {
             events.info(format_args!(
@@ -216,24 +243,8 @@ impl Server {
                 path.display()
             ));
         }
-        let mut orphans = Vec::new();
-        let mut expiring = Vec::new();
-        let restored = held.len();
-        // Each hold read is dropped once restored, so a million of them are
-        // never in memory twice over.
-        for (i, h) in held.into_iter().enumerate() {
-            let peer: SocketAddr = String::from_utf8_lossy(&h.peer)
-                .parse()
-                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let (id, link) = table.restore(&h, peer);
-            if i < RESTORED_LINES {
-                log_restored(&events, &h, peer, link.is_some(), &options);
-            }
-            if let Some(link) = link {
-                orphans.push((h.key, id, link));
-            } else if let Some(at) = h.expires {
-                expiring.push((h.key, id, at));
-            }
+        for (h, peer, session) in lines {
+            log_restored(&events, &h, peer, session, &options);
         }
         if restored > RESTORED_LINES {
             events.info(format_args!(

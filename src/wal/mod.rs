@@ -52,6 +52,34 @@ pub struct Held {
     pub expires: Option<SystemTime>,
 }
 
+/// A [`Held`] as read in place from the log's bytes ([`Wal::open_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldRef<'a> {
+    pub key: &'a [u8],
+    pub source: &'a [u8],
+    pub peer: &'a [u8],
+    pub since: SystemTime,
+    pub token: u64,
+    pub session: bool,
+    pub mode: LockMode,
+    pub expires: Option<SystemTime>,
+}
+
+impl HeldRef<'_> {
+    pub fn to_owned(&self) -> Held {
+        Held {
+            key: self.key.to_vec(),
+            source: self.source.to_vec(),
+            peer: self.peer.to_vec(),
+            since: self.since,
+            token: self.token,
+            session: self.session,
+            mode: self.mode,
+            expires: self.expires,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WalError {
     /// A whole record that fails its checksum (or cannot be read): the file

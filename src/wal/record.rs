@@ -131,6 +131,97 @@ impl Record {
     }
 }
 
+/// A record read in place ([`decode_ref`]): the fields of [`Record`],
+/// borrowed from the bytes it was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordRef<'a> {
+    Grant {
+        key: &'a [u8],
+        source: &'a [u8],
+        peer: &'a [u8],
+        since_ms: u64,
+        token: u64,
+        session: bool,
+        mode: LockMode,
+        expires_ms: Option<u64>,
+    },
+    Release {
+        key: &'a [u8],
+        token: Option<u64>,
+    },
+    Floor {
+        token: u64,
+    },
+}
+
+impl RecordRef<'_> {
+    /// The key the record is about (none for a Floor).
+    pub fn key(&self) -> &[u8] {
+        match self {
+            RecordRef::Grant { key, .. } | RecordRef::Release { key, .. } => key,
+            RecordRef::Floor { .. } => &[],
+        }
+    }
+
+    pub fn to_owned(&self) -> Record {
+        match *self {
+            RecordRef::Grant {
+                key,
+                source,
+                peer,
+                since_ms,
+                token,
+                session,
+                mode,
+                expires_ms,
+            } => Record::Grant {
+                key: key.to_vec(),
+                source: source.to_vec(),
+                peer: peer.to_vec(),
+                since_ms,
+                token,
+                session,
+                mode,
+                expires_ms,
+            },
+            RecordRef::Release { key, token } => Record::Release {
+                key: key.to_vec(),
+                token,
+            },
+            RecordRef::Floor { token } => Record::Floor { token },
+        }
+    }
+}
+
+impl Record {
+    /// The record, borrowed field by field.
+    pub fn borrowed(&self) -> RecordRef<'_> {
+        match self {
+            Record::Grant {
+                key,
+                source,
+                peer,
+                since_ms,
+                token,
+                session,
+                mode,
+                expires_ms,
+            } => RecordRef::Grant {
+                key,
+                source,
+                peer,
+                since_ms: *since_ms,
+                token: *token,
+                session: *session,
+                mode: *mode,
+                expires_ms: *expires_ms,
+            },
+            Record::Release { key, token } => RecordRef::Release { key, token: *token },
+            Record::Floor { token } => RecordRef::Floor { token: *token },
+        }
+    }
+}
+
 /// Whether the framed record at the start of `frame` (a valid one) is in
 /// this build's format, so that encoding it again gives the same bytes.
 pub fn is_current(frame: &[u8]) -> bool {
@@ -144,11 +235,12 @@ fn checksum(len: &[u8], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(len), payload)
 }
 
-/// What is at one offset of a log.
+/// What is at one offset of a log: the record owned ([`decode`]) or read
+/// in place ([`decode_ref`]).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next {
+pub enum Next<R = Record> {
     /// A whole, valid record and its framed length.
-    Record(Record, usize),
+    Record(R, usize),
     /// The buffer ends inside a record (or is empty): a torn tail.
     Incomplete,
     /// A whole record that is not valid.
@@ -157,6 +249,16 @@ pub enum Next {
 
 /// Decodes the record at the start of `buf`.
 pub fn decode(buf: &[u8]) -> Next {
+    match decode_ref(buf) {
+        Next::Record(record, used) => Next::Record(record.to_owned(), used),
+        Next::Incomplete => Next::Incomplete,
+        Next::Corrupt(reason) => Next::Corrupt(reason),
+    }
+}
+
+/// Decodes the record at the start of `buf` in place: its fields borrow
+/// `buf` (no allocation; what a replay of a million records needs).
+pub fn decode_ref(buf: &[u8]) -> Next<RecordRef<'_>> {
     if buf.len() < HEADER {
         return Next::Incomplete;
     }
@@ -177,12 +279,12 @@ pub fn decode(buf: &[u8]) -> Next {
     }
 }
 
-fn parse(payload: &[u8]) -> Option<Record> {
+fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
     let (&tag, rest) = payload.split_first()?;
     let mut cur = rest;
-    let mut field = || -> Option<Vec<u8>> {
+    let mut field = || -> Option<&[u8]> {
         let (&n, rest) = cur.split_first()?;
-        let bytes = rest.get(..n as usize)?.to_vec();
+        let bytes = rest.get(..n as usize)?;
         cur = &rest[n as usize..];
         Some(bytes)
     };
@@ -220,7 +322,7 @@ fn parse(payload: &[u8]) -> Option<Record> {
             if session > 1 {
                 return None;
             }
-            Record::Grant {
+            RecordRef::Grant {
                 key,
                 source,
                 peer,
@@ -233,7 +335,7 @@ fn parse(payload: &[u8]) -> Option<Record> {
         }
         TAG_FLOOR => {
             let token: [u8; 8] = rest.try_into().ok()?;
-            return Some(Record::Floor {
+            return Some(RecordRef::Floor {
                 token: u64::from_le_bytes(token),
             });
         }
@@ -244,7 +346,7 @@ fn parse(payload: &[u8]) -> Option<Record> {
                 (TAG_RELEASE, 8) => Some(u64::from_le_bytes(cur.try_into().ok()?)),
                 _ => return None,
             };
-            Record::Release { key, token }
+            RecordRef::Release { key, token }
         }
         _ => return None,
     };

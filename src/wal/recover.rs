@@ -2,21 +2,35 @@
 //! records, cut a torn tail, upgrade or migrate an older format, and start
 //! the writer on what is left.
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::live::Live;
-use super::record::{self, decode, Next, Record};
+use super::live::{self, Change, Live};
+use super::record::{self, decode_ref, Next, RecordRef};
 use super::rewrite::{replace_log, snapshot, sync_dir, temp_path};
-use super::{file, io, Held, Options, Recovery, Wal, WalError};
+use super::{file, io, Held, HeldRef, Options, Recovery, Wal, WalError};
 
 impl Wal {
     /// Opens (or creates) the log at `path`, recovers it and starts the
     /// writer. Returns the held keys, sorted by key.
     pub fn open(path: &Path, options: Options) -> Result<(Wal, Vec<Held>, Recovery), WalError> {
+        let mut held = Vec::new();
+        let (wal, recovery) = Self::open_with(path, options, |h| held.push(h.to_owned()))?;
+        Ok((wal, held, recovery))
+    }
+
+    /// [`Wal::open`], each held key told to `each` as read in place (no
+    /// copy of its fields: what a restart of a million holds wants), sorted
+    /// by key, then token, before the writer starts.
+    pub fn open_with(
+        path: &Path,
+        options: Options,
+        mut each: impl FnMut(HeldRef<'_>),
+    ) -> Result<(Wal, Recovery), WalError> {
         // First of all: nothing of the log is touched (not even a stale
         // temp file) while another server may be using it.
         let lock = file::LogLock::acquire(path).map_err(|e| match e {
@@ -35,7 +49,7 @@ impl Wal {
             recovery.stale_temp = true;
         }
         let (mut file, bytes) = open_and_read(path)?;
-        let first_record = matches!(decode(&bytes), Next::Record(..));
+        let first_record = matches!(decode_ref(&bytes), Next::Record(..));
         let start = match file::classify(&bytes, first_record) {
             file::Format::New => {
                 // New, or a crash cut its header short: (re)write the header.
@@ -99,10 +113,21 @@ impl Wal {
             recovery.migrated = true;
         }
 
-        let mut held: Vec<Held> = live.frames().filter_map(Held::from_frame).collect();
-        held.sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
+        // The set is by key; a key's holds are in log order, put in token
+        // order here (the same but for logs before tokens).
+        let mut one_key: Vec<HeldRef<'_>> = Vec::new();
+        for h in live.frames().filter_map(HeldRef::from_frame) {
+            if one_key.last().is_some_and(|last| last.key != h.key) {
+                one_key.sort_by_key(|h| h.token);
+                one_key.drain(..).for_each(&mut each);
+            }
+            one_key.push(h);
+        }
+        one_key.sort_by_key(|h| h.token);
+        one_key.drain(..).for_each(&mut each);
+        drop(one_key);
         let wal = Wal::start(path, file, offset as u64, (live, max_token), options, lock)?;
-        Ok((wal, held, recovery))
+        Ok((wal, recovery))
     }
 }
 
@@ -130,28 +155,37 @@ struct Replayed {
 }
 
 /// Replays the records of `bytes` from `start`.
+///
+/// Each record is checked and read in place; its change is kept beside its
+/// framed bytes (this build's format: a grant of an earlier version gains
+/// its fields, one of this version is kept as read), and the live set is
+/// built from them grouped by key (a stable sort keeps each key's changes
+/// in log order, and the changes of different keys commute). A lookup in
+/// the set per record, two with its take and insert, was most of a
+/// restart; a compacted log is in key order already, which the sort
+/// finds in one pass.
 fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError> {
-    let mut live = Live::default();
+    let mut changes: Vec<(Change, Cow<'_, [u8]>)> = Vec::new();
     let mut max_token = 0;
     let mut records = 0;
     let mut offset = start;
     while offset < bytes.len() {
         let rest = &bytes[offset..];
-        match decode(rest) {
+        match decode_ref(rest) {
             Next::Record(record, used) => {
                 records += 1;
-                match &record {
-                    Record::Grant { token, .. } | Record::Floor { token } => {
-                        max_token = max_token.max(*token)
+                match record {
+                    RecordRef::Grant { token, .. } | RecordRef::Floor { token } => {
+                        max_token = max_token.max(token)
                     }
-                    Record::Release { .. } => {}
+                    RecordRef::Release { .. } => {}
                 }
-                // Kept in this build's format, for a compaction (a grant of
-                // an earlier version gains its fields; one of this version
-                // is kept as read).
-                match record::is_current(rest) {
-                    true => live.apply(&record, &rest[..used]),
-                    false => live.apply(&record, &record.encode()),
+                if let Some(change) = Change::of(&record) {
+                    let framed = match record::is_current(rest) {
+                        true => Cow::Borrowed(&rest[..used]),
+                        false => Cow::Owned(record.to_owned().encode()),
+                    };
+                    changes.push((change, framed));
                 }
                 offset += used;
             }
@@ -168,6 +202,8 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
             }
         }
     }
+    changes.sort_by(|a, b| live::key_of(&a.1).cmp(live::key_of(&b.1)));
+    let live = Live::from_key_order(changes.iter().map(|(c, f)| (*c, &f[..])));
     Ok(Replayed {
         live,
         offset,
@@ -176,11 +212,11 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
     })
 }
 
-impl Held {
-    /// The hold a framed Grant record describes.
-    fn from_frame(framed: &[u8]) -> Option<Held> {
+impl<'a> HeldRef<'a> {
+    /// The hold a framed Grant record describes, its fields in the record.
+    fn from_frame(framed: &'a [u8]) -> Option<HeldRef<'a>> {
         let Next::Record(
-            Record::Grant {
+            RecordRef::Grant {
                 key,
                 source,
                 peer,
@@ -191,11 +227,11 @@ impl Held {
                 expires_ms,
             },
             _,
-        ) = decode(framed)
+        ) = decode_ref(framed)
         else {
             return None;
         };
-        Some(Held {
+        Some(HeldRef {
             key,
             source,
             peer,

@@ -107,7 +107,7 @@ async fn read_listing(stream: &mut LcStream, addr: &str) -> Result<Answered> {
         reason,
     };
     let mut reader = ListingReader::new();
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 256 * 1024];
     loop {
         let n = stream
             .read(&mut buf)
@@ -224,9 +224,9 @@ pub async fn list_manager(
 /// A hold as `keys` shows it.
 pub fn key_info(r: KeyReport) -> KeyInfo {
     KeyInfo {
-        key: String::from_utf8_lossy(&r.key).into_owned(),
-        source: String::from_utf8_lossy(&r.source).into_owned(),
-        peer: (!r.peer.is_empty()).then(|| String::from_utf8_lossy(&r.peer).into_owned()),
+        key: text(r.key),
+        source: text(r.source),
+        peer: (!r.peer.is_empty()).then(|| text(r.peer)),
         since: Some(r.since),
         waiting: r.waiting as usize,
         // A server before sessions cannot tell.
@@ -235,6 +235,12 @@ pub fn key_info(r: KeyReport) -> KeyInfo {
         expires: r.expires,
         mode: r.mode.unwrap_or(LockMode::Exclusive),
     }
+}
+
+/// The bytes as text, moved (not copied) when they are UTF-8, as nearly
+/// every key is; others with U+FFFD for what is not.
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// The waiters of a listing, each with its place in its key's line.

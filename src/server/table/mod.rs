@@ -29,6 +29,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,7 +42,7 @@ use super::metrics::Counters;
 use crate::mode::LockMode;
 use crate::proto::listing::{self, HoldView, PeerText, WaiterView};
 use crate::proto::manager::KeyReport;
-use crate::wal::{Held, NotDurable, Record, Stats as WalStats, Ticket, Wal};
+use crate::wal::{Held, HeldRef, NotDurable, Record, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
 pub type GrantId = u64;
@@ -186,11 +187,10 @@ impl Table {
         Self::default()
     }
 
-    /// A table whose grants and releases are recorded in `wal` first.
-    pub fn with_wal(wal: Wal) -> Self {
-        let table = Self::default();
-        table.lock_inner().wal = Some(wal);
-        table
+    /// From now on, grants and releases are recorded in `wal` first (for a
+    /// table just restored from it).
+    pub fn attach_wal(&self, wal: Wal) {
+        self.lock_inner().wal = Some(wal);
     }
 
     /// The log's counters, with a log.
@@ -566,67 +566,45 @@ impl Table {
             None => Box::new(inner.keys.iter()),
         };
         for (k, s) in keys {
-            let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
-            for h in s.holds.iter() {
-                listing::push_hold_view(
-                    out,
-                    &HoldView {
-                        key: k,
-                        source: &h.source,
-                        peer: PeerText::Addr(h.peer()),
-                        since: h.since(),
-                        waiting,
-                        token: h.token,
-                        session: h.session,
-                        mode: h.mode,
-                        expires: h.expires(),
-                    },
-                );
-            }
-            if !waiters {
-                continue;
-            }
-            // A waiter whose client is gone is no longer in line.
-            for w in s.waiters.iter().filter(|w| !w.notify.is_closed()) {
-                listing::push_waiter_view(
-                    out,
-                    &WaiterView {
-                        key: k,
-                        source: &w.ask.source,
-                        peer: PeerText::Addr(w.ask.peer),
-                        since: w.since,
-                        mode: w.ask.mode,
-                        session: w.ask.session,
-                    },
-                );
-            }
+            push_listed(out, k, s, waiters);
         }
     }
 
-    /// Adds a hold without a client (restored from the log at start-up). A
-    /// session hold is heard from "now", so its holder has the session
-    /// timeout to reclaim it; its grant id and link are returned for the
-    /// task that expires it otherwise. The grant id of every hold is
-    /// returned too (a kept hold that expires needs it for its timer).
-    pub fn restore(&self, held: &Held, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
-        let mut inner = self.lock_inner();
-        let id = inner.fresh_id();
-        inner.last_token = inner.last_token.max(held.token);
-        let (link, end) = Link::for_hold(held.session);
-        let holder = Holder {
-            id,
-            token: held.token,
-            source: Vec::new(),
-            peer,
-            since: held.since,
-            session: held.session,
-            mode: held.mode,
-            owner: None,
-            expires: held.expires,
-        };
-        let source = inner.sources.intern(&held.source);
-        inner.add_hold(&held.key, Hold::new(&holder, source, link));
-        (id, end)
+    /// A part of the listing of every key ([`Table::listing_into`] of
+    /// None): the records of the keys after `after` (from the first when
+    /// None), in key order, appended to `out` until it has `budget` bytes
+    /// (a key's records are never split). Returns the last key listed, to
+    /// go on from, or None once the last key is in. Each part takes the
+    /// mutex once, for about `budget` bytes' work, so a listing of a
+    /// million keys never holds up the server for all of it.
+    pub fn listing_part(
+        &self,
+        after: Option<&[u8]>,
+        waiters: bool,
+        out: &mut Vec<u8>,
+        budget: usize,
+    ) -> Option<Box<[u8]>> {
+        let inner = self.lock_inner();
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut keys = inner.keys.range::<[u8], _>((from, Bound::Unbounded));
+        for (k, s) in keys.by_ref() {
+            push_listed(out, k, s, waiters);
+            if out.len() >= budget {
+                // More to come only if a key follows.
+                return keys.next().is_some().then(|| k.clone());
+            }
+        }
+        None
+    }
+
+    /// Adds the holds of a log, without a client (restored at start-up):
+    /// see [`Restorer`]. The table is locked until it is dropped.
+    pub fn restorer(&self) -> Restorer<'_> {
+        Restorer {
+            inner: self.lock_inner(),
+            built: Vec::new(),
+            stragglers: Vec::new(),
+        }
     }
 
     /// The event counters of this table's server (grants are bumped here).
@@ -660,8 +638,94 @@ impl Table {
     }
 }
 
+/// Adds the holds of a log to a table, given sorted by key (as
+/// [`Wal::open_with`] tells them), one [`Restorer::add`] each; they enter
+/// the table's tree when it is dropped. The tree is built in one pass,
+/// node by node, instead of a lookup and an insert per key (most of a
+/// restart's time with a million keys), and its nodes are full. A hold out
+/// of that order is added one by one.
+pub struct Restorer<'t> {
+    inner: std::sync::MutexGuard<'t, Inner>,
+    /// Each key once, in key order.
+    built: Vec<(Box<[u8]>, Box<KeyState>)>,
+    stragglers: Vec<(Box<[u8]>, Hold)>,
+}
+
+impl Restorer<'_> {
+    /// Adds `held`. A session hold is heard from "now", so its holder has
+    /// the session timeout to reclaim it; its link is returned for the task
+    /// that expires it otherwise. The grant id of every hold is returned
+    /// too (a kept hold that expires needs it for its timer).
+    pub fn add(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
+        let (hold, end) = self.inner.restored(held, peer);
+        let id = hold.id;
+        let key = held.key;
+        match self.built.last_mut() {
+            Some((k, state)) if **k == *key => state.holds.push(hold),
+            Some((k, _)) if **k > *key => self.stragglers.push((key.into(), hold)),
+            _ => {
+                let mut state = Box::<KeyState>::default();
+                state.holds.push(hold);
+                self.built.push((key.into(), state));
+            }
+        }
+        (id, end)
+    }
+}
+
+impl Drop for Restorer<'_> {
+    fn drop(&mut self) {
+        // Sorted and each key once: collected without a sort's moves.
+        let mut tree: BTreeMap<Box<[u8]>, Box<KeyState>> =
+            std::mem::take(&mut self.built).into_iter().collect();
+        self.inner.keys.append(&mut tree);
+        for (key, hold) in std::mem::take(&mut self.stragglers) {
+            self.inner.add_hold(&key, hold);
+        }
+    }
+}
+
 /// A key and its state, as the tree lends them.
 type Entry<'a> = (&'a Box<[u8]>, &'a Box<KeyState>);
+
+/// Appends the records of key `k` (state `s`): its holds oldest first and,
+/// with `waiters`, its live waiters in line order.
+fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
+    let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
+    for h in s.holds.iter() {
+        listing::push_hold_view(
+            out,
+            &HoldView {
+                key: k,
+                source: &h.source,
+                peer: PeerText::Addr(h.peer()),
+                since: h.since(),
+                waiting,
+                token: h.token,
+                session: h.session,
+                mode: h.mode,
+                expires: h.expires(),
+            },
+        );
+    }
+    if !waiters {
+        return;
+    }
+    // A waiter whose client is gone is no longer in line.
+    for w in s.waiters.iter().filter(|w| !w.notify.is_closed()) {
+        listing::push_waiter_view(
+            out,
+            &WaiterView {
+                key: k,
+                source: &w.ask.source,
+                peer: PeerText::Addr(w.ask.peer),
+                since: w.since,
+                mode: w.ask.mode,
+                session: w.ask.session,
+            },
+        );
+    }
+}
 
 /// A hold as the manager's KEYX reads it.
 fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {
@@ -703,6 +767,27 @@ impl Sources {
 }
 
 impl Inner {
+    /// The hold `held` describes, with a fresh grant id, its source
+    /// interned and its link (for a session hold): not yet in the tree.
+    fn restored(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (Hold, Option<LinkEnd>) {
+        let id = self.fresh_id();
+        self.last_token = self.last_token.max(held.token);
+        let (link, end) = Link::for_hold(held.session);
+        let holder = Holder {
+            id,
+            token: held.token,
+            source: Vec::new(),
+            peer,
+            since: held.since,
+            session: held.session,
+            mode: held.mode,
+            owner: None,
+            expires: held.expires,
+        };
+        let source = self.sources.intern(held.source);
+        (Hold::new(&holder, source, link), end)
+    }
+
     fn fresh_id(&mut self) -> GrantId {
         self.next_id += 1;
         self.next_id

@@ -422,3 +422,93 @@ fn an_expiring_kept_hold_is_due_at_its_deadline_and_hands_on() {
     assert_eq!(t.expires(b"x", id), None);
     assert!(matches!(t.expire_kept(b"x", id), Expiry::Gone));
 }
+
+/// Holds restored from a log all land, in key order and each key's oldest
+/// first, given out of order too (one by one then).
+#[test]
+fn restored_holds_are_all_kept_in_key_order() {
+    let since = SystemTime::now();
+    let held = |key: &'static str, token: u64, mode: LockMode| HeldRef {
+        key: key.as_bytes(),
+        source: b"s",
+        peer: b"127.0.0.1:2",
+        since,
+        token,
+        session: false,
+        mode,
+        expires: None,
+    };
+    let t = Table::new();
+    let shared = LockMode::Shared;
+    let given = [
+        held("b", 1, shared),
+        held("b", 2, shared),
+        held("d", 3, LockMode::Exclusive),
+        held("a", 4, LockMode::Exclusive),
+        held("c", 5, shared),
+        held("b", 6, shared),
+    ];
+    let mut ids = Vec::new();
+    let mut restorer = t.restorer();
+    for h in &given {
+        let (id, link) = restorer.add(h, peer());
+        assert!(link.is_none());
+        ids.push(id);
+    }
+    drop(restorer);
+    ids.dedup();
+    assert_eq!(ids.len(), 6);
+    let listed: Vec<(Vec<u8>, Option<u64>)> =
+        t.held().into_iter().map(|r| (r.key, r.token)).collect();
+    let want: Vec<(Vec<u8>, Option<u64>)> =
+        [("a", 4), ("b", 1), ("b", 2), ("b", 6), ("c", 5), ("d", 3)]
+            .iter()
+            .map(|(k, t)| (k.as_bytes().to_vec(), Some(*t)))
+            .collect();
+    assert_eq!(listed, want);
+    // A restored key is held: a TryLock of it must wait.
+    assert!(matches!(
+        t.try_lock(b"a", &ask(b"x", false)),
+        TryOutcome::Busy
+    ));
+}
+
+/// The listing of every key made in parts is the one made in one pass.
+#[test]
+fn a_listing_in_parts_is_the_whole_listing() {
+    let t = Table::new();
+    for i in 0..50 {
+        let key = format!("k{i:02}");
+        assert!(matches!(
+            t.lock(key.as_bytes(), &in_mode(b"a", false, LockMode::Shared)),
+            LockOutcome::Granted(_)
+        ));
+        if i % 3 == 0 {
+            let _ = t.lock(key.as_bytes(), &in_mode(b"b", false, LockMode::Shared));
+        }
+    }
+    let mut whole = Vec::new();
+    t.listing_into(None, true, &mut whole);
+    for budget in [1, 100, 1000, 1 << 20] {
+        let (mut parts, mut after, mut n) = (Vec::new(), None, 0);
+        loop {
+            let mut part = Vec::new();
+            after = t.listing_part(after.as_deref(), true, &mut part, budget);
+            assert!(!part.is_empty() || after.is_none());
+            parts.extend_from_slice(&part);
+            n += 1;
+            if after.is_none() {
+                break;
+            }
+        }
+        assert_eq!(parts, whole, "budget {budget}");
+        if budget == 1 {
+            assert_eq!(n, 50, "one key a part");
+        }
+    }
+    let mut none = Vec::new();
+    assert!(Table::new()
+        .listing_part(None, true, &mut none, 10)
+        .is_none());
+    assert!(none.is_empty());
+}
