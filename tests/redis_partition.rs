@@ -13,11 +13,10 @@ use common::proxy::Proxy;
 use common::redis::{lc, RedisServer};
 use common::timeline::OnTerm;
 
-/// The three kinds of command at once, each on its own key and proxy.
-fn partitions(ttl: &str) {
+/// The kinds of command at once, each on its own key and proxy.
+fn partitions(ttl: &str, kinds: &[OnTerm]) {
     let redis = RedisServer::start();
-    let kinds = [OnTerm::LogAndExit, OnTerm::SlowExit, OnTerm::Ignore];
-    trials(&format!("ttl {ttl}"), &kinds, |n, kind| {
+    trials(&format!("ttl {ttl}"), kinds, |n, kind| {
         let key = format!("k{n}");
         let proxy = Proxy::start(redis.port);
         let through_proxy = format!("redis://{}", proxy.addr());
@@ -30,12 +29,19 @@ fn partitions(ttl: &str) {
         )
     });
 }
+/// On a 2 s lease SIGTERM comes about 1.3 s after the freeze and SIGKILL
+/// 0.56 s later, so SlowExit's half-second clean-up had some 60 ms to spare
+/// and once ran out in CI (its end line never written): it runs on the
+/// 4 s lease only, as in etcd_loss.
 #[test]
 fn frozen_holder_stops_before_its_lease_can_run_out_2s() {
-    partitions("2s");
+    partitions("2s", &[OnTerm::LogAndExit, OnTerm::Ignore]);
 }
 
 #[test]
 fn frozen_holder_stops_before_its_lease_can_run_out_4s() {
-    partitions("4s");
+    partitions(
+        "4s",
+        &[OnTerm::LogAndExit, OnTerm::SlowExit, OnTerm::Ignore],
+    );
 }

@@ -318,19 +318,7 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     };
     fn num(out: &mut Vec<u8>, n: Option<u64>) {
         match n {
-            Some(mut n) => {
-                let mut digits = [0u8; 20];
-                let mut at = digits.len();
-                loop {
-                    at -= 1;
-                    digits[at] = b'0' + (n % 10) as u8;
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
-                }
-                out.extend_from_slice(&digits[at..]);
-            }
+            Some(n) => crate::proto::listing::push_decimal(out, n),
             None => out.extend_from_slice(b"null"),
         }
     }

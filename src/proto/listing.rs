@@ -161,10 +161,10 @@ fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
                         if i > 0 {
                             out.push(b'.');
                         }
-                        push_decimal(out, u32::from(octet));
+                        push_decimal(out, u64::from(octet));
                     }
                     out.push(b':');
-                    push_decimal(out, u32::from(v4.port()));
+                    push_decimal(out, u64::from(v4.port()));
                 }
                 SocketAddr::V6(_) => {
                     let _ = write!(out, "{addr}");
@@ -175,9 +175,10 @@ fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
     }
 }
 
-/// `n` in decimal digits.
-fn push_decimal(out: &mut Vec<u8>, n: u32) {
-    let mut digits = [0u8; 10];
+/// `n` in decimal digits (what `write!` gives, without the formatting
+/// machinery: a million-key listing's numbers).
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut n = n;
     loop {
