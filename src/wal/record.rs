@@ -70,64 +70,11 @@ impl Record {
 
     /// Appends the framed record to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&[0; HEADER]);
-        match self {
-            Record::Grant {
-                key,
-                source,
-                peer,
-                since_ms,
-                token,
-                session,
-                mode,
-                expires_ms,
-            } => {
-                out.push(match expires_ms {
-                    Some(_) => TAG_GRANT_EXPIRING,
-                    None => TAG_GRANT,
-                });
-                for field in [key, source, peer] {
-                    let field = &field[..field.len().min(255)];
-                    out.push(field.len() as u8);
-                    out.extend_from_slice(field);
-                }
-                out.extend_from_slice(&since_ms.to_le_bytes());
-                out.extend_from_slice(&token.to_le_bytes());
-                out.push(u8::from(*session));
-                out.extend_from_slice(&mode.word().to_le_bytes());
-                if let Some(at) = expires_ms {
-                    out.extend_from_slice(&at.to_le_bytes());
-                }
-            }
-            Record::Floor { token } => {
-                out.push(TAG_FLOOR);
-                out.extend_from_slice(&token.to_le_bytes());
-            }
-            Record::Release { key, token } => {
-                let key = &key[..key.len().min(255)];
-                out.push(if token.is_some() {
-                    TAG_RELEASE
-                } else {
-                    TAG_RELEASE_ALL
-                });
-                out.push(key.len() as u8);
-                out.extend_from_slice(key);
-                if let Some(token) = token {
-                    out.extend_from_slice(&token.to_le_bytes());
-                }
-            }
-        }
-        let len = (out.len() - start - HEADER) as u32;
-        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        let crc = checksum(&out[start..start + 4], &out[start + HEADER..]);
-        out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+        self.borrowed().encode_into(out)
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.encode_into(&mut out);
-        out
+        self.borrowed().encode()
     }
 }
 
@@ -161,6 +108,68 @@ impl RecordRef<'_> {
             RecordRef::Grant { key, .. } | RecordRef::Release { key, .. } => key,
             RecordRef::Floor { .. } => &[],
         }
+    }
+
+    /// Appends the framed record to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER]);
+        match *self {
+            RecordRef::Grant {
+                key,
+                source,
+                peer,
+                since_ms,
+                token,
+                session,
+                mode,
+                expires_ms,
+            } => {
+                out.push(match expires_ms {
+                    Some(_) => TAG_GRANT_EXPIRING,
+                    None => TAG_GRANT,
+                });
+                for field in [key, source, peer] {
+                    let field = &field[..field.len().min(255)];
+                    out.push(field.len() as u8);
+                    out.extend_from_slice(field);
+                }
+                out.extend_from_slice(&since_ms.to_le_bytes());
+                out.extend_from_slice(&token.to_le_bytes());
+                out.push(u8::from(session));
+                out.extend_from_slice(&mode.word().to_le_bytes());
+                if let Some(at) = expires_ms {
+                    out.extend_from_slice(&at.to_le_bytes());
+                }
+            }
+            RecordRef::Floor { token } => {
+                out.push(TAG_FLOOR);
+                out.extend_from_slice(&token.to_le_bytes());
+            }
+            RecordRef::Release { key, token } => {
+                let key = &key[..key.len().min(255)];
+                out.push(if token.is_some() {
+                    TAG_RELEASE
+                } else {
+                    TAG_RELEASE_ALL
+                });
+                out.push(key.len() as u8);
+                out.extend_from_slice(key);
+                if let Some(token) = token {
+                    out.extend_from_slice(&token.to_le_bytes());
+                }
+            }
+        }
+        let len = (out.len() - start - HEADER) as u32;
+        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        let crc = checksum(&out[start..start + 4], &out[start + HEADER..]);
+        out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
     }
 
     pub fn to_owned(&self) -> Record {

@@ -183,7 +183,7 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
                 if let Some(change) = Change::of(&record) {
                     let framed = match record::is_current(rest) {
                         true => Cow::Borrowed(&rest[..used]),
-                        false => Cow::Owned(record.to_owned().encode()),
+                        false => Cow::Owned(record.encode()),
                     };
                     changes.push((change, framed));
                 }
