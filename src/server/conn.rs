@@ -7,44 +7,75 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::stream::Stream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::limits::Tracked;
+use super::stream::Stream;
 
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
 use super::tokens::{self, Caller, Permit};
-use super::{hello, keys, lock, reset, session, trylock, unlock, Shared};
+use super::{hello, keys, lock, reset, session, tls, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields, and an
 /// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes).
 const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
 
-/// Serves one connection.
+/// Serves one accepted connection, from the TLS handshake (`serve
+/// --tls-cert`) to its end; `tracked` counts it open until then.
 ///
-/// A queued waiter is this task parked in [`lock::serve`], so the size of this
-/// future is what each waiter costs: the phases that are not waiting (reading
-/// the request, answering a grant, the other requests) run in boxed futures,
-/// allocated only while they run.
-pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
-    let Some((stream, request, caller)) = Box::pin(read_phase(stream, peer, &shared)).await else {
-        return;
-    };
+/// A queued waiter is this task parked on its [`lock::Parked`], so the size
+/// of this future is what each waiter costs: everything before the wait
+/// (the handshake, reading the request, the token gate, a grant at once,
+/// every other request) and after it runs in boxed futures, freed when
+/// done, and the wait keeps only the `Parked`.
+pub fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    tls: Option<TlsAcceptor>,
+    tracked: Tracked,
+) -> impl Future<Output = ()> + Send {
+    // Not an async fn: its arguments would stay in its state for good.
+    let up_to_the_wait = Box::pin(async move {
+        let stream = tls::open(tcp, peer, &shared, tls.as_ref()).await?;
+        let parked = serve(stream, peer, &shared).await?;
+        Some((parked, tracked))
+    });
+    async move {
+        let Some((mut parked, tracked)) = up_to_the_wait.await else {
+            return;
+        };
+        let turn = (&mut parked).await;
+        Box::pin(parked.after(turn, tracked.peer())).await;
+        drop(tracked);
+    }
+}
+
+/// Serves the connection's request, but for the wait of a queued Lock: that
+/// is returned, for [`serve_connection`] to wait in.
+async fn serve(stream: Stream, peer: SocketAddr, shared: &Arc<Shared>) -> Option<lock::Parked> {
+    // Boxed: its buffer is freed before a waiter takes its place in line.
+    let (stream, request, caller) = Box::pin(read_phase(stream, peer, shared)).await?;
     if !shared.extensions && request.is_extension() {
         // The test-only reference mode: an action the reference does not know.
-        return Box::pin(reply(stream, async { Answer::Fail })).await;
+        reply(stream, async { Answer::Fail }).await;
+        return None;
     }
     // The token gate (with --token-file): what the Hello's role may do.
     let whose = match caller.map(|c| (c, tokens::allowed(c.role, &request))) {
         None | Some((_, Permit::Yes)) => Whose::Any,
         Some((c, Permit::OwnHolds)) => Whose::Only(c.owner),
         Some((_, Permit::No(reason))) => {
-            return Box::pin(not_allowed(stream, peer, &shared, reason)).await
+            not_allowed(stream, peer, shared, reason).await;
+            return None;
         }
     };
     let owner = caller.map(|c| c.owner);
-    match request {
-        // The one phase that may wait for long: inline, the rest boxed.
+    let (key, ask, hold, wait) = match request {
         Request::Lock {
             key,
             source,
@@ -60,37 +91,8 @@ pub async fn handle(stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
                 owner,
                 expire: None,
             };
-            if wait {
-                lock::serve(stream, &shared, key, ask, hold).await
-            } else {
-                Box::pin(trylock::serve(stream, &shared, key, ask, hold)).await
-            }
+            (key, ask, hold, wait)
         }
-        other => Box::pin(serve_short(stream, peer, &shared, other, whose, caller)).await,
-    }
-}
-
-/// The reference's rule: a request without a source is the peer's address.
-fn or_peer(source: Vec<u8>, peer: SocketAddr) -> Vec<u8> {
-    if source.is_empty() {
-        peer.ip().to_string().into_bytes()
-    } else {
-        source
-    }
-}
-
-/// Every request but a Lock: served at once, but for an expiring lock
-/// (rare, so boxed here rather than growing every parked waiter).
-async fn serve_short(
-    stream: Stream,
-    peer: SocketAddr,
-    shared: &Arc<Shared>,
-    request: Request,
-    whose: Whose,
-    caller: Option<Caller>,
-) {
-    match request {
-        Request::Lock { .. } => unreachable!("served by handle"),
         Request::ExpiringLock {
             key,
             source,
@@ -103,15 +105,44 @@ async fn serve_short(
                 peer,
                 session: false,
                 mode,
-                owner: caller.map(|c| c.owner),
+                owner,
                 expire: Some(Ask::expire_secs(ttl_ms)),
             };
-            if wait {
-                lock::serve(stream, shared, key, ask, Hold::Kept).await
-            } else {
-                trylock::serve(stream, shared, key, ask, Hold::Kept).await
-            }
+            (key, ask, Hold::Kept, wait)
         }
+        other => {
+            serve_short(stream, peer, shared, other, whose, caller).await;
+            return None;
+        }
+    };
+    if wait {
+        lock::serve(stream, shared, key, ask, hold).await
+    } else {
+        trylock::serve(stream, shared, key, ask, hold).await;
+        None
+    }
+}
+
+/// The reference's rule: a request without a source is the peer's address.
+fn or_peer(source: Vec<u8>, peer: SocketAddr) -> Vec<u8> {
+    if source.is_empty() {
+        peer.ip().to_string().into_bytes()
+    } else {
+        source
+    }
+}
+
+/// Every request but a Lock: served at once.
+async fn serve_short(
+    stream: Stream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    request: Request,
+    whose: Whose,
+    caller: Option<Caller>,
+) {
+    match request {
+        Request::Lock { .. } | Request::ExpiringLock { .. } => unreachable!("served by serve"),
         Request::Release { key, kind } => {
             match unlock::release_by(shared, peer, &key, kind, whose).await {
                 Ok(answer) => reply(stream, async { answer }).await,
@@ -278,23 +309,25 @@ impl Frames {
 
 #[cfg(test)]
 mod tests {
-    /// Each queued waiter is one parked `handle` future: keep it small (it
-    /// was 1,272 bytes before the non-waiting phases were boxed; 760 with
-    /// the token gate, which keeps only the owner inline).
+    /// Each queued waiter is one parked connection task: keep its future
+    /// small (1,272 bytes before the non-waiting phases were boxed; 760
+    /// with the token gate, inside a spawned block with more; 152 since
+    /// the wait is a [`super::lock::Parked`] polled by hand). Tokio adds
+    /// 104 bytes and rounds the task up to a multiple of 128: at most 152
+    /// keeps it at 256.
     #[tokio::test]
     async fn a_parked_connection_stays_small() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let c = super::super::stream::Stream::Plain(
-            tokio::net::TcpStream::connect(addr).await.unwrap(),
-        );
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
             super::super::events::Events { verbose: false },
             &super::super::ServerOptions::default(),
         ));
-        let f = super::handle(c, addr, shared);
+        let tracked = shared.limits.admit(addr).ok().unwrap();
+        let f = super::serve_connection(tcp, addr, shared, None, tracked);
         let size = std::mem::size_of_val(&f);
-        assert!(size <= 800, "the connection future is {size} bytes");
+        assert!(size <= 152, "the connection future is {size} bytes");
     }
 }

@@ -148,6 +148,13 @@ pub struct Tracked {
     peer: SocketAddr,
 }
 
+impl Tracked {
+    /// The connection's peer (kept here once for all who need it).
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+}
+
 impl Drop for Tracked {
     fn drop(&mut self) {
         self.limits.release(self.peer);

@@ -4,67 +4,152 @@
 //! serves the hold on the same connection (`session.rs`).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
 
 use super::grant;
 use super::metrics::Counters;
-use super::table::{Ask, LockOutcome, Notice, Withdrawal};
+use super::table::{Ask, GrantId, LockOutcome, Notice, Withdrawal};
 use super::Shared;
 use crate::proto::Hold;
 
-/// Serves a Lock on its connection. A queued waiter is this future parked
-/// in the wait below, so what it keeps across the wait is what each waiter
-/// costs (see `conn::handle`).
-pub async fn serve(mut stream: Stream, shared: &Arc<Shared>, key: Vec<u8>, ask: Ask, hold: Hold) {
+/// Serves a Lock up to its wait: a grant at once or a refusal is answered
+/// here; a queued request is returned as its [`Parked`] waiter.
+pub async fn serve(
+    mut stream: Stream,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    ask: Ask,
+    hold: Hold,
+) -> Option<Parked> {
     let peer = ask.peer;
-    let (id, notice) = match shared.table.lock(&key, &ask) {
+    match shared.table.lock(&key, &ask) {
         LockOutcome::Granted(g) => {
             shared.events.grant(&key, &ask.source, peer);
-            return Box::pin(grant::hand_over(stream, peer, shared, key, g, hold)).await;
+            grant::hand_over(stream, peer, shared, key, g, hold).await;
+            None
         }
-        LockOutcome::Queued(id, notice) => (id, notice),
+        LockOutcome::Queued(id, notice) => {
+            shared.events.queued(&key, &ask.source, peer);
+            Some(Parked {
+                stream,
+                shared: shared.clone(),
+                names: Names::new(&key, &ask.source),
+                id,
+                notice,
+                hold,
+            })
+        }
         LockOutcome::Conflict(theirs) => {
-            let _ = Box::pin(stream.write_all(&hold.conflict(theirs))).await;
-            return;
+            let _ = stream.write_all(&hold.conflict(theirs)).await;
+            None
         }
-    };
-    shared.events.queued(&key, &ask.source, peer);
-    // Wait for the turn or the hang-up, whichever comes first. Written as a
-    // poll function so a parked waiter keeps no buffer and no extra future.
-    let mut notice = notice;
-    let notice = std::future::poll_fn(|cx| {
-        if let Poll::Ready(n) = Pin::new(&mut notice).poll(cx) {
+    }
+}
+
+/// A queued waiter: what its connection keeps until its turn or its
+/// hang-up, and nothing more (each waiter costs this and its task; the
+/// table keeps the rest of its request, the connection its peer).
+pub struct Parked {
+    stream: Stream,
+    shared: Arc<Shared>,
+    /// The key, and the source for the event log's lines.
+    names: Names,
+    id: GrantId,
+    notice: oneshot::Receiver<Notice>,
+    hold: Hold,
+}
+
+/// What a waiter's wait ends in: its turn (a notice from the table, or the
+/// table dropped it) or, with None, its client hanging up.
+pub type Turn = Option<Result<Notice, oneshot::error::RecvError>>;
+
+/// The wait, written by hand: a parked waiter keeps no buffer and no
+/// future state of its own, only the [`Parked`].
+impl Future for Parked {
+    type Output = Turn;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Turn> {
+        if let Poll::Ready(n) = Pin::new(&mut self.notice).poll(cx) {
             return Poll::Ready(Some(n));
         }
         // Bytes after the request are ignored; EOF is a hang-up.
-        stream.poll_hangup(cx).map(|()| None)
-    })
-    .await;
-    let Some(notice) = notice else {
-        // Waiters it stood in front of and who may hold now are told by
-        // the table, and log their own grants.
-        match shared.table.withdraw(&key, id).0 {
+        self.stream.poll_hangup(cx).map(|()| None)
+    }
+}
+
+impl Parked {
+    /// Serves how the wait ended (boxed by the caller: it may write and
+    /// serve a session for long); `peer` is the client's address.
+    pub async fn after(self, turn: Turn, peer: SocketAddr) {
+        match turn {
+            Some(notice) => self.turn(notice, peer).await,
+            None => self.hung_up(peer),
+        }
+    }
+
+    /// The client left the line: withdrawn. Waiters it stood in front of
+    /// and who may hold now are told by the table, and log their own grants.
+    fn hung_up(self, peer: SocketAddr) {
+        let Parked {
+            shared, names, id, ..
+        } = self;
+        let (key, source) = names.split();
+        match shared.table.withdraw(key, id).0 {
             Withdrawal::Dequeued | Withdrawal::Released => {
                 Counters::bump(&shared.counters.withdrawals);
-                shared.events.withdrawal(&key, &ask.source, peer)
+                shared.events.withdrawal(key, source, peer)
             }
             Withdrawal::Gone => {}
         }
-        return;
-    };
-    match notice {
-        Ok(Notice::Granted(g)) => {
-            // A hand-off: logged here, by the one it went to.
-            shared.events.grant(&key, &ask.source, peer);
-            Box::pin(grant::hand_over(stream, peer, shared, key, g, hold)).await
+    }
+
+    async fn turn(self, notice: Result<Notice, oneshot::error::RecvError>, peer: SocketAddr) {
+        let Parked {
+            mut stream,
+            shared,
+            names,
+            hold,
+            ..
+        } = self;
+        let (key, source) = names.split();
+        match notice {
+            Ok(Notice::Granted(g)) => {
+                // A hand-off: logged here, by the one it went to.
+                shared.events.grant(key, source, peer);
+                grant::hand_over(stream, peer, &shared, key.to_vec(), *g, hold).await
+            }
+            Ok(Notice::Withdrawn) | Err(_) => {
+                let _ = stream.write_all(&[hold.refused()]).await;
+            }
         }
-        Ok(Notice::Withdrawn) | Err(_) => {
-            let _ = stream.write_all(&[hold.refused()]).await;
+    }
+}
+
+/// A waiter's key and source in one allocation: `[key][source]`, with the
+/// key's length (a field is at most 255 bytes).
+struct Names {
+    bytes: Box<[u8]>,
+    key_len: u8,
+}
+
+impl Names {
+    fn new(key: &[u8], source: &[u8]) -> Names {
+        let key_len = u8::try_from(key.len()).expect("a key is at most 255 bytes");
+        Names {
+            bytes: [key, source].concat().into_boxed_slice(),
+            key_len,
         }
+    }
+
+    /// The key and the source.
+    fn split(&self) -> (&[u8], &[u8]) {
+        self.bytes.split_at(usize::from(self.key_len))
     }
 }

@@ -313,15 +313,7 @@ impl Server {
                         };
                         let s = shared.clone();
                         let tls = tls.clone();
-                        tokio::spawn(async move {
-                            let _tracked = tracked;
-                            // Boxed: a waiter parked later keeps no room
-                            // for the handshake's state.
-                            let opened = Box::pin(tls::open(tcp, peer, &s, tls.as_ref())).await;
-                            if let Some(stream) = opened {
-                                conn::handle(stream, peer, s).await
-                            }
-                        });
+                        tokio::spawn(conn::serve_connection(tcp, peer, s, tls, tracked));
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
 pub use self::key::{Ask, Holder, LinkEnd, NotYours, Owner, Whose};
-use self::key::{Hold, KeyState, Link, Source, Waiter};
+use self::key::{Hold, KeyState, Link, QueuedAsk, Source, Waiter};
 use super::metrics::Counters;
 
 use crate::mode::LockMode;
@@ -106,8 +106,9 @@ impl Durable {
 /// What a queued request is told.
 #[derive(Debug)]
 pub enum Notice {
-    /// It is now a holder, once its grant is durable.
-    Granted(Grant),
+    /// It is now a holder, once its grant is durable. Boxed: every queued
+    /// waiter's channel has room for a notice, and only one is sent.
+    Granted(Box<Grant>),
     /// A reset by its source removed it from the queue.
     Withdrawn,
 }
@@ -246,7 +247,7 @@ impl Table {
         let state = inner.keys.get_mut(key).expect("held, so present");
         state.waiters.push_back(Waiter {
             id,
-            ask: ask.clone(),
+            ask: QueuedAsk::new(ask),
             since: SystemTime::now(),
             notify: tx,
         });
@@ -494,7 +495,7 @@ impl Table {
         for (key, state) in inner.keys.iter_mut() {
             let before = state.waiters.len();
             state.waiters.retain_mut(|w| {
-                if w.ask.source != source {
+                if *w.ask.source != *source {
                     return true;
                 }
                 // Swap the sender out to notify; the entry is dropped anyway.
@@ -718,7 +719,7 @@ fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
             &WaiterView {
                 key: k,
                 source: &w.ask.source,
-                peer: PeerText::Addr(w.ask.peer),
+                peer: PeerText::Addr(w.ask.peer()),
                 since: w.since,
                 mode: w.ask.mode,
                 session: w.ask.session,
@@ -961,10 +962,10 @@ impl Inner {
                 break;
             }
             let w = state.waiters.pop_front().expect("just seen");
-            let mut grant = self.grant(key, w.id, &w.ask);
+            let mut grant = self.grant(key, w.id, &w.ask.to_ask());
             grant.durable.add(after.clone());
             let token = grant.token;
-            if w.notify.send(Notice::Granted(grant)).is_ok() {
+            if w.notify.send(Notice::Granted(Box::new(grant))).is_ok() {
                 if let Some(h) = self.keys.get(key).and_then(|s| s.hold(w.id)) {
                     next.push(h.holder());
                 }
