@@ -22,18 +22,6 @@ const CASES: [(&[&str], i32); 6] = [
     (&["keys"], 0),
 ];
 
-/// A port free on 127.0.0.1 with the next one free too (the built-in
-/// server's manager port).
-fn free_pair() -> u16 {
-    for _ in 0..50 {
-        let port = free_port();
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free pair of ports");
-}
-
 fn lc(server: &str, connect_timeout: &str, args: &[&str]) -> Command {
     let mut cmd = lc_at(server, &["--connect-timeout", connect_timeout]);
     cmd.args(args).stdin(Stdio::null());
@@ -84,14 +72,14 @@ fn gives_up(server: &str, says: &str) {
 
 #[test]
 fn builtin_clients_started_before_the_server_get_through() {
-    let addr = format!("127.0.0.1:{}", free_pair());
+    let addr = format!("127.0.0.1:{}", free_port_pair());
     let start = || Serve::new().listen(&addr).start();
     clients_get_through(&addr, start, Duration::from_secs(10));
 }
 
 #[test]
 fn builtin_with_no_server_gives_up_after_about_the_timeout() {
-    gives_up(&format!("127.0.0.1:{}", free_pair()), "refused");
+    gives_up(&format!("127.0.0.1:{}", free_port_pair()), "refused");
 }
 
 #[test]

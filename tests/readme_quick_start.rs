@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -27,18 +26,6 @@ fn quick_start() -> Vec<String> {
         .collect()
 }
 
-/// A port whose next port is free too (the manager's).
-fn free_pair() -> u16 {
-    for _ in 0..50 {
-        let a = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = a.local_addr().unwrap().port();
-        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no two free ports in a row");
-}
-
 #[test]
 fn the_quick_start_runs_as_written() {
     let lines = quick_start();
@@ -49,7 +36,7 @@ fn the_quick_start_runs_as_written() {
     std::fs::write(&deploy, "#!/bin/sh\necho deployed >> deploy.log\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&deploy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let port = free_pair();
+    let port = free_port_pair();
     let addr = format!("127.0.0.1:{port}");
     let bin_dir = Path::new(BIN).parent().unwrap();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());

@@ -119,6 +119,31 @@ pub fn finish_within(limit: Duration, mut child: std::process::Child) -> (Option
     (out.status.code(), err)
 }
 
+/// A port on 127.0.0.1 free with the next one free too (the built-in
+/// server's lock port and manager port), from below the kernel's
+/// ephemeral range (32768 and up here) and above the ports the tests name
+/// (22119 to 22220): there a pair is never taken by the
+/// local ends of the suite's own connections, which three tests at a time
+/// open by the thousand (a pair after port 0 failed 50 tries in a row so).
+/// Free when checked: a caller that loses the race tries again.
+pub fn free_port_pair() -> u16 {
+    use std::net::TcpListener;
+    // A start of its own per test process, so that tests at once seldom meet.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut at = (std::process::id().wrapping_mul(2_654_435_761) ^ nanos) % 9_000;
+    for _ in 0..500 {
+        let port = 23_000 + at as u16;
+        at = (at + 7) % 9_000;
+        let first = TcpListener::bind(("127.0.0.1", port));
+        if first.is_ok() && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no two free ports in a row in 23000-32000 after 500 tries");
+}
+
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {

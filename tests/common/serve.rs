@@ -6,7 +6,7 @@
 //! if the test is failing, its log is printed then.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -85,12 +85,7 @@ impl Serve {
             });
         }
         for _ in 0..20 {
-            let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = probe.local_addr().unwrap().port();
-            drop(probe);
-            if port == u16::MAX || TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
-                continue;
-            }
+            let port = super::free_port_pair();
             // Another process may take the pair meanwhile: try the next one.
             if let Ok(server) = self
                 .clone()
