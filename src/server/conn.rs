@@ -74,25 +74,14 @@ async fn serve(stream: Stream, peer: SocketAddr, shared: &Arc<Shared>) -> Option
             return None;
         }
     };
-    let owner = caller.map(|c| c.owner);
-    let (key, ask, hold, wait) = match request {
+    let (key, source, mode, hold, wait, expire) = match request {
         Request::Lock {
             key,
             source,
             mode,
             hold,
             wait,
-        } => {
-            let ask = Ask {
-                source: or_peer(source, peer),
-                peer,
-                session: hold == Hold::Session,
-                mode,
-                owner,
-                expire: None,
-            };
-            (key, ask, hold, wait)
-        }
+        } => (key, source, mode, hold, wait, None),
         Request::ExpiringLock {
             key,
             source,
@@ -100,20 +89,21 @@ async fn serve(stream: Stream, peer: SocketAddr, shared: &Arc<Shared>) -> Option
             ttl_ms,
             wait,
         } => {
-            let ask = Ask {
-                source: or_peer(source, peer),
-                peer,
-                session: false,
-                mode,
-                owner,
-                expire: Some(Ask::expire_secs(ttl_ms)),
-            };
-            (key, ask, Hold::Kept, wait)
+            let expire = Some(Ask::expire_secs(ttl_ms));
+            (key, source, mode, Hold::Kept, wait, expire)
         }
         other => {
             serve_short(stream, peer, shared, other, whose, caller).await;
             return None;
         }
+    };
+    let ask = Ask {
+        source: or_peer(source, peer),
+        peer,
+        session: hold == Hold::Session,
+        mode,
+        owner: caller.map(|c| c.owner),
+        expire,
     };
     if wait {
         lock::serve(stream, shared, key, ask, hold).await
