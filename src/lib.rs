@@ -40,10 +40,13 @@
 //! - [`duration`]: how durations are written, on the command line and in
 //!   server addresses.
 //! - [`docs`]: completion scripts and man pages generated from [`cli`].
+//! - [`alloc`]: the binary's global allocator (malloc, and free lists for
+//!   the small over-aligned blocks tokio's tasks are).
 //!
 //! Where new things go: see CONTRIBUTING.md, which lists the files a new
 //! backend, subcommand or protocol action touches.
 
+pub mod alloc;
 pub mod backend;
 pub(crate) mod child;
 pub mod cli;

@@ -1,3 +1,7 @@
+/// malloc, with tokio's 128-byte aligned tasks kept apart (see `alloc`).
+#[global_allocator]
+static ALLOCATOR: lc_cli::alloc::Allocator = lc_cli::alloc::Allocator;
+
 fn main() {
     // `--version` alone: clap's line, without building clap's command.
     if version_only(std::env::args_os()) {
