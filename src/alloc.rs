@@ -6,9 +6,9 @@
 //! chunk and, once freed, never hands that chunk to the next `memalign`
 //! (which asks for more than it); a long-lived allocation placed beside it
 //! (a held key's name or state) pins the hole. The built-in server takes a
-//! hold on a connection of its own, so a million held keys left about 224
-//! bytes of such holes each (409 bytes per held key, 185 of them in use;
-//! BENCHMARKS.md). Here a freed block goes back to its size's free list and
+//! hold on a connection of its own, so a million held keys left 224 to 238
+//! bytes of such holes each (409 to 423 bytes per held key, 185 of them in
+//! use; 179 with these lists: BENCHMARKS.md). Here a freed block goes back to its size's free list and
 //! the next task of that size takes it: the holes never reach the heap.
 //!
 //! The lists only grow, to the most blocks of each size alive at once (for
@@ -114,6 +114,7 @@ unsafe impl GlobalAlloc for Allocator {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         match class(layout) {
+            // A reused block holds its last owner's bytes.
             Some(c) => unsafe {
                 let block = take(c);
                 if !block.is_null() {
