@@ -18,7 +18,6 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -29,6 +28,7 @@ use nix::unistd::Pid;
 
 use crate::exit::ExitCode;
 use crate::signals::{Signals, FORWARDED};
+use crate::spawn::Spawn;
 use crate::terminal::{self, Terminal};
 
 /// How the command ended.
@@ -98,49 +98,20 @@ pub fn spawn<'t>(
     env: &[(String, String)],
     terminal: Option<&'t Terminal>,
 ) -> Result<Running<'t>, SpawnError> {
-    let program = &argv[0];
-    let mut cmd = std::process::Command::new(program);
-    // A token inherited from an outer lc-cli would fence with the wrong lock.
-    cmd.args(&argv[1..])
-        .env_remove("LC_LOCK_TOKEN")
-        .envs(env.iter().map(|(k, v)| (k, v)));
-    // Its own process group, so a forwarded signal reaches the grandchildren.
-    cmd.process_group(0);
     // The group's orphans become our children, so we can reap them and know
     // when the group is empty. Process-wide, and harmless to repeat.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let parent = nix::unistd::getpid().as_raw();
     let tty = terminal
         .filter(|t| t.we_are_foreground())
         .map(|t| t.raw_fd());
-    // SAFETY: between fork and exec in a multi-threaded process only
-    // async-signal-safe calls are allowed: the closure calls prctl, getppid,
-    // tcsetpgrp, getpid and sigaction, and allocates nothing (its errors are
-    // raw errno values, which `io::Error` stores without allocating; a
-    // zeroed `sigaction` is a valid value of that plain C struct).
-    unsafe {
-        cmd.pre_exec(move || {
-            // If lc-cli dies (even by SIGKILL), the child is told; and if it
-            // died before this line, the child must not run unsupervised.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(PARENT_GONE));
-            }
-            if let Some(fd) = tty {
-                // SIGTTOU is ignored (inherited from lc-cli), so this works
-                // from the new background group.
-                libc::tcsetpgrp(fd, libc::getpid());
-            }
-            let mut default: libc::sigaction = std::mem::zeroed();
-            default.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGTTOU, &default, std::ptr::null_mut());
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|e| {
+    // A token inherited from an outer lc-cli would fence with the wrong lock.
+    let started = Spawn::new(argv, env, "LC_LOCK_TOKEN").and_then(|mut spawn| {
+        spawn.tty = tty;
+        spawn.parent_gone = PARENT_GONE;
+        spawn.start()
+    });
+    let pid = started.map_err(|e| {
         if let (Some(t), Some(_)) = (terminal, tty) {
             // The child may have taken the terminal before exec failed.
             let _ = t.give_to(nix::unistd::getpgrp());
@@ -162,7 +133,6 @@ pub fn spawn<'t>(
             },
         }
     })?;
-    let pid = Pid::from_raw(child.id() as i32);
     if let (Some(t), Some(_)) = (terminal, tty) {
         // Also from this side, in case the child's own attempt failed.
         let _ = t.give_to(pid);

@@ -22,8 +22,9 @@
 //!   [`backend::postgres`] (advisory locks). The queue backends (zk, etcd)
 //!   end every wait through one step, [`backend::settle`]. Imports point
 //!   from `backend::NAME` to `backend`, never between two backends.
-//! - `child`, `signals` and `terminal`: running the command while the lock
-//!   is held (its process group, job control at a terminal); `status_line`:
+//! - `child`, `spawn`, `signals` and `terminal`: running the command while
+//!   the lock is held (started posix_spawn's way, in its process group, job
+//!   control at a terminal); `status_line`:
 //!   the wait; `guardian`: the process outside lc-cli's that stops the
 //!   command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one match
@@ -60,6 +61,7 @@ pub mod mode;
 pub(crate) mod proto;
 pub(crate) mod server;
 pub(crate) mod signals;
+pub(crate) mod spawn;
 pub(crate) mod status_line;
 pub(crate) mod terminal;
 pub(crate) mod tls;

@@ -97,7 +97,7 @@ pub fn stop_self(whole_group: bool) {
     } else {
         kill(getpid(), Signal::SIGTSTP)
     };
-    // SAFETY: puts back exactly the disposition that was in place (signal-hook's
+    // SAFETY: puts back exactly the disposition that was in place (tokio's
     // handler), as `set_disposition` below explains.
     let _ = unsafe { sigaction(Signal::SIGTSTP, &caught) };
 }
