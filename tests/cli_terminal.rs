@@ -378,6 +378,16 @@ fn ctrl_c_stops_a_shell_loop_around_lc_cli() {
     );
     pty.type_bytes(line.as_bytes());
     assert!(wait_until(Duration::from_secs(10), || started.exists()));
+    // Only once the shell's `sleep` has exec'd: a ^C while dash forks it
+    // reaches both with dash's handler still in place, and neither dies.
+    let shell = std::fs::read_to_string(&started).unwrap();
+    let sleeping = || {
+        std::fs::read_to_string(format!("/proc/{}/task/{0}/children", shell.trim()))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| std::fs::read(format!("/proc/{c}/comm")).is_ok_and(|n| n == b"sleep\n"))
+    };
+    assert!(wait_until(Duration::from_secs(10), sleeping));
     pty.type_bytes(&[0x03]);
     // Typed ahead: runs once the loop is over (at once if abandoned, after
     // the other rounds' 30 s sleeps if not).

@@ -21,13 +21,16 @@ use clap::Parser;
 use crate::backend::{
     Backend, BackendConfig, BackendError, ServerUrl, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SERVER,
 };
-use crate::cli::{Cli, Command, DeprecatedTuning, ServiceArgs};
+use crate::cli::{Cli, Command, DeprecatedTuning, RunCli, RunCommand, ServiceArgs, TopArgs};
 use crate::exit::{fail, ExitCode};
 
 /// Parses the command line, and notes what clap cannot tell apart: `lock
 /// KEY --` with nothing after `--` (a usage error) from `lock KEY` (a hold).
 pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
-    let mut cli = Cli::try_parse_from(&argv)?;
+    let mut cli = match parse_run(&argv) {
+        Some(cli) => cli,
+        None => Cli::try_parse_from(&argv)?,
+    };
     let run = match &mut cli.command {
         Command::Lock(args) => &mut args.run,
         Command::Trylock(run) => run,
@@ -37,12 +40,31 @@ pub fn parse(argv: Vec<OsString>) -> std::result::Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// `lock` and `trylock` parsed without building the other subcommands
+/// ([`RunCli`]); anything else, an error or `--help` included, is left to
+/// the full parse, which says it as it always did.
+fn parse_run(argv: &[OsString]) -> Option<Cli> {
+    argv.iter()
+        .skip(1)
+        .any(|a| a == "lock" || a == "trylock")
+        .then_some(())?;
+    let RunCli { top, command } = RunCli::try_parse_from(argv).ok()?;
+    let command = match command {
+        RunCommand::Lock(args) => Command::Lock(args),
+        RunCommand::Trylock(run) => Command::Trylock(run),
+    };
+    Some(Cli { top, command })
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let Cli {
-        server,
-        connect_timeout,
-        deprecated,
-        verbose,
+        top:
+            TopArgs {
+                server,
+                connect_timeout,
+                deprecated,
+                verbose,
+            },
         command,
     } = cli;
     let top = TopLevel {
@@ -304,4 +326,88 @@ pub(crate) fn default_source() -> String {
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "lc-cli".to_string())
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<OsString> {
+        std::iter::once("lc-cli")
+            .chain(line.split(' ').filter(|a| !a.is_empty()))
+            .map(OsString::from)
+            .collect()
+    }
+
+    /// The short parse of `lock` and `trylock` gives what the full one
+    /// gives, is taken for every `lock` and `trylock` the full one accepts,
+    /// and leaves everything else (errors, help, other subcommands) to it.
+    #[test]
+    fn the_run_parse_is_the_full_one() {
+        let lines = [
+            "lock k",
+            "lock k -- true",
+            "lock k true -x",
+            "lock -n k -- sh -c exit",
+            "lock -w 2.5 k -E 75 -q -- a --b",
+            "lock -w -1 k",
+            "lock --wait 5m --no-wait k",
+            "-v lock k -- true",
+            "lock k -v -- true",
+            "--server 10.0.0.1:1 --connect-timeout 2s lock k",
+            "--server=lc://h:1 lock --server redis://x k --source ci-7 -s",
+            "--ttl 5s --session-timeout 9s --queue-timeout 1m lock --limit 3 k",
+            "lock k --expire 2h",
+            "lock k -c 'echo hi'",
+            "lock k --kill-after 1s -- true",
+            "trylock k",
+            "trylock k -- true",
+            "trylock -E 3 k -c x -x",
+            "--server lock trylock k",
+            "--server trylock unlock lock",
+            "unlock lock",
+            "keys lock",
+            "wait lock",
+            "lock",
+            "lock --help",
+            "lock -h",
+            "help lock",
+            "lock k -s -x",
+            "lock k --limit 0",
+            "lock k -E 256",
+            "lock k -c x -- y",
+            "lock k --bogus",
+            "--bogus lock k",
+            "lock -w nonsense k",
+            "lokc k",
+            "--version lock",
+            "lock --version",
+            "trylock -n k",
+            "serve lock",
+        ];
+        let mut fast = 0;
+        for line in lines {
+            let argv = argv(line);
+            let full = Cli::try_parse_from(&argv).ok();
+            let short = parse_run(&argv);
+            match (&short, &full) {
+                (Some(short), Some(full)) => {
+                    assert_eq!(format!("{short:?}"), format!("{full:?}"), "{line}")
+                }
+                (Some(short), None) => panic!("{line}: {short:?}, refused by the full parse"),
+                (
+                    None,
+                    Some(Cli {
+                        command: Command::Lock(_) | Command::Trylock(_),
+                        ..
+                    }),
+                ) => {
+                    panic!("{line}: left to the full parse")
+                }
+                (None, _) => {}
+            }
+            fast += short.is_some() as usize;
+        }
+        assert!(fast >= 15, "{fast} lines parsed short");
+    }
 }
