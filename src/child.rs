@@ -68,10 +68,10 @@ pub struct Running<'t> {
     seen_frozen: bool,
 }
 
-/// The errno the `pre_exec` closure reports when lc-cli died before the
-/// command could start (`exec` itself never fails with it), so the parent
-/// side can name the cause; the closure cannot build a message (no
-/// allocation between fork and exec).
+/// The errno the child reports when lc-cli died before the command could
+/// start (`exec` itself never fails with it), so the parent side can name
+/// the cause; the child cannot build a message (no allocation between
+/// clone and exec, `spawn`).
 const PARENT_GONE: i32 = libc::ESRCH;
 
 /// How often, once the main command ended, lc-cli looks whether its group

@@ -11,8 +11,7 @@
 //! it acts within that of waking.
 //!
 //! It is a fork of lc-cli made first thing in `lock` (before the runtime
-//! and the signal thread exist, so the copy has one thread and may run any
-//! code), not an exec: no second load of the binary on the lock path. The
+//! exists, so the copy has one thread and may run any code), not an exec: no second load of the binary on the lock path. The
 //! copy puts itself in a process group of its own (no group signal or
 //! terminal signal for lc-cli reaches it), ignores the terminal signals,
 //! keeps only stderr and its socket (stdin and stdout on /dev/null, every
