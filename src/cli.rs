@@ -32,9 +32,10 @@ pub struct Cli {
 }
 
 /// `lock` and `trylock` alone, the commands CI jobs run: `cmd::parse` tries
-/// this first, since building every subcommand's arguments was a third of
-/// the instructions of `lc-cli lock k -- true`. Whatever it parses, [`Cli`]
-/// parses the same (a unit test below holds them equal).
+/// this first, since clap's parse was a third of the instructions of
+/// `lc-cli lock k -- true`, more than half of it building every other
+/// subcommand. Whatever it parses, [`Cli`] parses the same (a unit test in
+/// `cmd` holds them equal).
 #[derive(Debug, Parser)]
 #[command(name = "lc-cli")]
 pub struct RunCli {
