@@ -215,6 +215,9 @@ fn connections_beyond_the_limits_are_refused_and_holds_stay() {
         3.0,
         "{text}"
     );
+    // The server counts a refusal before it logs it, and the test reads the
+    // log through a pipe: the lines may come a moment after the sample.
+    s.wait_for("connection refused", 2, Duration::from_secs(5));
     let log = s.log();
     let refusals: Vec<&str> = log
         .lines()
