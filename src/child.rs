@@ -171,10 +171,18 @@ impl Running<'_> {
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL after `grace`; waits for the end
-    /// of the child and of every process left in its group.
-    pub async fn stop(&mut self, signals: &mut Signals, grace: Duration) -> Result<ChildEnd> {
-        self.signal_group(Signal::SIGTERM);
+    /// SIGTERM to the group (unless `term` is false: someone sent it
+    /// already), then SIGKILL after `grace`; waits for the end of the child
+    /// and of every process left in its group.
+    pub async fn stop(
+        &mut self,
+        signals: &mut Signals,
+        grace: Duration,
+        term: bool,
+    ) -> Result<ChildEnd> {
+        if term {
+            self.signal_group(Signal::SIGTERM);
+        }
         self.signal_group(Signal::SIGCONT);
         if let Ok(end) = tokio::time::timeout(grace, self.supervise(signals)).await {
             return end;
@@ -380,7 +388,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let started = std::time::Instant::now();
             let end = c
-                .stop(&mut signals, Duration::from_millis(300))
+                .stop(&mut signals, Duration::from_millis(300), true)
                 .await
                 .unwrap();
             assert_eq!(end, ChildEnd::Signalled(libc::SIGKILL));
@@ -394,7 +402,10 @@ mod tests {
             .ok()
             .unwrap();
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let end = c.stop(&mut signals, Duration::from_secs(20)).await.unwrap();
+            let end = c
+                .stop(&mut signals, Duration::from_secs(20), true)
+                .await
+                .unwrap();
             assert_eq!(end, ChildEnd::Exited(9));
             let err = spawn(&["/nonexistent/x".into()], &[], None).err().unwrap();
             assert_eq!(err.code, ExitCode::NotFound);

@@ -7,6 +7,10 @@
 //! its side, the deadlines of the last confirmed renewal as absolute
 //! `CLOCK_BOOTTIME` times. Past `term_at` with no newer word it sends
 //! SIGTERM (and SIGCONT) to the command's group, past `kill_at` SIGKILL.
+//! The SIGTERM of a stop is sent once, by lc-cli or the guardian, whoever
+//! claims it first (a flag in a page both share): a shell runs its `trap`
+//! once per SIGTERM it gets, and a cleanup run twice may not end before the
+//! SIGKILL.
 //! It looks at least every [`POLL`], so when the whole machine was paused
 //! it acts within that of waking.
 //!
@@ -20,7 +24,7 @@
 //! just waits.
 //!
 //! If the socket ends without lc-cli's goodbye (lc-cli was SIGKILLed), it
-//! stops the group itself (SIGTERM now, SIGKILL after `--kill-after` or at
+//! stops the group itself (SIGTERM now unless lc-cli sent it, SIGKILL after `--kill-after` or at
 //! `kill_at`, whichever is first) and exits once no live process is left in
 //! the group, or soon after the SIGKILL. A descriptor it was given (the
 //! PostgreSQL connection, whose end frees the key, passed with its `K`
@@ -37,6 +41,7 @@ mod socket;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -76,6 +81,7 @@ fn on_boottime(at: Instant) -> u64 {
 /// lc-cli's side: the socket to a running guardian.
 pub struct Guardian {
     sock: UnixStream,
+    term: TermClaim,
     sent: Option<Expiry>,
     dismissed: bool,
 }
@@ -91,6 +97,7 @@ impl Guardian {
             ));
         }
         let (ours, theirs) = UnixStream::pair()?;
+        let term = TermClaim::new()?;
         // A stopped guardian must never block lc-cli: a full socket drops a line.
         ours.set_nonblocking(true)?;
         // SAFETY: one thread (checked above), so the copy may run any code;
@@ -99,11 +106,12 @@ impl Guardian {
             -1 => Err(io::Error::last_os_error()),
             0 => {
                 drop(ours);
-                guardian_main(theirs.into(), kill_after)
+                guardian_main(theirs.into(), kill_after, term)
             }
             // Reaped by whoever inherits it: lc-cli does not wait for it.
             _ => Ok(Guardian {
                 sock: ours,
+                term,
                 sent: None,
                 dismissed: false,
             }),
@@ -136,9 +144,19 @@ impl Guardian {
         self.say(&line);
     }
 
-    /// lc-cli is stopping the group itself (a loss it noticed).
-    pub fn stopping(&mut self) {
+    /// lc-cli is stopping the group itself (a loss it noticed): true if
+    /// the SIGTERM is still lc-cli's to send (the guardian did not send it
+    /// already, and now will not).
+    pub fn stopping(&mut self) -> bool {
         self.say("S\n");
+        self.term.claim()
+    }
+
+    /// The guardian sent the SIGTERM of a stop (lc-cli, frozen, told it
+    /// nothing newer in time): the command is being stopped by its hand.
+    /// Asked before [`Guardian::stopping`], after which it is always true.
+    pub fn stopped_the_command(&self) -> bool {
+        self.term.taken()
     }
 
     /// lc-cli is done with the command: the guardian goes.
@@ -157,6 +175,42 @@ impl Drop for Guardian {
     }
 }
 
+/// Who sends the SIGTERM of a stop: a flag in an anonymous page mapped
+/// shared before the fork, so lc-cli and the guardian see one flag.
+#[derive(Clone, Copy)]
+struct TermClaim(&'static AtomicBool);
+
+impl TermClaim {
+    fn new() -> io::Result<TermClaim> {
+        // SAFETY: a fresh anonymous mapping, never unmapped (it lives as
+        // long as either process), zeroed: a false AtomicBool.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                std::mem::size_of::<AtomicBool>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the page is valid, aligned and zeroed for as long as the process lives.
+        Ok(TermClaim(unsafe { &*(page as *const AtomicBool) }))
+    }
+
+    fn taken(self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// True for the first caller in either process, false from then on.
+    fn claim(self) -> bool {
+        !self.0.swap(true, Ordering::SeqCst)
+    }
+}
+
 /// Fields of /proc/self/stat by index after the command name (0 is the
 /// state, field 3 in proc(5)), as numbers.
 fn proc_stat_fields(at: &[usize]) -> Option<Vec<usize>> {
@@ -168,7 +222,7 @@ fn proc_stat_fields(at: &[usize]) -> Option<Vec<usize>> {
 
 /// The forked copy: settles itself, watches, and exits (never returning
 /// into lc-cli's code, nor running its exit handlers).
-fn guardian_main(sock: OwnedFd, kill_after: Duration) -> ! {
+fn guardian_main(sock: OwnedFd, kill_after: Duration, term: TermClaim) -> ! {
     // SAFETY: setpgid and signal with SIG_IGN install nothing of ours.
     unsafe {
         libc::setpgid(0, 0);
@@ -187,7 +241,7 @@ fn guardian_main(sock: OwnedFd, kill_after: Duration) -> ! {
     }
     let sock = settle_descriptors(sock);
     name_self();
-    keep_watch(sock.as_fd(), kill_after);
+    keep_watch(sock.as_fd(), kill_after, term);
     // SAFETY: _exit ends the process at once.
     unsafe { libc::_exit(0) }
 }
@@ -249,14 +303,19 @@ struct Watch {
     kill_at: Option<u64>,
     termed: bool,
     killed_at: Option<Instant>,
+    /// The stop's SIGTERM is sent only if claimed here first (None: always).
+    term: Option<TermClaim>,
     /// No live process left in the group: nothing more to signal (its id
     /// may be reused).
     gone: bool,
 }
 
 /// Watches until lc-cli's goodbye, or, orphaned, until the group is gone.
-fn keep_watch(sock: BorrowedFd<'_>, kill_after: Duration) {
-    let mut w = Watch::default();
+fn keep_watch(sock: BorrowedFd<'_>, kill_after: Duration, term: TermClaim) {
+    let mut w = Watch {
+        term: Some(term),
+        ..Watch::default()
+    };
     let mut pending = Vec::new();
     // Held only to be closed when this process ends.
     let mut kept: Option<OwnedFd> = None;
@@ -341,7 +400,9 @@ impl Watch {
         let now = boottime_ns();
         if !self.termed && self.term_at.is_some_and(|t| now >= t) {
             self.termed = true;
-            let _ = killpg(pgid, Signal::SIGTERM);
+            if self.term.is_none_or(TermClaim::claim) {
+                let _ = killpg(pgid, Signal::SIGTERM);
+            }
             let _ = killpg(pgid, Signal::SIGCONT);
         }
         if self.killed_at.is_none() && self.kill_at.is_some_and(|k| now >= k) {
@@ -475,7 +536,7 @@ mod tests {
         w.orphaned(Duration::from_secs(10));
         assert_eq!(w.kill_at, Some(kill_at));
         assert_eq!(w.term_at, Some(0));
-        assert!(!w.termed, "SIGTERM is sent again, now");
+        assert!(!w.termed, "SIGTERM now (unless lc-cli sent it already)");
         // With no deadline (PostgreSQL), --kill-after from now.
         let mut w = watch();
         w.orphaned(Duration::from_millis(500));

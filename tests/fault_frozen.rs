@@ -260,3 +260,43 @@ fn etcd_frozen_holder() {
         &frozen_holder(&lc),
     );
 }
+
+/// lc-cli continued just after its guardian sent the SIGTERM of a stop:
+/// the command gets that one SIGTERM, not a second one from lc-cli (a
+/// shell would run its cleanup trap again, and be killed in the middle).
+#[test]
+fn a_guardian_s_sigterm_is_the_only_one() {
+    let server = builtin();
+    for trial in 0..TRIALS {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        let script = format!(
+            "trap 'echo term >> {l}; sleep 0.3; echo cleaned >> {l}; exit 0' TERM; \
+             echo started >> {l}; while :; do sleep 0.05; done",
+            l = log.display()
+        );
+        let a = spawn(server.lc(&["lock", &format!("once{trial}"), "-c", &script]));
+        assert!(
+            wait_until(LIMIT, || read().contains("started")),
+            "trial {trial}: never started"
+        );
+        let lc_a = Pid::from_raw(a.id() as i32);
+        kill(lc_a, Signal::SIGSTOP).unwrap();
+        let termed = wait_until(LIMIT, || read().contains("term"));
+        kill(lc_a, Signal::SIGCONT).unwrap();
+        assert!(termed, "trial {trial}: the guardian sent no SIGTERM");
+        let (code, err) = finish(a);
+        assert_eq!(code, Some(75), "trial {trial}: {err}");
+        assert!(
+            err.contains("lc-cli was stopped or starved"),
+            "trial {trial}: {err}"
+        );
+        let text = read();
+        assert_eq!(text.matches("term").count(), 1, "trial {trial}: {text}");
+        assert!(
+            text.contains("cleaned"),
+            "trial {trial}: the cleanup was cut: {text}"
+        );
+    }
+}

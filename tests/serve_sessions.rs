@@ -145,7 +145,12 @@ fn frozen_trial(on_term: OnTerm, n: usize) -> Duration {
             .join()
             .unwrap()
             .expect("the holder's command never ended"),
-        _ => tl.end_of("h").expect("the holder's end is logged"),
+        _ => tl.end_of("h").unwrap_or_else(|| {
+            panic!(
+                "trial {n}: the holder's end is not logged\n{}\nholder: {err}",
+                tl.text()
+            )
+        }),
     };
     assert!(
         h_end < w_start,

@@ -349,7 +349,7 @@ async fn run_child(
             biased;
             end = running.supervise(signals) => Ok(end),
             reason = held.lost() => Err(reason),
-            _ = sleep_until_some(look) => match frozen_past(held.expiry()) {
+            _ = sleep_until_some(look) => match frozen_past(held.expiry()).or_else(|| guardian_stopped(&guardian)) {
                 Some(reason) => Err(reason),
                 None => {
                     if let Some(g) = &mut guardian {
@@ -360,9 +360,10 @@ async fn run_child(
             },
         };
         // Woken after a freeze: the command may have ended by the guardian's
-        // hand, past what the service confirmed.
+        // hand, past what the service confirmed, or past the older deadline
+        // the guardian had been told (a renewal lc-cli got just before).
         let lost = match lost {
-            Ok(end) => match frozen_past(held.expiry()) {
+            Ok(end) => match frozen_past(held.expiry()).or_else(|| guardian_stopped(&guardian)) {
                 Some(reason) => Err(reason),
                 None => Ok(end),
             },
@@ -371,9 +372,8 @@ async fn run_child(
         match lost {
             Ok(end) => break end,
             Err(lost) => {
-                if let Some(g) = &mut guardian {
-                    g.stopping();
-                }
+                // One SIGTERM: the guardian may have sent it (lc-cli was frozen).
+                let term = guardian.as_mut().is_none_or(|g| g.stopping());
                 // The grace ends where the service may hand the key on.
                 let grace = match lost.kill_by {
                     Some(by) => options
@@ -381,7 +381,7 @@ async fn run_child(
                         .min(by.saturating_duration_since(Instant::now())),
                     None => options.kill_after,
                 };
-                let _ = running.stop(signals, grace).await;
+                let _ = running.stop(signals, grace, term).await;
                 // Give back whatever is left; the loss is what we report.
                 let _ = release_attempt(&mut held).await;
                 drop(guardian);
@@ -428,6 +428,20 @@ fn frozen_past(expiry: Option<Expiry>) -> Option<LostReason> {
             e.kill_at,
         )
     })
+}
+
+/// The guardian stopped the command at the deadline it last knew, which
+/// lc-cli (frozen) did not move on in time: a loss, though the service may
+/// still hold the key (it is released).
+fn guardian_stopped(guardian: &Option<Guardian>) -> Option<LostReason> {
+    guardian
+        .as_ref()
+        .is_some_and(Guardian::stopped_the_command)
+        .then(|| {
+            LostReason::new(
+                "lc-cli was stopped or starved past the stop deadline it had given its guardian, which stopped the command",
+            )
+        })
 }
 
 /// One release attempt, bounded in time, after a loss: whatever is left is
