@@ -24,9 +24,9 @@
 //! just waits.
 //!
 //! If the socket ends without lc-cli's goodbye (lc-cli was SIGKILLed), it
-//! stops the group itself (SIGTERM now unless lc-cli sent it, SIGKILL after `--kill-after` or at
-//! `kill_at`, whichever is first) and exits once no live process is left in
-//! the group, or soon after the SIGKILL. A descriptor it was given (the
+//! stops the group itself (SIGTERM now unless lc-cli sent it, SIGKILL after
+//! `--kill-after` or at `kill_at`, whichever is first) and exits once no
+//! live process is left in the group, or soon after the SIGKILL. A descriptor it was given (the
 //! PostgreSQL connection, whose end frees the key, passed with its `K`
 //! line since it did not exist at the fork) stays open until then, so the
 //! key outlives its command.
