@@ -295,16 +295,14 @@ fn name_self() {
 }
 
 /// The guardian's side: what it watches.
-/// The guardian's side: what it watches.
-#[derive(Default)]
 struct Watch {
     pgid: Option<Pid>,
     term_at: Option<u64>,
     kill_at: Option<u64>,
     termed: bool,
     killed_at: Option<Instant>,
-    /// The stop's SIGTERM is sent only if claimed here first (None: always).
-    term: Option<TermClaim>,
+    /// The stop's SIGTERM is sent only if claimed here first.
+    term: TermClaim,
     /// No live process left in the group: nothing more to signal (its id
     /// may be reused).
     gone: bool,
@@ -312,10 +310,7 @@ struct Watch {
 
 /// Watches until lc-cli's goodbye, or, orphaned, until the group is gone.
 fn keep_watch(sock: BorrowedFd<'_>, kill_after: Duration, term: TermClaim) {
-    let mut w = Watch {
-        term: Some(term),
-        ..Watch::default()
-    };
+    let mut w = Watch::new(term);
     let mut pending = Vec::new();
     // Held only to be closed when this process ends.
     let mut kept: Option<OwnedFd> = None;
@@ -363,6 +358,18 @@ fn keep_watch(sock: BorrowedFd<'_>, kill_after: Duration, term: TermClaim) {
 }
 
 impl Watch {
+    fn new(term: TermClaim) -> Watch {
+        Watch {
+            pgid: None,
+            term_at: None,
+            kill_at: None,
+            termed: false,
+            killed_at: None,
+            term,
+            gone: false,
+        }
+    }
+
     /// One line from lc-cli; false for its goodbye.
     fn take(&mut self, line: &str) -> bool {
         let mut f = line.split(' ');
@@ -400,7 +407,7 @@ impl Watch {
         let now = boottime_ns();
         if !self.termed && self.term_at.is_some_and(|t| now >= t) {
             self.termed = true;
-            if self.term.is_none_or(TermClaim::claim) {
+            if self.term.claim() {
                 let _ = killpg(pgid, Signal::SIGTERM);
             }
             let _ = killpg(pgid, Signal::SIGCONT);
@@ -505,7 +512,7 @@ mod tests {
     use super::*;
 
     fn watch() -> Watch {
-        Watch::default()
+        Watch::new(TermClaim::new().unwrap())
     }
 
     #[test]

@@ -349,7 +349,7 @@ async fn run_child(
             biased;
             end = running.supervise(signals) => Ok(end),
             reason = held.lost() => Err(reason),
-            _ = sleep_until_some(look) => match frozen_past(held.expiry()).or_else(|| guardian_stopped(&guardian)) {
+            _ = sleep_until_some(look) => match frozen_past(held.expiry(), guardian.as_ref()) {
                 Some(reason) => Err(reason),
                 None => {
                     if let Some(g) = &mut guardian {
@@ -363,7 +363,7 @@ async fn run_child(
         // hand, past what the service confirmed, or past the older deadline
         // the guardian had been told (a renewal lc-cli got just before).
         let lost = match lost {
-            Ok(end) => match frozen_past(held.expiry()).or_else(|| guardian_stopped(&guardian)) {
+            Ok(end) => match frozen_past(held.expiry(), guardian.as_ref()) {
                 Some(reason) => Err(reason),
                 None => Ok(end),
             },
@@ -415,33 +415,26 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 }
 
 /// A hold whose stop deadline passed with lc-cli unable to act on it (it
-/// was stopped, or starved): a loss, whatever the service says next.
-fn frozen_past(expiry: Option<Expiry>) -> Option<LostReason> {
-    let e = expiry?;
+/// was stopped, or starved): a loss, whatever the service says next. So is
+/// a command the guardian stopped at the older deadline it last knew (a
+/// renewal lc-cli got just before it froze), though the service may still
+/// hold the key (it is released).
+fn frozen_past(expiry: Option<Expiry>, guardian: Option<&Guardian>) -> Option<LostReason> {
     let now = Instant::now();
-    (now >= e.term_at).then(|| {
-        LostReason::kill_by(
+    if let Some(e) = expiry.filter(|e| now >= e.term_at) {
+        return Some(LostReason::kill_by(
             format!(
                 "lc-cli was stopped or starved: no contact with the service confirmed for {:.1} s past its stop deadline, where its guardian stops the command",
                 now.saturating_duration_since(e.term_at).as_secs_f64()
             ),
             e.kill_at,
+        ));
+    }
+    guardian.is_some_and(Guardian::stopped_the_command).then(|| {
+        LostReason::new(
+            "lc-cli was stopped or starved past the stop deadline it had given its guardian, which stopped the command",
         )
     })
-}
-
-/// The guardian stopped the command at the deadline it last knew, which
-/// lc-cli (frozen) did not move on in time: a loss, though the service may
-/// still hold the key (it is released).
-fn guardian_stopped(guardian: &Option<Guardian>) -> Option<LostReason> {
-    guardian
-        .as_ref()
-        .is_some_and(Guardian::stopped_the_command)
-        .then(|| {
-            LostReason::new(
-                "lc-cli was stopped or starved past the stop deadline it had given its guardian, which stopped the command",
-            )
-        })
 }
 
 /// One release attempt, bounded in time, after a loss: whatever is left is
