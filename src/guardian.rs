@@ -10,7 +10,8 @@
 //! The SIGTERM of a stop is sent once, by lc-cli or the guardian, whoever
 //! claims it first (a flag in a page both share): a shell runs its `trap`
 //! once per SIGTERM it gets, and a cleanup run twice may not end before the
-//! SIGKILL.
+//! SIGKILL. The guardian's claim waits [`TERM_HEAD_START`] past `term_at`,
+//! so a lc-cli awake at that deadline makes the stop (and names its cause).
 //! It looks at least every [`POLL`], so when the whole machine was paused
 //! it acts within that of waking.
 //!
@@ -52,6 +53,16 @@ use crate::backend::Expiry;
 
 /// The longest the guardian sleeps between two looks at its deadlines.
 pub const POLL: Duration = Duration::from_millis(50);
+
+/// How long past `term_at` the guardian leaves the SIGTERM to lc-cli (at
+/// most a quarter of the time from `term_at` to `kill_at`).
+pub const TERM_HEAD_START: Duration = Duration::from_millis(100);
+
+/// The guardian's SIGTERM deadline for lc-cli's `term_at` and `kill_at`.
+fn guardian_term_at(term_at: u64, kill_at: u64) -> u64 {
+    let head_start = (TERM_HEAD_START.as_nanos() as u64).min(kill_at.saturating_sub(term_at) / 4);
+    term_at.saturating_add(head_start)
+}
 
 /// After its SIGKILL, how long an orphaned guardian waits for the group
 /// to be reaped before it exits anyway (a zombie nobody reaps runs no code).
@@ -379,7 +390,7 @@ impl Watch {
                 let t: Option<u64> = f.next().and_then(|v| v.parse().ok());
                 let k: Option<u64> = f.next().and_then(|v| v.parse().ok());
                 if let (Some(t), Some(k)) = (t, k) {
-                    self.term_at = Some(t);
+                    self.term_at = Some(guardian_term_at(t, k));
                     self.kill_at = Some(k);
                 }
             }
@@ -521,12 +532,14 @@ mod tests {
         assert!(w.take("P 4242"));
         assert!(w.take("E 100 200"));
         assert_eq!(w.pgid, Some(Pid::from_raw(4242)));
-        assert_eq!((w.term_at, w.kill_at), (Some(100), Some(200)));
+        // lc-cli's own SIGTERM gets a head start: a quarter of the window here.
+        assert_eq!((w.term_at, w.kill_at), (Some(125), Some(200)));
+        assert_eq!(guardian_term_at(0, 10_000_000_000), 100_000_000);
         // A newer word moves both; a torn or unknown line changes nothing.
         assert!(w.take("E 300 400"));
         assert!(w.take("E 5"));
         assert!(w.take("X"));
-        assert_eq!((w.term_at, w.kill_at), (Some(300), Some(400)));
+        assert_eq!((w.term_at, w.kill_at), (Some(325), Some(400)));
         assert!(w.take("S"));
         assert!(w.termed);
         assert!(!w.take("G"));

@@ -345,11 +345,13 @@ async fn run_child(
         let lost = tokio::select! {
             // In this order: the service's own loss notice falls due at the
             // very stop deadline the look checks, and that tie is a silent
-            // service, not a frozen lc-cli.
+            // service, not a frozen lc-cli. The notice's task may not have
+            // run yet in the tick both fall due, so the look calls lc-cli
+            // frozen only once it is a look past the deadline.
             biased;
             end = running.supervise(signals) => Ok(end),
             reason = held.lost() => Err(reason),
-            _ = sleep_until_some(look) => match frozen_past(held.expiry(), guardian.as_ref()) {
+            _ = sleep_until_some(look) => match frozen_past(held.expiry(), EXPIRY_LOOK, guardian.as_ref()) {
                 Some(reason) => Err(reason),
                 None => {
                     if let Some(g) = &mut guardian {
@@ -363,7 +365,7 @@ async fn run_child(
         // hand, past what the service confirmed, or past the older deadline
         // the guardian had been told (a renewal lc-cli got just before).
         let lost = match lost {
-            Ok(end) => match frozen_past(held.expiry(), guardian.as_ref()) {
+            Ok(end) => match frozen_past(held.expiry(), Duration::ZERO, guardian.as_ref()) {
                 Some(reason) => Err(reason),
                 None => Ok(end),
             },
@@ -414,14 +416,18 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// A hold whose stop deadline passed with lc-cli unable to act on it (it
-/// was stopped, or starved): a loss, whatever the service says next. So is
-/// a command the guardian stopped at the older deadline it last knew (a
-/// renewal lc-cli got just before it froze), though the service may still
-/// hold the key (it is released).
-fn frozen_past(expiry: Option<Expiry>, guardian: Option<&Guardian>) -> Option<LostReason> {
+/// A hold whose stop deadline passed `late` ago or more with lc-cli unable
+/// to act on it (it was stopped, or starved): a loss, whatever the service
+/// says next. So is a command the guardian stopped at the older deadline
+/// it last knew (a renewal lc-cli got just before it froze), though the
+/// service may still hold the key (it is released).
+fn frozen_past(
+    expiry: Option<Expiry>,
+    late: Duration,
+    guardian: Option<&Guardian>,
+) -> Option<LostReason> {
     let now = Instant::now();
-    if let Some(e) = expiry.filter(|e| now >= e.term_at) {
+    if let Some(e) = expiry.filter(|e| now >= e.term_at + late) {
         return Some(LostReason::kill_by(
             format!(
                 "lc-cli was stopped or starved: no contact with the service confirmed for {:.1} s past its stop deadline, where its guardian stops the command",
