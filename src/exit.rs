@@ -2,7 +2,7 @@
 //! one place each status's meaning is written ([`TABLE`]): `--help`
 //! (`cli.rs`) and the man pages (`examples/gen_docs`) are generated from it,
 //! and a test holds the README's table to it. A leaf: it knows no other
-//! module of the crate.
+//! module of the crate but `teardown`, which it hands the process's end to.
 //!
 //! Status 1 means only "the lock was not taken" (flock's convention, and
 //! changeable with `-E`). lc-cli's own failures use sysexits.h numbers so a
@@ -167,6 +167,8 @@ pub fn fail(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
 /// (job control, SIGCHLD, SIGWINCH...) leave 128+N as a plain status.
 pub fn exit(result: anyhow::Result<ExitCode>) -> ! {
     let code = code_of(result);
+    // Everything is written: from here on no descriptor is open.
+    crate::teardown::hand_off();
     if let ExitCode::Signal(n) = code {
         die_of(n);
     }

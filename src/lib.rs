@@ -4,7 +4,8 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`, `exit`, `mode` and `duration` nothing.
+//! `mode`, `cli` only `duration`, `exit` only `teardown`; `mode`, `duration`
+//! and `teardown` nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -35,7 +36,8 @@
 //!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
 //!   `proto::listing`), and `proto::manager` (the reference manager
 //!   protocol on the lock port + 1).
-//! - [`exit`]: every exit status, in one place.
+//! - [`exit`]: every exit status, in one place; `teardown`: the end of the
+//!   process, its memory's unmapping left to a helper no one waits for.
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.
 //! - [`duration`]: how durations are written, on the command line and in
@@ -63,6 +65,7 @@ pub(crate) mod server;
 pub(crate) mod signals;
 pub(crate) mod spawn;
 pub(crate) mod status_line;
+pub(crate) mod teardown;
 pub(crate) mod terminal;
 pub(crate) mod tls;
 pub mod wal;
