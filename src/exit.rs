@@ -2,7 +2,7 @@
 //! one place each status's meaning is written ([`TABLE`]): `--help`
 //! (`cli.rs`) and the man pages (`examples/gen_docs`) are generated from it,
 //! and a test holds the README's table to it. A leaf: it knows no other
-//! module of the crate but `teardown`, which it hands the process's end to.
+//! module of the crate.
 //!
 //! Status 1 means only "the lock was not taken" (flock's convention, and
 //! changeable with `-E`). lc-cli's own failures use sysexits.h numbers so a
@@ -159,16 +159,13 @@ pub fn fail(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
-/// Ends the process with the result of `run`. A status that stands for
-/// signal N (the command died of it, or it stopped the wait) is re-raised on
-/// lc-cli with the default disposition, after the release, so a parent sees
+/// Ends the process with `code`, the status of `run` ([`report`]). A
+/// status that stands for signal N (the command died of it, or it stopped
+/// the wait) is re-raised on lc-cli with the default disposition, after the release, so a parent sees
 /// "killed by N" as with the bare command and a shell loop stops on Ctrl-C
 /// (`$?` is still 128+N). Signals whose default is not to end a process
 /// (job control, SIGCHLD, SIGWINCH...) leave 128+N as a plain status.
-pub fn exit(result: anyhow::Result<ExitCode>) -> ! {
-    let code = code_of(result);
-    // Everything is written: from here on no descriptor is open.
-    crate::teardown::hand_off();
+pub fn end(code: ExitCode) -> ! {
     if let ExitCode::Signal(n) = code {
         die_of(n);
     }
@@ -213,7 +210,7 @@ fn die_of(n: i32) {
 /// Turns the result of `run` into a status, printing one line for a
 /// failure. (An exit that is no failure, a conflict or the command's own
 /// status, is an `Ok` status: nothing raises one as an error.)
-fn code_of(result: anyhow::Result<ExitCode>) -> ExitCode {
+pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
@@ -349,8 +346,8 @@ mod tests {
     #[test]
     fn failure_code_found_through_context() {
         let err = fail(ExitCode::Unavailable, "cannot reach").context("lock k");
-        assert_eq!(code_of(Err(err)), ExitCode::Unavailable);
-        assert_eq!(code_of(Ok(ExitCode::Raw(3))).code(), 3);
+        assert_eq!(report(Err(err)), ExitCode::Unavailable);
+        assert_eq!(report(Ok(ExitCode::Raw(3))).code(), 3);
     }
 }
 

@@ -4,8 +4,8 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`, `exit` only `teardown`; `mode`, `duration`
-//! and `teardown` nothing.
+//! `mode`, `cli` only `duration`, `exit`, `mode`, `duration` and `teardown`
+//! nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -65,7 +65,8 @@ pub(crate) mod server;
 pub(crate) mod signals;
 pub(crate) mod spawn;
 pub(crate) mod status_line;
-pub(crate) mod teardown;
+#[doc(hidden)]
+pub mod teardown;
 pub(crate) mod terminal;
 pub(crate) mod tls;
 pub mod wal;

@@ -67,8 +67,8 @@ fn run() -> ! {
     if version_only(std::env::args_os()) {
         use std::io::Write;
         let _ = std::io::stdout().write_all(VERSION_LINE.as_bytes());
-        // Not `exit::exit`: so small a process unmaps faster than it could
-        // hand that off (src/teardown.rs).
+        // No hand-off: so small a process unmaps faster than a helper
+        // starts (src/teardown.rs).
         std::process::exit(0)
     }
     let result = match lc_cli::cmd::parse(std::env::args_os().collect()) {
@@ -84,7 +84,10 @@ fn run() -> ! {
             Ok(code)
         }
     };
-    lc_cli::exit::exit(result)
+    let code = lc_cli::exit::report(result);
+    // Everything is written: the end is left to a helper (src/teardown.rs).
+    lc_cli::teardown::hand_off();
+    lc_cli::exit::end(code)
 }
 
 /// What `lc-cli --version` prints (clap's `render_version`: the unit test
