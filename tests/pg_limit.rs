@@ -204,6 +204,47 @@ fn disagreeing_requests_are_refused_and_a_full_set_is_held() {
     let _ = psql.wait();
 }
 
+/// A refused request frees what it took (its lock, or its marker and N)
+/// before lc-cli exits, not when the server later sees its session close:
+/// the next request, started at once, finds only the holders (40 rounds,
+/// each refusal followed at once by a trylock that must say "held").
+#[test]
+fn a_refused_request_leaves_nothing_behind_when_it_exits() {
+    let pg = PgServer::start();
+    let holders = Kids(
+        (0..2)
+            .map(|_| {
+                pg.lc(&["lock", "--limit", "2", "m", "sleep", "60"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    assert!(wait_until(LIMIT, || {
+        let out = pg.lc(&["keys", "--json"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .matches("\"m\"")
+            .count()
+            == 2
+    }));
+    let refused: [&[&str]; 4] = [
+        &["lock", "m", "true"],
+        &["trylock", "-s", "m", "true"],
+        &["wait", "-x", "m"],
+        &["trylock", "--limit", "3", "m", "true"],
+    ];
+    for round in 0..40 {
+        let args = refused[round % refused.len()];
+        expect_error_line(&mut pg.lc(args), 78);
+        let err = expect_error_line(&mut pg.lc(&["trylock", "--limit", "2", "m", "true"]), 1);
+        assert!(
+            err.contains("held by"),
+            "round {round}, after {args:?}: {err}"
+        );
+    }
+    drop(holders);
+}
+
 /// `keys` lists each slot holder (MODE `limit 2`) with how many wait;
 /// `reset --source` frees one slot (its command stopped, 75) and the next
 /// in line takes it; `reset KEY` frees every slot.

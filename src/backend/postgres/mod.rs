@@ -152,6 +152,18 @@ impl PgBackend {
         }
     }
 
+    /// Frees every advisory lock a request that ends without a hold took
+    /// on `s` (a refused lock, a shown marker and N), and waits for the
+    /// server to confirm it. The session's end frees them too, but only once
+    /// the server has seen the close, which may come after lc-cli has
+    /// exited and the next lc-cli has asked: it would find them still held
+    /// and be refused. Bounded by the connect timeout; a broken connection
+    /// leaves them to its end.
+    async fn give_back(&self, s: &Session) {
+        let free = s.client.batch_execute("SELECT pg_advisory_unlock_all()");
+        let _ = tokio::time::timeout(self.connect_timeout, free).await;
+    }
+
     /// The grant's token, or None where lc-cli may not keep its sequence.
     async fn token(s: &Session, id: i64, key: &str) -> Result<Option<u64>> {
         for attempt in 0..2 {
@@ -245,12 +257,22 @@ impl Backend for PgBackend {
                     true => self.admin().await.ok().map(|a| (a, row.get::<_, i32>(3))),
                     false => None,
                 };
-                let got = limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress)
-                    .await?;
+                let got =
+                    limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress).await;
                 match got {
-                    limit::Outcome::Slot => held::Release::All(ids.base),
-                    limit::Outcome::Busy => return Ok(Acquired::Busy),
-                    limit::Outcome::Cancelled => return Ok(Acquired::Cancelled),
+                    Ok(limit::Outcome::Slot) => held::Release::All(ids.base),
+                    Ok(limit::Outcome::Busy) => {
+                        self.give_back(&s).await;
+                        return Ok(Acquired::Busy);
+                    }
+                    Ok(limit::Outcome::Cancelled) => {
+                        self.give_back(&s).await;
+                        return Ok(Acquired::Cancelled);
+                    }
+                    Err(e) => {
+                        self.give_back(&s).await;
+                        return Err(e);
+                    }
                 }
             }
             mode => {
@@ -265,9 +287,12 @@ impl Backend for PgBackend {
                         Acquired::Busy
                     });
                 }
-                // Refused if the key is used with --limit; the lock goes
-                // with the session, dropped here.
-                limit::check_lock(&s, key, mode, ids).await?;
+                // Refused if the key is used with --limit: the lock is
+                // given back before the refusal is told.
+                if let Err(e) = limit::check_lock(&s, key, mode, ids).await {
+                    self.give_back(&s).await;
+                    return Err(e);
+                }
                 if shared {
                     held::Release::Shared(ids.lock)
                 } else {
