@@ -161,10 +161,11 @@ pub fn fail(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
 
 /// Ends the process with `code`, the status of `run` ([`report`]). A
 /// status that stands for signal N (the command died of it, or it stopped
-/// the wait) is re-raised on lc-cli with the default disposition, after the release, so a parent sees
-/// "killed by N" as with the bare command and a shell loop stops on Ctrl-C
-/// (`$?` is still 128+N). Signals whose default is not to end a process
-/// (job control, SIGCHLD, SIGWINCH...) leave 128+N as a plain status.
+/// the wait) is re-raised on lc-cli with the default disposition, after the
+/// release, so a parent sees "killed by N" as with the bare command and a
+/// shell loop stops on Ctrl-C (`$?` is still 128+N). Signals whose default
+/// is not to end a process (job control, SIGCHLD, SIGWINCH...) leave 128+N
+/// as a plain status.
 pub fn end(code: ExitCode) -> ! {
     if let ExitCode::Signal(n) = code {
         die_of(n);

@@ -46,8 +46,8 @@ static HELPER_STACK: Stack = Stack(std::cell::UnsafeCell::new([0; STACK]));
 static HANDED: AtomicBool = AtomicBool::new(false);
 
 /// Flushes stdout, closes every descriptor and starts the helper. Called
-/// by `main` right before the process ends (by `exit` or by a re-raised
-/// signal): nothing may be written or read after it.
+/// by `main` right before `exit::end` (an exit, or a re-raised signal):
+/// nothing may be written or read after it.
 pub fn hand_off() {
     use std::io::Write;
     if HANDED.swap(true, Ordering::SeqCst) {
