@@ -136,17 +136,12 @@ fn dead_holders_are_freed_with_their_sessions() {
     );
 }
 
-/// On a `--limit 2` key: `-x`, `-s`, `wait -x` and `--limit 3` refused
-/// with one line and 78, a `--limit 2` granted; on a shared key and on a
-/// key a SQL client holds, `--limit 2` refused. trylock on a full set is
-/// "held" (1).
-#[test]
-fn disagreeing_requests_are_refused_and_a_full_set_is_held() {
-    let pg = PgServer::start();
+/// Two `lock --limit 2 m` holders, both listed by `keys`: the set is full.
+fn full_set_of_two(pg: &PgServer) -> Kids {
     let holders = Kids(
         (0..2)
             .map(|_| {
-                pg.lc(&["lock", "--limit", "2", "m", "sleep", "30"])
+                pg.lc(&["lock", "--limit", "2", "m", "sleep", "60"])
                     .spawn()
                     .unwrap()
             })
@@ -159,6 +154,17 @@ fn disagreeing_requests_are_refused_and_a_full_set_is_held() {
             .count()
             == 2
     }));
+    holders
+}
+
+/// On a `--limit 2` key: `-x`, `-s`, `wait -x` and `--limit 3` refused
+/// with one line and 78, a `--limit 2` granted; on a shared key and on a
+/// key a SQL client holds, `--limit 2` refused. trylock on a full set is
+/// "held" (1).
+#[test]
+fn disagreeing_requests_are_refused_and_a_full_set_is_held() {
+    let pg = PgServer::start();
+    let holders = full_set_of_two(&pg);
     for args in [
         &["trylock", "--limit", "3", "m", "true"][..],
         &["lock", "--limit", "3", "m", "true"],
@@ -211,22 +217,7 @@ fn disagreeing_requests_are_refused_and_a_full_set_is_held() {
 #[test]
 fn a_refused_request_leaves_nothing_behind_when_it_exits() {
     let pg = PgServer::start();
-    let holders = Kids(
-        (0..2)
-            .map(|_| {
-                pg.lc(&["lock", "--limit", "2", "m", "sleep", "60"])
-                    .spawn()
-                    .unwrap()
-            })
-            .collect(),
-    );
-    assert!(wait_until(LIMIT, || {
-        let out = pg.lc(&["keys", "--json"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .matches("\"m\"")
-            .count()
-            == 2
-    }));
+    let holders = full_set_of_two(&pg);
     let refused: [&[&str]; 4] = [
         &["lock", "m", "true"],
         &["trylock", "-s", "m", "true"],
