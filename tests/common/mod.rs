@@ -127,6 +127,16 @@ pub fn finish_within(limit: Duration, mut child: std::process::Child) -> (Option
 /// open by the thousand (a pair after port 0 failed 50 tries in a row so).
 /// Free when checked: a caller that loses the race tries again.
 pub fn free_port_pair() -> u16 {
+    free_ports_in_a_row(2)
+}
+
+/// `n` ports in a row on 127.0.0.1, free when checked, from the range of
+/// [`free_port_pair`]. For one port it is also what `redis::free_port`
+/// gives the servers the tests stop and start again on the same port
+/// (PostgreSQL, Redis, etcd): a port the kernel handed out could be the
+/// local end of another test's connection by the time of the restart (a
+/// PostgreSQL restart failed in CI so).
+pub fn free_ports_in_a_row(n: u16) -> u16 {
     use std::net::TcpListener;
     // A start of its own per test process, so that tests at once seldom meet.
     let nanos = std::time::SystemTime::now()
@@ -136,12 +146,14 @@ pub fn free_port_pair() -> u16 {
     for _ in 0..500 {
         let port = 23_000 + at as u16;
         at = (at + 7) % 9_000;
-        let first = TcpListener::bind(("127.0.0.1", port));
-        if first.is_ok() && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+        let bound: Vec<_> = (0..n)
+            .map_while(|i| TcpListener::bind(("127.0.0.1", port + i)).ok())
+            .collect();
+        if bound.len() == n as usize {
             return port;
         }
     }
-    panic!("no two free ports in a row in 23000-32000 after 500 tries");
+    panic!("no {n} free ports in a row in 23000-32000 after 500 tries");
 }
 
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {

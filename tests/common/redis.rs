@@ -4,7 +4,6 @@
 //! volatile node (no persistence) is what a restart empties, and lc-cli
 //! counts it only once it has been up for a lease.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,13 +18,10 @@ pub struct RedisServer {
     password: Option<String>,
 }
 
-/// A port nobody listens on right now (bound to 0 and read back).
+/// A port nobody listens on right now, below the ephemeral range
+/// ([`super::free_ports_in_a_row`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::free_ports_in_a_row(1)
 }
 
 /// On tmpfs where there is one: the AOF survives a restart of the server
