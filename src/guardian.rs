@@ -102,7 +102,7 @@ impl Guardian {
     /// of a threaded process may run async-signal-safe code only): lc-cli
     /// calls it before it builds its runtime; otherwise it is an error.
     pub fn start(kill_after: Duration) -> io::Result<Guardian> {
-        if proc_stat_fields(&[17]).map(|f| f[0]) != Some(1) {
+        if !crate::threads::only_one() {
             return Err(io::Error::other(
                 "it must be forked before lc-cli starts any thread",
             ));

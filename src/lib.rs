@@ -4,8 +4,8 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`, `exit`, `mode`, `duration` and `teardown`
-//! nothing.
+//! `mode`, `cli` only `duration`, `teardown` only `threads`; `exit`, `mode`,
+//! `duration` and `threads` nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -37,7 +37,9 @@
 //!   `proto::listing`), and `proto::manager` (the reference manager
 //!   protocol on the lock port + 1).
 //! - [`exit`]: every exit status, in one place; `teardown`: the end of the
-//!   process, its memory's unmapping left to a helper no one waits for.
+//!   process, its memory's unmapping left to a helper no one waits for;
+//!   `threads`: whether the process runs one thread (for that and for the
+//!   guardian's fork).
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.
 //! - [`duration`]: how durations are written, on the command line and in
@@ -68,5 +70,6 @@ pub(crate) mod status_line;
 #[doc(hidden)]
 pub mod teardown;
 pub(crate) mod terminal;
+pub(crate) mod threads;
 pub(crate) mod tls;
 pub mod wal;

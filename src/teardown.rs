@@ -28,34 +28,26 @@
 //! `--version` does not hand off: its few pages unmap faster than a helper
 //! starts (BENCHMARKS.md).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 /// The helper's stack: it runs a few system calls and nothing else.
 const STACK: usize = 8192;
 
 #[repr(align(64))]
 struct Stack(std::cell::UnsafeCell<[u8; STACK]>);
 
-// SAFETY: only the one helper ever runs on it (see `HANDED`).
+// SAFETY: only the one helper ever runs on it (`hand_off` is called once,
+// by `main`, as the process ends).
 unsafe impl Sync for Stack {}
 
 static HELPER_STACK: Stack = Stack(std::cell::UnsafeCell::new([0; STACK]));
-
-/// Set by the first hand-off, so a second one (none is made) could not
-/// share the stack.
-static HANDED: AtomicBool = AtomicBool::new(false);
 
 /// Flushes stdout, closes every descriptor and starts the helper. Called
 /// by `main` right before `exit::end` (an exit, or a re-raised signal):
 /// nothing may be written or read after it.
 pub fn hand_off() {
     use std::io::Write;
-    if HANDED.swap(true, Ordering::SeqCst) {
-        return;
-    }
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    if !one_thread() {
+    if !crate::threads::only_one() {
         return;
     }
     // SAFETY: plain system calls. All descriptors go (the process is about
@@ -81,18 +73,6 @@ pub fn hand_off() {
             libc::getpid() as usize as *mut libc::c_void,
         );
         libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-    }
-}
-
-/// Whether this process has one thread: procfs counts a process's threads
-/// in its `task` directory's link count (two plus one per thread, as
-/// `proc_task_getattr` sets it), one `stat` instead of reading
-/// /proc/self/stat. No /proc: false.
-fn one_thread() -> bool {
-    // SAFETY: stat writes the struct given.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::stat(c"/proc/self/task".as_ptr(), &mut st) == 0 && st.st_nlink == 3
     }
 }
 

@@ -259,20 +259,13 @@ impl Backend for PgBackend {
                 };
                 let got =
                     limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress).await;
-                match got {
-                    Ok(limit::Outcome::Slot) => held::Release::All(ids.base),
-                    Ok(limit::Outcome::Busy) => {
-                        self.give_back(&s).await;
-                        return Ok(Acquired::Busy);
-                    }
-                    Ok(limit::Outcome::Cancelled) => {
-                        self.give_back(&s).await;
-                        return Ok(Acquired::Cancelled);
-                    }
-                    Err(e) => {
-                        self.give_back(&s).await;
-                        return Err(e);
-                    }
+                if !matches!(got, Ok(limit::Outcome::Slot)) {
+                    self.give_back(&s).await;
+                }
+                match got? {
+                    limit::Outcome::Slot => held::Release::All(ids.base),
+                    limit::Outcome::Busy => return Ok(Acquired::Busy),
+                    limit::Outcome::Cancelled => return Ok(Acquired::Cancelled),
                 }
             }
             mode => {
