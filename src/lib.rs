@@ -26,8 +26,8 @@
 //! - `child`, `spawn`, `signals` and `terminal`: running the command while
 //!   the lock is held (started posix_spawn's way, in its process group, job
 //!   control at a terminal); `status_line`:
-//!   the wait; `guardian`: the process outside lc-cli's that stops the
-//!   command when lc-cli is frozen or killed.
+//!   the wait; `guardian`: the process outside lc-cli's (sharing its
+//!   memory) that stops the command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one match
 //!   over the request in `server::conn`, one file per action family, the
 //!   lock table, and with [`wal`] its write-ahead log (appending, start-up
@@ -38,8 +38,7 @@
 //!   protocol on the lock port + 1).
 //! - [`exit`]: every exit status, in one place; `teardown`: the end of the
 //!   process, its memory's unmapping left to a helper no one waits for;
-//!   `threads`: whether the process runs one thread (for that and for the
-//!   guardian's fork).
+//!   `threads`: whether the process runs one thread (for that hand-off).
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.
 //! - [`duration`]: how durations are written, on the command line and in

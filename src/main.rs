@@ -15,8 +15,11 @@ static ALLOCATOR: lc_cli::alloc::Allocator = lc_cli::alloc::Allocator;
 /// arguments and the environment come from glibc as before.
 #[cfg(not(test))]
 #[no_mangle]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     standard_fds_open();
+    // A guardian leaving lc-cli's memory runs this binary again (src/guardian/watch.rs).
+    // SAFETY: argc and argv as the C runtime passes them.
+    unsafe { lc_cli::guardian::resume_if_asked(argc, argv) };
     // As std does: a write to a closed pipe fails with EPIPE instead of
     // killing lc-cli (a command started later gets the default back).
     // SAFETY: SIG_IGN runs no code of ours.

@@ -5,9 +5,9 @@
 //! They come through tokio's signal driver, on the runtime's own thread: no
 //! thread of their own to start, to hop through on every SIGCHLD, or to stop
 //! at exit (a tenth of a millisecond of each `lock` when they had one), and
-//! lc-cli stays one thread, so it may still fork. The async code takes each
-//! signal at a point of its choosing; two of one kind that arrive before it
-//! looks are one, as with any pending signal.
+//! lc-cli stays one thread, so its end may hand off (`teardown`). The async
+//! code takes each signal at a point of its choosing; two of one kind that
+//! arrive before it looks are one, as with any pending signal.
 
 use std::future::poll_fn;
 use std::task::{Context, Poll};

@@ -1,5 +1,4 @@
-//! Whether this process runs one thread: what a fork that may run any code
-//! afterwards needs (the guardian), and what the end's hand-off needs
+//! Whether this process runs one thread: what the end's hand-off needs
 //! (`teardown`: no other thread can open a descriptor behind its back).
 
 /// procfs counts a process's threads in its `task` directory's link count

@@ -169,8 +169,7 @@ fn lc_cli_takes_the_terminal_back_when_the_command_ends() {
 fn is_dead_child_of(pid: i32) -> bool {
     // lc-cli's guardian (src/guardian.rs) stays until lc-cli is done.
     let guardian = |child: &str| {
-        std::fs::read(format!("/proc/{child}/cmdline"))
-            .is_ok_and(|c| c.starts_with(b"lc-cli-guardian\0"))
+        std::fs::read(format!("/proc/{child}/comm")).is_ok_and(|c| c == b"lc-cli-guardian\n")
     };
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .map(|c| c.split_whitespace().all(guardian))

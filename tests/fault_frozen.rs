@@ -104,19 +104,19 @@ fn frozen_holder(lc: Lc) -> Vec<f64> {
     margins
 }
 
-/// The guardian of the lc-cli `parent`, found by its argv[0].
+/// The guardian of the lc-cli `parent`, found by its name (comm).
 fn guardian_of(parent: u32) -> Option<i32> {
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let ppid = stat
             .rsplit_once(") ")
             .and_then(|(_, rest)| rest.split_whitespace().nth(1))
             .and_then(|p| p.parse::<u32>().ok());
-        if cmdline.starts_with(b"lc-cli-guardian\0") && ppid == Some(parent) {
+        if comm == b"lc-cli-guardian\n" && ppid == Some(parent) {
             return Some(pid);
         }
     }

@@ -224,8 +224,8 @@ fn runs_its_command(pid: i32) -> bool {
     tasks.flatten().any(|task| {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         children.split_whitespace().any(|child| {
-            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            !cmdline.starts_with(b"lc-cli-guardian")
+            let comm = std::fs::read(format!("/proc/{child}/comm")).unwrap_or_default();
+            comm != b"lc-cli-guardian\n"
         })
     })
 }

@@ -115,12 +115,6 @@ const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
 
 pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
     let verbose = config.verbose;
-    // Forked now, while lc-cli has one thread (src/guardian.rs): it waits
-    // until the command runs, and goes at lc-cli's first way out.
-    let guardian = match options.command {
-        CommandSpec::Exec(_) => Some(Guardian::start(options.kill_after)),
-        _ => None,
-    };
     super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.
@@ -143,8 +137,7 @@ pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
         let backend = super::connect_for(config, &[&options.key])
             .await
             .with_context(context)?;
-        let result =
-            hold_and_run(&*backend, config, &options, &mut signals, guardian, verbose).await;
+        let result = hold_and_run(&*backend, config, &options, &mut signals, verbose).await;
         backend.close().await;
         result
     })
@@ -155,7 +148,6 @@ async fn hold_and_run(
     config: &BackendConfig,
     options: &LockOptions,
     signals: &mut Signals,
-    guardian: Option<std::io::Result<Guardian>>,
     verbose: bool,
 ) -> Result<ExitCode> {
     let key = &options.key;
@@ -239,8 +231,7 @@ async fn hold_and_run(
                         .join(" ")
                 );
             }
-            let guardian = guardian.unwrap_or_else(|| Err(std::io::Error::other("not started")));
-            run_child(held, argv, config, options, signals, guardian, verbose).await
+            run_child(held, argv, config, options, signals, verbose).await
         }
     }
 }
@@ -282,7 +273,6 @@ async fn run_child(
     config: &BackendConfig,
     options: &LockOptions,
     signals: &mut Signals,
-    guardian: std::io::Result<Guardian>,
     verbose: bool,
 ) -> Result<ExitCode> {
     let key = options.key.as_str();
@@ -294,7 +284,7 @@ async fn run_child(
     // Started before the command, so a command never runs unguarded where
     // its hold can run out or its key outlive lc-cli.
     let needs_guardian = held.expiry().is_some() || held.session_fd().is_some();
-    let guardian = guardian.and_then(|mut g| match held.session_fd() {
+    let guardian = Guardian::start(options.kill_after).and_then(|mut g| match held.session_fd() {
         Some(fd) => g.keep(fd).map(|()| g),
         None => Ok(g),
     });

@@ -1,10 +1,12 @@
 //! The guardian's end of the socket pair and lc-cli's: lines that never
 //! block the sender, and one descriptor passed along with a line
-//! (`SCM_RIGHTS`), since the guardian is forked before the descriptor it
-//! keeps (a PostgreSQL connection) exists.
+//! (`SCM_RIGHTS`), since the guardian has its own table of descriptors,
+//! copied before the one it keeps (a PostgreSQL connection) existed.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::sys;
 
 /// Room for one `cmsghdr` and a few descriptors, aligned as `cmsghdr` is.
 #[repr(C, align(8))]
@@ -52,9 +54,11 @@ pub fn send(sock: BorrowedFd<'_>, line: &[u8], fd: Option<BorrowedFd<'_>>) -> io
     }
 }
 
-/// Receives bytes into `buf` (0: the other end closed), and a descriptor
-/// that came with them, if any (any further one is closed).
-pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+/// The guardian's side: receives bytes into `buf` without blocking (0:
+/// the other end closed), and a descriptor that came with them, if any (a
+/// further one is closed). Only [`sys`] calls: the guardian may share
+/// lc-cli's memory.
+pub fn recv(sock: i32, buf: &mut [u8]) -> Result<(usize, Option<i32>), sys::Errno> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -66,30 +70,29 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<O
     msg.msg_iovlen = 1;
     msg.msg_control = control.0.as_mut_ptr().cast();
     msg.msg_controllen = control.0.len() as _;
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let n = sys::recvmsg(sock, &mut msg)?;
     let mut kept = None;
     // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG
-    // macros walk exactly that, and each SCM_RIGHTS descriptor is ours now.
+    // macros (pointer arithmetic, no libc state) walk exactly that, and
+    // each SCM_RIGHTS descriptor is ours now.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let bytes = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 for i in 0..bytes / std::mem::size_of::<libc::c_int>() {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    // The first is the one kept; a further one is closed here.
-                    kept.get_or_insert(fd);
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    match kept {
+                        None => kept = Some(fd),
+                        Some(_) => sys::close(fd),
+                    }
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((n as usize, kept))
+    Ok((n, kept))
 }
 
 #[cfg(test)]
@@ -108,14 +111,21 @@ mod tests {
         let mut got = Vec::new();
         let mut fd = None;
         while got.len() < 6 {
-            let (n, f) = recv(b.as_fd(), &mut buf).unwrap();
+            let (n, f) = recv(b.as_raw_fd(), &mut buf).unwrap();
             got.extend_from_slice(&buf[..n]);
             fd = fd.or(f);
         }
         assert_eq!(got, b"P 1\nK\n");
         let fd = fd.expect("the descriptor came with its line");
-        assert_ne!(fd.as_raw_fd(), file.as_raw_fd());
+        assert_ne!(fd, file.as_raw_fd());
+        sys::close(fd);
+        // Nothing more: no wait, an error.
+        assert_eq!(recv(b.as_raw_fd(), &mut buf), Err(libc::EAGAIN));
         drop(a);
-        assert_eq!(recv(b.as_fd(), &mut buf).unwrap().0, 0, "the end is seen");
+        assert_eq!(
+            recv(b.as_raw_fd(), &mut buf).unwrap().0,
+            0,
+            "the end is seen"
+        );
     }
 }
