@@ -122,7 +122,9 @@ impl Guardian {
         let (term, term_fd) = TermClaim::new()?;
         // A stopped guardian must never block lc-cli: a full socket drops a line.
         ours.set_nonblocking(true)?;
-        let top = stack_top()?;
+        // Never unmapped: the guardian may outlive every other user of
+        // lc-cli's memory.
+        let top = crate::spawn::Stack::new(STACK)?.leak();
         // Read by the guardian, never freed: lc-cli's memory may be its
         // only memory, and freeing is lc-cli's malloc's business.
         let start = Box::leak(Box::new(watch::Start {
@@ -136,29 +138,26 @@ impl Guardian {
         } else {
             0
         };
-        // SAFETY: every signal is blocked across the clone, so the guardian
-        // starts with all blocked and none of lc-cli's handlers ever runs
-        // in it; it runs `watch::entry` on its own stack, reads `start` and
-        // makes only `sys` calls. Not CLONE_FILES: its descriptors are its
-        // own copy. Not CLONE_THREAD: lc-cli's exit or stop must not take
-        // it along. SIGCHLD: an ordinary child to whoever reaps it
-        // (lc-cli does not wait for it).
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut before: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-            let pid = libc::clone(
+        // Every signal blocked across the clone: the guardian starts with
+        // all blocked, and none of lc-cli's handlers ever runs in it.
+        let blocked = crate::spawn::BlockAll::new()?;
+        // SAFETY: the guardian runs `watch::entry` on its own stack, reads
+        // `start` and makes only `sys` calls. Not CLONE_FILES: its
+        // descriptors are its own copy. Not CLONE_THREAD: lc-cli's exit or
+        // stop must not take it along. SIGCHLD: an ordinary child to
+        // whoever reaps it (lc-cli does not wait for it).
+        let pid = unsafe {
+            libc::clone(
                 watch::entry,
                 top,
                 flags | libc::SIGCHLD,
                 (start as *mut watch::Start).cast(),
-            );
-            let error = io::Error::last_os_error();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-            if pid < 0 {
-                return Err(error);
-            }
+            )
+        };
+        let error = io::Error::last_os_error();
+        drop(blocked);
+        if pid < 0 {
+            return Err(error);
         }
         // The guardian has its copies of these, lc-cli needs them no more.
         drop((theirs, term_fd));
@@ -337,30 +336,6 @@ pub unsafe fn resume_if_asked(argc: libc::c_int, argv: *const *const libc::c_cha
 
 /// The claim's memfd is this long (any size would do: one flag).
 const CLAIM_SIZE: usize = 8;
-
-/// The top of a fresh stack for the guardian, with a page below it that
-/// faults instead of letting an overflow write into other memory. Never
-/// unmapped: the guardian may outlive every other user of lc-cli's memory.
-fn stack_top() -> io::Result<*mut libc::c_void> {
-    let guard = 4096;
-    // SAFETY: a fresh private mapping; only its lowest page is made
-    // inaccessible, and nothing else refers to it.
-    unsafe {
-        let base = libc::mmap(
-            std::ptr::null_mut(),
-            guard + STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        );
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        libc::mprotect(base, guard, libc::PROT_NONE);
-        Ok(base.cast::<u8>().add(guard + STACK).cast())
-    }
-}
 
 #[cfg(test)]
 mod tests {

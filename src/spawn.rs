@@ -188,14 +188,15 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// The child's stack: an anonymous mapping with a guard page below it.
-struct Stack {
+/// The child's stack: an anonymous mapping with a guard page below it
+/// (also the guardian's, see `guardian::start`).
+pub(crate) struct Stack {
     base: *mut libc::c_void,
     len: usize,
 }
 
 impl Stack {
-    fn new(size: usize) -> io::Result<Stack> {
+    pub(crate) fn new(size: usize) -> io::Result<Stack> {
         let page = 4096;
         let len = size.div_ceil(page) * page + page;
         // SAFETY: a fresh private mapping, unmapped in drop; the lowest page
@@ -218,9 +219,17 @@ impl Stack {
     }
 
     /// Where the stack starts (it grows down), 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
+    pub(crate) fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping, which is page aligned.
         unsafe { self.base.add(self.len) }
+    }
+
+    /// Its top, the mapping kept for the rest of the process's life: for a
+    /// child that may outlive every other user of the memory.
+    pub(crate) fn leak(self) -> *mut libc::c_void {
+        let top = self.top();
+        std::mem::forget(self);
+        top
     }
 }
 
@@ -233,13 +242,14 @@ impl Drop for Stack {
 }
 
 /// Every signal blocked on this thread until dropped: none of lc-cli's
-/// handlers may run in the child, which shares its memory.
-struct BlockAll {
+/// handlers may run in the child, which shares its memory (and which
+/// starts with them all blocked).
+pub(crate) struct BlockAll {
     old: libc::sigset_t,
 }
 
 impl BlockAll {
-    fn new() -> io::Result<BlockAll> {
+    pub(crate) fn new() -> io::Result<BlockAll> {
         // SAFETY: plain sigset_t values and pthread_sigmask on this thread.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();

@@ -252,22 +252,28 @@ impl Args {
 
     /// A number, or `-` for none.
     fn push_number(&mut self, n: Option<u64>) -> bool {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
+        use std::fmt::Write;
+        // core's formatting of an integer: digits into a buffer, no allocation.
+        let mut digits = Digits([0; 20], 0);
         match n {
             None => self.push(&[b"-"]),
-            Some(mut n) => {
-                loop {
-                    at -= 1;
-                    digits[at] = b'0' + (n % 10) as u8;
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
-                }
-                self.push(&[&digits[at..]])
-            }
+            Some(n) => write!(digits, "{n}").is_ok() && self.push(&[&digits.0[..digits.1]]),
         }
+    }
+}
+
+/// A number's digits, written by `core::fmt` (20 bytes hold any u64).
+struct Digits([u8; 20], usize);
+
+impl std::fmt::Write for Digits {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self
+            .0
+            .get_mut(self.1..self.1 + s.len())
+            .ok_or(std::fmt::Error)?;
+        room.copy_from_slice(s.as_bytes());
+        self.1 += s.len();
+        Ok(())
     }
 }
 
