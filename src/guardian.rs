@@ -26,7 +26,7 @@
 //! alive when lc-cli is gone. Its code (`watch`) allocates nothing and makes
 //! its system calls without libc (`sys`), since lc-cli's heap and errno are
 //! its too; where `sys` has no such calls (other architectures than
-//! x86-64, arm64 and riscv64) it is a copy of lc-cli instead.
+//! x86-64) it is a copy of lc-cli instead, as the fork was.
 //!
 //! It puts itself in a process group of its own (no group signal or
 //! terminal signal for lc-cli reaches it), starts with every signal

@@ -7,9 +7,10 @@
 //! lc-cli's too. So the guardian allocates nothing and makes its calls
 //! here: the instruction itself, the error in the value returned.
 //!
-//! An architecture without an entry here gets no shared guardian: it is
-//! started as a copy of lc-cli instead ([`SHARES_MEMORY`] false), whose
-//! errno is its own, and these calls go through libc.
+//! Only x86-64's instruction is here, the one architecture these calls are
+//! tested on; elsewhere the guardian is started as a copy of lc-cli
+//! instead ([`SHARES_MEMORY`] false), whose errno is its own, and these
+//! calls go through libc.
 
 use std::ffi::CStr;
 use std::time::Duration;
@@ -19,11 +20,7 @@ pub type Errno = i32;
 
 /// Whether the calls below are made without libc, so the guardian may
 /// share lc-cli's memory.
-pub const SHARES_MEMORY: bool = cfg!(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-));
+pub const SHARES_MEMORY: bool = cfg!(target_arch = "x86_64");
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw(nr: libc::c_long, a: [usize; 6]) -> isize {
@@ -43,44 +40,8 @@ unsafe fn raw(nr: libc::c_long, a: [usize; 6]) -> isize {
     ret
 }
 
-#[cfg(target_arch = "aarch64")]
-unsafe fn raw(nr: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY (the caller's): the kernel's calling convention.
-    unsafe {
-        std::arch::asm!(
-            "svc 0",
-            in("x8") nr,
-            inlateout("x0") a[0] as isize => ret,
-            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-            options(nostack, preserves_flags)
-        );
-    }
-    ret
-}
-
-#[cfg(target_arch = "riscv64")]
-unsafe fn raw(nr: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY (the caller's): the kernel's calling convention.
-    unsafe {
-        std::arch::asm!(
-            "ecall",
-            in("a7") nr,
-            inlateout("a0") a[0] as isize => ret,
-            in("a1") a[1], in("a2") a[2], in("a3") a[3], in("a4") a[4], in("a5") a[5],
-            options(nostack, preserves_flags)
-        );
-    }
-    ret
-}
-
 /// Elsewhere: libc's `syscall`, in a guardian that is a copy of lc-cli.
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-)))]
+#[cfg(not(target_arch = "x86_64"))]
 unsafe fn raw(nr: libc::c_long, a: [usize; 6]) -> isize {
     // SAFETY (the caller's): as for the instruction.
     let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
