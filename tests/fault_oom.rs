@@ -288,3 +288,25 @@ fn a_holder_killed_by_the_oom_killer_leaves_a_guardian_that_stops_its_command() 
         );
     }
 }
+
+/// The resumed guardian's command line is lc-cli's own: anything else
+/// under that name is refused in one line, not taken for a watch.
+#[test]
+fn a_resume_line_lc_cli_did_not_write_is_refused() {
+    use std::os::unix::process::CommandExt;
+    for args in [
+        &["resume"][..],
+        &["resume", "1", "2", "3", "4", "2", "-"],
+        &["resume", "x", "-", "-", "-", "0", "-"],
+    ] {
+        let out = Command::new(common::BIN)
+            .arg0("lc-cli-guardian")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("lc-cli-guardian: "), "{args:?}: {err}");
+    }
+}

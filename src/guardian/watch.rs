@@ -28,7 +28,7 @@ pub(super) struct Start {
 }
 
 /// How long a command runs before its guardian leaves lc-cli's memory.
-pub(super) const DETACH_AFTER: Duration = Duration::from_millis(100);
+const DETACH_AFTER: Duration = Duration::from_millis(100);
 
 /// Where the guardian keeps its socket and the claim's memfd, across its exec.
 pub(super) const SOCK_FD: i32 = 3;
@@ -353,10 +353,10 @@ fn take_lines(w: &mut Watch, pending: &mut Pending) -> bool {
 
 /// The guardian's side: what it watches.
 pub(super) struct Watch {
-    pub(super) pgid: Option<i32>,
-    pub(super) term_at: Option<u64>,
-    pub(super) kill_at: Option<u64>,
-    pub(super) termed: bool,
+    pgid: Option<i32>,
+    term_at: Option<u64>,
+    kill_at: Option<u64>,
+    termed: bool,
     /// When the SIGKILL went, on `CLOCK_BOOTTIME`.
     killed_at: Option<u64>,
     /// The stop's SIGTERM is sent only if claimed here first.
@@ -370,7 +370,7 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    pub(super) fn new(term: TermClaim) -> Watch {
+    fn new(term: TermClaim) -> Watch {
         Watch {
             pgid: None,
             term_at: None,
@@ -390,7 +390,7 @@ impl Watch {
     }
 
     /// One line from lc-cli; false for its goodbye.
-    pub(super) fn take(&mut self, line: &[u8]) -> bool {
+    fn take(&mut self, line: &[u8]) -> bool {
         let mut f = line.split(|&b| b == b' ');
         match f.next() {
             Some(b"P") => {
@@ -416,7 +416,7 @@ impl Watch {
     }
 
     /// lc-cli is gone without a word: stop the group now.
-    pub(super) fn orphaned(&mut self, kill_after: Duration) {
+    fn orphaned(&mut self, kill_after: Duration) {
         let by = boottime_ns().saturating_add(kill_after.as_nanos() as u64);
         self.kill_at = Some(self.kill_at.map_or(by, |k| k.min(by)));
         self.term_at = Some(0);
@@ -478,7 +478,7 @@ struct Records([u8; 4096]);
 
 /// A process of group `pgid` that is not a zombie, from /proc (true when
 /// /proc cannot be read: then the group is not called gone).
-pub(super) fn live_member(pgid: i32) -> bool {
+fn live_member(pgid: i32) -> bool {
     let Ok(dir) = sys::open(c"/proc", libc::O_RDONLY | libc::O_DIRECTORY) else {
         return true;
     };
@@ -498,9 +498,6 @@ pub(super) fn live_member(pgid: i32) -> bool {
             if member_state(name, pgid).is_some_and(|state| state != b'Z' && state != b'X') {
                 found = true;
                 break 'dir;
-            }
-            if reclen == 0 {
-                break;
             }
             at += reclen;
         }
