@@ -18,6 +18,7 @@
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -97,6 +98,7 @@ pub fn spawn<'t>(
     argv: &[OsString],
     env: &[(String, String)],
     terminal: Option<&'t Terminal>,
+    announce: Option<RawFd>,
 ) -> Result<Running<'t>, SpawnError> {
     // The group's orphans become our children, so we can reap them and know
     // when the group is empty. Process-wide, and harmless to repeat.
@@ -108,6 +110,7 @@ pub fn spawn<'t>(
     // A token inherited from an outer lc-cli would fence with the wrong lock.
     let started = Spawn::new(argv, env, "LC_LOCK_TOKEN").and_then(|mut spawn| {
         spawn.tty = tty;
+        spawn.announce = announce;
         spawn.parent_gone = PARENT_GONE;
         spawn.start()
     });
@@ -367,12 +370,12 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let mut signals = Signals::install().unwrap();
-            let mut c = spawn(&argv("exit 3"), &[], None).ok().unwrap();
+            let mut c = spawn(&argv("exit 3"), &[], None, None).ok().unwrap();
             assert_eq!(
                 c.supervise(&mut signals).await.unwrap(),
                 ChildEnd::Exited(3)
             );
-            let mut c = spawn(&argv("kill -USR2 $$"), &[], None).ok().unwrap();
+            let mut c = spawn(&argv("kill -USR2 $$"), &[], None, None).ok().unwrap();
             assert_eq!(
                 c.supervise(&mut signals).await.unwrap(),
                 ChildEnd::Signalled(libc::SIGUSR2)
@@ -381,6 +384,7 @@ mod tests {
             let mut c = spawn(
                 &argv("trap '' TERM; while :; do sleep 0.05; done"),
                 &[],
+                None,
                 None,
             )
             .ok()
@@ -398,6 +402,7 @@ mod tests {
                 &argv("trap 'exit 9' TERM; while :; do sleep 0.05; done"),
                 &[],
                 None,
+                None,
             )
             .ok()
             .unwrap();
@@ -407,9 +412,11 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(end, ChildEnd::Exited(9));
-            let err = spawn(&["/nonexistent/x".into()], &[], None).err().unwrap();
+            let err = spawn(&["/nonexistent/x".into()], &[], None, None)
+                .err()
+                .unwrap();
             assert_eq!(err.code, ExitCode::NotFound);
-            let err = spawn(&["/".into()], &[], None).err().unwrap();
+            let err = spawn(&["/".into()], &[], None, None).err().unwrap();
             assert_eq!(err.code, ExitCode::CannotExecute);
         });
     }

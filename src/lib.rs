@@ -4,8 +4,7 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`, `teardown` only `threads`; `exit`, `mode`,
-//! `duration` and `threads` nothing.
+//! `mode`, `cli` only `duration`; `exit`, `mode` and `duration` nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -26,8 +25,8 @@
 //! - `child`, `spawn`, `signals` and `terminal`: running the command while
 //!   the lock is held (started posix_spawn's way, in its process group, job
 //!   control at a terminal); `status_line`:
-//!   the wait; `guardian`: the process outside lc-cli's (sharing its
-//!   memory) that stops the command when lc-cli is frozen or killed.
+//!   the wait; `guardian`: a program of its own (lc-cli's binary exec'd
+//!   again) that stops the command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one match
 //!   over the request in `server::conn`, one file per action family, the
 //!   lock table, and with [`wal`] its write-ahead log (appending, start-up
@@ -36,21 +35,16 @@
 //!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
 //!   `proto::listing`), and `proto::manager` (the reference manager
 //!   protocol on the lock port + 1).
-//! - [`exit`]: every exit status, in one place; `teardown`: the end of the
-//!   process, its memory's unmapping left to a helper no one waits for;
-//!   `threads`: whether the process runs one thread (for that hand-off).
+//! - [`exit`]: every exit status, in one place, and the process's end.
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.
 //! - [`duration`]: how durations are written, on the command line and in
 //!   server addresses.
 //! - [`docs`]: completion scripts and man pages generated from [`cli`].
-//! - [`alloc`]: the binary's global allocator (malloc, and free lists for
-//!   the small over-aligned blocks tokio's tasks are).
 //!
 //! Where new things go: see CONTRIBUTING.md, which lists the files a new
 //! backend, subcommand or protocol action touches.
 
-pub mod alloc;
 pub mod backend;
 pub(crate) mod child;
 pub mod cli;
@@ -66,9 +60,6 @@ pub(crate) mod server;
 pub(crate) mod signals;
 pub(crate) mod spawn;
 pub(crate) mod status_line;
-#[doc(hidden)]
-pub mod teardown;
 pub(crate) mod terminal;
-pub(crate) mod threads;
 pub(crate) mod tls;
 pub mod wal;

@@ -1,77 +1,18 @@
-// lc-cli's own entry point in place of std's (see `main` below); the test
-// harness keeps its own.
-#![cfg_attr(not(test), no_main)]
+//! lc-cli's entry point: the guardian's start, the `--version` shortcut,
+//! then parse, run, report, exit.
 
-/// malloc, with tokio's 128-byte aligned tasks kept apart (see `alloc`).
-#[global_allocator]
-static ALLOCATOR: lc_cli::alloc::Allocator = lc_cli::alloc::Allocator;
-
-/// The C entry point, in place of std's start-up, which reads
-/// /proc/self/maps on every start (glibc's pthread_getattr_np, a tenth of
-/// lc-cli's instructions on the lock path; `--version` 0.37 -> 0.30 ms over
-/// `true`, BENCHMARKS.md) only to find the main thread's stack guard for its
-/// "has overflowed its stack" message: a stack overflow is now a plain
-/// SIGSEGV. The rest of std's start-up is done here, as std does it;
-/// arguments and the environment come from glibc as before.
-#[cfg(not(test))]
-#[no_mangle]
-extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
-    standard_fds_open();
-    // A guardian leaving lc-cli's memory runs this binary again (src/guardian/watch.rs).
-    // SAFETY: argc and argv as the C runtime passes them.
-    unsafe { lc_cli::guardian::resume_if_asked(argc, argv) };
-    // As std does: a write to a closed pipe fails with EPIPE instead of
-    // killing lc-cli (a command started later gets the default back).
-    // SAFETY: SIG_IGN runs no code of ours.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+fn main() {
+    // lc-cli's binary started as its own guardian (src/guardian.rs) goes no
+    // further: it watches, and exits.
+    lc_cli::guardian::run_if_asked();
     run()
 }
 
-/// std's `sanitize_standard_fds`: a closed stdin, stdout or stderr is opened
-/// on /dev/null, so that no socket or log file lc-cli opens takes its number
-/// and receives what is meant for it.
-#[cfg(not(test))]
-fn standard_fds_open() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: poll on our own array, then open and fcntl with plain values.
-    unsafe {
-        let closed: Vec<bool> = loop {
-            if libc::poll(fds.as_mut_ptr(), 3, 0) != -1 {
-                break fds
-                    .iter()
-                    .map(|p| p.revents & libc::POLLNVAL != 0)
-                    .collect();
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                // poll cannot say (a sandbox refusing it): ask each one.
-                _ => {
-                    break (0..3)
-                        .map(|fd| libc::fcntl(fd, libc::F_GETFD) == -1)
-                        .collect()
-                }
-            }
-        };
-        for (fd, closed) in closed.into_iter().enumerate() {
-            if closed && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) != fd as libc::c_int {
-                std::process::abort();
-            }
-        }
-    }
-}
-
-#[cfg_attr(test, allow(dead_code))]
 fn run() -> ! {
     // `--version` alone: clap's line, without building clap's command.
     if version_only(std::env::args_os()) {
         use std::io::Write;
         let _ = std::io::stdout().write_all(VERSION_LINE.as_bytes());
-        // No hand-off: so small a process unmaps faster than a helper
-        // starts (src/teardown.rs).
         std::process::exit(0)
     }
     let result = match lc_cli::cmd::parse(std::env::args_os().collect()) {
@@ -88,8 +29,6 @@ fn run() -> ! {
         }
     };
     let code = lc_cli::exit::report(result);
-    // Everything is written: the end is left to a helper (src/teardown.rs).
-    lc_cli::teardown::hand_off();
     lc_cli::exit::end(code)
 }
 

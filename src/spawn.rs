@@ -32,6 +32,11 @@ pub struct Spawn {
     envp: Vec<CString>,
     /// Made the foreground process group, if any.
     pub tty: Option<RawFd>,
+    /// A socket the child announces itself on (`C`, its pid in the
+    /// kernel's credentials), once it leads its own group and before its
+    /// exec: the guardian's, so that no command ever runs that its guardian
+    /// could not stop, whenever lc-cli freezes.
+    pub announce: Option<RawFd>,
     /// The errno the child reports when lc-cli is no longer its parent.
     pub parent_gone: i32,
 }
@@ -66,6 +71,7 @@ impl Spawn {
             argv: argv.iter().map(|a| c(a)).collect::<io::Result<_>>()?,
             envp,
             tty: None,
+            announce: None,
             parent_gone: libc::ESRCH,
         })
     }
@@ -82,6 +88,7 @@ impl Spawn {
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             tty: self.tty.unwrap_or(-1),
+            announce: self.announce.unwrap_or(-1),
             parent: std::process::id() as libc::pid_t,
             parent_gone: self.parent_gone,
             error: AtomicI32::new(0),
@@ -126,6 +133,7 @@ struct Shared {
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     tty: RawFd,
+    announce: RawFd,
     parent: libc::pid_t,
     parent_gone: i32,
     error: AtomicI32,
@@ -146,7 +154,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             .raw_os_error()
             .unwrap_or(libc::EINVAL)
     };
-    // SAFETY: sigaction, setpgid, prctl, getppid, tcsetpgrp, sigprocmask and
+    // SAFETY: sigaction, setpgid, send, prctl, getppid, tcsetpgrp, sigprocmask and
     // execvpe are system calls (execvpe allocates on the stack only); every
     // pointer is to a live value of ours or of `shared`.
     unsafe {
@@ -168,6 +176,17 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::setpgid(0, 0) != 0 {
             return fail(errno());
         }
+        if shared.announce >= 0 {
+            // Never blocks, never raises SIGPIPE; a lost line is a stopped
+            // or dead guardian's.
+            let line = b"C\n";
+            libc::send(
+                shared.announce,
+                line.as_ptr().cast(),
+                line.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
+        }
         // If lc-cli dies (even by SIGKILL), the command is told; and if it
         // died before this line, the command must not run unsupervised.
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
@@ -188,15 +207,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// The child's stack: an anonymous mapping with a guard page below it
-/// (also the guardian's, see `guardian::start`).
-pub(crate) struct Stack {
+/// The child's stack: an anonymous mapping with a guard page below it.
+struct Stack {
     base: *mut libc::c_void,
     len: usize,
 }
 
 impl Stack {
-    pub(crate) fn new(size: usize) -> io::Result<Stack> {
+    fn new(size: usize) -> io::Result<Stack> {
         let page = 4096;
         let len = size.div_ceil(page) * page + page;
         // SAFETY: a fresh private mapping, unmapped in drop; the lowest page
@@ -219,17 +237,9 @@ impl Stack {
     }
 
     /// Where the stack starts (it grows down), 16-byte aligned.
-    pub(crate) fn top(&self) -> *mut libc::c_void {
+    fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping, which is page aligned.
         unsafe { self.base.add(self.len) }
-    }
-
-    /// Its top, the mapping kept for the rest of the process's life: for a
-    /// child that may outlive every other user of the memory.
-    pub(crate) fn leak(self) -> *mut libc::c_void {
-        let top = self.top();
-        std::mem::forget(self);
-        top
     }
 }
 
@@ -244,12 +254,12 @@ impl Drop for Stack {
 /// Every signal blocked on this thread until dropped: none of lc-cli's
 /// handlers may run in the child, which shares its memory (and which
 /// starts with them all blocked).
-pub(crate) struct BlockAll {
+struct BlockAll {
     old: libc::sigset_t,
 }
 
 impl BlockAll {
-    pub(crate) fn new() -> io::Result<BlockAll> {
+    fn new() -> io::Result<BlockAll> {
         // SAFETY: plain sigset_t values and pthread_sigmask on this thread.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
@@ -318,6 +328,25 @@ mod tests {
         std::env::remove_var("LC_TEST_REMOVED");
         std::env::remove_var("LC_TEST_REPLACED");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_child_announces_itself_before_its_exec() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        nix::sys::socket::setsockopt(&theirs, nix::sys::socket::sockopt::PassCred, &true).unwrap();
+        let mut spawn = Spawn::new(&["true".into()], &[], "X").unwrap();
+        spawn.announce = Some(ours.as_raw_fd());
+        let pid = spawn.start().unwrap();
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 0));
+        let mut line = [0u8; 2];
+        theirs.read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"C\n");
+        // A closed reader costs the child nothing (no SIGPIPE).
+        drop(theirs);
+        let pid = spawn.start().unwrap();
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 0));
     }
 
     #[test]

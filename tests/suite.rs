@@ -7,7 +7,6 @@ mod common;
 
 mod backend_table;
 mod cli_completion;
-mod cli_exit;
 mod cli_foreign_peer;
 mod cli_group;
 mod cli_holder;

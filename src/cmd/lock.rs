@@ -114,7 +114,6 @@ const RELEASE_RETRY: Duration = Duration::from_secs(10);
 const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
 
 pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
-    let verbose = config.verbose;
     super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.
@@ -134,10 +133,16 @@ pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
                 ),
             ));
         }
+        // The guardian's start (an exec) overlaps the connection and the
+        // wait; it is told what to guard once there is a command.
+        let guardian = match options.command {
+            CommandSpec::Exec(_) => Some(Guardian::start(options.kill_after)),
+            _ => None,
+        };
         let backend = super::connect_for(config, &[&options.key])
             .await
             .with_context(context)?;
-        let result = hold_and_run(&*backend, config, &options, &mut signals, verbose).await;
+        let result = hold_and_run(&*backend, config, &options, &mut signals, guardian).await;
         backend.close().await;
         result
     })
@@ -148,8 +153,9 @@ async fn hold_and_run(
     config: &BackendConfig,
     options: &LockOptions,
     signals: &mut Signals,
-    verbose: bool,
+    guardian: Option<std::io::Result<Guardian>>,
 ) -> Result<ExitCode> {
+    let verbose = config.verbose;
     let key = &options.key;
     let server = config.shown();
     // `-w 0` tries once, as flock takes it.
@@ -231,7 +237,8 @@ async fn hold_and_run(
                         .join(" ")
                 );
             }
-            run_child(held, argv, config, options, signals, verbose).await
+            let guardian = guardian.unwrap_or_else(|| Err(std::io::ErrorKind::Other.into()));
+            run_child(held, argv, config, options, signals, guardian).await
         }
     }
 }
@@ -273,18 +280,20 @@ async fn run_child(
     config: &BackendConfig,
     options: &LockOptions,
     signals: &mut Signals,
-    verbose: bool,
+    guardian: std::io::Result<Guardian>,
 ) -> Result<ExitCode> {
+    let verbose = config.verbose;
     let key = options.key.as_str();
     let mut env = vec![("LC_KEY".to_string(), key.to_string())];
     if let Some(token) = held.token() {
         env.push(("LC_LOCK_TOKEN".to_string(), token.to_string()));
     }
     env.extend(held.env());
-    // Started before the command, so a command never runs unguarded where
-    // its hold can run out or its key outlive lc-cli.
+    // Started before the command (before the connection, in `run`), so a
+    // command never runs unguarded where its hold can run out or its key
+    // outlive lc-cli.
     let needs_guardian = held.expiry().is_some() || held.session_fd().is_some();
-    let guardian = Guardian::start(options.kill_after).and_then(|mut g| match held.session_fd() {
+    let guardian = guardian.and_then(|mut g| match held.session_fd() {
         Some(fd) => g.keep(fd).map(|()| g),
         None => Ok(g),
     });
@@ -307,7 +316,13 @@ async fn run_child(
         }
     };
     let terminal = Terminal::open();
-    let mut running = match child::spawn(argv, &env, terminal.as_ref()) {
+    // The deadlines first: the command may announce itself to the guardian
+    // and run before lc-cli speaks again.
+    if let Some(g) = &mut guardian {
+        g.update(held.expiry());
+    }
+    let announce = guardian.as_ref().map(Guardian::announce_fd);
+    let mut running = match child::spawn(argv, &env, terminal.as_ref(), announce) {
         Ok(c) => c,
         Err(spawn_error) => {
             eprintln!(
@@ -374,6 +389,9 @@ async fn run_child(
                     None => options.kill_after,
                 };
                 let _ = running.stop(signals, grace, term).await;
+                if let Some(g) = &mut guardian {
+                    g.go();
+                }
                 // Give back whatever is left; the loss is what we report.
                 let _ = release_attempt(&mut held).await;
                 drop(guardian);
@@ -387,9 +405,14 @@ async fn run_child(
             }
         }
     };
+    // The group is reaped: the guardian goes (and is reaped after the
+    // release, by when it has long exited). A PostgreSQL session it kept a
+    // copy of lives on in lc-cli's own descriptor until the release.
+    if let Some(g) = &mut guardian {
+        g.go();
+    }
     // Released whatever happened to the command (even if it could not be waited for).
     let released = release(held, key, config).await;
-    // Only now may a PostgreSQL session end: the guardian goes.
     drop(guardian);
     released?;
     let end = end.with_context(|| format!("command holding '{key}' on {}", config.shown()))?;

@@ -4,13 +4,11 @@
 //! copied before the one it keeps (a PostgreSQL connection) existed.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
-
-use super::sys;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Room for one `cmsghdr` and a few descriptors, aligned as `cmsghdr` is.
 #[repr(C, align(8))]
-struct Control([u8; 64]);
+struct Control([u8; 128]);
 
 /// Sends `line` without blocking and without SIGPIPE, with `fd` attached
 /// if given. A full socket (a stopped guardian) is an error, the line lost.
@@ -19,7 +17,7 @@ pub fn send(sock: BorrowedFd<'_>, line: &[u8], fd: Option<BorrowedFd<'_>>) -> io
         iov_base: line.as_ptr() as *mut libc::c_void,
         iov_len: line.len(),
     };
-    let mut control = Control([0; 64]);
+    let mut control = Control([0; 128]);
     // SAFETY: a zeroed msghdr is valid (no iovec, no control data).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &iov as *const libc::iovec as *mut libc::iovec;
@@ -54,27 +52,40 @@ pub fn send(sock: BorrowedFd<'_>, line: &[u8], fd: Option<BorrowedFd<'_>>) -> io
     }
 }
 
+/// What came with a read besides the bytes.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// A descriptor passed with them (a further one is closed).
+    pub fd: Option<OwnedFd>,
+    /// The sender's pid, where the socket passes credentials.
+    pub pid: Option<i32>,
+}
+
 /// The guardian's side: receives bytes into `buf` without blocking (0:
-/// the other end closed), and a descriptor that came with them, if any (a
-/// further one is closed). Only [`sys`] calls: the guardian may share
-/// lc-cli's memory.
-pub fn recv(sock: i32, buf: &mut [u8]) -> Result<(usize, Option<i32>), sys::Errno> {
+/// the other end closed), and what came with them. Bytes of two senders
+/// never arrive in one read (the kernel keeps them apart by credentials).
+pub fn recv(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Extras)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    let mut control = Control([0; 64]);
-    // SAFETY: as in `send`.
+    let mut control = Control([0; 128]);
+    // SAFETY: a zeroed msghdr is valid (no iovec, no control data).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.0.as_mut_ptr().cast();
     msg.msg_controllen = control.0.len() as _;
-    let n = sys::recvmsg(sock, &mut msg)?;
-    let mut kept = None;
+    // SAFETY: msg points at live buffers for the duration of the call.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut extras = Extras::default();
     // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG
-    // macros (pointer arithmetic, no libc state) walk exactly that, and
-    // each SCM_RIGHTS descriptor is ours now.
+    // macros (pointer arithmetic) walk exactly that, each SCM_RIGHTS
+    // descriptor is ours now, owned once, and SCM_CREDENTIALS data is a
+    // ucred.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
@@ -82,17 +93,24 @@ pub fn recv(sock: i32, buf: &mut [u8]) -> Result<(usize, Option<i32>), sys::Errn
                 let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
                 let bytes = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 for i in 0..bytes / std::mem::size_of::<libc::c_int>() {
-                    let fd = std::ptr::read_unaligned(data.add(i));
-                    match kept {
-                        None => kept = Some(fd),
-                        Some(_) => sys::close(fd),
-                    }
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    // A further one is dropped, and so closed.
+                    extras.fd.get_or_insert(fd);
                 }
+            }
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                && (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                && (*cmsg).cmsg_len as usize
+                    >= libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as usize
+            {
+                let cred: libc::ucred =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                extras.pid = Some(cred.pid);
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((n, kept))
+    Ok((n as usize, extras))
 }
 
 #[cfg(test)]
@@ -111,16 +129,16 @@ mod tests {
         let mut got = Vec::new();
         let mut fd = None;
         while got.len() < 6 {
-            let (n, f) = recv(b.as_raw_fd(), &mut buf).unwrap();
+            let (n, extras) = recv(b.as_raw_fd(), &mut buf).unwrap();
             got.extend_from_slice(&buf[..n]);
-            fd = fd.or(f);
+            fd = fd.or(extras.fd);
         }
         assert_eq!(got, b"P 1\nK\n");
         let fd = fd.expect("the descriptor came with its line");
-        assert_ne!(fd, file.as_raw_fd());
-        sys::close(fd);
+        assert_ne!(fd.as_raw_fd(), file.as_raw_fd());
         // Nothing more: no wait, an error.
-        assert_eq!(recv(b.as_raw_fd(), &mut buf), Err(libc::EAGAIN));
+        let again = recv(b.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::WouldBlock);
         drop(a);
         assert_eq!(
             recv(b.as_raw_fd(), &mut buf).unwrap().0,

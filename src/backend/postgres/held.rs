@@ -44,6 +44,12 @@ pub fn silent_after(keepalive: Duration) -> Duration {
     keepalive / 2
 }
 
+/// How long past the silence deadline a ping's answer is still waited for:
+/// long enough for the connection's task to read an answer that came while
+/// lc-cli was frozen, a small part of the time left before the server may
+/// drop the session (from `silent_after` to `kill_after`).
+const LATE_ANSWER: Duration = Duration::from_millis(200);
+
 /// The server drops a silent session no sooner than `keepalive` after it
 /// last heard from us; a twentieth (300 ms at least) is left for the kill
 /// to land.
@@ -113,13 +119,26 @@ impl HeldLock for PgHeld {
         loop {
             let deadline = self.last_ok + silent_after(self.keepalive);
             let sent = Instant::now();
-            tokio::select! {
-                r = self.s.client.simple_query("SELECT 1") => match r {
-                    Ok(_) => self.last_ok = sent,
-                    Err(e) => return self.ended(super::session::describe(&e)),
-                },
-                why = self.s.ended() => return self.ended(why),
-                _ = tokio::time::sleep_until(deadline) => return self.silent(),
+            let answer: std::result::Result<_, String> = {
+                let query = self.s.client.simple_query("SELECT 1");
+                tokio::pin!(query);
+                tokio::select! {
+                    r = &mut query => Ok(Some(r)),
+                    why = self.s.ended() => Err(why),
+                    // A lc-cli woken from a freeze (SIGSTOP, a debugger)
+                    // finds the deadline past and, in its socket, the
+                    // answer: the session answered, so it and its lock
+                    // never ended. Only no answer at all is a loss.
+                    _ = tokio::time::sleep_until(deadline) => {
+                        Ok(tokio::time::timeout(LATE_ANSWER, &mut query).await.ok())
+                    }
+                }
+            };
+            match answer {
+                Ok(Some(Ok(_))) => self.last_ok = sent,
+                Ok(Some(Err(e))) => return self.ended(super::session::describe(&e)),
+                Ok(None) => return self.silent(),
+                Err(why) => return self.ended(why),
             }
             tokio::select! {
                 why = self.s.ended() => return self.ended(why),
