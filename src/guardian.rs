@@ -208,6 +208,35 @@ impl Guardian {
         self.term.taken()
     }
 
+    /// True once the guardian's end of the socket is closed (it read to
+    /// lc-cli's goodbye or died), waiting at most `limit`.
+    fn closed_within(&self, limit: Duration) -> bool {
+        use std::io::Read;
+        let deadline = Instant::now() + limit;
+        let mut buf = [0u8; 64];
+        loop {
+            match (&self.sock).read(&mut buf) {
+                Ok(0) => return true,
+                // The guardian writes nothing; an error is a closed end too.
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return true,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one pollfd of our own.
+            unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as libc::c_int) };
+        }
+    }
+
     /// The command's group is reaped: the guardian has nothing left to
     /// guard and goes now, while lc-cli releases the key.
     pub(crate) fn go(&mut self) {
@@ -226,17 +255,13 @@ impl Drop for Guardian {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let since = Instant::now();
-        let mut pause = Duration::from_micros(50);
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if since.elapsed() >= GOODBYE => break,
-                Ok(None) => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-            }
+        // Its end of the socket closes as it exits (after its memory is
+        // gone, right before the kernel reports the exit): so the wait
+        // below is that of a process already ending. No end within
+        // GOODBYE: it is stopped or stuck.
+        if self.closed_within(GOODBYE) {
+            let _ = child.wait();
+            return;
         }
         // Stopped or stuck: it guards nothing any more (the group is gone).
         let _ = child.kill();
