@@ -94,6 +94,9 @@ const STOP_LOOK_FOR: Duration = Duration::from_secs(5);
 /// foreground group (the child does it itself before exec, so it never reads
 /// the terminal from the background). Signals must already be caught
 /// ([`Signals::install`]), or SIGCHLD could be missed.
+/// What the command never inherits from lc-cli's environment.
+const CLEARED: &[&str] = &["LC_LOCK_TOKEN", "LC_TOKEN", "LC_TOKEN_FILE"];
+
 pub fn spawn<'t>(
     argv: &[OsString],
     env: &[(String, String)],
@@ -107,8 +110,10 @@ pub fn spawn<'t>(
     let tty = terminal
         .filter(|t| t.we_are_foreground())
         .map(|t| t.raw_fd());
-    // A token inherited from an outer lc-cli would fence with the wrong lock.
-    let started = Spawn::new(argv, env, "LC_LOCK_TOKEN").and_then(|mut spawn| {
+    // A token inherited from an outer lc-cli would fence with the wrong
+    // lock; the team server's token is lc-cli's credential, not the
+    // command's (a deploy script's log or a `set -x` would show it).
+    let started = Spawn::new(argv, env, CLEARED).and_then(|mut spawn| {
         spawn.tty = tty;
         spawn.announce = announce;
         spawn.parent_gone = PARENT_GONE;

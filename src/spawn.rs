@@ -44,7 +44,7 @@ pub struct Spawn {
 impl Spawn {
     /// `argv[0]` looked up in PATH, with lc-cli's environment minus
     /// `remove` and with `env` added (replacing same-named variables).
-    pub fn new(argv: &[OsString], env: &[(String, String)], remove: &str) -> io::Result<Spawn> {
+    pub fn new(argv: &[OsString], env: &[(String, String)], remove: &[&str]) -> io::Result<Spawn> {
         let c = |s: &OsStr| {
             CString::new(s.as_bytes()).map_err(|_| {
                 io::Error::new(
@@ -55,7 +55,7 @@ impl Spawn {
         };
         let mut envp = Vec::new();
         for (key, value) in std::env::vars_os() {
-            if key == remove || env.iter().any(|(k, _)| key == k.as_str()) {
+            if remove.iter().any(|r| key == *r) || env.iter().any(|(k, _)| key == k.as_str()) {
                 continue;
             }
             let mut entry = key;
@@ -288,7 +288,7 @@ mod tests {
     /// Runs `sh -c script` with `env`, waits for it; returns its pid.
     fn run(script: &str, env: &[(String, String)]) -> Pid {
         let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
-        let pid = Spawn::new(&argv, env, "LC_TEST_REMOVED")
+        let pid = Spawn::new(&argv, env, &["LC_TEST_REMOVED"])
             .unwrap()
             .start()
             .unwrap();
@@ -336,7 +336,7 @@ mod tests {
         use std::os::fd::AsRawFd;
         let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         nix::sys::socket::setsockopt(&theirs, nix::sys::socket::sockopt::PassCred, &true).unwrap();
-        let mut spawn = Spawn::new(&["true".into()], &[], "X").unwrap();
+        let mut spawn = Spawn::new(&["true".into()], &[], &[]).unwrap();
         spawn.announce = Some(ours.as_raw_fd());
         let pid = spawn.start().unwrap();
         assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 0));
@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn exec_failures_are_errno_values() {
-        let start = |p: &str| Spawn::new(&[p.into()], &[], "X").unwrap().start();
+        let start = |p: &str| Spawn::new(&[p.into()], &[], &[]).unwrap().start();
         assert_eq!(
             start("/nonexistent/x").unwrap_err().kind(),
             io::ErrorKind::NotFound
@@ -361,7 +361,7 @@ mod tests {
             io::ErrorKind::NotFound
         );
         assert_eq!(start("/").unwrap_err().raw_os_error(), Some(libc::EACCES));
-        let nul = Spawn::new(&["a\0b".into()], &[], "X").err().unwrap();
+        let nul = Spawn::new(&["a\0b".into()], &[], &[]).err().unwrap();
         assert_eq!(nul.kind(), io::ErrorKind::InvalidInput);
     }
 }

@@ -110,6 +110,14 @@ fn no_token_or_a_wrong_one_is_76_in_one_line() {
         lc(&s, None, &["trylock", "f", "--", "true"]).env("LC_TOKEN_FILE", &mine),
         0,
     );
+    // The token is lc-cli's credential, never the command's.
+    let env = run(
+        lc(&s, Some(LOCK), &["trylock", "f", "--", "env"]).env("LC_TOKEN_FILE", &mine),
+        0,
+    );
+    assert!(env.contains("LC_KEY=f"), "{env}");
+    no_token_in("the command's environment", &env);
+    assert!(!env.contains("LC_TOKEN"), "{env}");
     let url = format!("lc://:{LOCK}@{}", s.addr);
     let out = run(&mut lc_at(&url, &["ping"]), 0);
     assert!(out.contains(&format!("lc://:***@{}", s.addr)), "{out}");
