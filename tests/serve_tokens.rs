@@ -218,6 +218,11 @@ fn sighup_rotates_the_tokens_and_the_holds_stay() {
         .unwrap();
     s.wait_for("grant 'held'", 1, Duration::from_secs(10));
     std::fs::write(dir.path().join("tokens"), format!("{ROTATED} admin\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(dir.path().join("tokens"), private).unwrap();
+    }
     unsafe { libc::kill(s.pid(), libc::SIGHUP) };
     s.wait_for("SIGHUP: ", 1, Duration::from_secs(5));
     assert!(
@@ -255,6 +260,28 @@ fn sighup_rotates_the_tokens_and_the_holds_stay() {
     run(&mut lc(&s, Some(ROTATED), &["reset", "held"]), 0);
     let _ = holder.kill();
     let _ = holder.wait();
+    // A reload checks the file's rights again, as the start does (whose
+    // warning is the first such line).
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path().join("tokens");
+    assert!(
+        !s.logged(&["SIGHUP: ", "can be read by other users"]),
+        "{}",
+        s.log()
+    );
+    std::fs::write(&path, format!("{ROTATED} admin\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    unsafe { libc::kill(s.pid(), libc::SIGHUP) };
+    s.wait_for(
+        "can be read by other users (mode 644)",
+        2,
+        Duration::from_secs(5),
+    );
+    assert!(
+        s.logged(&["warning: SIGHUP: ", "chmod o-rwx it"]),
+        "{}",
+        s.log()
+    );
     no_token_in("the server", &s.log());
 }
 

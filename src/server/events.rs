@@ -25,6 +25,10 @@ impl Events {
         self.line(args);
     }
 
+    pub fn warn(&self, args: Arguments<'_>) {
+        self.line(format_args!("warning: {args}"));
+    }
+
     pub fn error(&self, args: Arguments<'_>) {
         self.line(format_args!("error: {args}"));
     }

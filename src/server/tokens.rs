@@ -279,7 +279,15 @@ pub async fn reload_on_hangup(
     while hangup.recv().await.is_some() {
         let path = tokens.path().display().to_string();
         match tokens.reload() {
-            Ok(set) => events.info(format_args!("SIGHUP: {path} read again: {set}")),
+            Ok(set) => {
+                events.info(format_args!("SIGHUP: {path} read again: {set}"));
+                // The file may have been rewritten with looser rights.
+                if let Some(mode) = tokens.readable_by_others() {
+                    events.warn(format_args!(
+                        "SIGHUP: {path} can be read by other users (mode {mode:03o}): chmod o-rwx it"
+                    ));
+                }
+            }
             Err(e) => events.error(format_args!(
                 "SIGHUP: {e}; still using the {}",
                 tokens.current()
