@@ -75,6 +75,16 @@ fn locks_over_a_trusted_certificate() {
     expect_status(&mut lc_at(&url, &["lock", "kept"]), 0);
     expect_status(&mut lc_at(&url, &["unlock", "kept"]), 0);
     expect_status(&mut lc_at(&url, &["unlock", "kept"]), 1);
+    // The test certificates last 2 days: the start warns that the server's
+    // expires within the week, naming the file and the day.
+    let log = s.log();
+    assert!(
+        log.contains(&format!(
+            "warning: the certificate {} expires at ",
+            ca.file("server.pem")
+        )) && log.contains("replace it before then"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -310,6 +310,18 @@ fn tokens_over_tls() {
         &mut lc_at(&url(&format!(":{LOCK}@")), &["reset", "k"]),
         "token role 'lock' may not reset",
     );
+    // A reload warns again of the certificate that expires within the week.
+    unsafe { libc::kill(s.pid(), libc::SIGHUP) };
+    s.wait_for(
+        "warning: SIGHUP: the certificate",
+        1,
+        Duration::from_secs(5),
+    );
+    assert!(
+        s.logged(&["SIGHUP: the certificate", &cert, "expires at"]),
+        "{}",
+        s.log()
+    );
     no_token_in("the server", &s.log());
 }
 

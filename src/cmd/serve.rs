@@ -124,6 +124,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
                 t.clone(),
                 events,
                 hangup,
+                tls.as_ref().map(|(_, files)| files.cert.clone()),
             ));
         }
         // The bound addresses on stdout, so `--listen 127.0.0.1:0` is usable;
@@ -202,6 +203,7 @@ fn warnings(
     tokens: Option<&Tokens>,
 ) -> Vec<String> {
     let mut lines = Vec::new();
+    lines.extend(tls.and_then(|f| crate::server::tls::expiry_warning(&f.cert)));
     let mutual = tls.is_some_and(|f| f.client_ca.is_some());
     if let Some(t) = tokens {
         if !lock.ip().is_loopback() && tls.is_none() {

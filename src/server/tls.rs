@@ -53,6 +53,36 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// How soon before its end a certificate draws a warning.
+const EXPIRES_SOON: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// A warning if the first certificate of `path` has expired or expires
+/// within [`EXPIRES_SOON`] (clients refuse an expired one): said at start
+/// and at each SIGHUP. Nothing if it cannot be read or parsed (the start
+/// itself reports a bad file).
+pub fn expiry_warning(path: &std::path::Path) -> Option<String> {
+    use x509_cert::der::Decode;
+    let certs = crate::tls::certs(path, "certificate (--tls-cert)").ok()?;
+    let cert = x509_cert::Certificate::from_der(certs.first()?.as_ref()).ok()?;
+    let end = cert.tbs_certificate.validity.not_after.to_system_time();
+    let now = std::time::SystemTime::now();
+    let when = humantime::format_rfc3339_seconds(end);
+    match end.duration_since(now) {
+        Err(_) => Some(format!(
+            "the certificate {} expired at {when}: clients refuse it; replace it",
+            path.display()
+        )),
+        Ok(left) if left < EXPIRES_SOON => Some(format!(
+            "the certificate {} expires at {when} (in {}): replace it before then",
+            path.display(),
+            humantime::format_duration(std::time::Duration::from_secs(
+                left.as_secs() / 3600 * 3600
+            ))
+        )),
+        Ok(_) => None,
+    }
+}
+
 /// The connection as the handlers see it: plain, or TLS once its handshake
 /// is done within the read timeout. None (logged) if the handshake failed:
 /// a plain client (`lc://`) on a TLS port, an untrusted or missing client

@@ -270,11 +270,14 @@ impl Tokens {
     }
 }
 
-/// Re-reads the token file on each SIGHUP, logging one line either way.
+/// Re-reads the token file on each SIGHUP, logging one line either way,
+/// and warns again of a token file others may read and of a TLS
+/// certificate (`cert`) that expired or expires soon.
 pub async fn reload_on_hangup(
     tokens: Arc<Tokens>,
     events: Events,
     mut hangup: tokio::signal::unix::Signal,
+    cert: Option<std::path::PathBuf>,
 ) {
     while hangup.recv().await.is_some() {
         let path = tokens.path().display().to_string();
@@ -292,6 +295,9 @@ pub async fn reload_on_hangup(
                 "SIGHUP: {e}; still using the {}",
                 tokens.current()
             )),
+        }
+        if let Some(warning) = cert.as_deref().and_then(super::tls::expiry_warning) {
+            events.warn(format_args!("SIGHUP: {warning}"));
         }
     }
 }
