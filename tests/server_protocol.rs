@@ -280,6 +280,30 @@ fn an_empty_source_means_the_callers_address() {
     assert_eq!(server.raw(&frame(TRY, b"e", Some(b"x"))), Some(b'+'));
 }
 
+/// A flood of bad frames from one address logs a bounded number of lines
+/// (20 a minute and a count), not one each: the log cannot fill the disk.
+#[test]
+fn a_flood_of_bad_frames_logs_a_bounded_number_of_lines() {
+    let server = Server::start();
+    for _ in 0..300 {
+        assert!(matches!(server.raw(&[0xff]), Some(b'-') | None));
+    }
+    still_serves(&server, "the flood");
+    // The log is read by a thread: all 20 lines, then a pause for any more.
+    server.wait_for("bad request", 20, Duration::from_secs(10));
+    std::thread::sleep(common::QUIET);
+    let lines = server.count("bad request");
+    assert_eq!(lines, 20, "{}", server.log());
+    assert!(
+        server.logged(&[
+            "bad request",
+            "further bad request lines from 127.0.0.1 are left out for 60s"
+        ]),
+        "{}",
+        server.log()
+    );
+}
+
 #[test]
 fn bad_input_affects_only_its_connection() {
     let server = Server::start_with(&["--read-timeout", "1s"]);

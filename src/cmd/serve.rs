@@ -119,7 +119,7 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         if let Some(t) = &tokens {
             let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
                 .context("cannot handle SIGHUP")?;
-            let events = crate::server::events::Events { verbose };
+            let events = crate::server::events::Events::new(verbose);
             tokio::spawn(crate::server::tokens::reload_on_hangup(
                 t.clone(),
                 events,

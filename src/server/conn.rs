@@ -158,9 +158,11 @@ async fn serve_short(
 /// A request the token's role may not make: `%` and why, logged.
 async fn not_allowed(mut stream: Stream, peer: SocketAddr, shared: &Shared, reason: &str) {
     Counters::bump(&shared.counters.refused);
-    shared
-        .events
-        .error(format_args!("{peer}: refused: {reason}"));
+    shared.events.limited(
+        Some(peer.ip()),
+        "refusal",
+        format_args!("{peer}: refused: {reason}"),
+    );
     let _ = stream.write_all(&proto::not_allowed(reason)).await;
 }
 
@@ -211,18 +213,24 @@ async fn read_within(
         Ok(Ok(None)) => None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
             Counters::bump(&shared.counters.refused);
-            shared
-                .events
-                .error(format_args!("{peer}: bad request: {reason}"));
+            shared.events.limited(
+                Some(peer.ip()),
+                "bad request",
+                format_args!("{peer}: bad request: {reason}"),
+            );
             let _ = stream.write_all(&[Answer::Fail.byte()]).await;
             None
         }
         Err(_) => {
             Counters::bump(&shared.counters.refused);
-            shared.events.error(format_args!(
-                "{peer}: no whole request within {:?}, closing",
-                shared.read_timeout
-            ));
+            shared.events.limited(
+                Some(peer.ip()),
+                "slow request",
+                format_args!(
+                    "{peer}: no whole request within {:?}, closing",
+                    shared.read_timeout
+                ),
+            );
             None
         }
     }
@@ -312,7 +320,7 @@ mod tests {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let shared = std::sync::Arc::new(super::Shared::new(
             super::super::table::Table::new(),
-            super::super::events::Events { verbose: false },
+            super::super::events::Events::new(false),
             &super::super::ServerOptions::default(),
         ));
         let tracked = shared.limits.admit(addr).ok().unwrap();

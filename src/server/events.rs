@@ -2,18 +2,91 @@
 //! to be confused with the write-ahead log of `--data`).
 //! Start-up, resets and errors always; grants, releases and withdrawals with `-v`.
 
+use std::collections::HashMap;
 use std::fmt::Arguments;
 use std::io::Write;
-use std::net::SocketAddr;
-use std::time::SystemTime;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::proto::printable;
 
 pub struct Events {
     pub verbose: bool,
+    /// Per (address, kind) of refusal: when its window began, the lines
+    /// logged in it, and how many were left out.
+    limited: Mutex<HashMap<(Option<IpAddr>, &'static str), Window>>,
 }
 
+/// At most [`LIMITED_BURST`] lines per address and kind of refusal in this
+/// time: a flood of bad frames or handshakes cannot fill the disk.
+pub const LIMITED_EVERY: Duration = Duration::from_secs(60);
+
+/// The lines an address may cause of one kind in [`LIMITED_EVERY`].
+pub const LIMITED_BURST: u64 = 20;
+
+/// One (address, kind)'s window of [`LIMITED_EVERY`].
+struct Window {
+    start: Instant,
+    logged: u64,
+    left_out: u64,
+}
+
+/// The (address, kind) pairs remembered; past that the memory starts anew
+/// (a flood from many addresses then logs a line each again, once).
+const LIMITED_PEERS: usize = 4096;
+
 impl Events {
+    pub fn new(verbose: bool) -> Events {
+        Events {
+            verbose,
+            limited: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// An error line about a peer's refused connection or request (`kind`
+    /// names it: "bad request", "TLS handshake"): at most [`LIMITED_BURST`]
+    /// per [`LIMITED_EVERY`] per address and kind, the last of them saying
+    /// so; the first line of the next window says how many were left out.
+    /// `ip` none: a refusal of no one address (`accept` failing).
+    pub fn limited(&self, ip: Option<IpAddr>, kind: &'static str, args: Arguments<'_>) {
+        let (left_out, last) = {
+            let mut limited = self.limited.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if limited.len() >= LIMITED_PEERS && !limited.contains_key(&(ip, kind)) {
+                limited.clear();
+            }
+            let w = limited.entry((ip, kind)).or_insert(Window {
+                start: now,
+                logged: 0,
+                left_out: 0,
+            });
+            let mut left_out = 0;
+            if now.duration_since(w.start) >= LIMITED_EVERY {
+                left_out = std::mem::take(&mut w.left_out);
+                w.start = now;
+                w.logged = 0;
+            }
+            if w.logged >= LIMITED_BURST {
+                w.left_out += 1;
+                return;
+            }
+            w.logged += 1;
+            (left_out, w.logged == LIMITED_BURST)
+        };
+        let whose = ip.map_or(String::new(), |ip| format!(" from {ip}"));
+        let every = LIMITED_EVERY.as_secs();
+        let note = match (left_out, last) {
+            (0, false) => String::new(),
+            (0, true) => format!(" (further {kind} lines{whose} are left out for {every}s)"),
+            (n, false) => format!(" ({n} {kind} line(s){whose} were left out before this)"),
+            (n, true) => format!(
+                " ({n} {kind} line(s){whose} were left out before this; further ones are left out for {every}s)"
+            ),
+        };
+        self.error(format_args!("{args}{note}"));
+    }
+
     fn line(&self, args: Arguments<'_>) {
         let now = humantime::format_rfc3339_millis(SystemTime::now());
         // One write per line so concurrent tasks never interleave within a line.
@@ -80,4 +153,30 @@ pub fn now_held_by(next: &[super::table::Holder]) -> String {
         .map(|h| format!("'{}'", printable(&h.source)))
         .collect();
     format!(", now held by {}", names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_logs_a_line_per_address_and_kind() {
+        let events = Events::new(false);
+        let a = Some(IpAddr::from([192, 0, 2, 1]));
+        let b = Some(IpAddr::from([192, 0, 2, 2]));
+        for _ in 0..1000 {
+            events.limited(a, "bad request", format_args!("x"));
+        }
+        events.limited(b, "bad request", format_args!("x"));
+        events.limited(a, "TLS handshake", format_args!("x"));
+        let limited = events.limited.lock().unwrap();
+        assert_eq!(limited.len(), 3);
+        let flood = &limited[&(a, "bad request")];
+        assert_eq!(
+            (flood.logged, flood.left_out),
+            (LIMITED_BURST, 1000 - LIMITED_BURST)
+        );
+        let one = &limited[&(b, "bad request")];
+        assert_eq!((one.logged, one.left_out), (1, 0));
+    }
 }

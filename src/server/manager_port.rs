@@ -39,9 +39,11 @@ pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         // cannot be read.
         Err(Stop::Fail(reason)) => {
             Counters::bump(&shared.counters.refused);
-            shared
-                .events
-                .error(format_args!("{peer}: manager: bad command: {reason}"));
+            shared.events.limited(
+                Some(peer.ip()),
+                "bad manager command",
+                format_args!("{peer}: manager: bad command: {reason}"),
+            );
             return;
         }
     }

@@ -165,9 +165,7 @@ pub struct Server {
 impl Server {
     /// Opens and recovers the log, if any, and restores the held keys.
     pub fn open(options: ServerOptions) -> Result<Server, OpenError> {
-        let events = Events {
-            verbose: options.verbose,
-        };
+        let events = Events::new(options.verbose);
         let Some(path) = options.data.clone() else {
             return Ok(Server {
                 shared: Arc::new(Shared::new(Table::new(), events, &options)),
@@ -317,7 +315,7 @@ impl Server {
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
-                        shared.events.error(format_args!("accept: {e}"));
+                        shared.events.limited(None, "accept", format_args!("accept: {e}"));
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
@@ -446,7 +444,9 @@ where
                 });
             }
             Err(e) => {
-                shared.events.error(format_args!("manager accept: {e}"));
+                shared
+                    .events
+                    .limited(None, "accept", format_args!("manager accept: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

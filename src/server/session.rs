@@ -296,7 +296,7 @@ mod tests {
         );
         let shared = std::sync::Arc::new(super::super::Shared::new(
             super::super::table::Table::new(),
-            super::super::events::Events { verbose: false },
+            super::super::events::Events::new(false),
             &super::super::ServerOptions::default(),
         ));
         let (_tx, rx) = tokio::sync::oneshot::channel();

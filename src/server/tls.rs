@@ -103,8 +103,10 @@ pub async fn open(
         Err(_) => format!("no handshake within {:?}", shared.read_timeout),
     };
     Counters::bump(&shared.counters.refused);
-    shared
-        .events
-        .error(format_args!("{peer}: TLS handshake failed, closing: {why}"));
+    shared.events.limited(
+        Some(peer.ip()),
+        "TLS handshake",
+        format_args!("{peer}: TLS handshake failed, closing: {why}"),
+    );
     None
 }
