@@ -259,3 +259,51 @@ fn a_failed_log_write_counts_as_refused() {
     assert_eq!(sample(&text, "lc_resets_total"), 1.0, "{text}");
     std::fs::remove_file(&filler).unwrap();
 }
+
+/// The metrics port has a budget of its own (16 connections): idle
+/// connections beyond it are closed at once, and the lock port serves on;
+/// bound off loopback, the start warns.
+#[test]
+fn the_metrics_port_has_a_budget_of_its_own() {
+    use std::io::Read;
+    let ip = common::host_ip();
+    let server = Server::start_with(&["--metrics", &format!("{ip}:0")]);
+    let metrics = server.metrics.unwrap();
+    assert!(
+        server.logged(&["warning: the metrics port", "is not a loopback address"]),
+        "{}",
+        server.log()
+    );
+    let idle: Vec<std::net::TcpStream> = (0..16)
+        .map(|_| std::net::TcpStream::connect(metrics).unwrap())
+        .collect();
+    // Beyond the budget: closed before a byte is read.
+    let mut closed = 0;
+    for _ in 0..50 {
+        let mut extra = std::net::TcpStream::connect(metrics).unwrap();
+        extra
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        // A close is an end of file or a reset; a time-out is not one.
+        match extra.read(&mut buf) {
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(closed, 50);
+    let out = server.lc(&["lock", "k", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The budget comes back as the idle connections go.
+    drop(idle);
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        let Ok(mut s) = std::net::TcpStream::connect(metrics) else {
+            return false;
+        };
+        let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.starts_with("HTTP/1.1 200")
+    }));
+}

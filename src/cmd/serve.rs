@@ -139,7 +139,14 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             banner.push_str(&format!("metrics on {}\n", m.local_addr()?));
         }
         let files = tls.as_ref().map(|(_, f)| f);
-        for line in warnings(addr, manager_addr, files, tokens.as_deref()) {
+        let metrics_addr = match &metrics {
+            Some(m) => Some(m.local_addr()?),
+            None => None,
+        };
+        for line in warnings(addr, manager_addr, files, tokens.as_deref())
+            .into_iter()
+            .chain(metrics_addr.and_then(metrics_warning))
+        {
             eprintln!("lc-cli serve: warning: {line}");
         }
         let mut stdout = std::io::stdout().lock();
@@ -248,6 +255,17 @@ fn warnings(
         ));
     }
     lines
+}
+
+/// The metrics port takes no token and no TLS: off loopback, anyone who
+/// reaches it reads the server's counts.
+fn metrics_warning(metrics: SocketAddr) -> Option<String> {
+    (!metrics.ip().is_loopback()).then(|| {
+        format!(
+            "the metrics port {metrics} is not a loopback address: it takes no token and no TLS,              so anyone who reaches it reads the server's counts (it serves at most {}              connections at once, apart from the lock port's); keep it on loopback or firewall it",
+            crate::server::metrics::MAX_CONNECTIONS
+        )
+    })
 }
 
 /// The manager port can reset every key: on a listen address that is not

@@ -165,16 +165,31 @@ pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapsh
     out
 }
 
+/// The connections the metrics port serves at once, a budget of its own
+/// (a scraper needs one): one beyond it is closed at once, so idle
+/// connections to it cannot take the descriptors the lock port needs.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// How long one metrics connection may take, from accept to the answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
 /// Serves `GET /metrics` with whatever `scrape` renders, until the task is dropped.
 pub async fn serve(listener: TcpListener, scrape: Arc<dyn Fn() -> String + Send + Sync>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Over its budget: closed before a byte is read.
+            drop(stream);
+            continue;
+        };
         let scrape = scrape.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &*scrape)).await;
+            let _ = tokio::time::timeout(ANSWER_WITHIN, answer(stream, &*scrape)).await;
+            drop(slot);
         });
     }
 }
