@@ -269,6 +269,9 @@ fn the_metrics_port_has_a_budget_of_its_own() {
     let ip = common::host_ip();
     let server = Server::start_with(&["--metrics", &format!("{ip}:0")]);
     let metrics = server.metrics.unwrap();
+    // The warning goes to standard error, the banner Server waits for to
+    // standard output: wait for it too.
+    server.wait_for("warning: the metrics port", 1, Duration::from_secs(5));
     assert!(
         server.logged(&["warning: the metrics port", "is not a loopback address"]),
         "{}",

@@ -262,7 +262,9 @@ fn warnings(
 fn metrics_warning(metrics: SocketAddr) -> Option<String> {
     (!metrics.ip().is_loopback()).then(|| {
         format!(
-            "the metrics port {metrics} is not a loopback address: it takes no token and no TLS,              so anyone who reaches it reads the server's counts (it serves at most {}              connections at once, apart from the lock port's); keep it on loopback or firewall it",
+            "the metrics port {metrics} is not a loopback address: it takes no token and no TLS, \
+             so anyone who reaches it reads the server's counts (it serves at most {} \
+             connections at once, apart from the lock port's); keep it on loopback or firewall it",
             crate::server::metrics::MAX_CONNECTIONS
         )
     })
