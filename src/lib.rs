@@ -36,6 +36,9 @@
 //!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
 //!   `proto::listing`), and `proto::manager` (the reference manager
 //!   protocol on the lock port + 1).
+//! - `tls` and `tls_stream`: what the built-in server's TLS and its
+//!   `lcs://` clients share, leaves both: rustls and the PEM files, and the
+//!   plain-or-TLS connection to the lock port (`tls_stream::PlainOrTls`).
 //! - [`exit`]: every exit status, in one place; `teardown`: the end of the
 //!   process, its memory's unmapping left to a helper no one waits for;
 //!   `threads`: whether the process runs one thread (for that hand-off).
@@ -71,4 +74,5 @@ pub mod teardown;
 pub(crate) mod terminal;
 pub(crate) mod threads;
 pub(crate) mod tls;
+pub(crate) mod tls_stream;
 pub mod wal;
