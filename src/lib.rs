@@ -4,8 +4,9 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`, `teardown` only `threads`; `exit`, `mode`,
-//! `duration` and `threads` nothing.
+//! `mode`, `cli` only `duration` and `backend::help` (the `--server` help,
+//! rendered from the table of backends), `teardown` only `threads`; `exit`,
+//! `mode`, `duration` and `threads` nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -14,8 +15,9 @@
 //! - [`backend`]: the lock-backend trait, its error type, the table of
 //!   backends (`backend::BACKENDS`); `backend::scheme` (what a scheme
 //!   declares, the parsed address, the one check of keys, sources and
-//!   modes), `backend::config` (how a backend is reached and tuned) and
-//!   `backend::address` (what every scheme's parsing shares).
+//!   modes), `backend::config` (how a backend is reached and tuned),
+//!   `backend::address` (what every scheme's parsing shares) and
+//!   `backend::help` (the `--server` help, from the table).
 //!   One folder per implementation, each owning its scheme in
 //!   `address.rs`: [`backend::lc`] (the one-byte protocol, over `proto`),
 //!   [`backend::zk`] (ZooKeeper, Curator's recipes), [`backend::redis`]
