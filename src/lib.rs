@@ -32,8 +32,10 @@
 //!   memory) that stops the command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one match
 //!   over the request in `server::conn`, one file per action family, the
-//!   lock table, and with [`wal`] its write-ahead log (appending, start-up
-//!   recovery, the writer thread and its compaction, each a file).
+//!   lock table (`server::table`: its requests, the state under its mutex,
+//!   a key's line, its listing, its restore from the log), and with
+//!   [`wal`] its write-ahead log (appending, start-up recovery, the writer
+//!   thread and its compaction, each a file).
 //! - `proto`: the codecs, no I/O: the one-byte protocol's requests
 //!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
 //!   `proto::listing`), and `proto::manager` (the reference manager
