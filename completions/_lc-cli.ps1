@@ -56,7 +56,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--expire', '--expire', [CompletionResultType]::ParameterName, 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: if KEY is held, exit with the conflict status at once')
             [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Do not wait: if KEY is held, exit with the conflict status at once')
@@ -69,8 +69,8 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;trylock' {
@@ -82,7 +82,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--expire', '--expire', [CompletionResultType]::ParameterName, 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'No line on stderr for a conflict, a timeout, or a hold kept without a command')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No line on stderr for a conflict, a timeout, or a hold kept without a command')
@@ -92,17 +92,17 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;unlock' {
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;wait' {
@@ -113,7 +113,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status on timeout')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'No line on stderr for a timeout')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No line on stderr for a timeout')
@@ -123,40 +123,40 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;reset' {
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Release every key held by these sources and withdraw their waiters (never taken from LC_SOURCE)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;keys' {
             [CompletionResult]::new('--sort', '--sort', [CompletionResultType]::ParameterName, 'Order: by key, or by age (the oldest hold first: the stuck one)')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per key, one per line')
             [CompletionResult]::new('--waiters', '--waiters', [CompletionResultType]::ParameterName, 'Also each waiter, in line order: its key, source, peer, since when it waits, mode (where the service knows them; with --json, a `waiters` array per key)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;ping' {
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol), zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock], redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s], etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s], postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s]. Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@..., etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full and sslrootcert=FILE. Passwords can come from REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD, PGPASSWORD instead; none is ever printed')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object instead of the line')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lc-cli;serve' {

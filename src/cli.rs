@@ -4,7 +4,9 @@
 //! Options live on the subcommands that use them: only the commands that
 //! talk to a lock service have `--server` and `--connect-timeout`, and a
 //! backend's tuning is part of its server address (`redis://h/0?ttl=30s`),
-//! so `serve` and `completions` show only their own options.
+//! so `serve` and `completions` show only their own options. The one
+//! thing read from elsewhere is `--server`'s help, rendered from the table
+//! of backends (`backend::help`).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -118,19 +120,14 @@ pub enum Command {
 /// How to reach the lock service: on every subcommand that talks to one.
 #[derive(Debug, Args)]
 pub struct ServiceArgs {
-    /// The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]:
-    /// HOST:PORT or lc://HOST:PORT[?manager=HOST:PORT] (built-in protocol),
-    /// zk://HOST:PORT[,HOST:PORT...][/PATH][?session-timeout=10s&recipe=rwlock],
-    /// redis://HOST:PORT[,HOST:PORT...][/DB][?ttl=30s&queue-timeout=60s],
-    /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?ttl=10s],
-    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?keepalive=10s].
-    /// Credentials: zk://USER:PASSWORD@..., redis://[USER]:PASSWORD@...,
-    /// etcd://USER:PASSWORD@...; TLS: lcs://, rediss:// (and etcd://) with
-    /// cacert=FILE&cert=FILE&key=FILE, postgres:// with sslmode=verify-full
-    /// and sslrootcert=FILE. Passwords can come from
-    /// REDISCLI_AUTH, LC_ZK_PASSWORD, ETCDCTL_USER and ETCDCTL_PASSWORD,
-    /// PGPASSWORD instead; none is ever printed
-    #[arg(long, value_name = "URL")]
+    // Its help is rendered from the table of backends, where each scheme,
+    // its parameters and its variables are said once.
+    #[arg(
+        long,
+        value_name = "URL",
+        help = crate::backend::help::server_help(),
+        long_help = crate::backend::help::server_long_help()
+    )]
     pub server: Option<String>,
 
     /// How long to keep trying to reach the service (name lookup included)

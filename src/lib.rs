@@ -4,7 +4,9 @@
 //! `backend -> {lc -> proto, zk, redis, etcd, postgres}` (and `backend`
 //! itself -> `proto` for the key limits, `mode`, `duration`),
 //! `cmd::serve -> server -> {proto, wal}`; `proto` and `wal` import only
-//! `mode`, `cli` only `duration`; `exit`, `mode` and `duration` nothing.
+//! `mode`, `cli` only `duration` and `backend::help` (the `--server` help,
+//! rendered from the table of backends); `exit`, `mode` and `duration`
+//! nothing.
 //!
 //! - [`cli`]: the clap types, nothing else (`--server` stays text).
 //! - [`cmd`]: one module per subcommand; turns the command line into config
@@ -13,8 +15,9 @@
 //! - [`backend`]: the lock-backend trait, its error type, the table of
 //!   backends (`backend::BACKENDS`); `backend::scheme` (what a scheme
 //!   declares, the parsed address, the one check of keys, sources and
-//!   modes), `backend::config` (how a backend is reached and tuned) and
-//!   `backend::address` (what every scheme's parsing shares).
+//!   modes), `backend::config` (how a backend is reached and tuned),
+//!   `backend::address` (what every scheme's parsing shares) and
+//!   `backend::help` (the `--server` help, from the table).
 //!   One folder per implementation, each owning its scheme in
 //!   `address.rs`: [`backend::lc`] (the one-byte protocol, over `proto`),
 //!   [`backend::zk`] (ZooKeeper, Curator's recipes), [`backend::redis`]
@@ -29,12 +32,17 @@
 //!   again) that stops the command when lc-cli is frozen or killed.
 //! - `server`: the built-in lock server (`serve`): accept loop, one match
 //!   over the request in `server::conn`, one file per action family, the
-//!   lock table, and with [`wal`] its write-ahead log (appending, start-up
-//!   recovery, the writer thread and its compaction, each a file).
+//!   lock table (`server::table`: its requests, the state under its mutex,
+//!   a key's line, its listing, its restore from the log), and with
+//!   [`wal`] its write-ahead log (appending, start-up recovery, the writer
+//!   thread and its compaction, each a file).
 //! - `proto`: the codecs, no I/O: the one-byte protocol's requests
 //!   (`proto::request`) and answers (`proto::answer`, and Keys' listing in
 //!   `proto::listing`), and `proto::manager` (the reference manager
 //!   protocol on the lock port + 1).
+//! - `tls` and `tls_stream`: what the built-in server's TLS and its
+//!   `lcs://` clients share, leaves both: rustls and the PEM files, and the
+//!   plain-or-TLS connection to the lock port (`tls_stream::PlainOrTls`).
 //! - [`exit`]: every exit status, in one place, and the process's end.
 //! - [`mode`]: how a key is held (exclusive, shared, `--limit N`), for both
 //!   the clients and the server.
@@ -62,4 +70,5 @@ pub(crate) mod spawn;
 pub(crate) mod status_line;
 pub(crate) mod terminal;
 pub(crate) mod tls;
+pub(crate) mod tls_stream;
 pub mod wal;

@@ -45,11 +45,12 @@ impl<'a> Parts<'a> {
     }
 
     /// The refusal of a parameter `scheme` does not know, naming those it does.
-    pub fn unknown(&self, name: &str, scheme: &str, known: &[&str]) -> String {
+    pub fn unknown(&self, name: &str, scheme: &str, known: &[(&str, &str)]) -> String {
+        let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
         format!(
             "unknown parameter '{name}' in '{}' ({scheme} knows {})",
             self.shown,
-            known.join(", ")
+            names.join(", ")
         )
     }
 

@@ -10,6 +10,7 @@ pub mod address;
 mod config;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod help;
 pub mod lc;
 pub mod ping;
 #[cfg(feature = "postgres")]
@@ -35,7 +36,7 @@ pub use config::{
 pub(crate) use scheme::any_key;
 pub use scheme::{
     check_mode, check_names, port_hint, Capabilities, Scheme, ServerAddress, ServerUrl, Tuning,
-    DEFAULT_SERVER,
+    Usage, DEFAULT_SERVER,
 };
 
 /// Every backend, by its scheme: adding one is its folder and one line here.

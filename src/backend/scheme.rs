@@ -18,8 +18,9 @@ pub struct Scheme {
     pub service: &'static str,
     /// The URL schemes it answers to; `""` is a bare `host:port`.
     pub names: &'static [&'static str],
-    /// The query parameters it knows.
-    pub params: &'static [&'static str],
+    /// The query parameters it knows, each with what its value looks like
+    /// in the `--server` help (`("ttl", "30s")`).
+    pub params: &'static [(&'static str, &'static str)],
     /// Where its credentials can come from when the address has none.
     pub env: &'static [&'static str],
     pub default_port: u16,
@@ -28,8 +29,22 @@ pub struct Scheme {
     pub caps: Capabilities,
     /// Its own naming rule for keys, beyond the limits every backend keeps.
     pub key_problem: fn(&str) -> Option<String>,
+    /// How the `--server` help writes its addresses.
+    pub usage: Usage,
     /// The address after the scheme, its query, into the typed address.
     pub parse: fn(&address::Parts) -> std::result::Result<ServerUrl, String>,
+}
+
+/// How the `--server` help writes a scheme's addresses (`backend::help`
+/// renders it with the scheme's names, parameters and variables).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// The address after `NAME://`, without the query, its optional parts
+    /// in brackets: `[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH]`.
+    pub address: &'static str,
+    /// What else to know, said after the service's name (TLS, aliases):
+    /// "" or starting with "; ".
+    pub note: &'static str,
 }
 
 /// What a backend can do: asked only through [`check_mode`] and
@@ -152,7 +167,7 @@ impl std::str::FromStr for ServerUrl {
 }
 
 /// `host:port, lc://, zk://, ... or postgresql://`, from the table.
-fn scheme_list() -> String {
+pub(super) fn scheme_list() -> String {
     let forms: Vec<String> = BACKENDS
         .iter()
         .flat_map(|b| b.names.iter())

@@ -1,31 +1,23 @@
 //! A client's connection to the lock port: plain TCP, or TLS with
 //! `serve --tls-cert`. The handlers take a [`Stream`] and do not care
 //! which; the two checks that look under the bytes (has the client hung
-//! up?) are here, one way per kind.
+//! up?) are here, one way per kind; reading and writing are
+//! [`PlainOrTls`]'s.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-pub enum Stream {
-    Plain(TcpStream),
-    /// Boxed: a rustls connection is about a kilobyte, and a parked waiter
-    /// (see `conn::handle`) should not carry it inline.
-    Tls(Box<TlsStream<TcpStream>>),
-}
+use crate::tls_stream::PlainOrTls;
+
+/// Plain or TLS, as `lcs://` clients have it too (`crate::tls_stream`).
+pub type Stream = PlainOrTls<TlsStream<TcpStream>>;
 
 impl Stream {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => s.get_ref().0,
-        }
-    }
-
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.tcp().set_nodelay(on)
     }
@@ -111,46 +103,4 @@ fn tcp_peer_gone(stream: &TcpStream) -> bool {
         }
     }
     false
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            // tokio-rustls writes the records through as far as the socket
-            // takes them, so an answer needs no separate flush.
-            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
 }

@@ -11,6 +11,7 @@ use super::EtcdBackend;
 use crate::backend::address::{check_tls, host_list, split_path, tls_param, Parts};
 use crate::backend::{
     secret, Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Tuning,
+    Usage,
 };
 
 pub const DEFAULT_PORT: u16 = 2379;
@@ -21,13 +22,22 @@ pub const PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
 pub const SCHEME: Scheme = Scheme {
     service: "etcd",
     names: &["etcd"],
-    params: &["ttl", "cacert", "cert", "key"],
+    params: &[
+        ("ttl", "10s"),
+        ("cacert", "FILE"),
+        ("cert", "FILE"),
+        ("key", "FILE"),
+    ],
     env: &[USER_ENV, PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     // etcdctl lock's session TTL.
     default_ttl: Duration::from_secs(10),
     caps: Capabilities::ALL,
     key_problem: super::names::key_problem,
+    usage: Usage {
+        address: "[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]",
+        note: "; TLS with cacert=",
+    },
     parse,
 };
 

@@ -13,7 +13,7 @@ use super::LcBackend;
 use crate::backend::address::{check_tls, single_host, tls_param, Parts};
 use crate::backend::secret::{self, Secret};
 use crate::backend::{
-    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl,
+    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Usage,
 };
 
 pub const DEFAULT_PORT: u16 = 22119;
@@ -29,7 +29,12 @@ pub const TOKEN_FILE_ENV: &str = "LC_TOKEN_FILE";
 pub const SCHEME: Scheme = Scheme {
     service: "Locking-Center",
     names: &["", "lc", "lcs"],
-    params: &["manager", "cacert", "cert", "key"],
+    params: &[
+        ("manager", "HOST:PORT"),
+        ("cacert", "FILE"),
+        ("cert", "FILE"),
+        ("key", "FILE"),
+    ],
     env: &[TOKEN_ENV, TOKEN_FILE_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
@@ -37,6 +42,10 @@ pub const SCHEME: Scheme = Scheme {
     // requests: the backend then refuses them with `REFERENCE_CAPS`.
     caps: Capabilities::ALL,
     key_problem: crate::backend::any_key,
+    usage: Usage {
+        address: "[:TOKEN@]HOST:PORT",
+        note: "; lcs:// is TLS; HOST:PORT alone is lc://",
+    },
     parse,
 };
 

@@ -30,6 +30,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::backend::secret::Tls;
 use crate::proto::{self, HelloAnswer, Request};
+use crate::tls_stream::PlainOrTls;
 
 /// How the lock port of one server is reached.
 #[derive(Clone)]
@@ -314,18 +315,15 @@ pub struct LcStream {
     hello: Option<Box<Pending>>,
 }
 
-enum Io {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// Plain or TLS, as the server has it too (`crate::tls_stream`); its read
+/// and write errors pass through [`after_handshake`] (see [`read`] and
+/// [`write`]).
+type Io = PlainOrTls<TlsStream<TcpStream>>;
 
 impl LcStream {
     /// The local address of the connection: the peer the server records.
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        match &self.io {
-            Io::Plain(s) => s.local_addr().ok(),
-            Io::Tls(s) => s.get_ref().0.local_addr().ok(),
-        }
+        self.io.tcp().local_addr().ok()
     }
 }
 
@@ -370,19 +368,14 @@ pub fn hello_unknown(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|r| r.is::<HelloUnknown>())
 }
 
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(&mut **s)
-                .poll_read(cx, buf)
-                .map_err(after_handshake),
-        }
-    }
+/// A read of the connection, a TLS alert made one clear reason.
+fn read(io: &mut Io, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    Pin::new(io).poll_read(cx, buf).map_err(after_handshake)
+}
+
+/// A write to the connection, a TLS alert made one clear reason.
+fn write(io: &mut Io, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    Pin::new(io).poll_write(cx, buf).map_err(after_handshake)
 }
 
 impl AsyncRead for LcStream {
@@ -394,7 +387,7 @@ impl AsyncRead for LcStream {
         let this = self.get_mut();
         loop {
             let Some(h) = this.hello.as_mut() else {
-                return Pin::new(&mut this.io).poll_read(cx, buf);
+                return read(&mut this.io, cx, buf);
             };
             if h.parsed {
                 if h.got.is_empty() {
@@ -408,7 +401,7 @@ impl AsyncRead for LcStream {
             }
             let mut tmp = [0u8; 2 + 2 * proto::MAX_FIELD];
             let mut more = ReadBuf::new(&mut tmp);
-            let closed = match ready(Pin::new(&mut this.io).poll_read(cx, &mut more)) {
+            let closed = match ready(read(&mut this.io, cx, &mut more)) {
                 None => return Poll::Pending,
                 Some(Ok(())) => more.filled().is_empty(),
                 // A reset after the reference's `-`, or after part of an
@@ -478,39 +471,6 @@ pub fn refusal(e: &io::Error) -> Option<String> {
     e.get_ref()?.downcast_ref::<Refusal>().map(|r| r.0.clone())
 }
 
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            // tokio-rustls writes the records through as far as the socket
-            // takes them: a frame needs no separate flush.
-            Io::Tls(s) => Pin::new(&mut **s)
-                .poll_write(cx, buf)
-                .map_err(after_handshake),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            // close_notify, then the TCP half-close: the server reads it as
-            // the hang-up that withdraws a wait.
-            Io::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
-}
-
 impl AsyncWrite for LcStream {
     /// The first write carries the Hello in front of the caller's bytes,
     /// in one write to the socket (one segment, one TLS record).
@@ -524,7 +484,7 @@ impl AsyncWrite for LcStream {
             let hello = h.out.len();
             let mut joined = std::mem::take(&mut h.out);
             joined.extend_from_slice(buf);
-            let written = Pin::new(&mut this.io).poll_write(cx, &joined);
+            let written = write(&mut this.io, cx, &joined);
             joined.truncate(hello);
             match written {
                 Poll::Ready(Ok(n)) if n > hello => return Poll::Ready(Ok(n - hello)),
@@ -547,7 +507,7 @@ impl AsyncWrite for LcStream {
                 }
             }
         }
-        Pin::new(&mut this.io).poll_write(cx, buf)
+        write(&mut this.io, cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -8,12 +8,18 @@ use async_trait::async_trait;
 
 use super::PgBackend;
 use crate::backend::address::Parts;
-use crate::backend::{Backend, BackendConfig, Capabilities, Scheme, ServerAddress, ServerUrl};
+use crate::backend::{
+    Backend, BackendConfig, Capabilities, Scheme, ServerAddress, ServerUrl, Usage,
+};
 
 pub const DEFAULT_PORT: u16 = 5432;
 /// See [`PgAddress::keepalive`].
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
-pub const PARAMS: &[&str] = &["keepalive", "sslmode", "sslrootcert"];
+pub const PARAMS: &[(&str, &str)] = &[
+    ("keepalive", "10s"),
+    ("sslmode", "verify-full"),
+    ("sslrootcert", "FILE"),
+];
 
 pub const SCHEME: Scheme = Scheme {
     service: "PostgreSQL",
@@ -40,6 +46,10 @@ pub const SCHEME: Scheme = Scheme {
     },
     // Any text hashes.
     key_problem: crate::backend::any_key,
+    usage: Usage {
+        address: "USER[:PASSWORD]@HOST[:PORT]/DB",
+        note: "; postgresql:// too; TLS with sslmode=verify-full",
+    },
     parse: parse_url,
 };
 
@@ -183,7 +193,11 @@ pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddre
             _ => {
                 return Err(format!(
                     "unknown parameter '{name}' in '{shown}' (postgres:// knows {})",
-                    PARAMS.join(", ")
+                    PARAMS
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ))
             }
         }

@@ -10,6 +10,7 @@ use super::RedisBackend;
 use crate::backend::address::{check_tls, host_list, split_path, tls_param, Parts};
 use crate::backend::{
     secret, Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Tuning,
+    Usage,
 };
 
 pub const DEFAULT_PORT: u16 = 6379;
@@ -19,12 +20,22 @@ pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
 pub const SCHEME: Scheme = Scheme {
     service: "Redis",
     names: &["redis", "rediss"],
-    params: &["ttl", "queue-timeout", "cacert", "cert", "key"],
+    params: &[
+        ("ttl", "30s"),
+        ("queue-timeout", "60s"),
+        ("cacert", "FILE"),
+        ("cert", "FILE"),
+        ("key", "FILE"),
+    ],
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: Duration::from_secs(30),
     caps: Capabilities::ALL,
     key_problem: crate::backend::any_key,
+    usage: Usage {
+        address: "[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][/DB]",
+        note: "; rediss:// is TLS",
+    },
     parse,
 };
 

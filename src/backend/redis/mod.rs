@@ -5,7 +5,8 @@
 //! - [`line`]: the wait in line, round by round, and `trylock`'s one round.
 //! - [`answer`]: what the nodes' answers to a waiter mean.
 //! - [`quorum`]: the nodes, the timers, running a script on every node.
-//! - [`scripts`]: the key layout and the Lua scripts (one per step).
+//! - [`scripts`]: the key layout and the Lua scripts (one per step, each a
+//!   `.lua` file in `scripts/`).
 //! - [`node`]: connections to one server.
 //! - [`held`]: a held lock and its renewal.
 //! - [`list`]: `keys`, what a majority of nodes agree is held.

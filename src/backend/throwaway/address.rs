@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::ThrowawayBackend;
 use crate::backend::address::Parts;
 use crate::backend::{
-    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl,
+    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Usage,
 };
 
 pub const SCHEME: Scheme = Scheme {
@@ -25,6 +25,10 @@ pub const SCHEME: Scheme = Scheme {
         why: "",
     },
     key_problem: crate::backend::any_key,
+    usage: Usage {
+        address: "NAME",
+        note: "",
+    },
     parse,
 };
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::ZkBackend;
 use crate::backend::address::{host_list, Parts};
 use crate::backend::{
-    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Tuning,
+    Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Tuning, Usage,
 };
 
 pub const DEFAULT_PORT: u16 = 2181;
@@ -18,12 +18,16 @@ pub const PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
 pub const SCHEME: Scheme = Scheme {
     service: "ZooKeeper",
     names: &["zk"],
-    params: &["session-timeout", "recipe"],
+    params: &[("session-timeout", "10s"), ("recipe", "rwlock")],
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
     caps: Capabilities::ALL,
     key_problem: super::names::key_problem,
+    usage: Usage {
+        address: "[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH]",
+        note: "",
+    },
     parse,
 };
 

@@ -1,6 +1,10 @@
 //! The table's rules, without a network: hand-offs, modes, sessions.
 
+use std::net::SocketAddr;
+
+use super::listing::Gauges;
 use super::*;
+use crate::wal::HeldRef;
 
 fn peer() -> SocketAddr {
     "127.0.0.1:1".parse().unwrap()

@@ -1,78 +1,11 @@
-//! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
-//! when, and how many wait behind them; with `--waiters`, who they are.
+//! How `keys` shows what it found: the aligned tables of holds and of
+//! waiters, and the JSON lines (written in pieces, times formatted once a
+//! second).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result};
-use wildmatch::WildMatch;
-
-use super::OrFail;
-use crate::backend::{BackendConfig, KeyInfo, LockMode, WaiterInfo};
-use crate::cli::{KeysArgs, KeysOrder};
-use crate::exit::ExitCode;
-
-pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
-    let KeysArgs {
-        pattern,
-        json,
-        sort: order,
-        waiters: with_waiters,
-        ..
-    } = args;
-    let (mut keys, mut waiters) = super::block_on(async {
-        let backend = super::connect_for(config, &[]).await?;
-        let listed = async {
-            let keys = backend.keys().await?;
-            let waiters = match with_waiters {
-                true => backend.waiters().await?,
-                false => None,
-            };
-            Ok((keys, waiters))
-        }
-        .await;
-        backend.close().await;
-        listed
-            .or_fail()
-            .with_context(|| format!("list keys on {}", config.shown()))
-    })?;
-    if let Some(p) = pattern {
-        let glob = WildMatch::new(&p);
-        keys.retain(|k| glob.matches(&k.key));
-        if let Some(w) = &mut waiters {
-            w.retain(|w| glob.matches(&w.key));
-        }
-    }
-    sort(&mut keys, order);
-    if let Some(w) = &mut waiters {
-        // By key, each key's line in order.
-        w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
-    }
-    if with_waiters && waiters.is_none() {
-        eprintln!(
-            "lc-cli: {} does not say who waits, only how many (WAITING)",
-            config.shown()
-        );
-    }
-    let now = SystemTime::now();
-    let out = match (json, with_waiters) {
-        (true, false) => {
-            super::print_with(|out| write_json(&keys, now, out))?;
-            return Ok(ExitCode::Success);
-        }
-        (true, true) => as_json_with_waiters(&keys, waiters.as_deref(), now),
-        (false, _) => {
-            let mut out = as_table(&keys, now);
-            if let Some(w) = waiters.as_deref().filter(|w| !w.is_empty()) {
-                out.push('\n');
-                out.push_str(&waiters_table(w, now));
-            }
-            out
-        }
-    };
-    super::print_out(out)?;
-    Ok(ExitCode::Success)
-}
+use crate::backend::{KeyInfo, LockMode, WaiterInfo};
 
 fn mode_name(mode: LockMode) -> &'static str {
     match mode {
@@ -173,12 +106,12 @@ pub fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
             },
         );
         rows.push(vec![
-            super::printable(&w.key).into_owned(),
+            crate::cmd::printable(&w.key).into_owned(),
             w.place.to_string(),
-            super::printable(&w.source).into_owned(),
+            crate::cmd::printable(&w.source).into_owned(),
             w.peer
                 .as_deref()
-                .map_or_else(|| "-".into(), |p| super::printable(p).into_owned()),
+                .map_or_else(|| "-".into(), |p| crate::cmd::printable(p).into_owned()),
             waited,
             w.since.map_or_else(
                 || "-".into(),
@@ -191,16 +124,6 @@ pub fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
 }
 
 /// By key; or by age, oldest first (a hold of unknown age last), then key.
-fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
-    match order {
-        KeysOrder::Key => keys.sort_by(|a, b| a.key.cmp(&b.key)),
-        KeysOrder::Age => keys.sort_by(|a, b| {
-            let age = |k: &KeyInfo| k.since.map_or((1, None), |s| (0, Some(s)));
-            age(a).cmp(&age(b)).then_with(|| a.key.cmp(&b.key))
-        }),
-    }
-}
-
 /// The HOLD column: a running command's hold (on lc-cli's server, a session
 /// hold), or one kept by `lock KEY` without a command (`-` where the
 /// service cannot tell).
@@ -367,10 +290,6 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     out.extend_from_slice(b"}\n");
 }
 
-/// A plain aligned table with a header. Keys, sources and peers have their
-/// control characters escaped: a key with a newline cannot forge a row, nor
-/// an escape sequence recolour the terminal (`--json` has them as JSON
-/// escapes).
 /// The MODE column: only when a key is shared or limited, so the table of
 /// exclusive locks reads as before.
 fn mode_cell(mode: LockMode) -> String {
@@ -381,6 +300,10 @@ fn mode_cell(mode: LockMode) -> String {
     }
 }
 
+/// A plain aligned table with a header. Keys, sources and peers have their
+/// control characters escaped: a key with a newline cannot forge a row, nor
+/// an escape sequence recolour the terminal (`--json` has them as JSON
+/// escapes).
 pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
     // A TOKEN column only where the service shows tokens (lc-cli's server).
@@ -405,11 +328,11 @@ pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
             .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
             .unwrap_or_else(|| "-".into());
         let mut row = vec![
-            super::printable(&k.key).into_owned(),
-            super::printable(&k.source).into_owned(),
+            crate::cmd::printable(&k.key).into_owned(),
+            crate::cmd::printable(&k.source).into_owned(),
             k.peer
                 .as_deref()
-                .map_or_else(|| "-".into(), |p| super::printable(p).into_owned()),
+                .map_or_else(|| "-".into(), |p| crate::cmd::printable(p).into_owned()),
             held,
             hold_kind(k.kept).into(),
             k.waiting.to_string(),
@@ -495,20 +418,6 @@ mod tests {
         assert_eq!(t.lines().count(), 2, "{t}");
         assert!(!t.contains('\x1b'), "{t:?}");
         assert!(t.contains("a\\nb") && t.contains("\\x1b[31mred"), "{t}");
-    }
-
-    #[test]
-    fn by_age_is_oldest_first_unknown_last() {
-        let now = SystemTime::now();
-        let mut unknown = info("u", 0, 0, now);
-        unknown.since = None;
-        let mut keys = vec![info("new", 0, 5, now), unknown, info("old", 0, 500, now)];
-        sort(&mut keys, KeysOrder::Age);
-        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
-        assert_eq!(order, ["old", "new", "u"]);
-        sort(&mut keys, KeysOrder::Key);
-        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
-        assert_eq!(order, ["new", "old", "u"]);
     }
 
     fn waiter(key: &str, place: usize, secs_ago: u64, now: SystemTime) -> WaiterInfo {

@@ -1,0 +1,239 @@
+-- Quorum helpers, prepended to every script. `KEYS[1]` is the prefix
+-- `lc-cli:{KEY}:`, `ARGV[1]` the key's name.
+local P = KEYS[1]
+local NAME = ARGV[1]
+local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P..'expiry', P..'waiters'
+local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
+local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
+local OFFER = __OFFER_MS__
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function wake_key(id) return P..'wake:'..id end
+local function gone_key(id) return P..'gone:'..id end
+local function src_add(s, n)
+  local k = 'lc-cli:source:'..s
+  if redis.call('HINCRBY', k, NAME, n) <= 0 then redis.call('HDEL', k, NAME) end
+end
+local function waiter(id)
+  local raw = redis.call('HGET', WAITERS, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+-- Takes a waiter out of the line; its source count drops unless it becomes the holder.
+local function unqueue(id, info, keep_source)
+  redis.call('ZREM', QUEUE, id)
+  redis.call('ZREM', EXPIRY, id)
+  redis.call('HDEL', WAITERS, id)
+  if info and not keep_source then src_add(info.s, -1) end
+end
+-- Waiters whose entry was not refreshed in time: O(expired), at most 100 a call.
+local function cleanup(now)
+  local dead = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now, 'LIMIT', 0, 100)
+  for _, id in ipairs(dead) do
+    unqueue(id, waiter(id), false)
+    redis.call('DEL', wake_key(id))
+  end
+end
+-- True when the lock is free; settles the record of a holder whose lease ran out.
+local function settle()
+  if redis.call('EXISTS', LOCK) == 1 then return false end
+  local s = redis.call('HGET', OWNER, 'source')
+  if s then
+    src_add(s, -1)
+    redis.call('DEL', OWNER)
+  end
+  return true
+end
+-- Shared and limited holders whose lease ran out leave; how many remain.
+local function settle_set(now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', HOLDERS, id)
+    local raw = redis.call('HGET', HINFO, id)
+    if raw then
+      src_add(cjson.decode(raw).s, -1)
+      redis.call('HDEL', HINFO, id)
+    end
+  end
+  return redis.call('ZCARD', HOLDERS)
+end
+-- What a waiter's mode asks of the key's kind: 'lock' or N.
+local function kind_of(info)
+  if info.m == 'l' then return tostring(info.n) end
+  return 'lock'
+end
+-- Nil when a request of this mode agrees with the key's holders and
+-- waiters (recording the kind of a key nobody uses); else their kind as a
+-- number (0: a lock, N: --limit N).
+local function disagrees(info, now)
+  local want, have = kind_of(info), redis.call('GET', KIND)
+  -- An exclusive hold taken at once (ENQUEUE's first branch) records no kind.
+  if not have and redis.call('EXISTS', LOCK) == 1 then have = 'lock' end
+  if have and have ~= want then
+    local used = redis.call('EXISTS', LOCK) == 1 or settle_set(now) > 0 or redis.call('ZCARD', QUEUE) > 0
+    if used then
+      if have == 'lock' then return 0 end
+      return tonumber(have)
+    end
+  end
+  redis.call('SET', KIND, want)
+  return nil
+end
+-- The lease of a grant: `lease` for the caller (its own script), else a
+-- short offer the woken waiter must confirm (see the module docs).
+local function lease_of(id, info, caller, lease)
+  if id == caller then return lease, 0 end
+  return math.min(info.w or OFFER, info.t), 1
+end
+-- Adds waiter id to the shared or limited holders; wakes it unless it is the caller.
+local function grant_set(id, info, now, caller, lease)
+  unqueue(id, info, true)
+  local f = redis.call('INCR', FENCE)
+  local t, o = lease_of(id, info, caller, lease)
+  redis.call('ZADD', HOLDERS, now + t, id)
+  local h = {s = info.s, since = now, f = f, d = 0, t = info.t}
+  if o == 1 then h.o = 1 end
+  redis.call('HSET', HINFO, id, cjson.encode(h))
+  if id ~= caller then
+    redis.call('LPUSH', wake_key(id), 'g')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+  end
+  return f
+end
+-- The owner record of the lock just set to id (offered: 0 or 1); its fence.
+local function own(id, info, now, o)
+  local f = redis.call('INCR', FENCE)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
+  return f
+end
+-- Gives the (free) lock to waiter id; wakes it unless it is the caller.
+local function grant(id, info, now, caller, lease)
+  unqueue(id, info, true)
+  local t, o = lease_of(id, info, caller, lease)
+  redis.call('SET', LOCK, id, 'PX', t)
+  local f = own(id, info, now, o)
+  if id ~= caller then
+    redis.call('LPUSH', wake_key(id), 'g')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+  end
+  return f
+end
+-- Whether a waiter of this mode can hold now, beside the holders there.
+local function fits(info, free, held)
+  if info.m == 's' then return free end
+  if info.m == 'l' then return free and held < info.n end
+  return free and held == 0
+end
+-- Grants the waiters at the head of the line while they fit, first come
+-- first served (an exclusive waiter stops the shared ones behind it; each
+-- free slot of a --limit N key goes to the next one). Returns caller when
+-- it was granted (for `lease` ms), else false.
+local function promote(now, caller, lease, cleaned)
+  if not cleaned then cleanup(now) end
+  local free = settle()
+  -- Nobody fits beside an exclusive holder (their records are settled once it is gone).
+  if not free then return false end
+  local held = settle_set(now)
+  local got = false
+  for _ = 1, 1000 do
+    local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
+    if not head then
+      if free and held == 0 then
+        redis.call('SREM', ALL, NAME)
+        redis.call('DEL', KIND)
+      end
+      return got
+    end
+    local info = waiter(head)
+    if info then
+      if not fits(info, free, held) then return got end
+      if (info.m or 'x') == 'x' then
+        grant(head, info, now, caller, lease)
+        free = false
+      else
+        grant_set(head, info, now, caller, lease)
+        held = held + 1
+      end
+      if head == caller then got = caller end
+    else
+      unqueue(head, nil, false)
+    end
+  end
+  return got
+end
+local function fence_of_owner() return tonumber(redis.call('HGET', OWNER, 'fence') or 0) end
+local function holder_info(id)
+  local raw = redis.call('HGET', HINFO, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+-- The fence of holder id, exclusive or not; nil when it holds nothing.
+local function fence_of(id)
+  if redis.call('GET', LOCK) == id then return fence_of_owner() end
+  if redis.call('ZSCORE', HOLDERS, id) then
+    local h = holder_info(id)
+    return h and tonumber(h.f) or 0
+  end
+  return nil
+end
+-- Before a reset frees the key: the holder's renewals must not put it back
+-- while its lease could still be running.
+local function revoke(token)
+  local t = tonumber(redis.call('HGET', OWNER, 'ttl') or 0)
+  if redis.call('HGET', OWNER, 'token') ~= token or t <= 0 then t = redis.call('PTTL', LOCK) end
+  if t > 0 then redis.call('SET', P..'revoked:'..token, 1, 'PX', t) end
+end
+-- A quorum's ticket t raises this node's counter (later tickets are larger).
+local function raise_seq(t)
+  if t > 0 and tonumber(redis.call('GET', SEQ) or 0) < t then redis.call('SET', SEQ, t) end
+end
+-- Puts id in line at ticket t (0: take the next ticket here); indexed:
+-- the key is already in `lc-cli:keys`.
+local function enqueue(id, info, t, now, indexed)
+  if t == 0 then
+    t = redis.call('INCR', SEQ)
+  else
+    raise_seq(t)
+  end
+  redis.call('ZADD', QUEUE, t, id)
+  redis.call('ZADD', EXPIRY, now + info.q, id)
+  info.a = info.a or now
+  redis.call('HSET', WAITERS, id, cjson.encode(info))
+  src_add(info.s, 1)
+  if not indexed then redis.call('SADD', ALL, NAME) end
+end
+-- Ms left of an unconfirmed offer of the lock (it passes on after that,
+-- at the next script), else -1; the first in line re-checks then.
+local function offer_left()
+  if redis.call('HGET', OWNER, 'offered') ~= '1' then return -1 end
+  local t = redis.call('PTTL', LOCK)
+  if t < 0 then return -1 end
+  return t
+end
+-- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left} waiting.
+local function standing(now, id, lease, cleaned)
+  if promote(now, id, lease, cleaned) == id then return {1, fence_of(id)} end
+  local ahead = redis.call('ZRANK', QUEUE, id)
+  if ahead == 0 then return {2, 0, offer_left()} end
+  return {2, ahead, -1}
+end
+-- Frees the shared or limited holder id (revoking its renewals if asked).
+local function drop_holder(id, do_revoke)
+  local h = holder_info(id)
+  if do_revoke and h then
+    local t = tonumber(h.t) or 0
+    if t > 0 then redis.call('SET', P..'revoked:'..id, 1, 'PX', t) end
+  end
+  redis.call('ZREM', HOLDERS, id)
+  redis.call('HDEL', HINFO, id)
+  if h then src_add(h.s, -1) end
+end
+local function info_of(a)
+  local m = a[6] or 'x'
+  local info = {s = a[1], t = tonumber(a[2]), q = tonumber(a[3]), m = m}
+  if m == 'l' then info.n = tonumber(a[7]) end
+  info.w = tonumber(a[8])
+  return info
+end

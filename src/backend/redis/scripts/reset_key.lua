@@ -1,0 +1,11 @@
+-- `reset KEY`: frees the key whoever holds it; waiters keep their places
+-- and the first is granted. ARGV: name. Returns 1 if it was held.
+local token = redis.call('GET', LOCK)
+if token then revoke(token) end
+local held = redis.call('DEL', LOCK)
+for _, id in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
+  drop_holder(id, true)
+  held = 1
+end
+promote(now_ms(), false, 0)
+return held

@@ -1,0 +1,126 @@
+//! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
+//! when, and how many wait behind them; with `--waiters`, who they are.
+//!
+//! This file lists, filters and sorts; `render.rs` writes the tables and
+//! the JSON.
+
+mod render;
+
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use wildmatch::WildMatch;
+
+pub use self::render::{as_json, as_json_with_waiters, as_table, waiters_table, write_json};
+use super::OrFail;
+use crate::backend::{BackendConfig, KeyInfo};
+use crate::cli::{KeysArgs, KeysOrder};
+use crate::exit::ExitCode;
+
+pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
+    let KeysArgs {
+        pattern,
+        json,
+        sort: order,
+        waiters: with_waiters,
+        ..
+    } = args;
+    let (mut keys, mut waiters) = super::block_on(async {
+        let backend = super::connect_for(config, &[]).await?;
+        let listed = async {
+            let keys = backend.keys().await?;
+            let waiters = match with_waiters {
+                true => backend.waiters().await?,
+                false => None,
+            };
+            Ok((keys, waiters))
+        }
+        .await;
+        backend.close().await;
+        listed
+            .or_fail()
+            .with_context(|| format!("list keys on {}", config.shown()))
+    })?;
+    if let Some(p) = pattern {
+        let glob = WildMatch::new(&p);
+        keys.retain(|k| glob.matches(&k.key));
+        if let Some(w) = &mut waiters {
+            w.retain(|w| glob.matches(&w.key));
+        }
+    }
+    sort(&mut keys, order);
+    if let Some(w) = &mut waiters {
+        // By key, each key's line in order.
+        w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
+    }
+    if with_waiters && waiters.is_none() {
+        eprintln!(
+            "lc-cli: {} does not say who waits, only how many (WAITING)",
+            config.shown()
+        );
+    }
+    let now = SystemTime::now();
+    let out = match (json, with_waiters) {
+        (true, false) => {
+            super::print_with(|out| write_json(&keys, now, out))?;
+            return Ok(ExitCode::Success);
+        }
+        (true, true) => as_json_with_waiters(&keys, waiters.as_deref(), now),
+        (false, _) => {
+            let mut out = as_table(&keys, now);
+            if let Some(w) = waiters.as_deref().filter(|w| !w.is_empty()) {
+                out.push('\n');
+                out.push_str(&waiters_table(w, now));
+            }
+            out
+        }
+    };
+    super::print_out(out)?;
+    Ok(ExitCode::Success)
+}
+
+fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
+    match order {
+        KeysOrder::Key => keys.sort_by(|a, b| a.key.cmp(&b.key)),
+        KeysOrder::Age => keys.sort_by(|a, b| {
+            let age = |k: &KeyInfo| k.since.map_or((1, None), |s| (0, Some(s)));
+            age(a).cmp(&age(b)).then_with(|| a.key.cmp(&b.key))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::LockMode;
+
+    fn info(key: &str, secs_ago: u64, now: SystemTime) -> KeyInfo {
+        KeyInfo {
+            key: key.into(),
+            source: "host-a".into(),
+            peer: None,
+            since: Some(now - Duration::from_secs(secs_ago)),
+            waiting: 0,
+            kept: None,
+            mode: LockMode::Exclusive,
+            token: None,
+            expires: None,
+        }
+    }
+
+    #[test]
+    fn by_age_is_oldest_first_unknown_last() {
+        let now = SystemTime::now();
+        let mut unknown = info("u", 0, now);
+        unknown.since = None;
+        let mut keys = vec![info("new", 5, now), unknown, info("old", 500, now)];
+        sort(&mut keys, KeysOrder::Age);
+        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(order, ["old", "new", "u"]);
+        sort(&mut keys, KeysOrder::Key);
+        let order: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(order, ["new", "old", "u"]);
+    }
+}

@@ -1,0 +1,260 @@
+//! The table's state under its one mutex, and the steps every change is
+//! made of: a fresh grant id and fencing token, a grant, a release, the
+//! hand-off to the next waiters, and each recorded in the log.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::key::{Ask, Hold, Holder, KeyState, Link, Source};
+use super::{Durable, Grant, GrantId, Notice, Released, Token};
+use crate::server::metrics::Counters;
+use crate::wal::{Held, Record, Wal};
+
+#[derive(Default)]
+pub(super) struct Inner {
+    /// By key: a B-tree keeps them in the order Keys lists them (no sort of
+    /// a million names under the mutex) in about 45 bytes per key, where a
+    /// hash map's buckets take 25 to 50. Each state is boxed: a node moves
+    /// pointers, not states, and the tree's slack is pointers too.
+    pub(super) keys: BTreeMap<Box<[u8]>, Box<KeyState>>,
+    /// Every holder's source, once.
+    pub(super) sources: Sources,
+    pub(super) next_id: GrantId,
+    /// The last fencing token given.
+    pub(super) last_token: Token,
+    /// The write-ahead log, owned here: every append happens under this
+    /// mutex, so the log's order is the table's.
+    pub(super) wal: Option<Wal>,
+    /// Grants are counted here, where every one of them (hand-offs included)
+    /// happens.
+    pub(super) counters: Arc<Counters>,
+}
+
+/// Every holder's source, kept once: a hold keeps a pointer to it. A source
+/// nobody holds under any more is dropped at the next purge, when the set
+/// has doubled since the last one (so purging costs O(1) per source added).
+#[derive(Default)]
+pub(super) struct Sources {
+    set: HashSet<Source>,
+    purge_at: usize,
+}
+
+impl Sources {
+    pub(super) fn intern(&mut self, name: &[u8]) -> Source {
+        if let Some(s) = self.set.get(name) {
+            return s.clone();
+        }
+        if self.set.len() >= self.purge_at {
+            self.set.retain(|s| Arc::strong_count(s) > 1);
+            self.purge_at = (2 * self.set.len()).max(64);
+        }
+        let s: Source = Arc::from(name);
+        self.set.insert(s.clone());
+        s
+    }
+}
+
+impl Inner {
+    pub(super) fn fresh_id(&mut self) -> GrantId {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The next fencing token: one more than the last, and at least the
+    /// wall clock in microseconds, so that a server restarted without a
+    /// log (which remembers no token) still gives larger ones than before,
+    /// unless it gave more than a million a second or the clock went back.
+    pub(super) fn fresh_token(&mut self) -> Token {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as Token)
+            .unwrap_or(0);
+        self.last_token = (self.last_token + 1).max(now_us);
+        self.last_token
+    }
+
+    /// Adds request `id` to the holders of `key` (its caller checked that
+    /// it may hold now), logged.
+    pub(super) fn grant(&mut self, key: &[u8], id: GrantId, ask: &Ask) -> Grant {
+        let token = self.fresh_token();
+        let since = SystemTime::now();
+        // A kept hold only: a session hold ends with its holder.
+        let expires = ask
+            .expire
+            .filter(|_| !ask.session)
+            .map(|secs| since + Duration::from_secs(u64::from(secs.get())));
+        let holder = Holder {
+            id,
+            token,
+            source: ask.source.clone(),
+            peer: ask.peer,
+            since,
+            session: ask.session,
+            mode: ask.mode,
+            owner: ask.owner,
+            expires,
+        };
+        let durable = self.record_grant(key, &holder);
+        let (link, end) = Link::for_hold(ask.session);
+        let source = self.sources.intern(&ask.source);
+        self.add_hold(key, Hold::new(&holder, source, link));
+        Counters::bump(&self.counters.grants);
+        Grant {
+            id,
+            token,
+            durable,
+            link: end,
+        }
+    }
+
+    /// Adds `hold` to the holds of `key` (its entry made if new).
+    pub(super) fn add_hold(&mut self, key: &[u8], hold: Hold) {
+        match self.keys.get_mut(key) {
+            Some(state) => state.holds.push(hold),
+            None => {
+                let mut state = Box::<KeyState>::default();
+                state.holds.push(hold);
+                self.keys.insert(key.into(), state);
+            }
+        }
+    }
+
+    pub(super) fn link_mut(&mut self, key: &[u8], id: GrantId, gen: u64) -> Option<&mut Link> {
+        let hold = self.keys.get_mut(key)?.hold_mut(id)?;
+        hold.link_mut().filter(|l| l.gen == gen)
+    }
+
+    /// Records `holder`'s grant of `key`, with the same start time the
+    /// table keeps (so a restart restores the time `keys` showed).
+    pub(super) fn record_grant(&self, key: &[u8], holder: &Holder) -> Durable {
+        let Some(wal) = &self.wal else {
+            return Durable::default();
+        };
+        // The log's record of a hold is written in one place: `Held::record`.
+        let held = Held {
+            key: key.to_vec(),
+            source: holder.source.clone(),
+            peer: holder.peer.to_string().into_bytes(),
+            since: holder.since,
+            token: holder.token,
+            session: holder.session,
+            mode: holder.mode,
+            expires: holder.expires,
+        };
+        Durable(vec![wal.append(&held.record())])
+    }
+
+    pub(super) fn record_release(&self, key: &[u8], token: Token) -> Durable {
+        match &self.wal {
+            Some(wal) => Durable(vec![wal.append(&Record::Release {
+                key: key.to_vec(),
+                token: Some(token),
+            })]),
+            None => Durable::default(),
+        }
+    }
+
+    /// Ends hold `id` of `key` and lets the next waiters in. The release is
+    /// logged (unless `record` is false: it already is) before the grants
+    /// that follow it. Returns the holder and the holders let in.
+    pub(super) fn release(
+        &mut self,
+        key: &[u8],
+        id: GrantId,
+        record: bool,
+    ) -> Option<(Holder, Vec<Holder>, Durable)> {
+        let state = self.keys.get_mut(key)?;
+        let pos = state.holds.iter().position(|h| h.id == id)?;
+        // Dropping the hold's link wakes the task serving a session hold.
+        let holder = state.holds.remove(pos).holder();
+        let durable = if record {
+            self.record_release(key, holder.token)
+        } else {
+            Durable::default()
+        };
+        let next = self.promote(key, &durable);
+        Some((holder, next, durable))
+    }
+
+    /// Ends the holds `ids` of `key` (a reset), then lets the next waiters in.
+    pub(super) fn release_each(
+        &mut self,
+        key: &[u8],
+        ids: &[GrantId],
+    ) -> Option<(Released, Durable)> {
+        let mut durable = Durable::default();
+        let mut holders = Vec::with_capacity(ids.len());
+        let mut next = Vec::new();
+        for &id in ids {
+            // Only the holds found: waiters let in by an earlier release
+            // of this reset keep the key.
+            if let Some((h, n, d)) = self.release(key, id, true) {
+                holders.push(h);
+                next.extend(n);
+                durable.add(d);
+            }
+        }
+        (!holders.is_empty()).then(|| {
+            (
+                Released {
+                    key: key.to_vec(),
+                    holders,
+                    next,
+                },
+                durable,
+            )
+        })
+    }
+
+    /// Grants the key to the waiters at the head of its line while they may
+    /// hold beside its holders; drops the key's entry once nobody holds or
+    /// wants it. Returns the holders let in.
+    ///
+    /// Their grants are answered only once `after` (the release that let
+    /// them in) is durable too: a later batch of the log can be written
+    /// when an earlier one failed, and a grant reported while the log still
+    /// has the hold before it would come back beside it after a restart.
+    pub(super) fn promote(&mut self, key: &[u8], after: &Durable) -> Vec<Holder> {
+        let mut next = Vec::new();
+        loop {
+            let Some(state) = self.keys.get_mut(key) else {
+                return next;
+            };
+            let Some(w) = state.waiters.front() else {
+                break;
+            };
+            // A waiter whose task is gone cannot take the key: skip it.
+            if w.notify.is_closed() {
+                state.waiters.pop_front();
+                continue;
+            }
+            if !state.admits(w.ask.mode) {
+                break;
+            }
+            let w = state.waiters.pop_front().expect("just seen");
+            let mut grant = self.grant(key, w.id, &w.ask.to_ask());
+            grant.durable.add(after.clone());
+            let token = grant.token;
+            if w.notify.send(Notice::Granted(Box::new(grant))).is_ok() {
+                if let Some(h) = self.keys.get(key).and_then(|s| s.hold(w.id)) {
+                    next.push(h.holder());
+                }
+                continue;
+            }
+            // It went away just now: undo its grant, in the log and the
+            // count too.
+            self.counters
+                .grants
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(state) = self.keys.get_mut(key) {
+                state.holds.retain(|h| h.id != w.id);
+            }
+            let _ = self.record_release(key, token);
+        }
+        if self.keys.get(key).is_some_and(|s| s.is_idle()) {
+            self.keys.remove(key);
+        }
+        next
+    }
+}

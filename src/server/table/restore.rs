@@ -1,0 +1,92 @@
+//! A table rebuilt from its write-ahead log at start-up: the holds the log
+//! tells, added in key order without a client.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::inner::Inner;
+use super::key::{Hold, Holder, KeyState, Link, LinkEnd};
+use super::{GrantId, Table};
+use crate::wal::HeldRef;
+
+impl Table {
+    /// Adds the holds of a log, without a client (restored at start-up):
+    /// see [`Restorer`]. The table is locked until it is dropped.
+    pub fn restorer(&self) -> Restorer<'_> {
+        Restorer {
+            inner: self.lock_inner(),
+            built: Vec::new(),
+            stragglers: Vec::new(),
+        }
+    }
+}
+
+/// Adds the holds of a log to a table, given sorted by key (as
+/// [`Wal::open_with`](crate::wal::Wal::open_with) tells them), one
+/// [`Restorer::add`] each; they enter the table's tree when it is dropped.
+/// The tree is built in one pass, node by node, instead of a lookup and an
+/// insert per key (most of a restart's time with a million keys), and its
+/// nodes are full. A hold out of that order is added one by one.
+pub struct Restorer<'t> {
+    inner: std::sync::MutexGuard<'t, Inner>,
+    /// Each key once, in key order.
+    built: Vec<(Box<[u8]>, Box<KeyState>)>,
+    stragglers: Vec<(Box<[u8]>, Hold)>,
+}
+
+impl Restorer<'_> {
+    /// Adds `held`. A session hold is heard from "now", so its holder has
+    /// the session timeout to reclaim it; its link is returned for the task
+    /// that expires it otherwise. The grant id of every hold is returned
+    /// too (a kept hold that expires needs it for its timer).
+    pub fn add(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
+        let (hold, end) = self.inner.restored(held, peer);
+        let id = hold.id;
+        let key = held.key;
+        match self.built.last_mut() {
+            Some((k, state)) if **k == *key => state.holds.push(hold),
+            Some((k, _)) if **k > *key => self.stragglers.push((key.into(), hold)),
+            _ => {
+                let mut state = Box::<KeyState>::default();
+                state.holds.push(hold);
+                self.built.push((key.into(), state));
+            }
+        }
+        (id, end)
+    }
+}
+
+impl Drop for Restorer<'_> {
+    fn drop(&mut self) {
+        // Sorted and each key once: collected without a sort's moves.
+        let mut tree: BTreeMap<Box<[u8]>, Box<KeyState>> =
+            std::mem::take(&mut self.built).into_iter().collect();
+        self.inner.keys.append(&mut tree);
+        for (key, hold) in std::mem::take(&mut self.stragglers) {
+            self.inner.add_hold(&key, hold);
+        }
+    }
+}
+
+impl Inner {
+    /// The hold `held` describes, with a fresh grant id, its source
+    /// interned and its link (for a session hold): not yet in the tree.
+    fn restored(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (Hold, Option<LinkEnd>) {
+        let id = self.fresh_id();
+        self.last_token = self.last_token.max(held.token);
+        let (link, end) = Link::for_hold(held.session);
+        let holder = Holder {
+            id,
+            token: held.token,
+            source: Vec::new(),
+            peer,
+            since: held.since,
+            session: held.session,
+            mode: held.mode,
+            owner: None,
+            expires: held.expires,
+        };
+        let source = self.sources.intern(held.source);
+        (Hold::new(&holder, source, link), end)
+    }
+}
