@@ -29,6 +29,7 @@ mod etcd_interop;
 mod etcd_keys;
 mod etcd_loss;
 mod etcd_shared;
+mod fault_faketime;
 mod fault_frozen;
 mod fault_oom;
 mod generated_docs;
