@@ -88,8 +88,8 @@ fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
     );
     expect_status(&mut server.lc(&["unlock", "tty-wait"]), 0);
     assert_eq!(lc.wait_for(Duration::from_secs(10)), Some(0));
-    assert!(pty.wait_for_output("RAN", Duration::from_secs(5)));
-    let out = pty.output();
+    let out = pty.final_output(Duration::from_secs(10));
+    assert!(out.contains("RAN"), "{out:?}");
     let last_status = out.rfind(&line).unwrap();
     let erase = out[last_status..].find("\r\x1b[K").map(|i| i + last_status);
     let ran = out.rfind("RAN").unwrap();
@@ -97,6 +97,29 @@ fn a_status_line_while_waiting_at_a_terminal_erased_afterwards() {
         matches!(erase, Some(e) if e < ran),
         "the status line was not erased before the command ran: {out:?}"
     );
+}
+
+/// The helper every terminal test reads with (issue 42): what a process
+/// wrote right before its exit is in the final output, however far the
+/// reader was behind when the exit was seen.
+#[test]
+fn the_last_output_before_the_exit_is_read() {
+    for round in 0..10 {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "head -c 100000 /dev/zero | tr '\\0' x; echo END-$((6*7))",
+        ]);
+        let (pty, mut child) = Pty::spawn(cmd);
+        assert_eq!(child.wait_for(Duration::from_secs(10)), Some(0));
+        let out = pty.final_output(Duration::from_secs(10));
+        assert!(
+            out.ends_with("END-42\r\n") && out.matches('x').count() == 100_000,
+            "round {round}: {} bytes, ending {:?}",
+            out.len(),
+            &out[out.len().saturating_sub(40)..]
+        );
+    }
 }
 
 #[test]

@@ -324,5 +324,6 @@ fn the_status_line_tells_the_place_in_line() {
     // The holders and the head go: the second waiter runs.
     drop(kids);
     assert_eq!(second.wait_for(LIMIT), Some(0));
-    assert!(pty.output().contains("RAN"), "{:?}", pty.output());
+    let out = pty.final_output(LIMIT);
+    assert!(out.contains("RAN"), "{out:?}");
 }

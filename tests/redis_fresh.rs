@@ -54,7 +54,7 @@ fn a_fresh_node_says_why_and_how_long_and_counts_after_one_ttl() {
             pty.output()
         );
         assert_eq!(guard.wait_for(Duration::from_secs(20)), Some(0));
-        let out = pty.output();
+        let out = pty.final_output(Duration::from_secs(10));
         let addr = r.addr();
         // The -v line once, and status lines, all with the reason.
         let lines: Vec<&str> = out

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::wait_until;
@@ -93,7 +93,16 @@ pub fn read_pid(path: &std::path::Path) -> i32 {
 /// A pseudo-terminal: the master side, and everything read from it.
 pub struct Pty {
     master: File,
-    output: Arc<Mutex<Vec<u8>>>,
+    read: Arc<(Mutex<Seen>, Condvar)>,
+}
+
+/// What the reader thread has read from the master side so far.
+#[derive(Default)]
+struct Seen {
+    bytes: Vec<u8>,
+    /// The read ended (EIO, or EOF): no process has the terminal (the
+    /// slave side) open any more, and everything written to it was read.
+    drained: bool,
 }
 
 impl Pty {
@@ -140,19 +149,27 @@ impl Pty {
         }
         let child = cmd.spawn().expect("spawn in a pseudo-terminal");
         drop(cmd); // closes our copies of the slave
-        let output = Arc::new(Mutex::new(Vec::new()));
-        let sink = output.clone();
+        let read = Arc::new((Mutex::new(Seen::default()), Condvar::new()));
+        let sink = read.clone();
         let mut reader = master.try_clone().unwrap();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
+            // The master side reads EIO once every slave end is closed,
+            // after what was written before the last close (Linux drains
+            // the slave's writes before it reports the close).
             loop {
-                match reader.read(&mut buf) {
+                let n = match reader.read(&mut buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Ok(0) | Err(_) => break,
-                    Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
-                }
+                    Ok(n) => n,
+                };
+                sink.0.lock().unwrap().bytes.extend_from_slice(&buf[..n]);
+                sink.1.notify_all();
             }
+            sink.0.lock().unwrap().drained = true;
+            sink.1.notify_all();
         });
-        (Pty { master, output }, Guard(child))
+        (Pty { master, read }, Guard(child))
     }
 
     /// Types `bytes` at the terminal (0x03 is Ctrl-C, 0x1a Ctrl-Z).
@@ -161,8 +178,30 @@ impl Pty {
         self.master.flush().unwrap();
     }
 
+    /// What was read so far: while a process still has the terminal open,
+    /// its last writes may not be in it yet (see [`Pty::final_output`]).
     pub fn output(&self) -> String {
-        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.read.0.lock().unwrap().bytes).into_owned()
+    }
+
+    /// Everything written to the terminal, once every process that had it
+    /// open has closed it (for a test whose command ended: lc-cli and what
+    /// it started): waits up to `limit` for the reader to drain it, and
+    /// fails naming what it read so far if something still holds it. A
+    /// status check of the child (its exit) says nothing of whether the
+    /// reader has read its last line yet.
+    pub fn final_output(&self, limit: Duration) -> String {
+        let (lock, cvar) = &*self.read;
+        let (read, _) = cvar
+            .wait_timeout_while(lock.lock().unwrap(), limit, |r| !r.drained)
+            .unwrap();
+        let text = String::from_utf8_lossy(&read.bytes).into_owned();
+        assert!(
+            read.drained,
+            "the terminal was still open {limit:?} later (a process of the test lives on?); \
+             read so far: {text:?}"
+        );
+        text
     }
 
     /// Waits up to `limit` for `text` to appear in the output.

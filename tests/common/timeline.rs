@@ -20,6 +20,9 @@ pub enum OnTerm {
     SlowExit,
     /// Ignores it (and so do its children): only SIGKILL ends it.
     Ignore,
+    /// Logs `NAME term NS PID` and goes on (its `sleep` dies of it, the
+    /// loop starts the next): only SIGKILL ends it.
+    LogAndGoOn,
     /// Cleans up for this many seconds, then logs its end and exits.
     CleansUpFor(Duration),
 }
@@ -76,6 +79,7 @@ impl Timeline {
             OnTerm::LogAndExit => format!("trap '{}; exit 0' TERM", self.log(name, "end")),
             OnTerm::SlowExit => format!("trap 'sleep 0.5; {}; exit 0' TERM", self.log(name, "end")),
             OnTerm::Ignore => "trap '' TERM".to_string(),
+            OnTerm::LogAndGoOn => format!("trap '{}' TERM", self.log(name, "term")),
             OnTerm::CleansUpFor(d) => format!(
                 "trap 'sleep {}; {}; exit 0' TERM",
                 d.as_secs_f64(),
@@ -105,6 +109,11 @@ impl Timeline {
     /// (ns, pid) of NAME's start, once logged.
     pub fn start_of(&self, name: &str) -> Option<(i128, i32)> {
         self.find(name, "start")
+    }
+
+    /// When NAME logged a SIGTERM ([`OnTerm::LogAndGoOn`]).
+    pub fn term_of(&self, name: &str) -> Option<i128> {
+        self.find(name, "term").map(|(t, _)| t)
     }
 
     pub fn end_of(&self, name: &str) -> Option<i128> {
