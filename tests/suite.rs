@@ -6,6 +6,7 @@
 mod common;
 
 mod backend_table;
+mod ci_action;
 mod cli_completion;
 mod cli_foreign_peer;
 mod cli_group;
