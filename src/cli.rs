@@ -346,9 +346,17 @@ pub struct ServeArgs {
     #[arg(long, env = "DATA_PATH", value_name = "PATH")]
     pub data: Option<PathBuf>,
 
-    /// How long a client may take to send its whole request
+    /// How long a client may take to send its whole request, from its
+    /// connection on (its login is bounded by --login-timeout)
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub read_timeout: Duration,
+
+    /// How long a new connection may take to log in: its TLS handshake and
+    /// its first frame (with --token-file, the Hello with a token of the
+    /// file), from its accept on; a connection not through by then is
+    /// closed. A queued lock's wait is not bounded by it
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub login_timeout: Duration,
 
     /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1,
     /// on loopback when --listen is not; off with --token-file]
@@ -370,10 +378,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: Option<u32>,
 
-    /// Connections open at once from one peer address (a host behind NAT
-    /// counts as one) [default: no limit but --max-connections]
+    /// Connections open at once from one peer address; 0: no limit. A pool
+    /// of hosts behind one NAT address (CI runners) counts as one peer, and
+    /// each lc-cli holds one connection per lock held or waited for: raise
+    /// it to what the pool holds and waits for at once, with room to spare
+    #[arg(long, value_name = "N", default_value = "256")]
+    pub max_connections_per_peer: u32,
+
+    /// Connections still logging in at once (their TLS handshake and first
+    /// frame not yet through); beyond it a new one is closed at once, so the
+    /// rest of --max-connections stays for connections that logged in (with
+    /// --token-file: that gave a token) [default: half of --max-connections]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections_per_peer: Option<u32>,
+    pub max_pending_logins: Option<u32>,
 
     /// Speak TLS on the lock port with this certificate (PEM, the chain
     /// after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager

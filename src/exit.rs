@@ -71,7 +71,7 @@ pub const TABLE: [Status; 12] = [
     row(ExitCode::Conflict, "when the lock was not taken (-E changes it)", "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held"),
     row(ExitCode::Usage, "usage", "usage: a bad option, an empty key or one over 127 bytes, an unknown server address parameter"),
     row(ExitCode::DataErr, "corrupt log (serve --data)", "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start"),
-    row(ExitCode::Unavailable, "service unreachable", "the lock service could not be reached, or went away while waiting, or does not answer like a lock server"),
+    row(ExitCode::Unavailable, "service unreachable", "the lock service could not be reached, or went away while waiting, or does not answer like a lock server, or (lc-cli serve) is at its connection limit"),
     row(ExitCode::Software, "internal error", "internal error"),
     row(ExitCode::LogInUse, "log in use (serve --data)", "serve --data: another lc-cli serve has the log (the message names the file and its PID); the server did not start"),
     row(ExitCode::ReleaseFailed, "release failed", "the release was not confirmed: the key may still be held; the message names the reset command that clears it"),

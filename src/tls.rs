@@ -58,6 +58,20 @@ pub fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
     Ok(store)
 }
 
+/// The alert `lc-cli serve` sends, in the clear and before the handshake,
+/// on a TLS connection over one of its connection limits (the plain
+/// protocol's `&` answer cannot pass through a TLS client): fatal,
+/// internal_error ("unrelated to the peer or the correctness of the
+/// protocol", RFC 8446), which a rustls server sends for nothing a client
+/// meets. An `lcs://` client that gets it before the handshake says the
+/// server is at its connection limit.
+pub const AT_LIMIT_ALERT: rustls::AlertDescription = rustls::AlertDescription::InternalError;
+
+/// [`AT_LIMIT_ALERT`] as a TLS record: content type alert (21), version
+/// TLS 1.2 (the record layer's for every version), length 2, level fatal
+/// (2), the description.
+pub const AT_LIMIT_RECORD: [u8; 7] = [21, 3, 3, 0, 2, 2, 80];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +88,10 @@ mod tests {
         assert!(e.contains("holds no PEM certificate"), "{e}");
         let e = key(&empty, "key").unwrap_err();
         assert!(e.contains("holds no PEM private key"), "{e}");
+    }
+
+    #[test]
+    fn the_at_limit_record_carries_the_alert() {
+        assert_eq!(AT_LIMIT_RECORD[6], u8::from(AT_LIMIT_ALERT));
     }
 }

@@ -209,6 +209,11 @@ pub struct Expiry {
 pub enum BackendError {
     #[error("cannot reach {server}: {reason}")]
     Unavailable { server: String, reason: String },
+    /// The server closed the connection unread, over one of its connection
+    /// limits (`lc-cli serve --max-connections-per-peer` and the others):
+    /// `limit` names it.
+    #[error("the server {server} is at its connection limit ({limit}): it closed the connection before reading the request; try again later (its operator can raise the limit)")]
+    AtLimit { server: String, limit: String },
     #[error("{server} refused the request: {reason}")]
     Refused { server: String, reason: String },
     #[error("{server} answered something unexpected: {reason}")]
@@ -242,7 +247,10 @@ pub enum BackendError {
 impl BackendError {
     /// Worth retrying (a release that could not reach the service).
     pub fn is_transient(&self) -> bool {
-        matches!(self, BackendError::Unavailable { .. })
+        matches!(
+            self,
+            BackendError::Unavailable { .. } | BackendError::AtLimit { .. }
+        )
     }
 }
 

@@ -201,7 +201,7 @@ pub(crate) fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) 
 /// boundary between the commands and the backends.
 fn status_of(e: &BackendError) -> ExitCode {
     match e {
-        BackendError::Unavailable { .. } => ExitCode::Unavailable,
+        BackendError::Unavailable { .. } | BackendError::AtLimit { .. } => ExitCode::Unavailable,
         BackendError::Refused { .. }
         | BackendError::Protocol { .. }
         | BackendError::Unsupported { .. } => ExitCode::Protocol,

@@ -27,6 +27,15 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             ),
         ));
     }
+    if args.login_timeout < std::time::Duration::from_millis(100) {
+        return Err(fail(
+            ExitCode::Usage,
+            format!(
+                "--login-timeout {:?} is too short: at least 100ms (a TLS handshake and a Hello take a few round trips)",
+                args.login_timeout
+            ),
+        ));
+    }
     // Before the log and the ports: a bad file changes nothing.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
@@ -51,21 +60,25 @@ pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
     };
     let runtime =
         crate::server::runtime::build(tls.is_some()).context("cannot start the runtime")?;
+    let max_connections = args
+        .max_connections
+        .map(|n| n as usize)
+        .unwrap_or_else(crate::server::limits::default_max_connections);
     let options = ServerOptions {
         read_timeout: args.read_timeout,
+        login_timeout: args.login_timeout,
         verbose,
         data: args.data.clone(),
         reclaim_grace: args.reclaim_grace,
         // Test-only: answer lc-cli's own actions `-`, as the reference
         // server does, to exercise the clients' fallback.
         extensions: std::env::var_os(REFERENCE_MODE_ENV).is_none(),
-        max_connections: args
-            .max_connections
-            .map(|n| n as usize)
-            .unwrap_or_else(crate::server::limits::default_max_connections),
-        max_connections_per_peer: args
-            .max_connections_per_peer
-            .map_or(usize::MAX, |n| n as usize),
+        max_connections,
+        max_connections_per_peer: args.max_connections_per_peer as usize,
+        max_pending_logins: args.max_pending_logins.map_or_else(
+            || crate::server::limits::default_pending_logins(max_connections),
+            |n| n as usize,
+        ),
         tokens: tokens.clone(),
     };
     // The log is recovered before the port opens: no client sees a table
@@ -315,4 +328,22 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {},
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[test]
+    fn the_help_shows_the_servers_default_per_peer() {
+        let cli = crate::cli::Cli::try_parse_from(["lc-cli", "serve"]).unwrap();
+        let crate::cli::Command::Serve(args) = cli.command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            args.max_connections_per_peer as usize,
+            crate::server::limits::DEFAULT_PER_PEER
+        );
+        assert_eq!(args.login_timeout, crate::server::DEFAULT_LOGIN_TIMEOUT);
+    }
 }

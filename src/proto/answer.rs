@@ -176,6 +176,23 @@ pub const HELLO_ACCEPTED: u8 = b'*';
 /// Hello (lc-cli's clients, never the reference's).
 pub const NOT_ALLOWED: u8 = b'%';
 
+/// `&` and a reason, `&[len][reason]`: what `lc-cli serve` sends on a
+/// plain connection to its lock port that is over one of its connection
+/// limits (`--max-connections`, `--max-connections-per-peer`,
+/// `--max-pending-logins`), before it reads anything, and then it closes
+/// it. The reason names the limit. A reference client reads a byte that is
+/// not `+`: a failure. (A TLS connection gets a TLS alert instead:
+/// `server::refuse`.)
+pub const AT_LIMIT: u8 = b'&';
+
+/// The refusal of a connection over a limit: `&` and the reason.
+pub fn at_limit(reason: &str) -> Vec<u8> {
+    let reason = reason.as_bytes();
+    let mut out = vec![AT_LIMIT];
+    push_field(&mut out, &reason[..reason.len().min(MAX_FIELD)]);
+    out
+}
+
 /// The answer to a Hello whose token a server with tokens took.
 pub fn hello_accepted(version: &[u8], role: &[u8]) -> Vec<u8> {
     let mut out = vec![HELLO_ACCEPTED];
@@ -201,6 +218,9 @@ pub enum HelloAnswer {
     Accepted { version: String, role: String },
     /// `%`: the token was refused (or none was given): the reason.
     Refused(String),
+    /// `&`: the connection is over a connection limit of the server and
+    /// was closed unread: the limit.
+    AtLimit(String),
     /// `-` and the end of the connection: a server that does not know
     /// Hello (a reference server, an lc-cli serve before it).
     Unknown,
@@ -219,7 +239,7 @@ pub fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
         return closed.then_some((HelloAnswer::Foreign, 0));
     };
     let fields = match first {
-        b'+' | NOT_ALLOWED => 1,
+        b'+' | NOT_ALLOWED | AT_LIMIT => 1,
         HELLO_ACCEPTED => 2,
         b'-' if bytes.len() == 1 => return closed.then_some((HelloAnswer::Unknown, 1)),
         _ => return foreign,
@@ -249,12 +269,21 @@ pub fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
     let answer = match first {
         b'+' => HelloAnswer::Unchecked { version: next() },
         NOT_ALLOWED => HelloAnswer::Refused(next()),
+        AT_LIMIT => HelloAnswer::AtLimit(next()),
         _ => HelloAnswer::Accepted {
             version: next(),
             role: next(),
         },
     };
     Some((answer, pos))
+}
+
+/// The limit in a whole `&` answer; None if it is not one.
+pub fn parse_at_limit(bytes: &[u8]) -> Option<String> {
+    match parse_hello(bytes, true)? {
+        (HelloAnswer::AtLimit(reason), n) if n == bytes.len() => Some(reason),
+        _ => None,
+    }
 }
 
 /// The reason in a whole `%` answer to a request; None if it is not one.
@@ -353,6 +382,30 @@ mod tests {
         );
         assert_eq!(parse_hello(b"-", false), None);
         assert_eq!(parse_hello(b"-", true), Some((HelloAnswer::Unknown, 1)));
+    }
+
+    #[test]
+    fn a_connection_over_a_limit_is_told_so() {
+        let refused = at_limit("256 connections from 10.0.0.1 are open");
+        assert_eq!(refused[0], b'&');
+        assert_eq!(
+            parse_hello(&refused, false),
+            Some((
+                HelloAnswer::AtLimit("256 connections from 10.0.0.1 are open".into()),
+                refused.len()
+            ))
+        );
+        assert_eq!(
+            parse_at_limit(&refused).as_deref(),
+            Some("256 connections from 10.0.0.1 are open")
+        );
+        assert_eq!(parse_at_limit(b"&"), None);
+        assert_eq!(parse_not_allowed(&refused), None);
+        // Cut short and closed: not an answer.
+        assert_eq!(
+            parse_hello(&refused[..5], true).map(|a| a.0),
+            Some(HelloAnswer::Foreign)
+        );
     }
 
     #[test]

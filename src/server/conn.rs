@@ -2,13 +2,23 @@
 //! it, when there is one), check it against the token's role
 //! (`--token-file`), and hand it to the file that serves its action family
 //! (`lock`, `trylock`, `unlock`, `reset`, `keys`, ...).
+//!
+//! Its login (the TLS handshake and the first frame; with `--token-file`,
+//! a Hello with a token of the file) must be through within
+//! `--login-timeout` of the accept, and the whole request within
+//! `--read-timeout` of it; until the login is through the connection counts
+//! against `--max-pending-logins` (`limits.rs`). A lock's wait once it is
+//! queued is bounded by neither.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use super::limits::Tracked;
@@ -41,8 +51,10 @@ pub fn serve_connection(
 ) -> impl Future<Output = ()> + Send {
     // Not an async fn: its arguments would stay in its state for good.
     let up_to_the_wait = Box::pin(async move {
-        let stream = tls::open(tcp, peer, &shared, tls.as_ref()).await?;
-        let parked = serve(stream, peer, &shared).await?;
+        let accepted = Instant::now();
+        let login = Deadline::login(accepted, &shared);
+        let stream = tls::open(tcp, peer, &shared, tls.as_ref(), login).await?;
+        let parked = serve(stream, peer, &shared, &tracked, accepted).await?;
         Some((parked, tracked))
     });
     async move {
@@ -57,9 +69,16 @@ pub fn serve_connection(
 
 /// Serves the connection's request, but for the wait of a queued Lock: that
 /// is returned, for [`serve_connection`] to wait in.
-async fn serve(stream: Stream, peer: SocketAddr, shared: &Arc<Shared>) -> Option<lock::Parked> {
+async fn serve(
+    stream: Stream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    tracked: &Tracked,
+    accepted: Instant,
+) -> Option<lock::Parked> {
     // Boxed: its buffer is freed before a waiter takes its place in line.
-    let (stream, request, caller) = Box::pin(read_phase(stream, peer, shared)).await?;
+    let reading = read_phase(stream, peer, shared, tracked, accepted);
+    let (stream, request, caller) = Box::pin(reading).await?;
     if !shared.extensions && request.is_extension() {
         // The test-only reference mode: an action the reference does not know.
         reply(stream, async { Answer::Fail }).await;
@@ -172,29 +191,70 @@ async fn reply(mut stream: Stream, answer: impl Future<Output = Answer>) {
     let _ = stream.write_all(&[answer.byte()]).await;
 }
 
-/// Reads the request within the read deadline; bad input is answered `-`
+/// When a frame must be in, counted from the accept, and the option that
+/// says so (for the log line).
+#[derive(Clone, Copy)]
+pub struct Deadline {
+    pub at: Instant,
+    pub after: Duration,
+    pub option: &'static str,
+}
+
+impl Deadline {
+    /// The login's: `--login-timeout`, or `--read-timeout` if it is shorter.
+    pub fn login(accepted: Instant, shared: &Shared) -> Deadline {
+        match shared.login_timeout <= shared.read_timeout {
+            true => Deadline {
+                at: accepted + shared.login_timeout,
+                after: shared.login_timeout,
+                option: "--login-timeout",
+            },
+            false => Deadline::request(accepted, shared),
+        }
+    }
+
+    /// The whole request's: `--read-timeout`.
+    fn request(accepted: Instant, shared: &Shared) -> Deadline {
+        Deadline {
+            at: accepted + shared.read_timeout,
+            after: shared.read_timeout,
+            option: "--read-timeout",
+        }
+    }
+}
+
+/// Reads the request within its deadlines; bad input is answered `-`
 /// (or the connection closed) and logged here. A Hello first is answered
 /// (`hello.rs`) and the request behind it read next; with `--token-file`
-/// it must come first, and says who the caller is.
+/// it must come first, and says who the caller is. The first frame ends
+/// the login (with tokens, a Hello whose token is taken): `tracked` then
+/// no longer counts against `--max-pending-logins`.
 async fn read_phase(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Shared,
+    tracked: &Tracked,
+    accepted: Instant,
 ) -> Option<(Stream, Request, Option<Caller>)> {
     stream.set_nodelay(true).ok();
-    let deadline = tokio::time::Instant::now() + shared.read_timeout;
+    let login = Deadline::login(accepted, shared);
     let mut frames = Frames::default();
-    let first = read_within(&mut stream, &mut frames, deadline, peer, shared).await?;
+    let first = read_within(&mut stream, &mut frames, login, peer, shared).await?;
     let token = match first {
         Request::Hello { token, .. } if shared.extensions => token,
         other if shared.tokens.is_some() => {
             hello::refuse_unannounced(&mut stream, peer, shared, &other).await;
             return None;
         }
-        other => return Some((stream, other, None)),
+        other => {
+            tracked.logged_in();
+            return Some((stream, other, None));
+        }
     };
     let caller = hello::greet(&mut stream, peer, shared, &token).await?;
+    tracked.logged_in();
     // Closed after the Hello (`lc-cli ping` asks no more): nothing to answer.
+    let deadline = Deadline::request(accepted, shared);
     let request = read_within(&mut stream, &mut frames, deadline, peer, shared).await?;
     Some((stream, request, caller))
 }
@@ -204,11 +264,11 @@ async fn read_phase(
 async fn read_within(
     stream: &mut Stream,
     frames: &mut Frames,
-    deadline: tokio::time::Instant,
+    deadline: Deadline,
     peer: SocketAddr,
     shared: &Shared,
 ) -> Option<Request> {
-    match tokio::time::timeout_at(deadline, frames.next(stream)).await {
+    match tokio::time::timeout_at(deadline.at, frames.next(stream)).await {
         Ok(Ok(Some(request))) => Some(request),
         Ok(Ok(None)) => None, // closed before a whole frame: nothing to answer
         Ok(Err(reason)) => {
@@ -227,8 +287,8 @@ async fn read_within(
                 Some(peer.ip()),
                 "slow request",
                 format_args!(
-                    "{peer}: no whole request within {:?}, closing",
-                    shared.read_timeout
+                    "{peer}: no whole request within {:?} ({}), closing",
+                    deadline.after, deadline.option
                 ),
             );
             None

@@ -1,9 +1,21 @@
-//! Limits against floods (`serve --max-connections`,
-//! `--max-connections-per-peer`): a connection beyond them is closed at
-//! once, before anything is read, so the holds and the queue of the
-//! connections already open are untouched. Each refusal is counted
-//! (`lc_refused_connections_total`); it is logged once per peer address per
-//! [`LOG_INTERVAL`], so a flood cannot flood the log too.
+//! Limits against floods: a connection beyond them is closed at once,
+//! before anything is read, so the holds and the queue of the connections
+//! already open are untouched.
+//!
+//! - `--max-connections`: all connections open at once.
+//! - `--max-connections-per-peer` (on by default, [`DEFAULT_PER_PEER`]):
+//!   all connections from one address.
+//! - `--max-pending-logins` (default half of `--max-connections`): the
+//!   connections still in their login (accepted, their TLS handshake and
+//!   first frame not yet through; with `--token-file`, their Hello and its
+//!   token not yet taken). The rest of `--max-connections` is left for
+//!   connections that logged in: idle connections without a token never
+//!   take the slots of holders and waiters. A login lasts at most
+//!   `--login-timeout` (`conn.rs`).
+//!
+//! Each refusal is counted (`lc_refused_connections_total`), answered with
+//! [`crate::proto::at_limit`] on the lock port (`refuse.rs`), and logged at
+//! most as `Events::limited` lets it.
 //!
 //! A connection is counted while its task or the task of the session hold
 //! it carries runs: [`Tracked`] guards are held by both, and the count of a
@@ -12,14 +24,18 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// How often a refused peer address is logged again.
-pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// File descriptors kept for the log, the listeners and the metrics
 /// endpoint when the default limit is derived from the file limit.
 const RESERVED_FDS: u64 = 64;
+
+/// The default `--max-connections-per-peer`. One `lc-cli` process holds one
+/// connection per lock it holds or waits for (two for a moment when a
+/// session hold reconnects): ZooKeeper's 60 per address would stop a pool
+/// of CI runners behind one NAT address at about 30 jobs holding a lock
+/// and waiting for another; 256 lets about a hundred, and one host that
+/// floods takes 256 slots, 0.4% of the 65,472 of the shipped systemd unit.
+pub const DEFAULT_PER_PEER: usize = 256;
 
 /// The default `--max-connections`: the soft file limit less what the
 /// server needs besides its connections (at least 16).
@@ -37,63 +53,95 @@ pub fn default_max_connections() -> usize {
     soft.saturating_sub(RESERVED_FDS).clamp(16, 1 << 20) as usize
 }
 
+/// The default `--max-pending-logins` for `max` connections: half of them
+/// (at least one), so at least the other half is left for connections
+/// that logged in.
+pub fn default_pending_logins(max: usize) -> usize {
+    (max / 2).max(1)
+}
+
+/// One connection: how many guards it has (its task, its hold's task), and
+/// whether it is still in its login.
+#[derive(Debug)]
+struct Conn {
+    guards: u32,
+    pending: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Per connection: how many guards it has (its task, its hold's task).
-    conns: HashMap<SocketAddr, u32>,
+    conns: HashMap<SocketAddr, Conn>,
     per_ip: HashMap<IpAddr, usize>,
-    logged: HashMap<IpAddr, Instant>,
+    /// Connections still in their login.
+    pending: usize,
 }
 
 #[derive(Debug)]
 pub struct Limits {
     pub max: usize,
+    /// `usize::MAX`: off.
     pub per_peer: usize,
+    pub pending_logins: usize,
     state: Mutex<State>,
 }
 
-/// Why a connection was refused, for the one log line.
+/// Which limit a connection is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     Total(usize),
     PerPeer(usize),
+    PendingLogins(usize),
+}
+
+impl Refusal {
+    /// What the log line and the client's line say: how many are open and
+    /// the option that sets the limit.
+    pub fn reason(self, ip: IpAddr) -> String {
+        match self {
+            Refusal::Total(n) => format!("{n} connections are open, --max-connections {n}"),
+            Refusal::PerPeer(n) => {
+                format!("{n} connections from {ip} are open, --max-connections-per-peer {n}")
+            }
+            Refusal::PendingLogins(n) => {
+                format!("{n} connections are still logging in, --max-pending-logins {n}")
+            }
+        }
+    }
 }
 
 impl Limits {
-    pub fn new(max: usize, per_peer: usize) -> Limits {
+    /// `per_peer` 0: no limit per address.
+    pub fn new(max: usize, per_peer: usize, pending_logins: usize) -> Limits {
         Limits {
             max,
-            per_peer,
+            per_peer: if per_peer == 0 { usize::MAX } else { per_peer },
+            pending_logins,
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Counts the connection from `peer`, or says which limit it is over.
-    /// `Err(Some(_))`: log it; `Err(None)`: refused, already logged lately.
-    pub fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Option<Refusal>> {
+    /// Counts the connection from `peer`, still in its login, or says
+    /// which limit it is over.
+    pub fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Refusal> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let from_peer = st.per_ip.get(&peer.ip()).copied().unwrap_or(0);
-        let refusal = if st.conns.len() >= self.max {
-            Some(Refusal::Total(self.max))
-        } else if from_peer >= self.per_peer {
-            Some(Refusal::PerPeer(self.per_peer))
-        } else {
-            None
-        };
-        if let Some(r) = refusal {
-            let now = Instant::now();
-            let log = match st.logged.get(&peer.ip()) {
-                Some(at) => now.duration_since(*at) >= LOG_INTERVAL,
-                None => true,
-            };
-            if log {
-                // Bounded: peers not refused lately are forgotten.
-                st.logged
-                    .retain(|_, at| now.duration_since(*at) < LOG_INTERVAL);
-                st.logged.insert(peer.ip(), now);
-            }
-            return Err(log.then_some(r));
+        if st.conns.len() >= self.max {
+            return Err(Refusal::Total(self.max));
         }
-        st.conns.insert(peer, 1);
+        if from_peer >= self.per_peer {
+            return Err(Refusal::PerPeer(self.per_peer));
+        }
+        if st.pending >= self.pending_logins {
+            return Err(Refusal::PendingLogins(self.pending_logins));
+        }
+        st.conns.insert(
+            peer,
+            Conn {
+                guards: 1,
+                pending: true,
+            },
+        );
+        st.pending += 1;
         *st.per_ip.entry(peer.ip()).or_insert(0) += 1;
         Ok(Tracked {
             limits: self.clone(),
@@ -101,40 +149,47 @@ impl Limits {
         })
     }
 
-    /// Connections counted now.
-    #[cfg(test)]
-    pub fn open(&self) -> usize {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .conns
-            .len()
+    /// Connections counted now, and how many of them are in their login.
+    pub fn open(&self) -> (usize, usize) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.conns.len(), st.pending)
     }
 
     /// Another guard for the connection from `peer`, while it is counted
     /// (for the task of the session hold it carries on).
     pub fn again(self: &Arc<Self>, peer: SocketAddr) -> Option<Tracked> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        *st.conns.get_mut(&peer)? += 1;
+        st.conns.get_mut(&peer)?.guards += 1;
         Some(Tracked {
             limits: self.clone(),
             peer,
         })
     }
 
+    fn logged_in(&self, peer: SocketAddr) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = st.conns.get_mut(&peer).filter(|c| c.pending) {
+            c.pending = false;
+            st.pending -= 1;
+        }
+    }
+
     fn release(&self, peer: SocketAddr) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(n) = st.conns.get_mut(&peer) else {
+        let Some(c) = st.conns.get_mut(&peer) else {
             return;
         };
-        *n -= 1;
-        if *n > 0 {
+        c.guards -= 1;
+        if c.guards > 0 {
             return;
         }
+        if c.pending {
+            st.pending -= 1;
+        }
         st.conns.remove(&peer);
-        if let Some(c) = st.per_ip.get_mut(&peer.ip()) {
-            *c -= 1;
-            if *c == 0 {
+        if let Some(n) = st.per_ip.get_mut(&peer.ip()) {
+            *n -= 1;
+            if *n == 0 {
                 st.per_ip.remove(&peer.ip());
             }
         }
@@ -153,6 +208,12 @@ impl Tracked {
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
+
+    /// Its login is through: it no longer counts against
+    /// `--max-pending-logins` (it still does against the others).
+    pub fn logged_in(&self) {
+        self.limits.logged_in(self.peer);
+    }
 }
 
 impl Drop for Tracked {
@@ -170,29 +231,43 @@ mod tests {
     }
 
     #[test]
-    fn beyond_a_limit_is_refused_and_logged_once() {
-        let l = Arc::new(Limits::new(3, 2));
-        let one = l.admit(a("10.0.0.1:1")).ok().unwrap();
-        let two = l.admit(a("10.0.0.1:2")).ok().unwrap();
-        assert!(matches!(
-            l.admit(a("10.0.0.1:3")),
-            Err(Some(Refusal::PerPeer(2)))
-        ));
-        assert!(matches!(l.admit(a("10.0.0.1:4")), Err(None)));
-        let other = l.admit(a("10.0.0.2:1")).ok().unwrap();
-        assert!(matches!(
-            l.admit(a("10.0.0.3:1")),
-            Err(Some(Refusal::Total(3)))
-        ));
+    fn beyond_a_limit_is_refused() {
+        let l = Arc::new(Limits::new(4, 2, 3));
+        let one = l.admit(a("10.0.0.1:1")).unwrap();
+        let two = l.admit(a("10.0.0.1:2")).unwrap();
+        assert_eq!(l.admit(a("10.0.0.1:3")).err(), Some(Refusal::PerPeer(2)));
+        let other = l.admit(a("10.0.0.2:1")).unwrap();
+        // Three in their login: the pending budget is spent...
+        assert_eq!(
+            l.admit(a("10.0.0.3:1")).err(),
+            Some(Refusal::PendingLogins(3))
+        );
+        // ...until one logs in; the fourth then fills the total.
+        one.logged_in();
+        one.logged_in();
+        assert_eq!(l.open(), (3, 2));
+        let fourth = l.admit(a("10.0.0.3:1")).unwrap();
+        assert_eq!(l.admit(a("10.0.0.4:1")).err(), Some(Refusal::Total(4)));
         // A shared guard keeps the connection counted until both drop.
         let hold = l.again(a("10.0.0.1:1")).unwrap();
         drop(one);
-        assert_eq!(l.open(), 3);
+        assert_eq!(l.open(), (4, 3));
         drop(hold);
-        assert_eq!(l.open(), 2);
+        assert_eq!(l.open(), (3, 3));
         assert!(l.again(a("10.0.0.1:1")).is_none());
-        let again = l.admit(a("10.0.0.1:5")).ok().unwrap();
-        drop((two, other, again));
-        assert_eq!(l.open(), 0);
+        let again = l.admit(a("10.0.0.1:5")).err();
+        assert_eq!(again, Some(Refusal::PendingLogins(3)));
+        drop((two, other, fourth));
+        assert_eq!(l.open(), (0, 0));
+    }
+
+    #[test]
+    fn zero_per_peer_is_no_limit() {
+        let l = Arc::new(Limits::new(100, 0, 100));
+        let all: Vec<Tracked> = (1..=50)
+            .map(|p| l.admit(SocketAddr::from(([10, 0, 0, 1], p))).unwrap())
+            .collect();
+        assert_eq!(l.open(), (50, 50));
+        drop(all);
     }
 }

@@ -1,7 +1,8 @@
 //! The manager port (`--manager`, default the lock port + 1): the reference
 //! server's `KEYS`, `RSET` and `RSBS`, byte for byte, plus lc-cli's `KEYX`.
 //! The layouts are in [`crate::proto::manager`]. One command per connection; the
-//! whole request must arrive within the read deadline; anything wrong is
+//! whole request must arrive within the read deadline (`--read-timeout`,
+//! or `--login-timeout` if shorter); anything wrong is
 //! answered `-` and touches only that connection.
 
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ enum Stop {
 /// Serves one manager connection.
 pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     stream.set_nodelay(true).ok();
-    let deadline = Instant::now() + shared.read_timeout;
+    let deadline = Instant::now() + request_limit(&shared);
     let mut command = [0u8; 4];
     match read_exact(&mut stream, &mut command, deadline, &shared).await {
         Ok(()) => {}
@@ -134,6 +135,13 @@ async fn reset(
     }
 }
 
+/// How long a manager request may take: a connection to this port never
+/// logs in (it counts against --max-pending-logins throughout), so
+/// --login-timeout bounds it too.
+fn request_limit(shared: &Shared) -> Duration {
+    shared.read_timeout.min(shared.login_timeout)
+}
+
 async fn read_exact(
     stream: &mut TcpStream,
     buf: &mut [u8],
@@ -148,7 +156,7 @@ async fn read_exact(
             Err(_) => {
                 return Err(Stop::Fail(format!(
                     "no whole request within {:?}",
-                    shared.read_timeout
+                    request_limit(shared)
                 )))
             }
         };

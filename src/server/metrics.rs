@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub oldest_hold: Option<Duration>,
     /// Size of the write-ahead log, with `--data`.
     pub wal_bytes: Option<u64>,
+    /// Connections open (lock and manager ports), and those of them still
+    /// in their login.
+    pub connections: (usize, usize),
 }
 
 pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapshot) -> String {
@@ -97,6 +100,18 @@ pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapsh
         "gauge",
         "Age of the oldest hold (0 when nothing is held): a stuck lock shows here.",
         format!("{:.3}", snap.oldest_hold.unwrap_or_default().as_secs_f64()),
+    );
+    metric(
+        "lc_connections_open",
+        "gauge",
+        "Connections open now on the lock and manager ports (--max-connections).",
+        snap.connections.0.to_string(),
+    );
+    metric(
+        "lc_connections_logging_in",
+        "gauge",
+        "Connections open now whose login (TLS handshake, first frame, token) is not through (--max-pending-logins).",
+        snap.connections.1.to_string(),
     );
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
     metric(
@@ -132,7 +147,7 @@ pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapsh
     metric(
         "lc_refused_connections_total",
         "counter",
-        "Connections closed at once: over --max-connections or --max-connections-per-peer.",
+        "Connections closed at once: over --max-connections, --max-connections-per-peer or --max-pending-logins.",
         load(&counters.refused_connections),
     );
     if let Some(bytes) = snap.wal_bytes {
@@ -244,8 +259,11 @@ mod tests {
                 waiters: 5,
                 oldest_hold: Some(Duration::from_millis(1500)),
                 wal_bytes: Some(4096),
+                connections: (7, 3),
             },
         );
+        assert!(text.contains("\nlc_connections_open 7\n"));
+        assert!(text.contains("\nlc_connections_logging_in 3\n"));
         assert!(text.contains("\nlc_grants_total 1\n"));
         assert!(text.contains("\nlc_waiters_queued 5\n"));
         assert!(text.contains("\nlc_oldest_hold_age_seconds 1.500\n"));

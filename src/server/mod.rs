@@ -14,6 +14,7 @@ pub mod limits;
 mod lock;
 pub mod manager_port;
 pub mod metrics;
+mod refuse;
 mod reset;
 pub mod runtime;
 mod session;
@@ -42,6 +43,9 @@ use crate::wal::{self, Wal, WalError};
 pub struct ServerOptions {
     /// How long a client may take to send its whole request.
     pub read_timeout: Duration,
+    /// How long a connection may take to log in: its TLS handshake and
+    /// first frame (with tokens, the Hello and its token).
+    pub login_timeout: Duration,
     pub verbose: bool,
     /// The write-ahead log; in memory only without it.
     pub data: Option<PathBuf>,
@@ -50,9 +54,11 @@ pub struct ServerOptions {
     /// Serve lc-cli's own actions (6 and up); off only in the test-only
     /// reference mode, which answers them `-` as the reference server does.
     pub extensions: bool,
-    /// Connections open at once, in all and from one peer address.
+    /// Connections open at once, in all and from one peer address (0: no
+    /// limit per address), and those still in their login.
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
+    pub max_pending_logins: usize,
     /// `--token-file`: every connection must open with a Hello that
     /// carries one of them (see `tokens.rs`); None: no tokens, as the
     /// reference server.
@@ -63,16 +69,24 @@ pub struct ServerOptions {
 /// ZooKeeper's usual session timeout.
 pub const DEFAULT_RECLAIM_GRACE: Duration = Duration::from_secs(10);
 
+/// The default `--login-timeout`: a TLS handshake and a Hello take a few
+/// round trips, milliseconds on a LAN; five seconds leave room for a slow
+/// link and keep an idle or byte-at-a-time connection's slot short.
+pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Default for ServerOptions {
     fn default() -> Self {
+        let max_connections = limits::default_max_connections();
         ServerOptions {
             read_timeout: Duration::from_secs(30),
+            login_timeout: DEFAULT_LOGIN_TIMEOUT,
             verbose: false,
             data: None,
             reclaim_grace: DEFAULT_RECLAIM_GRACE,
             extensions: true,
-            max_connections: limits::default_max_connections(),
-            max_connections_per_peer: usize::MAX,
+            max_connections,
+            max_connections_per_peer: limits::DEFAULT_PER_PEER,
+            max_pending_logins: limits::default_pending_logins(max_connections),
             tokens: None,
         }
     }
@@ -85,6 +99,7 @@ pub struct Shared {
     pub events: Events,
     /// How long a client may take to send its whole request.
     pub read_timeout: Duration,
+    pub login_timeout: Duration,
     /// The table's counters (it bumps grants; the request paths the rest).
     pub counters: Arc<Counters>,
     /// fsync latency of the log, with `--data`.
@@ -102,12 +117,14 @@ impl Shared {
             table,
             events,
             read_timeout: options.read_timeout,
+            login_timeout: options.login_timeout,
             fsync: None,
             reclaim_grace: options.reclaim_grace,
             extensions: options.extensions,
             limits: Arc::new(limits::Limits::new(
                 options.max_connections,
                 options.max_connections_per_peer,
+                options.max_pending_logins,
             )),
             tokens: options.tokens.clone(),
         }
@@ -123,6 +140,7 @@ impl Shared {
                 .oldest_since
                 .map(|s| SystemTime::now().duration_since(s).unwrap_or_default()),
             wal_bytes: self.table.wal_stats().map(|st| st.file_len),
+            connections: self.limits.open(),
         };
         metrics::render(&self.counters, self.fsync.as_deref(), &snap)
     }
@@ -306,8 +324,13 @@ impl Server {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        let Some(tracked) = admit(&shared, peer) else {
-                            continue;
+                        let tracked = match shared.limits.admit(peer) {
+                            Ok(tracked) => tracked,
+                            Err(why) => {
+                                refuse::note(&shared, peer, why);
+                                refuse::tell(&tcp, peer, why, tls.is_some());
+                                continue;
+                            }
                         };
                         let s = shared.clone();
                         let tls = tls.clone();
@@ -434,8 +457,14 @@ where
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let Some(tracked) = admit(&shared, peer) else {
-                    continue;
+                // Closed unanswered: the manager's commands have no answer
+                // that says why.
+                let tracked = match shared.limits.admit(peer) {
+                    Ok(tracked) => tracked,
+                    Err(why) => {
+                        refuse::note(&shared, peer, why);
+                        continue;
+                    }
                 };
                 let work = handle(stream, peer, shared.clone());
                 tokio::spawn(async move {
@@ -449,34 +478,6 @@ where
                     .limited(None, "accept", format_args!("manager accept: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        }
-    }
-}
-
-/// Counts a new connection, or refuses it (the stream, dropped by the
-/// caller, is closed at once): counted in the metrics, logged once per peer
-/// address per [`limits::LOG_INTERVAL`].
-fn admit(shared: &Shared, peer: SocketAddr) -> Option<limits::Tracked> {
-    match shared.limits.admit(peer) {
-        Ok(tracked) => Some(tracked),
-        Err(log) => {
-            Counters::bump(&shared.counters.refused_connections);
-            let why = match log {
-                None => return None,
-                Some(limits::Refusal::Total(n)) => {
-                    format!("{n} connections are open (--max-connections)")
-                }
-                Some(limits::Refusal::PerPeer(n)) => format!(
-                    "{n} connections from {} are open (--max-connections-per-peer)",
-                    peer.ip()
-                ),
-            };
-            shared.events.error(format_args!(
-                "{peer}: connection refused: {why}; further refusals of {} are logged at most every {:?}",
-                peer.ip(),
-                limits::LOG_INTERVAL
-            ));
-            None
         }
     }
 }

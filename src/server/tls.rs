@@ -1,7 +1,8 @@
 //! TLS on the lock port (`serve --tls-cert FILE --tls-key FILE
 //! [--tls-client-ca FILE]`): the acceptor, made once at start-up so a bad
 //! file stops the server before it listens, and the handshake of each
-//! connection, bounded by `--read-timeout` as the request is.
+//! connection, bounded by the login's deadline (`--login-timeout`) with the
+//! first frame.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::conn::Deadline;
 use super::metrics::Counters;
 use super::stream::Stream;
 use super::Shared;
@@ -84,7 +86,8 @@ pub fn expiry_warning(path: &std::path::Path) -> Option<String> {
 }
 
 /// The connection as the handlers see it: plain, or TLS once its handshake
-/// is done within the read timeout. None (logged) if the handshake failed:
+/// is done within the login's deadline (the first frame must follow within
+/// it too: `conn.rs`). None (logged) if the handshake failed:
 /// a plain client (`lc://`) on a TLS port, an untrusted or missing client
 /// certificate.
 pub async fn open(
@@ -92,15 +95,19 @@ pub async fn open(
     peer: SocketAddr,
     shared: &Shared,
     tls: Option<&TlsAcceptor>,
+    login: Deadline,
 ) -> Option<Stream> {
     let Some(acceptor) = tls else {
         return Some(Stream::Plain(tcp));
     };
     tcp.set_nodelay(true).ok();
-    let why = match tokio::time::timeout(shared.read_timeout, acceptor.accept(tcp)).await {
+    let why = match tokio::time::timeout_at(login.at, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => return Some(Stream::Tls(Box::new(s))),
         Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no handshake within {:?}", shared.read_timeout),
+        Err(_) => format!(
+            "no handshake within {:?} of the connection ({})",
+            login.after, login.option
+        ),
     };
     Counters::bump(&shared.counters.refused);
     shared.events.limited(

@@ -21,13 +21,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
-use rustls::{AlertDescription, ClientConfig, RootCertStore};
+use rustls::{ClientConfig, RootCertStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+pub use super::tls_failure::refusal;
+use super::tls_failure::{after_handshake, handshake_failure, is_at_limit_alert, TLS_AT_LIMIT};
 use crate::backend::secret::Tls;
 use crate::proto::{self, HelloAnswer, Request};
 use crate::tls_stream::PlainOrTls;
@@ -49,6 +51,9 @@ pub struct Greeting {
     /// server, or an lc-cli serve from before Hello); none is sent again.
     unknown: AtomicBool,
     answer: Mutex<Option<HelloAnswer>>,
+    /// A connection was refused at one of the server's connection limits
+    /// (its `&` answer, or its TLS alert before the handshake): the limit.
+    at_limit: Mutex<Option<String>>,
 }
 
 impl Greeting {
@@ -68,6 +73,7 @@ impl Greeting {
             has_token: token.is_some(),
             unknown: AtomicBool::new(false),
             answer: Mutex::new(None),
+            at_limit: Mutex::new(None),
         }
     }
 
@@ -82,6 +88,20 @@ impl Greeting {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    fn note_at_limit(&self, limit: String) {
+        *self.at_limit.lock().unwrap_or_else(|e| e.into_inner()) = Some(limit);
+    }
+
+    /// The limit a connection of this dialer was refused at since the last
+    /// call, if one was (`LcBackend::guarded` turns the error it made into
+    /// the one line that names it).
+    pub fn take_at_limit(&self) -> Option<String> {
+        self.at_limit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     pub fn has_token(&self) -> bool {
@@ -241,6 +261,10 @@ impl Dialer {
         let plain = format!("is it a plain server (lc://{})?", self.addr);
         match tokio::time::timeout(within, tls.connector.connect(tls.name.clone(), tcp)).await {
             Ok(Ok(s)) => Ok(Io::Tls(Box::new(s))),
+            Ok(Err(e)) if is_at_limit_alert(&e) => {
+                self.greeting.note_at_limit(TLS_AT_LIMIT.to_string());
+                Err(AtLimit(TLS_AT_LIMIT.to_string()).to_string())
+            }
             Ok(Err(e)) => Err(handshake_failure(&e, &tls.trusted_by, &plain)),
             Err(_) => Err(format!(
                 "no answer to the TLS handshake within {:.1}s: {plain}",
@@ -250,62 +274,18 @@ impl Dialer {
     }
 }
 
-/// The line for a failed handshake.
-fn handshake_failure(e: &io::Error, trusted_by: &str, plain: &str) -> String {
-    use rustls::{CertificateError, Error};
-    match rustls_error(e) {
-        Some(
-            err @ Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            ),
-        ) => format!("its certificate is not for this address: {err}"),
-        Some(err @ Error::InvalidCertificate(_)) => {
-            format!("its certificate is not trusted by {trusted_by}: {err}")
-        }
-        Some(Error::AlertReceived(alert)) => refused(*alert),
-        Some(
-            err @ (Error::InvalidMessage(_)
-            | Error::InappropriateHandshakeMessage { .. }
-            | Error::InappropriateMessage { .. }),
-        ) => {
-            format!("it did not answer the TLS handshake: {plain} ({err})")
-        }
-        Some(err) => format!("TLS handshake failed: {err}"),
-        None => match e.kind() {
-            io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::BrokenPipe => {
-                format!("it closed the connection during the TLS handshake: {plain}")
-            }
-            _ => format!("TLS handshake failed: {e}"),
-        },
+/// The server closed the connection unread: it is over one of its
+/// connection limits (the reason names it).
+#[derive(Debug)]
+pub struct AtLimit(pub String);
+
+impl std::fmt::Display for AtLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "it is at its connection limit ({})", self.0)
     }
 }
 
-fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
-    e.get_ref()?.downcast_ref::<rustls::Error>()
-}
-
-/// The server's alert: under TLS 1.3 a client certificate is judged after
-/// our side of the handshake is done, so this comes on the first read.
-fn refused(alert: AlertDescription) -> String {
-    match alert {
-        AlertDescription::CertificateRequired | AlertDescription::HandshakeFailure => format!(
-            "it refused the TLS connection ({alert:?}): it wants a client certificate signed by its CA (cert=FILE&key=FILE)"
-        ),
-        AlertDescription::BadCertificate
-        | AlertDescription::UnknownCA
-        | AlertDescription::CertificateUnknown
-        | AlertDescription::CertificateExpired
-        | AlertDescription::CertificateRevoked
-        | AlertDescription::UnsupportedCertificate
-        | AlertDescription::AccessDenied
-        | AlertDescription::DecryptError => format!(
-            "it did not accept our client certificate ({alert:?}): it wants one signed by its CA (--tls-client-ca)"
-        ),
-        other => format!("it ended the TLS connection ({other:?})"),
-    }
-}
+impl std::error::Error for AtLimit {}
 
 /// A connection to the lock port, with the Hello in front of what is
 /// written first and its answer taken off what is read.
@@ -419,6 +399,11 @@ impl AsyncRead for LcStream {
                     this.hello = None;
                     return Poll::Ready(Err(io::Error::other(HelloUnknown)));
                 }
+                HelloAnswer::AtLimit(limit) => {
+                    h.greeting.note_at_limit(limit.clone());
+                    this.hello = None;
+                    return Poll::Ready(Err(io::Error::other(AtLimit(limit))));
+                }
                 HelloAnswer::Refused(_) => {
                     h.greeting.record(answer);
                     let why = h.greeting.refusal().unwrap_or_default();
@@ -443,32 +428,6 @@ fn ready<T>(p: Poll<T>) -> Option<T> {
         Poll::Ready(v) => Some(v),
         Poll::Pending => None,
     }
-}
-
-/// A read or write error of a TLS connection, as one clear reason.
-fn after_handshake(e: io::Error) -> io::Error {
-    match rustls_error(&e) {
-        Some(rustls::Error::AlertReceived(alert)) => io::Error::other(Refusal(refused(*alert))),
-        _ => e,
-    }
-}
-
-/// The server ended a TLS connection with an alert (see [`refused`]).
-#[derive(Debug)]
-struct Refusal(String);
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refusal {}
-
-/// The reason, if `e` is the server refusing our TLS connection (which a
-/// reader must not take for a plain hang-up).
-pub fn refusal(e: &io::Error) -> Option<String> {
-    e.get_ref()?.downcast_ref::<Refusal>().map(|r| r.0.clone())
 }
 
 impl AsyncWrite for LcStream {
@@ -533,14 +492,6 @@ mod tests {
         assert!(
             e.contains("cannot read the CA file (cacert=) /nonexistent/ca.pem"),
             "{e}"
-        );
-    }
-
-    #[test]
-    fn alerts_say_which_side_to_fix() {
-        assert!(refused(AlertDescription::CertificateRequired).contains("cert=FILE&key=FILE"));
-        assert!(
-            refused(AlertDescription::UnknownCA).contains("did not accept our client certificate")
         );
     }
 }

@@ -12,7 +12,8 @@
 //! - `acquire`: the acquire paths (lc-cli's frames, the classic Lock, the
 //!   withdrawal of a cancelled wait); this file keeps the backend, its
 //!   requests' plumbing and the other commands.
-//! - `dial`: reaching the server, over TCP or TLS.
+//! - `dial`: reaching the server, over TCP or TLS; `tls_failure`: a TLS
+//!   failure as one line.
 //! - `keys`: `keys`, the holder's name and the place in line over the lock
 //!   port (lc-cli's Keys, action 17), or the manager port's `KEYX` for a
 //!   reference server.
@@ -27,6 +28,7 @@ mod keys;
 mod ping;
 mod probe;
 mod session;
+mod tls_failure;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -122,6 +124,13 @@ impl LcBackend {
                 if let Some(reason) = proto::parse_not_allowed(&buf[..n]) {
                     return Err(self.refused(reason));
                 }
+                // On a connection without a Hello (it is answered there).
+                if let Some(limit) = proto::parse_at_limit(&buf[..n]) {
+                    return Err(BackendError::AtLimit {
+                        server: self.addr.clone(),
+                        limit,
+                    });
+                }
                 match probe::classify(&buf[..n]) {
                     probe::Reply::Answer(a) => Ok(a),
                     probe::Reply::Foreign(bytes) => Err(probe::foreign(&self.addr, &bytes)),
@@ -141,7 +150,8 @@ impl LcBackend {
     /// Runs `op`, the whole of one client request, under the Hello's rules:
     /// a server that answered the Hello `-` (a reference server) served
     /// nothing, so `op` runs once more without one; a token the server
-    /// refused is the error, whatever `op` made of the closed connection.
+    /// refused, or a connection it closed at one of its connection limits,
+    /// is the error, whatever `op` made of the closed connection.
     async fn guarded<'a, T, F, Fut>(&'a self, op: F) -> Result<T>
     where
         F: Fn() -> Fut,
@@ -149,9 +159,19 @@ impl LcBackend {
     {
         let greeting = self.dialer.greeting();
         let hello = greeting.sends_hello();
+        // Left by an earlier request (a probe's): not this one's.
+        greeting.take_at_limit();
         let mut result = op().await;
         if result.is_err() && hello && !greeting.sends_hello() {
             result = op().await;
+        }
+        if result.is_err() {
+            if let Some(limit) = greeting.take_at_limit() {
+                return Err(BackendError::AtLimit {
+                    server: self.addr.clone(),
+                    limit,
+                });
+            }
         }
         match (result, greeting.refusal()) {
             (Err(_), Some(reason)) => Err(self.refused(reason)),

@@ -94,9 +94,15 @@ pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
             (false, Reply::Foreign(bytes)) => Probe::Foreign(bytes),
         }
     };
-    tokio::time::timeout(budget, exchange)
+    let probe = tokio::time::timeout(budget, exchange)
         .await
-        .unwrap_or(Probe::Silent)
+        .unwrap_or(Probe::Silent);
+    // Closed at a connection limit of the server (its `&`, its TLS alert):
+    // lc-cli serve, alive; the request it checks on was let in before.
+    match dialer.greeting().take_at_limit() {
+        Some(_) => Probe::Speaks,
+        None => probe,
+    }
 }
 
 /// Resolves only when the peer is found not to be a Locking-Center server
