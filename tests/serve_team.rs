@@ -151,20 +151,29 @@ fn wait_for_sample(s: &Server, name: &str, value: f64) -> String {
     }
 }
 
-/// A connection beyond a limit is closed before anything is read: EOF,
-/// no answer, within a bounded time.
-fn expect_refused(addr: &str, what: &str) {
+/// A connection beyond a limit is closed before anything is read, told
+/// `&` and the limit (`limit` is part of it), within a bounded time.
+fn expect_refused(addr: &str, what: &str, limit: &str) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = c.write_all(&common::frame(common::action::LOCK, b"k", Some(b"flood")));
-    let mut b = [0u8; 1];
-    match c.read(&mut b) {
-        Ok(0) => {}
-        // Closed with our frame unread: a reset.
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        other => panic!("{what}: not refused: {other:?}"),
+    let mut told = Vec::new();
+    let mut b = [0u8; 128];
+    loop {
+        match c.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => told.extend_from_slice(&b[..n]),
+            // Closed with our frame unread: a reset, after the answer.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            other => panic!("{what}: not refused: {other:?}"),
+        }
     }
+    let text = String::from_utf8_lossy(&told);
+    assert!(
+        told.first() == Some(&b'&') && text.contains(limit),
+        "{what}: {text:?}"
+    );
 }
 
 #[test]
@@ -198,12 +207,20 @@ fn connections_beyond_the_limits_are_refused_and_holds_stay() {
     wait_for_sample(&s, "lc_waiters_queued", 2.0);
     // The 4th from IP: over the per-peer limit, three times, logged once.
     for _ in 0..3 {
-        expect_refused(&remote, "4th from the same peer");
+        expect_refused(
+            &remote,
+            "4th from the same peer",
+            &format!("3 connections from {ip} are open, --max-connections-per-peer 3"),
+        );
     }
     // One more from 127.0.0.1 fits (4 in all); the next is over the total.
     let w3 = send_lock(&local, "w3");
     wait_for_sample(&s, "lc_waiters_queued", 3.0);
-    expect_refused(&local, "5th in all");
+    expect_refused(
+        &local,
+        "5th in all",
+        "4 connections are open, --max-connections 4",
+    );
     let text = wait_for_sample(&s, "lc_refused_connections_total", 4.0);
     assert_eq!(
         common::manager::sample(&text, "lc_keys_held"),
@@ -217,15 +234,18 @@ fn connections_beyond_the_limits_are_refused_and_holds_stay() {
     );
     // The server counts a refusal before it logs it, and the test reads the
     // log through a pipe: the lines may come a moment after the sample.
-    s.wait_for("connection refused", 2, Duration::from_secs(5));
+    s.wait_for("connection refused", 4, Duration::from_secs(5));
     let log = s.log();
     let refusals: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("connection refused"))
         .collect();
-    assert_eq!(refusals.len(), 2, "once per peer address:\n{log}");
-    assert!(refusals[0].contains("--max-connections-per-peer"), "{log}");
-    assert!(refusals[1].contains("(--max-connections)"), "{log}");
+    assert_eq!(refusals.len(), 4, "each (within the rate limit):\n{log}");
+    assert!(
+        refusals[0].contains("--max-connections-per-peer 3"),
+        "{log}"
+    );
+    assert!(refusals[3].contains("--max-connections 4"), "{log}");
     // The hold is intact (its command still runs) and the queue moves on:
     // once the holder ends, the first waiter is granted.
     assert!(holder.wait_for(Duration::from_millis(10)).is_none());

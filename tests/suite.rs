@@ -55,6 +55,7 @@ mod redis_restart;
 mod redis_shared;
 mod reset_report;
 mod serve_exposed;
+mod serve_limits;
 mod serve_lockport;
 mod serve_sessions;
 mod serve_shared;
