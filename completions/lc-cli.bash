@@ -425,7 +425,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__serve)
-            opts="-l -v -h --listen --data --read-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --tls-cert --tls-key --tls-client-ca --token-file --verbose --help"
+            opts="-l -v -h --listen --data --read-timeout --login-timeout --manager --metrics --reclaim-grace --max-connections --max-connections-per-peer --max-pending-logins --tls-cert --tls-key --tls-client-ca --token-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -447,6 +447,10 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --login-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --manager)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -464,6 +468,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --max-connections-per-peer)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-pending-logins)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
