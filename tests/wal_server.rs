@@ -344,6 +344,7 @@ fn sigkill_under_load_never_lets_two_clients_hold_one_key() {
         // SIGKILL at a random moment, requests in flight.
         {
             let s = server.read().unwrap();
+            // SAFETY: kill(2) takes only integers: no memory of ours is involved.
             unsafe { libc::kill(s.pid(), libc::SIGKILL) };
         }
         kills += 1;

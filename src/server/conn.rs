@@ -32,7 +32,7 @@ const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
 /// (the handshake, reading the request, the token gate, a grant at once,
 /// every other request) and after it runs in boxed futures, freed when
 /// done, and the wait keeps only the `Parked`.
-pub fn serve_connection(
+pub(crate) fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often a refused peer address is logged again.
-pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// File descriptors kept for the log, the listeners and the metrics
 /// endpoint when the default limit is derived from the file limit.
@@ -23,7 +23,7 @@ const RESERVED_FDS: u64 = 64;
 
 /// The default `--max-connections`: the soft file limit less what the
 /// server needs besides its connections (at least 16).
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -46,20 +46,20 @@ struct State {
 }
 
 #[derive(Debug)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub max: usize,
     pub per_peer: usize,
     state: Mutex<State>,
 }
 
 /// Why a connection was refused, for the one log line.
-pub enum Refusal {
+pub(crate) enum Refusal {
     Total(usize),
     PerPeer(usize),
 }
 
 impl Limits {
-    pub fn new(max: usize, per_peer: usize) -> Limits {
+    pub(crate) fn new(max: usize, per_peer: usize) -> Limits {
         Limits {
             max,
             per_peer,
@@ -69,7 +69,7 @@ impl Limits {
 
     /// Counts the connection from `peer`, or says which limit it is over.
     /// `Err(Some(_))`: log it; `Err(None)`: refused, already logged lately.
-    pub fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Option<Refusal>> {
+    pub(crate) fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Option<Refusal>> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let from_peer = st.per_ip.get(&peer.ip()).copied().unwrap_or(0);
         let refusal = if st.conns.len() >= self.max {
@@ -103,7 +103,7 @@ impl Limits {
 
     /// Connections counted now.
     #[cfg(test)]
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -113,7 +113,7 @@ impl Limits {
 
     /// Another guard for the connection from `peer`, while it is counted
     /// (for the task of the session hold it carries on).
-    pub fn again(self: &Arc<Self>, peer: SocketAddr) -> Option<Tracked> {
+    pub(crate) fn again(self: &Arc<Self>, peer: SocketAddr) -> Option<Tracked> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         *st.conns.get_mut(&peer)? += 1;
         Some(Tracked {
@@ -143,14 +143,14 @@ impl Limits {
 
 /// A connection counted against the limits while this lives.
 #[derive(Debug)]
-pub struct Tracked {
+pub(crate) struct Tracked {
     limits: Arc<Limits>,
     peer: SocketAddr,
 }
 
 impl Tracked {
     /// The connection's peer (kept here once for all who need it).
-    pub fn peer(&self) -> SocketAddr {
+    pub(crate) fn peer(&self) -> SocketAddr {
         self.peer
     }
 }

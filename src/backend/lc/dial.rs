@@ -34,7 +34,7 @@ use crate::tls_stream::PlainOrTls;
 
 /// How the lock port of one server is reached.
 #[derive(Clone)]
-pub struct Dialer {
+pub(super) struct Dialer {
     pub addr: String,
     tls: Option<Arc<ClientTls>>,
     greeting: Arc<Greeting>,
@@ -42,7 +42,7 @@ pub struct Dialer {
 
 /// The Hello every connection of one dialer opens with, and what the
 /// server answered the last one.
-pub struct Greeting {
+pub(super) struct Greeting {
     frame: Vec<u8>,
     has_token: bool,
     /// The server answered a Hello `-`: it does not know it (a reference
@@ -77,25 +77,25 @@ impl Greeting {
 
     /// What the server answered the last Hello (None: none answered yet,
     /// or it does not know Hello).
-    pub fn answer(&self) -> Option<HelloAnswer> {
+    pub(super) fn answer(&self) -> Option<HelloAnswer> {
         self.answer
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    pub fn has_token(&self) -> bool {
+    pub(super) fn has_token(&self) -> bool {
         self.has_token
     }
 
     /// Hellos are still sent (the server has not answered one `-`).
-    pub fn sends_hello(&self) -> bool {
+    pub(super) fn sends_hello(&self) -> bool {
         !self.unknown.load(Ordering::Relaxed)
     }
 
     /// Why the server refused the token, as the one line says it; None if
     /// it did not.
-    pub fn refusal(&self) -> Option<String> {
+    pub(super) fn refusal(&self) -> Option<String> {
         match self.answer()? {
             HelloAnswer::Refused(reason) => Some(match self.has_token {
                 true => format!("the server refused the token: {reason}"),
@@ -119,7 +119,7 @@ struct ClientTls {
 }
 
 impl Dialer {
-    pub fn plain(addr: &str) -> Dialer {
+    pub(super) fn plain(addr: &str) -> Dialer {
         Dialer {
             addr: addr.to_string(),
             tls: None,
@@ -128,18 +128,18 @@ impl Dialer {
     }
 
     /// The same dialer, its Hellos carrying `token`.
-    pub fn with_token(mut self, token: Option<&str>) -> Dialer {
+    pub(super) fn with_token(mut self, token: Option<&str>) -> Dialer {
         self.greeting = Arc::new(Greeting::new(token));
         self
     }
 
-    pub fn greeting(&self) -> &Greeting {
+    pub(super) fn greeting(&self) -> &Greeting {
         &self.greeting
     }
 
     /// TLS to `addr`; the files are read now, so a missing one is an error
     /// before anything is sent.
-    pub fn tls(addr: &str, t: &Tls) -> Result<Dialer, String> {
+    pub(super) fn tls(addr: &str, t: &Tls) -> Result<Dialer, String> {
         let host = addr
             .rsplit_once(':')
             .map_or(addr, |(h, _)| h)
@@ -192,14 +192,14 @@ impl Dialer {
         })
     }
 
-    pub fn is_tls(&self) -> bool {
+    pub(super) fn is_tls(&self) -> bool {
         self.tls.is_some()
     }
 
     /// Connects, retrying a refused port for `timeout` (a server
     /// restarting), then does the TLS handshake within what is left of it
     /// (at least a second, so a slow machine still gets its handshake).
-    pub async fn connect(&self, timeout: Duration) -> Result<LcStream, String> {
+    pub(super) async fn connect(&self, timeout: Duration) -> Result<LcStream, String> {
         let started = Instant::now();
         let tcp = crate::backend::tcp::connect(&self.addr, timeout).await?;
         let left = timeout
@@ -209,7 +209,7 @@ impl Dialer {
     }
 
     /// One attempt, all of it within `budget` (a ping, a probe).
-    pub async fn connect_once(&self, budget: Duration) -> Result<LcStream, String> {
+    pub(super) async fn connect_once(&self, budget: Duration) -> Result<LcStream, String> {
         let started = Instant::now();
         let tcp = match tokio::time::timeout(budget, TcpStream::connect(&self.addr)).await {
             Ok(r) => r.map_err(|e| e.to_string())?,
@@ -309,7 +309,7 @@ fn refused(alert: AlertDescription) -> String {
 
 /// A connection to the lock port, with the Hello in front of what is
 /// written first and its answer taken off what is read.
-pub struct LcStream {
+pub(super) struct LcStream {
     io: Io,
     /// Until the Hello's answer is read (None: no Hello on it).
     hello: Option<Box<Pending>>,
@@ -322,7 +322,7 @@ type Io = PlainOrTls<TlsStream<TcpStream>>;
 
 impl LcStream {
     /// The local address of the connection: the peer the server records.
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+    pub(super) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.io.tcp().local_addr().ok()
     }
 }
@@ -340,7 +340,7 @@ struct Pending {
 
 /// The server refused the Hello's token (the reason: [`Greeting::refusal`]).
 #[derive(Debug)]
-pub struct TokenRefused(pub String);
+pub(super) struct TokenRefused(pub String);
 
 impl std::fmt::Display for TokenRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -353,7 +353,7 @@ impl std::error::Error for TokenRefused {}
 /// The server answered the Hello `-`: it does not know it (the request
 /// behind it was not served; ask again, without a Hello).
 #[derive(Debug)]
-pub struct HelloUnknown;
+pub(super) struct HelloUnknown;
 
 impl std::fmt::Display for HelloUnknown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -364,7 +364,7 @@ impl std::fmt::Display for HelloUnknown {
 impl std::error::Error for HelloUnknown {}
 
 /// Whether `e` is [`HelloUnknown`].
-pub fn hello_unknown(e: &io::Error) -> bool {
+pub(super) fn hello_unknown(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|r| r.is::<HelloUnknown>())
 }
 
@@ -467,7 +467,7 @@ impl std::error::Error for Refusal {}
 
 /// The reason, if `e` is the server refusing our TLS connection (which a
 /// reader must not take for a plain hang-up).
-pub fn refusal(e: &io::Error) -> Option<String> {
+pub(super) fn refusal(e: &io::Error) -> Option<String> {
     e.get_ref()?.downcast_ref::<Refusal>().map(|r| r.0.clone())
 }
 
