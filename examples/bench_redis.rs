@@ -168,7 +168,7 @@ mod monitor {
         log: Option<Vec<String>>,
     }
 
-    pub struct Monitor {
+    pub(crate) struct Monitor {
         seen: Arc<(Mutex<Seen>, Condvar)>,
         marks: u64,
     }
@@ -188,7 +188,7 @@ mod monitor {
         /// Starts monitoring the server on `port`; `own` is this program's
         /// connection (its commands, and the markers it sends, are not
         /// counted).
-        pub fn start(port: u16, own: &mut redis::Connection) -> Monitor {
+        pub(crate) fn start(port: u16, own: &mut redis::Connection) -> Monitor {
             let info: String = redis::cmd("CLIENT").arg("INFO").query(own).unwrap();
             let own_addr = info
                 .split(' ')
@@ -241,7 +241,7 @@ mod monitor {
 
         /// Every command counted so far, by name: all those the server ran
         /// before this call (a marker sent on `own`, and waited for).
-        pub fn counts(&mut self, own: &mut redis::Connection) -> BTreeMap<String, u64> {
+        pub(crate) fn counts(&mut self, own: &mut redis::Connection) -> BTreeMap<String, u64> {
             self.marks += 1;
             let marker = format!("lc-bench-mark-{}", self.marks);
             let _: String = redis::cmd("ECHO").arg(&marker).query(own).unwrap();
@@ -254,7 +254,7 @@ mod monitor {
         }
 
         /// Starts the log of commands (true), or stops it and returns it.
-        pub fn log(&mut self, on: bool) -> Vec<String> {
+        pub(crate) fn log(&mut self, on: bool) -> Vec<String> {
             let mut seen = self.seen.0.lock().unwrap();
             let log = seen.log.take().unwrap_or_default();
             if on {

@@ -126,12 +126,15 @@ fn cpu_of(pid: u32) -> f64 {
     let after = &stat[stat.rfind(')').unwrap() + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// CPU time (user + system) of every child waited for so far, seconds.
 fn children_cpu() -> f64 {
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage that the call fills.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     s(u.ru_utime) + s(u.ru_stime)
@@ -161,6 +164,7 @@ fn no_linger(s: &TcpStream) {
         l_onoff: 1,
         l_linger: 0,
     };
+    // SAFETY: `l` is a live linger of the size passed, read during the call only.
     unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
@@ -391,6 +395,7 @@ fn restart(label: &str, bin: &Path, log: &Path, dir: &Path, n: usize, round: usi
         idle_rss as f64 / 1048576.0,
         idle_rss as f64 / n as f64
     );
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
     let _ = server.child.wait();
     let _ = std::fs::remove_file(&data);

@@ -27,6 +27,8 @@
 //! (linear in N from the last two measured points, marked `~`).
 
 mod bench_common;
+// A part of the test suite's helper serves the benchmark: the rest is unused here.
+#[allow(dead_code)]
 #[path = "../tests/common/etcd.rs"]
 mod etcd;
 #[path = "../tests/common/tls.rs"]
@@ -107,6 +109,7 @@ impl Drop for Guard {
                 let _ = c.wait();
             }
             Guard::Group(c, _) => {
+                // SAFETY: kill(2) takes only integers: no memory of ours is involved.
                 unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
                 let _ = c.wait();
             }
@@ -1116,6 +1119,7 @@ fn raise_fd_limit(want: u64) -> u64 {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: `lim` and `raised` are valid rlimits, written by getrlimit and read by setrlimit during the calls only.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
         let raised = libc::rlimit {

@@ -243,6 +243,7 @@ fn start(mut cmd: Command) -> Proc {
 
 /// SIGTERM, wait, return everything it logged.
 fn stop_and_read_log(p: &mut Proc) -> String {
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(p.pid() as i32, libc::SIGTERM) };
     let mut log = String::new();
     if let Some(mut e) = p.stderr.take() {

@@ -14,6 +14,8 @@
 //! recipe the seed warns about (every waiter watches the lock node's
 //! children), written directly on zookeeper-client.
 
+// A part of the test suite's helper serves the benchmark: the rest is unused here.
+#[allow(dead_code)]
 #[path = "../tests/common/zk.rs"]
 mod zk;
 
@@ -244,13 +246,13 @@ mod herd {
     use super::*;
     use zookeeper_client as zkc;
 
-    pub struct Held {
+    pub(crate) struct Held {
         client: zkc::Client,
         node: String,
     }
 
     impl Held {
-        pub async fn release(self) {
+        pub(crate) async fn release(self) {
             self.client.delete(&self.node, None).await.expect("delete");
             let mut state = self.client.state_watcher();
             drop(self.client);
@@ -260,7 +262,7 @@ mod herd {
         }
     }
 
-    pub async fn queue_one(hosts: &str, dir: &str) -> JoinHandle<Held> {
+    pub(crate) async fn queue_one(hosts: &str, dir: &str) -> JoinHandle<Held> {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (hosts, dir) = (hosts.to_string(), dir.to_string());
         let handle = tokio::spawn(async move {

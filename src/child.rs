@@ -34,13 +34,13 @@ use crate::terminal::{self, Terminal};
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildEnd {
+pub(crate) enum ChildEnd {
     Exited(i32),
     Signalled(i32),
 }
 
 impl ChildEnd {
-    pub fn exit_code(self) -> ExitCode {
+    pub(crate) fn exit_code(self) -> ExitCode {
         match self {
             ChildEnd::Exited(code) => ExitCode::Raw(code),
             ChildEnd::Signalled(sig) => ExitCode::Signal(sig),
@@ -49,12 +49,12 @@ impl ChildEnd {
 }
 
 /// Why the command could not start, and the status that says so.
-pub struct SpawnError {
+pub(crate) struct SpawnError {
     pub code: ExitCode,
     pub reason: String,
 }
 
-pub struct Running<'t> {
+pub(crate) struct Running<'t> {
     /// The child's pid, which is also its process group id.
     pid: Pid,
     terminal: Option<&'t Terminal>,
@@ -97,7 +97,7 @@ const STOP_LOOK_FOR: Duration = Duration::from_secs(5);
 /// What the command never inherits from lc-cli's environment.
 const CLEARED: &[&str] = &["LC_LOCK_TOKEN", "LC_TOKEN", "LC_TOKEN_FILE"];
 
-pub fn spawn<'t>(
+pub(crate) fn spawn<'t>(
     argv: &[OsString],
     env: &[(String, String)],
     terminal: Option<&'t Terminal>,
@@ -157,14 +157,14 @@ pub fn spawn<'t>(
 
 impl Running<'_> {
     /// The command's process group (its pid).
-    pub fn pgid(&self) -> Pid {
+    pub(crate) fn pgid(&self) -> Pid {
         self.pid
     }
 
     /// Forwards signals and follows the child's stops until it has ended and
     /// its process group is empty; returns how the child ended.
     /// Cancel-safe: nothing is lost when dropped between signals.
-    pub async fn supervise(&mut self, signals: &mut Signals) -> Result<ChildEnd> {
+    pub(crate) async fn supervise(&mut self, signals: &mut Signals) -> Result<ChildEnd> {
         loop {
             if let (Some(end), true) = (self.ended, self.group_gone) {
                 return Ok(end);
@@ -182,7 +182,7 @@ impl Running<'_> {
     /// SIGTERM to the group (unless `term` is false: someone sent it
     /// already), then SIGKILL after `grace`; waits for the end of the child
     /// and of every process left in its group.
-    pub async fn stop(
+    pub(crate) async fn stop(
         &mut self,
         signals: &mut Signals,
         grace: Duration,

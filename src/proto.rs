@@ -59,55 +59,55 @@
 //! released". Against a reference server "not held" cannot be told from
 //! "released".
 
-pub mod answer;
-pub mod listing;
-pub mod manager;
-pub mod printable;
-pub mod request;
+pub(crate) mod answer;
+pub(crate) mod listing;
+pub(crate) mod manager;
+pub(crate) mod printable;
+pub(crate) mod request;
 
-pub use answer::*;
-pub use printable::printable;
-pub use request::{check_key, check_source, decode, encode, Decoded, FrameError};
-pub use request::{Hold, Request};
+pub(crate) use answer::*;
+pub(crate) use printable::printable;
+pub(crate) use request::{check_key, check_source, decode, encode, Decoded, FrameError};
+pub(crate) use request::{Hold, Request};
 
-pub const MAX_FIELD: usize = 127;
+pub(crate) const MAX_FIELD: usize = 127;
 
-pub const ACTION_LOCK: u8 = 1;
-pub const ACTION_UNLOCK: u8 = 2;
-pub const ACTION_RESET_BY_KEY: u8 = 3;
-pub const ACTION_RESET_BY_SOURCE: u8 = 4;
-pub const ACTION_TRY_LOCK: u8 = 5;
+pub(crate) const ACTION_LOCK: u8 = 1;
+pub(crate) const ACTION_UNLOCK: u8 = 2;
+pub(crate) const ACTION_RESET_BY_KEY: u8 = 3;
+pub(crate) const ACTION_RESET_BY_SOURCE: u8 = 4;
+pub(crate) const ACTION_TRY_LOCK: u8 = 5;
 /// The reference server knows actions 1 to 5; every lc-cli extension is
 /// numbered after them.
-pub const LAST_REFERENCE_ACTION: u8 = ACTION_TRY_LOCK;
+pub(crate) const LAST_REFERENCE_ACTION: u8 = ACTION_TRY_LOCK;
 /// lc-cli's extension: Unlock that says whether the key was held.
-pub const ACTION_RELEASE: u8 = 6;
-pub const ACTION_PING: u8 = 7;
-pub const ACTION_SESSION_LOCK: u8 = 8;
-pub const ACTION_SESSION_TRY_LOCK: u8 = 9;
-pub const ACTION_RECLAIM: u8 = 10;
-pub const ACTION_SESSION_RELEASE: u8 = 11;
-pub const ACTION_MODE_SESSION_LOCK: u8 = 12;
-pub const ACTION_MODE_SESSION_TRY_LOCK: u8 = 13;
-pub const ACTION_MODE_LOCK: u8 = 14;
-pub const ACTION_MODE_TRY_LOCK: u8 = 15;
+pub(crate) const ACTION_RELEASE: u8 = 6;
+pub(crate) const ACTION_PING: u8 = 7;
+pub(crate) const ACTION_SESSION_LOCK: u8 = 8;
+pub(crate) const ACTION_SESSION_TRY_LOCK: u8 = 9;
+pub(crate) const ACTION_RECLAIM: u8 = 10;
+pub(crate) const ACTION_SESSION_RELEASE: u8 = 11;
+pub(crate) const ACTION_MODE_SESSION_LOCK: u8 = 12;
+pub(crate) const ACTION_MODE_SESSION_TRY_LOCK: u8 = 13;
+pub(crate) const ACTION_MODE_LOCK: u8 = 14;
+pub(crate) const ACTION_MODE_TRY_LOCK: u8 = 15;
 /// lc-cli's extension: `[16][len][client version][len][token]`, both fields
 /// may be empty; lc-cli sends it first on every connection, the request
 /// right behind it. Answered `+[len][server version]` by a server without
 /// tokens (which ignores the token), `*[len][version][len][role]` by one
 /// with `--token-file` that takes the token, `%[len][reason]` (and a
 /// close) by one that does not; then the request behind it is served.
-pub const ACTION_HELLO: u8 = 16;
+pub(crate) const ACTION_HELLO: u8 = 16;
 /// lc-cli's extension: `[17][len][key][len][flags]`, who holds and waits:
 /// the key's entries, or every key's when the key is empty; flags bit 0
 /// asks for the waiters too. Answered by a listing ([`listing`]).
-pub const ACTION_KEYS: u8 = 17;
+pub(crate) const ACTION_KEYS: u8 = 17;
 /// lc-cli's extension: a kept hold in a mode that the server releases
 /// `ttl_ms` after its grant (`lock KEY --expire`); `wait` 0 is a try.
 /// Answered as 14 and 15.
-pub const ACTION_EXPIRING_LOCK: u8 = 18;
+pub(crate) const ACTION_EXPIRING_LOCK: u8 = 18;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it
 /// apart at once from one that stays silent.
-pub const PING_FRAME: [u8; 5] = [ACTION_PING, 2, b'\r', b'\n', 0];
+pub(crate) const PING_FRAME: [u8; 5] = [ACTION_PING, 2, b'\r', b'\n', 0];

@@ -19,9 +19,10 @@ use libc::{
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// Forwarded to the child's process group while it runs.
-pub const FORWARDED: [i32; 7] = [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH];
+pub(crate) const FORWARDED: [i32; 7] =
+    [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH];
 
-pub struct Signals {
+pub(crate) struct Signals {
     streams: Vec<(i32, Signal)>,
 }
 
@@ -29,7 +30,7 @@ impl Signals {
     /// Catches them from now on (tokio's handlers stay for the rest of the
     /// process: a signal after `Signals` is gone is ignored). Must be called
     /// inside the runtime.
-    pub fn install() -> Result<Self> {
+    pub(crate) fn install() -> Result<Self> {
         // SIGTSTP too: it stops the command first, then lc-cli
         // ([`crate::terminal::stop_self`]).
         let all = FORWARDED.iter().copied().chain([SIGCHLD, SIGCONT, SIGTSTP]);
@@ -41,13 +42,13 @@ impl Signals {
     }
 
     /// The next signal; pends forever once the driver is gone. Cancel-safe.
-    pub async fn recv(&mut self) -> i32 {
+    pub(crate) async fn recv(&mut self) -> i32 {
         poll_fn(|cx| self.poll_next(cx)).await
     }
 
     /// A signal that arrived meanwhile and ends a wait, if any; the others
     /// already received are dropped (nothing runs yet to forward them to).
-    pub fn pending_stop(&mut self) -> Option<i32> {
+    pub(crate) fn pending_stop(&mut self) -> Option<i32> {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut found = None;
         while let Poll::Ready(sig) = self.poll_next(&mut cx) {
@@ -68,7 +69,7 @@ impl Signals {
     }
 
     /// Signals that end a wait (the others are ignored until a child runs).
-    pub fn stops_waiting(sig: i32) -> bool {
+    pub(crate) fn stops_waiting(sig: i32) -> bool {
         matches!(sig, SIGHUP | SIGINT | SIGQUIT | SIGTERM)
     }
 }

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 
 /// What the child gets: everything is made before the clone, since the
 /// child may not allocate.
-pub struct Spawn {
+pub(crate) struct Spawn {
     program: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
@@ -44,7 +44,11 @@ pub struct Spawn {
 impl Spawn {
     /// `argv[0]` looked up in PATH, with lc-cli's environment minus
     /// `remove` and with `env` added (replacing same-named variables).
-    pub fn new(argv: &[OsString], env: &[(String, String)], remove: &[&str]) -> io::Result<Spawn> {
+    pub(crate) fn new(
+        argv: &[OsString],
+        env: &[(String, String)],
+        remove: &[&str],
+    ) -> io::Result<Spawn> {
         let c = |s: &OsStr| {
             CString::new(s.as_bytes()).map_err(|_| {
                 io::Error::new(
@@ -78,7 +82,7 @@ impl Spawn {
 
     /// Starts it; returns its pid (also its process group id) once it has
     /// exec'd, or the errno of what failed (the child is reaped then).
-    pub fn start(&self) -> io::Result<Pid> {
+    pub(crate) fn start(&self) -> io::Result<Pid> {
         let mut argv: Vec<*const libc::c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         let mut envp: Vec<*const libc::c_char> = self.envp.iter().map(|e| e.as_ptr()).collect();

@@ -6,26 +6,26 @@ use std::time::Duration;
 
 use crate::terminal;
 
-pub struct StatusLine {
+pub(crate) struct StatusLine {
     enabled: bool,
     drawn: bool,
 }
 
 impl StatusLine {
     /// Draws only when stderr is a terminal.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         StatusLine {
             enabled: terminal::stderr_is_terminal(),
             drawn: false,
         }
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }
 
     /// `lc-cli: waiting for 'KEY' on SERVER: 12s, 3 ahead (held by 'ci-7' for 3m05s)`
-    pub fn waiting(
+    pub(crate) fn waiting(
         &mut self,
         key: &str,
         server: &str,
@@ -62,7 +62,7 @@ impl StatusLine {
     }
 
     /// Erases the line, leaving the cursor where it was before.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if self.drawn {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[K");
@@ -85,7 +85,7 @@ impl Drop for StatusLine {
 }
 
 /// `7s`, `2m05s`, `1h02m`.
-pub fn format_waited(d: Duration) -> String {
+pub(crate) fn format_waited(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=59 => format!("{s}s"),

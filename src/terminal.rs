@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use nix::sys::signal::{kill, killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::unistd::{getpgrp, getpid, tcgetpgrp, tcsetpgrp, Pid};
 
-pub struct Terminal {
+pub(crate) struct Terminal {
     fd: OwnedFd,
 }
 
@@ -19,7 +19,7 @@ impl Terminal {
     /// The controlling terminal, if lc-cli has one. SIGTTOU is ignored from
     /// then on, so that lc-cli can take the terminal back from a background
     /// group (a child resets it to the default before exec).
-    pub fn open() -> Option<Terminal> {
+    pub(crate) fn open() -> Option<Terminal> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -30,27 +30,27 @@ impl Terminal {
         Some(Terminal { fd: file.into() })
     }
 
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
     /// The terminal's foreground process group.
-    pub fn foreground(&self) -> Option<Pid> {
+    pub(crate) fn foreground(&self) -> Option<Pid> {
         tcgetpgrp(&self.fd).ok().filter(|p| p.as_raw() > 0)
     }
 
     /// Whether lc-cli's own process group is in the foreground.
-    pub fn we_are_foreground(&self) -> bool {
+    pub(crate) fn we_are_foreground(&self) -> bool {
         self.foreground() == Some(getpgrp())
     }
 
     /// Makes `pgrp` the foreground process group.
-    pub fn give_to(&self, pgrp: Pid) -> io::Result<()> {
+    pub(crate) fn give_to(&self, pgrp: Pid) -> io::Result<()> {
         tcsetpgrp(&self.fd, pgrp).map_err(io::Error::from)
     }
 
     /// Takes the terminal back for lc-cli's group if `from` has it.
-    pub fn take_back_from(&self, from: Pid) {
+    pub(crate) fn take_back_from(&self, from: Pid) {
         if self.foreground() == Some(from) {
             let _ = self.give_to(getpgrp());
         }
@@ -58,18 +58,18 @@ impl Terminal {
 }
 
 /// Whether stderr is a terminal (the status line is drawn only then).
-pub fn stderr_is_terminal() -> bool {
+pub(crate) fn stderr_is_terminal() -> bool {
     io::stderr().is_terminal()
 }
 
 /// Whether lc-cli is in the foreground of the terminal on stderr (a
 /// background job must not draw over the shell's prompt).
-pub fn stderr_is_foreground() -> bool {
+pub(crate) fn stderr_is_foreground() -> bool {
     tcgetpgrp(io::stderr()).is_ok_and(|p| p.as_raw() > 0 && p == getpgrp())
 }
 
 /// The width of the terminal on stderr, if it says.
-pub fn stderr_width() -> Option<usize> {
+pub(crate) fn stderr_width() -> Option<usize> {
     // nix has no safe wrapper for this ioctl.
     let mut size = libc::winsize {
         ws_row: 0,
@@ -88,7 +88,7 @@ pub fn stderr_width() -> Option<usize> {
 /// of lc-cli's process group stops too, as Ctrl-Z would have stopped it. The
 /// kernel discards the stop for an orphaned group (nobody could continue it);
 /// returns once continued.
-pub fn stop_self(whole_group: bool) {
+pub(crate) fn stop_self(whole_group: bool) {
     let Some(caught) = set_disposition(Signal::SIGTSTP, SigHandler::SigDfl) else {
         return;
     };

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
 /// The crypto provider of every TLS connection lc-cli makes or serves.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -22,7 +22,7 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
 
 /// The certificates of a PEM file; none is an error (a key file given for a
 /// certificate, an empty file).
-pub fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let pem = read(path, what)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
@@ -37,7 +37,7 @@ pub fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, St
 }
 
 /// The first private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
+pub(crate) fn key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
     let pem = read(path, what)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
         format!(
@@ -48,7 +48,7 @@ pub fn key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
 }
 
 /// The certificates of a CA file as a root store.
-pub fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
+pub(crate) fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     for cert in certs(path, what)? {
         store
@@ -65,12 +65,12 @@ pub fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
 /// protocol", RFC 8446), which a rustls server sends for nothing a client
 /// meets. An `lcs://` client that gets it before the handshake says the
 /// server is at its connection limit.
-pub const AT_LIMIT_ALERT: rustls::AlertDescription = rustls::AlertDescription::InternalError;
+pub(crate) const AT_LIMIT_ALERT: rustls::AlertDescription = rustls::AlertDescription::InternalError;
 
 /// [`AT_LIMIT_ALERT`] as a TLS record: content type alert (21), version
 /// TLS 1.2 (the record layer's for every version), length 2, level fatal
 /// (2), the description.
-pub const AT_LIMIT_RECORD: [u8; 7] = [21, 3, 3, 0, 2, 2, 80];
+pub(crate) const AT_LIMIT_RECORD: [u8; 7] = [21, 3, 3, 0, 2, 2, 80];
 
 #[cfg(test)]
 mod tests {

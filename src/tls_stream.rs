@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// tokio-rustls's client or server stream over TCP.
-pub trait TlsOverTcp: AsyncRead + AsyncWrite + Unpin {
+pub(crate) trait TlsOverTcp: AsyncRead + AsyncWrite + Unpin {
     /// The TCP connection under it.
     fn tcp(&self) -> &TcpStream;
 }
@@ -32,7 +32,7 @@ impl TlsOverTcp for tokio_rustls::server::TlsStream<TcpStream> {
 }
 
 /// Plain TCP, or TLS (`T`: one end's tokio-rustls stream) over it.
-pub enum PlainOrTls<T> {
+pub(crate) enum PlainOrTls<T> {
     Plain(TcpStream),
     /// Boxed: a rustls connection is about a kilobyte, and a parked waiter
     /// (see `server::conn::handle`) should not carry it inline.
@@ -41,7 +41,7 @@ pub enum PlainOrTls<T> {
 
 impl<T: TlsOverTcp> PlainOrTls<T> {
     /// The TCP connection, under TLS or not.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             PlainOrTls::Plain(s) => s,
             PlainOrTls::Tls(s) => s.tcp(),

@@ -383,6 +383,7 @@ fn a_server_that_goes_away_while_we_wait_is_an_error_naming_key_and_server() {
 /// connect hangs (its SYNs are dropped) until the client gives up.
 fn black_hole() -> (std::os::fd::OwnedFd, Vec<std::net::TcpStream>, String) {
     use std::os::fd::FromRawFd;
+    // SAFETY: a socket this function creates and owns; the sockaddrs passed are live, zero-initialised plain data of the lengths given.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(fd >= 0);

@@ -217,6 +217,7 @@ fn guardian_of(parent: i32) -> Option<i32> {
 /// memory, and a write to one's oom_score_adj sets all of theirs.
 fn share_memory(a: i32, b: i32) -> Option<bool> {
     const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp takes only integers: no memory of ours is involved.
     let rc = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
     (rc >= 0).then_some(rc == 0)
 }

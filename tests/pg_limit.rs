@@ -115,6 +115,7 @@ fn a_killed_holders_slot_outlives_its_command() {
         // SIGTERM: lc-cli stops its command and waits for it.
         let mut other = other;
         let o = other.0.pop().unwrap();
+        // SAFETY: kill(2) takes only integers: no memory of ours is involved.
         unsafe { libc::kill(o.id() as i32, libc::SIGTERM) };
         finish_within(LIMIT, o);
     }

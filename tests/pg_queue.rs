@@ -99,6 +99,7 @@ fn a_holder_killed_with_sigkill_hands_the_key_on_at_once() {
         // kernel closes the connection, the server frees the key at once.
         assert!(handoff < Duration::from_secs(2), "handoff took {handoff:?}");
         // The orphaned command of the killed lc-cli.
+        // SAFETY: kill(2) takes only integers: no memory of ours is involved.
         unsafe { libc::kill(command, libc::SIGKILL) };
     }
     eprintln!("worst handoff after SIGKILL of the holder: {worst:?}");

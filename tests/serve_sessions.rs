@@ -77,6 +77,7 @@ fn started(tl: &Timeline, name: &str) -> (i128, i32) {
 }
 
 fn kill_group(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(-pid, sig) };
 }
 

@@ -42,6 +42,7 @@ fn filtered_port() -> (std::net::TcpListener, Vec<std::net::TcpStream>, String) 
     use std::os::fd::AsRawFd;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     // Linux lets listen(2) again set a listening socket's backlog.
+    // SAFETY: listen(2) on a descriptor the listener owns; integers only.
     assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
     let addr = listener.local_addr().unwrap();
     // Fill the queue; a connect that no longer completes shows it full.

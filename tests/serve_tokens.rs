@@ -223,6 +223,7 @@ fn sighup_rotates_the_tokens_and_the_holds_stay() {
         let private = std::fs::Permissions::from_mode(0o600);
         std::fs::set_permissions(dir.path().join("tokens"), private).unwrap();
     }
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(s.pid(), libc::SIGHUP) };
     s.wait_for("SIGHUP: ", 1, Duration::from_secs(5));
     assert!(
@@ -247,6 +248,7 @@ fn sighup_rotates_the_tokens_and_the_holds_stay() {
     assert!(holder.try_wait().unwrap().is_none());
     // A file that does not parse leaves the tokens as they were.
     std::fs::write(dir.path().join("tokens"), format!("{ROTATED} root\n")).unwrap();
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(s.pid(), libc::SIGHUP) };
     s.wait_for("SIGHUP: ", 2, Duration::from_secs(5));
     assert!(
@@ -271,6 +273,7 @@ fn sighup_rotates_the_tokens_and_the_holds_stay() {
     );
     std::fs::write(&path, format!("{ROTATED} admin\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(s.pid(), libc::SIGHUP) };
     s.wait_for(
         "can be read by other users (mode 644)",
@@ -311,6 +314,7 @@ fn tokens_over_tls() {
         "token role 'lock' may not reset",
     );
     // A reload warns again of the certificate that expires within the week.
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     unsafe { libc::kill(s.pid(), libc::SIGHUP) };
     s.wait_for(
         "warning: SIGHUP: the certificate",

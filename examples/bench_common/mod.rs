@@ -10,7 +10,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
 
 /// A classic frame: `[action][key len][key]([source len][source])`.
-pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
+pub(crate) fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
     let mut f = vec![action, key.len() as u8];
     f.extend_from_slice(key);
     if let Some(s) = source {
@@ -22,7 +22,7 @@ pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
 
 /// A server process that prints `listening on ADDR` first on stdout;
 /// killed when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     pub addr: SocketAddr,
     pub child: Child,
     /// Its stderr, where the caller asked for it piped.
@@ -31,7 +31,7 @@ pub struct Proc {
 
 impl Proc {
     /// Starts `cmd` (stderr as the caller set it) and reads its address.
-    pub fn start(mut cmd: Command) -> Proc {
+    pub(crate) fn start(mut cmd: Command) -> Proc {
         let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start server");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -51,7 +51,7 @@ impl Proc {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -64,11 +64,12 @@ impl Drop for Proc {
 }
 
 /// Raises the open-file limit to `want`, or to the hard limit if lower.
-pub fn raise_fd_limit(want: u64) {
+pub(crate) fn raise_fd_limit(want: u64) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: `lim` is a valid rlimit, written by getrlimit and read by setrlimit during the calls only.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
         lim.rlim_cur = want.min(lim.rlim_max);
@@ -81,7 +82,7 @@ pub fn raise_fd_limit(want: u64) {
 /// otherwise a run's ~30,000 closed connections hold most of the 28,000
 /// ephemeral ports and cap the 32-client floor below the servers it is
 /// meant to bound. Every server and every floor use this same client.
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     use std::os::fd::AsRawFd;
     let s = TcpStream::connect(addr).expect("connect");
     s.set_nodelay(true).unwrap();
@@ -105,7 +106,7 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// `n` connections that each send `request` (a lock that will wait), then
 /// `settle` for every request to reach the server's queue.
-pub fn queue_waiters(
+pub(crate) fn queue_waiters(
     addr: SocketAddr,
     n: usize,
     request: &[u8],
@@ -123,26 +124,26 @@ pub fn queue_waiters(
 }
 
 /// Resident memory of a process, bytes (`VmRSS`).
-pub fn rss(pid: u32) -> u64 {
+pub(crate) fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kb * 1024
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
 
-pub fn us(d: Duration) -> f64 {
+pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
 /// The release `lc-cli` built beside this bench program (so a
 /// `CARGO_TARGET_DIR` elsewhere is followed): `.../release/examples/bench_x`
 /// -> `.../release/lc-cli`.
-pub fn lc_cli_bin() -> std::path::PathBuf {
+pub(crate) fn lc_cli_bin() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("own path");
     let bin = exe
         .parent()
@@ -159,7 +160,7 @@ pub fn lc_cli_bin() -> std::path::PathBuf {
 
 /// The floor every ratio is measured against, re-run from this program
 /// (`--floor-server`): see [`floor_server`].
-pub fn floor() -> Proc {
+pub(crate) fn floor() -> Proc {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.arg("--floor-server").stderr(Stdio::null());
     Proc::start(cmd)
@@ -169,7 +170,7 @@ pub fn floor() -> Proc {
 /// reads with one byte and closes a connection when its client does: what
 /// a lock server could at best do per request here (no runtime, no table,
 /// no wake-up of another thread). Never returns.
-pub fn floor_server() {
+pub(crate) fn floor_server() {
     use std::os::fd::AsRawFd;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -229,7 +230,7 @@ pub fn floor_server() {
 /// The reference Locking-Center server (Go), if `LC_REFERENCE_BIN` names
 /// its binary: started on a free port of loopback (and the next one, its
 /// manager port), ready once it accepts.
-pub fn reference() -> Option<Proc> {
+pub(crate) fn reference() -> Option<Proc> {
     let bin = std::env::var_os("LC_REFERENCE_BIN")?;
     let addr = free_port_pair();
     let mut child = Command::new(&bin)
@@ -254,7 +255,7 @@ pub fn reference() -> Option<Proc> {
 }
 
 /// What the benches print where the reference is not measured.
-pub const NO_REFERENCE: &str = "Go reference: not given (set LC_REFERENCE_BIN)";
+pub(crate) const NO_REFERENCE: &str = "Go reference: not given (set LC_REFERENCE_BIN)";
 
 /// A loopback port that is free, and whose successor is too.
 fn free_port_pair() -> SocketAddr {

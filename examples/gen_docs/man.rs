@@ -14,7 +14,7 @@ use lc_cli::cli::Cli;
 use lc_cli::exit::{self, ExitCode};
 
 /// Every man page: `lc-cli.1` and one `lc-cli-SUBCOMMAND.1` per subcommand.
-pub fn man_pages() -> io::Result<Vec<(String, Vec<u8>)>> {
+pub(super) fn man_pages() -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut cmd = Cli::command();
     cmd.build();
     let mut pages = Vec::new();

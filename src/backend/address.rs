@@ -75,11 +75,8 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// `cacert=`, `cert=` and `key=`: the TLS files of Redis and etcd.
-pub const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
-
 /// Takes a TLS file parameter into `t`; false when `name` is not one.
-pub fn tls_param(t: &mut secret::Tls, name: &str, value: &str) -> bool {
+pub(crate) fn tls_param(t: &mut secret::Tls, name: &str, value: &str) -> bool {
     let path = Some(std::path::PathBuf::from(value));
     match name {
         "cacert" => t.ca = path,
@@ -91,7 +88,7 @@ pub fn tls_param(t: &mut secret::Tls, name: &str, value: &str) -> bool {
 }
 
 /// A client certificate is a pair.
-pub fn check_tls(t: &secret::Tls, shown: &str) -> Result<(), String> {
+pub(crate) fn check_tls(t: &secret::Tls, shown: &str) -> Result<(), String> {
     if t.cert.is_some() != t.key.is_some() {
         return Err(format!(
             "'{shown}': a client certificate needs both cert= and key="
@@ -101,7 +98,7 @@ pub fn check_tls(t: &secret::Tls, shown: &str) -> Result<(), String> {
 }
 
 /// `HOSTS[/PATH]` -> `HOSTS` and what follows the `/` (empty without one).
-pub fn split_path(rest: &str) -> (&str, &str) {
+pub(crate) fn split_path(rest: &str) -> (&str, &str) {
     match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
@@ -109,7 +106,7 @@ pub fn split_path(rest: &str) -> (&str, &str) {
 }
 
 /// A single `host[:port]` (the built-in server's address, its manager port).
-pub fn single_host(addr: &str, default_port: u16, whole: &str) -> Result<String, String> {
+pub(crate) fn single_host(addr: &str, default_port: u16, whole: &str) -> Result<String, String> {
     let mut hosts = host_list(addr, default_port)?;
     if hosts.len() != 1 {
         return Err(format!("'{whole}': the lock server is a single host:port"));
@@ -118,7 +115,7 @@ pub fn single_host(addr: &str, default_port: u16, whole: &str) -> Result<String,
 }
 
 /// `a:1,b,c:3` -> `["a:1", "b:DEFAULT", "c:3"]`.
-pub fn host_list(list: &str, default_port: u16) -> Result<Vec<String>, String> {
+pub(crate) fn host_list(list: &str, default_port: u16) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for host in list.split(',') {
         let host = host.trim();

@@ -10,7 +10,7 @@ fn lead() -> String {
 }
 
 /// The short help (`-h`, the completion scripts): every scheme, by name.
-pub fn server_help() -> String {
+pub(crate) fn server_help() -> String {
     format!(
         "{}: {} (--help shows each address)",
         lead(),
@@ -23,7 +23,7 @@ pub fn server_help() -> String {
 /// the variables its credentials can come from. Indented: a man page
 /// breaks its lines only before a space (and warns of a word longer than
 /// its line, hence the query apart from the address).
-pub fn server_long_help() -> String {
+pub(crate) fn server_long_help() -> String {
     let mut out = format!("{} (no password in it is ever printed), one of:", lead());
     for b in BACKENDS {
         let name = b.names.iter().find(|n| !n.is_empty()).expect("a name");

@@ -6,25 +6,25 @@
 //! them, so parsing `--server` and [`connect`] are lookups in it
 //! (`scheme.rs`); `config.rs` holds how a backend is reached and tuned.
 
-pub mod address;
+pub(crate) mod address;
 mod config;
 #[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod help;
-pub mod lc;
-pub mod ping;
+pub(crate) mod etcd;
+pub(crate) mod help;
+pub(crate) mod lc;
+pub(crate) mod ping;
 #[cfg(feature = "postgres")]
-pub mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "redis")]
-pub mod redis;
+pub(crate) mod redis;
 mod scheme;
-pub mod secret;
-pub mod settle;
+pub(crate) mod secret;
+pub(crate) mod settle;
 pub(crate) mod tcp;
 #[cfg(test)]
 mod throwaway;
 #[cfg(feature = "zk")]
-pub mod zk;
+pub(crate) mod zk;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;

@@ -49,7 +49,7 @@ impl fmt::Debug for Secret {
 }
 
 /// `text` with every password this process knows replaced by `***`.
-pub fn scrub(text: &str) -> String {
+pub(crate) fn scrub(text: &str) -> String {
     let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = text.to_string();
     for password in known.iter() {
@@ -63,7 +63,7 @@ pub fn scrub(text: &str) -> String {
 /// The address as an error may show it: the userinfo's password replaced
 /// (`scheme://user:***@host...`). Only the part before the query is looked
 /// at, so a `@` in a parameter's path is left alone.
-pub fn mask(whole: &str) -> String {
+pub(crate) fn mask(whole: &str) -> String {
     let Some((scheme, rest)) = whole.split_once("://") else {
         return whole.to_string();
     };
@@ -85,7 +85,7 @@ pub fn mask(whole: &str) -> String {
 }
 
 /// `%XX` escapes as URLs allow them in a user name or password.
-pub fn decode(s: &str, whole: &str) -> Result<String, String> {
+pub(crate) fn decode(s: &str, whole: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -138,7 +138,7 @@ impl Tls {
 /// Splits `user[:password]@hosts` (the authority, before any `/`) into the
 /// credentials and the host list. `env_password` is the backend's variable
 /// (REDISCLI_AUTH, ...), used when the address has no password.
-pub fn split_userinfo<'a>(
+pub(crate) fn split_userinfo<'a>(
     authority: &'a str,
     whole: &str,
     env_password: Option<&str>,

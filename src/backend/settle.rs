@@ -11,7 +11,7 @@ use super::{Acquired, HeldLock, Result};
 /// Our entry in a service's queue (a node, a key on a lease), for as long
 /// as its wait is being settled; each method ends it.
 #[async_trait]
-pub trait QueueEntry: Send {
+pub(crate) trait QueueEntry: Send {
     /// What a wait that got its turn yields (a node's czxid and watch, a
     /// revision, the hold itself).
     type Grant: Send;
@@ -30,7 +30,7 @@ pub trait QueueEntry: Send {
 
 /// The outcome of a wait: `Ok(Some(grant))` its turn came, `Ok(None)` it
 /// left (cancelled, or `nonblock` and busy), `Err` it failed.
-pub async fn settle<E: QueueEntry>(
+pub(crate) async fn settle<E: QueueEntry>(
     entry: E,
     waited: Result<Option<E::Grant>>,
     cancel: &CancellationToken,

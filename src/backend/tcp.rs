@@ -15,7 +15,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// Connects to `addr`, retrying refused connections until `timeout` has
 /// passed. The error says why the last attempt failed, and that time ran
 /// out if it did.
-pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
+pub(crate) async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
     let deadline = Instant::now() + timeout;
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0u32;

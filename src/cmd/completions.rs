@@ -6,7 +6,7 @@ use clap_complete::Shell;
 
 use crate::exit::ExitCode;
 
-pub fn run(shell: Shell) -> Result<ExitCode> {
+pub(crate) fn run(shell: Shell) -> Result<ExitCode> {
     super::print_out(crate::docs::completion(shell))?;
     Ok(ExitCode::Success)
 }

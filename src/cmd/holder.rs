@@ -8,7 +8,7 @@ use crate::backend::{Backend, BackendConfig, KeyInfo};
 
 /// The holder, or None when the service does not say (or not within `limit`:
 /// a listing must not hold up an exit).
-pub async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) -> Option<KeyInfo> {
+pub(super) async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) -> Option<KeyInfo> {
     tokio::time::timeout(limit, backend.holder(key))
         .await
         .ok()?
@@ -18,7 +18,7 @@ pub async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) -> Option
 /// The holder, asked on a connection of its own: a backend may end its
 /// session with a withdrawn request (ZooKeeper does), and the answer must
 /// come within `config.connect_timeout` in all.
-pub async fn lookup_anew(config: &BackendConfig, key: &str) -> Option<KeyInfo> {
+pub(super) async fn lookup_anew(config: &BackendConfig, key: &str) -> Option<KeyInfo> {
     let limit = config.connect_timeout;
     let ask = async {
         let backend = crate::backend::connect(config).await.ok()?;
@@ -30,7 +30,7 @@ pub async fn lookup_anew(config: &BackendConfig, key: &str) -> Option<KeyInfo> {
 }
 
 /// `held by 'SOURCE' (peer P) for 3m05s, since 2026-12-01T09:41:46Z`
-pub fn describe(info: &KeyInfo, now: SystemTime) -> String {
+pub(super) fn describe(info: &KeyInfo, now: SystemTime) -> String {
     let mut text = format!("held by '{}'", super::printable(&info.source));
     if let Some(peer) = &info.peer {
         text.push_str(&format!(" (peer {})", super::printable(peer)));
@@ -47,7 +47,7 @@ pub fn describe(info: &KeyInfo, now: SystemTime) -> String {
 }
 
 /// `held by 'SOURCE' for 3m05s`, for the status line.
-pub fn short(info: &KeyInfo, now: SystemTime) -> String {
+pub(super) fn short(info: &KeyInfo, now: SystemTime) -> String {
     let mut text = format!("held by '{}'", super::printable(&info.source));
     if let Some(since) = info.since {
         let held = now.duration_since(since).unwrap_or_default();
@@ -58,7 +58,7 @@ pub fn short(info: &KeyInfo, now: SystemTime) -> String {
 
 /// `: held by ...; `lc-cli --server S reset KEY` clears it`, or nothing
 /// when the holder is not known.
-pub fn clause(info: Option<&KeyInfo>, config: &BackendConfig, key: &str) -> String {
+pub(super) fn clause(info: Option<&KeyInfo>, config: &BackendConfig, key: &str) -> String {
     match info {
         Some(info) => format!(
             ": {}; `{}` clears it",

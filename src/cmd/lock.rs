@@ -21,7 +21,7 @@ use crate::terminal::Terminal;
 
 /// What to do once the key is ours.
 #[derive(Debug, Clone)]
-pub enum CommandSpec {
+pub(crate) enum CommandSpec {
     /// Run this program with these arguments.
     Exec(Vec<OsString>),
     /// Keep the key held after exiting (`lock` without a command); say so
@@ -32,7 +32,7 @@ pub enum CommandSpec {
 }
 
 #[derive(Debug, Clone)]
-pub struct LockOptions {
+pub(crate) struct LockOptions {
     pub key: String,
     pub mode: LockMode,
     pub source: String,
@@ -48,7 +48,11 @@ pub struct LockOptions {
 }
 
 impl LockOptions {
-    pub fn from_args(args: RunArgs, nonblock: bool, timeout: Option<Duration>) -> Result<Self> {
+    pub(crate) fn from_args(
+        args: RunArgs,
+        nonblock: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
         let command = match (args.shell_command, args.command.is_empty()) {
             (Some(script), _) => CommandSpec::Exec(vec!["sh".into(), "-c".into(), script.into()]),
             (None, false) => CommandSpec::Exec(args.command),
@@ -97,7 +101,7 @@ impl LockOptions {
 }
 
 /// `-x` (the default), `-s` or `--limit N` (clap refuses the mixtures).
-pub fn mode_of(args: &ModeArgs) -> LockMode {
+pub(crate) fn mode_of(args: &ModeArgs) -> LockMode {
     match (args.shared, args.limit) {
         (true, _) => LockMode::Shared,
         (false, Some(n)) => LockMode::limit(n),
@@ -113,7 +117,7 @@ const RELEASE_RETRY: Duration = Duration::from_secs(10);
 /// once it is back) must not hold up the exit 75 for the whole retry.
 const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
 
-pub fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
     super::block_on(async {
         // Signals are caught before we ask for anything, so one that arrives
         // while we wait withdraws us instead of killing us mid-request.

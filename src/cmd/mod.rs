@@ -1,15 +1,15 @@
 //! One file per subcommand; `run` turns the parsed command line into plain
 //! config and dispatches.
 
-pub mod completions;
+pub(crate) mod completions;
 mod holder;
-pub mod keys;
-pub mod lock;
-pub mod ping;
-pub mod reset;
-pub mod serve;
-pub mod unlock;
-pub mod wait;
+pub(crate) mod keys;
+pub(crate) mod lock;
+pub(crate) mod ping;
+pub(crate) mod reset;
+pub(crate) mod serve;
+pub(crate) mod unlock;
+pub(crate) mod wait;
 mod waiting;
 
 use std::ffi::OsString;

@@ -10,7 +10,7 @@ use crate::backend::BackendConfig;
 use crate::cli::PingArgs;
 use crate::exit::{fail, ExitCode};
 
-pub fn run(config: &BackendConfig, args: PingArgs) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, args: PingArgs) -> Result<ExitCode> {
     let json = args.json;
     let shown = config.shown();
     let pinged = super::block_on(async {
@@ -53,7 +53,7 @@ pub fn run(config: &BackendConfig, args: PingArgs) -> Result<ExitCode> {
 }
 
 /// The one line: what it is, where, the round trip, and ready or why not.
-pub fn line(r: &PingReport, shown: &str) -> String {
+pub(crate) fn line(r: &PingReport, shown: &str) -> String {
     let what = match (&r.version, r.service.as_str()) {
         (Some(v), s) => format!("{s} {v}"),
         (None, "Locking-Center server") => {
@@ -83,7 +83,7 @@ pub fn line(r: &PingReport, shown: &str) -> String {
     format!("{what} at {shown}: {}, {state}", parts.join(", "))
 }
 
-pub fn as_json(r: &PingReport, shown: &str) -> serde_json::Value {
+pub(crate) fn as_json(r: &PingReport, shown: &str) -> serde_json::Value {
     let nodes: Vec<_> = r
         .nodes
         .iter()

@@ -10,7 +10,7 @@ use crate::backend::{Backend, BackendConfig, KeyInfo};
 use crate::cli::ResetArgs;
 use crate::exit::ExitCode;
 
-pub fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, args: ResetArgs) -> Result<ExitCode> {
     let keys: Vec<&str> = args.keys.iter().map(String::as_str).collect();
     for source in &args.source {
         super::check_source_shape(source)

@@ -15,9 +15,9 @@ use crate::server::tokens::Tokens;
 use crate::server::{Listeners, OpenError, Server, ServerOptions};
 
 /// Set (to anything) in a test, `serve` answers as the reference server.
-pub const REFERENCE_MODE_ENV: &str = "LC_CLI_SERVE_AS_REFERENCE";
+pub(crate) const REFERENCE_MODE_ENV: &str = "LC_CLI_SERVE_AS_REFERENCE";
 
-pub fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
+pub(crate) fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
     if args.reclaim_grace < std::time::Duration::from_millis(300) {
         return Err(fail(
             ExitCode::Usage,

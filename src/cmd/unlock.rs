@@ -7,7 +7,7 @@ use crate::backend::{BackendConfig, BackendError};
 use crate::cli::UnlockArgs;
 use crate::exit::{fail, ExitCode};
 
-pub fn run(config: &BackendConfig, args: UnlockArgs) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, args: UnlockArgs) -> Result<ExitCode> {
     let key = args.key.as_str();
     if !config.server.keeps_detached_holds() {
         // No hold outlives its lc-cli here, so there is none to unlock.

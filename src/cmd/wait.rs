@@ -8,7 +8,7 @@ use crate::backend::BackendConfig;
 use crate::cli::WaitArgs;
 use crate::exit::ExitCode;
 
-pub fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
     let options = LockOptions {
         mode: lock::mode_of(&args.mode),
         key: args.key,

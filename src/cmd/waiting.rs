@@ -22,14 +22,14 @@ const HOLDER_REFRESH: Duration = Duration::from_secs(5);
 
 /// Why lc-cli withdrew its request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Withdrawn {
+pub(super) enum Withdrawn {
     /// The `-w` deadline passed.
     Timeout,
     /// A signal that stops the wait (HUP, INT, QUIT, TERM).
     Signal(i32),
 }
 
-pub struct Waited {
+pub(super) struct Waited {
     pub acquired: backend::Result<Acquired>,
     /// Set when lc-cli withdrew the request (then `acquired` is usually
     /// `Cancelled`, or a grant that raced with the withdrawal).
@@ -37,7 +37,7 @@ pub struct Waited {
     pub waited: Duration,
 }
 
-pub async fn wait_for_grant(
+pub(super) async fn wait_for_grant(
     backend: &dyn Backend,
     config: &BackendConfig,
     request: &LockRequest,

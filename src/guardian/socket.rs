@@ -12,7 +12,11 @@ struct Control([u8; 128]);
 
 /// Sends `line` without blocking and without SIGPIPE, with `fd` attached
 /// if given. A full socket (a stopped guardian) is an error, the line lost.
-pub fn send(sock: BorrowedFd<'_>, line: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+pub(super) fn send(
+    sock: BorrowedFd<'_>,
+    line: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     let iov = libc::iovec {
         iov_base: line.as_ptr() as *mut libc::c_void,
         iov_len: line.len(),
@@ -54,7 +58,7 @@ pub fn send(sock: BorrowedFd<'_>, line: &[u8], fd: Option<BorrowedFd<'_>>) -> io
 
 /// What came with a read besides the bytes.
 #[derive(Debug, Default)]
-pub struct Extras {
+pub(super) struct Extras {
     /// A descriptor passed with them (a further one is closed).
     pub fd: Option<OwnedFd>,
     /// The sender's pid, where the socket passes credentials.
@@ -64,7 +68,7 @@ pub struct Extras {
 /// The guardian's side: receives bytes into `buf` without blocking (0:
 /// the other end closed), and what came with them. Bytes of two senders
 /// never arrive in one read (the kernel keeps them apart by credentials).
-pub fn recv(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Extras)> {
+pub(super) fn recv(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Extras)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),

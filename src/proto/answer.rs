@@ -10,7 +10,7 @@ use super::MAX_FIELD;
 use crate::mode::LockMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// `+`: done (the key is yours, released, reset).
     Ok,
     /// `-`: refused or failed.
@@ -21,7 +21,7 @@ pub enum Answer {
 }
 
 impl Answer {
-    pub fn byte(self) -> u8 {
+    pub(crate) fn byte(self) -> u8 {
         match self {
             Answer::Ok => b'+',
             Answer::Fail => b'-',
@@ -29,7 +29,7 @@ impl Answer {
         }
     }
 
-    pub fn from_byte(b: u8) -> Option<Answer> {
+    pub(crate) fn from_byte(b: u8) -> Option<Answer> {
         match b {
             b'+' => Some(Answer::Ok),
             b'-' => Some(Answer::Fail),
@@ -40,11 +40,11 @@ impl Answer {
 }
 
 /// `~` and the key's mode (u32be): the request's mode cannot join the key's.
-pub const MODE_CONFLICT: u8 = b'~';
-pub const MODE_CONFLICT_LEN: usize = 5;
+pub(crate) const MODE_CONFLICT: u8 = b'~';
+pub(crate) const MODE_CONFLICT_LEN: usize = 5;
 
 /// The answer to a request whose mode the key's refuses.
-pub fn mode_conflict(theirs: LockMode) -> [u8; MODE_CONFLICT_LEN] {
+pub(crate) fn mode_conflict(theirs: LockMode) -> [u8; MODE_CONFLICT_LEN] {
     let mut out = [0u8; MODE_CONFLICT_LEN];
     out[0] = MODE_CONFLICT;
     out[1..].copy_from_slice(&theirs.word().to_be_bytes());
@@ -52,7 +52,7 @@ pub fn mode_conflict(theirs: LockMode) -> [u8; MODE_CONFLICT_LEN] {
 }
 
 /// The key's mode in a whole conflict answer.
-pub fn parse_mode_conflict(bytes: &[u8]) -> Option<LockMode> {
+pub(crate) fn parse_mode_conflict(bytes: &[u8]) -> Option<LockMode> {
     if bytes.len() != MODE_CONFLICT_LEN || bytes[0] != MODE_CONFLICT {
         return None;
     }
@@ -62,14 +62,14 @@ pub fn parse_mode_conflict(bytes: &[u8]) -> Option<LockMode> {
 }
 
 /// The session answers and heartbeat (see the module docs).
-pub const SESSION_GRANTED: u8 = b'=';
-pub const SESSION_LOST: u8 = b'!';
-pub const HEARTBEAT: u8 = b'.';
+pub(crate) const SESSION_GRANTED: u8 = b'=';
+pub(crate) const SESSION_LOST: u8 = b'!';
+pub(crate) const HEARTBEAT: u8 = b'.';
 /// `=`, token u64be, timeout ms u32be.
-pub const SESSION_GRANT_LEN: usize = 13;
+pub(crate) const SESSION_GRANT_LEN: usize = 13;
 
 /// The answer to a session grant or reclaim.
-pub fn session_grant(token: u64, timeout: Duration) -> [u8; SESSION_GRANT_LEN] {
+pub(crate) fn session_grant(token: u64, timeout: Duration) -> [u8; SESSION_GRANT_LEN] {
     let mut out = [0u8; SESSION_GRANT_LEN];
     out[0] = SESSION_GRANTED;
     out[1..9].copy_from_slice(&token.to_be_bytes());
@@ -79,7 +79,7 @@ pub fn session_grant(token: u64, timeout: Duration) -> [u8; SESSION_GRANT_LEN] {
 }
 
 /// The token and timeout of a whole session grant answer.
-pub fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
+pub(crate) fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
     if bytes.len() != SESSION_GRANT_LEN || bytes[0] != SESSION_GRANTED {
         return None;
     }
@@ -92,7 +92,7 @@ pub fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
 impl Hold {
     /// The grant: `+`, or `=` with the token and the session timeout (0 for
     /// a kept hold, which has none but its token all the same).
-    pub fn granted(self, token: u64, session_timeout: Duration) -> Vec<u8> {
+    pub(crate) fn granted(self, token: u64, session_timeout: Duration) -> Vec<u8> {
         match self {
             Hold::Classic => vec![Answer::Ok.byte()],
             Hold::Kept => session_grant(token, Duration::ZERO).to_vec(),
@@ -101,7 +101,7 @@ impl Hold {
     }
 
     /// No grant (withdrawn, or the grant could not be logged).
-    pub fn refused(self) -> u8 {
+    pub(crate) fn refused(self) -> u8 {
         match self {
             Hold::Classic => Answer::Fail.byte(),
             Hold::Kept | Hold::Session => SESSION_LOST,
@@ -109,7 +109,7 @@ impl Hold {
     }
 
     /// The key is held or waited for in a mode (`theirs`) this one cannot join.
-    pub fn conflict(self, theirs: LockMode) -> Vec<u8> {
+    pub(crate) fn conflict(self, theirs: LockMode) -> Vec<u8> {
         match self {
             Hold::Classic => vec![Answer::Fail.byte()],
             Hold::Kept | Hold::Session => mode_conflict(theirs).to_vec(),
@@ -119,7 +119,7 @@ impl Hold {
 
 /// Which release an action asks for; they differ in their answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseKind {
+pub(crate) enum ReleaseKind {
     /// The reference's Unlock (2): `+` released or not held (its clients
     /// retry Unlock until `+`), `-` not released.
     Unlock,
@@ -132,7 +132,7 @@ pub enum ReleaseKind {
 
 impl ReleaseKind {
     /// The hold it names, if it names one.
-    pub fn token(self) -> Option<u64> {
+    pub(crate) fn token(self) -> Option<u64> {
         match self {
             ReleaseKind::Token(t) => Some(t),
             ReleaseKind::Unlock | ReleaseKind::Release => None,
@@ -140,7 +140,7 @@ impl ReleaseKind {
     }
 
     /// The answer when there was nothing to release.
-    pub fn not_held(self) -> Answer {
+    pub(crate) fn not_held(self) -> Answer {
         match self {
             ReleaseKind::Unlock => Answer::Ok,
             ReleaseKind::Release | ReleaseKind::Token(_) => Answer::Busy,
@@ -149,7 +149,7 @@ impl ReleaseKind {
 }
 
 /// The answer to a Hello: `+` and the server's version, length-prefixed.
-pub fn hello_answer(version: &[u8]) -> Vec<u8> {
+pub(crate) fn hello_answer(version: &[u8]) -> Vec<u8> {
     let version = &version[..version.len().min(MAX_FIELD)];
     let mut out = vec![Answer::Ok.byte()];
     push_field(&mut out, version);
@@ -158,7 +158,7 @@ pub fn hello_answer(version: &[u8]) -> Vec<u8> {
 
 /// The server version in a Hello answer; None while it is incomplete or
 /// when it is not one (a `-`, or bytes of another protocol).
-pub fn parse_hello_answer(bytes: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn parse_hello_answer(bytes: &[u8]) -> Option<Vec<u8>> {
     let (&b'+', rest) = bytes.split_first()? else {
         return None;
     };
@@ -168,13 +168,13 @@ pub fn parse_hello_answer(bytes: &[u8]) -> Option<Vec<u8>> {
 
 /// `*`: a server with `--token-file` took the Hello's token:
 /// `*[len][server version][len][role]`.
-pub const HELLO_ACCEPTED: u8 = b'*';
+pub(crate) const HELLO_ACCEPTED: u8 = b'*';
 
 /// `%` and a reason, `%[len][reason]`: what a server with `--token-file`
 /// answers a Hello whose token it does not take, and a request the
 /// token's role may not make. Sent only on a connection that began with a
 /// Hello (lc-cli's clients, never the reference's).
-pub const NOT_ALLOWED: u8 = b'%';
+pub(crate) const NOT_ALLOWED: u8 = b'%';
 
 /// `&` and a reason, `&[len][reason]`: what `lc-cli serve` sends on a
 /// plain connection to its lock port that is over one of its connection
@@ -183,10 +183,10 @@ pub const NOT_ALLOWED: u8 = b'%';
 /// it. The reason names the limit. A reference client reads a byte that is
 /// not `+`: a failure. (A TLS connection gets a TLS alert instead:
 /// `server::refuse`.)
-pub const AT_LIMIT: u8 = b'&';
+pub(crate) const AT_LIMIT: u8 = b'&';
 
 /// The refusal of a connection over a limit: `&` and the reason.
-pub fn at_limit(reason: &str) -> Vec<u8> {
+pub(crate) fn at_limit(reason: &str) -> Vec<u8> {
     let reason = reason.as_bytes();
     let mut out = vec![AT_LIMIT];
     push_field(&mut out, &reason[..reason.len().min(MAX_FIELD)]);
@@ -194,7 +194,7 @@ pub fn at_limit(reason: &str) -> Vec<u8> {
 }
 
 /// The answer to a Hello whose token a server with tokens took.
-pub fn hello_accepted(version: &[u8], role: &[u8]) -> Vec<u8> {
+pub(crate) fn hello_accepted(version: &[u8], role: &[u8]) -> Vec<u8> {
     let mut out = vec![HELLO_ACCEPTED];
     push_field(&mut out, &version[..version.len().min(MAX_FIELD)]);
     push_field(&mut out, &role[..role.len().min(MAX_FIELD)]);
@@ -202,7 +202,7 @@ pub fn hello_accepted(version: &[u8], role: &[u8]) -> Vec<u8> {
 }
 
 /// The refusal of a token or of a request: `%` and the reason.
-pub fn not_allowed(reason: &str) -> Vec<u8> {
+pub(crate) fn not_allowed(reason: &str) -> Vec<u8> {
     let reason = reason.as_bytes();
     let mut out = vec![NOT_ALLOWED];
     push_field(&mut out, &reason[..reason.len().min(MAX_FIELD)]);
@@ -211,7 +211,7 @@ pub fn not_allowed(reason: &str) -> Vec<u8> {
 
 /// What a server answered a Hello.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HelloAnswer {
+pub(crate) enum HelloAnswer {
     /// `+`: a server without tokens (the token, if any, is not checked).
     Unchecked { version: String },
     /// `*`: the token was taken, with this role.
@@ -233,7 +233,7 @@ pub enum HelloAnswer {
 /// must be printable ASCII, so the reply of a text protocol (`+OK\r\n`,
 /// `-ERR ...`, `*2\r\n`) is told apart at its first line end, not after
 /// a length that was never one.
-pub fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
+pub(crate) fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
     let foreign = Some((HelloAnswer::Foreign, bytes.len()));
     let Some(&first) = bytes.first() else {
         return closed.then_some((HelloAnswer::Foreign, 0));
@@ -279,7 +279,7 @@ pub fn parse_hello(bytes: &[u8], closed: bool) -> Option<(HelloAnswer, usize)> {
 }
 
 /// The limit in a whole `&` answer; None if it is not one.
-pub fn parse_at_limit(bytes: &[u8]) -> Option<String> {
+pub(crate) fn parse_at_limit(bytes: &[u8]) -> Option<String> {
     match parse_hello(bytes, true)? {
         (HelloAnswer::AtLimit(reason), n) if n == bytes.len() => Some(reason),
         _ => None,
@@ -287,7 +287,7 @@ pub fn parse_at_limit(bytes: &[u8]) -> Option<String> {
 }
 
 /// The reason in a whole `%` answer to a request; None if it is not one.
-pub fn parse_not_allowed(bytes: &[u8]) -> Option<String> {
+pub(crate) fn parse_not_allowed(bytes: &[u8]) -> Option<String> {
     match parse_hello(bytes, true)? {
         (HelloAnswer::Refused(reason), n) if n == bytes.len() => Some(reason),
         _ => None,

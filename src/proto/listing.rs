@@ -26,16 +26,16 @@ use super::manager::{from_unix_ms, push_short, unix_ms, KeyReport};
 use crate::mode::LockMode;
 
 /// The first byte of a listing (a reference server answers `-`).
-pub const LISTING: u8 = b'+';
-pub const HOLD: u8 = b'H';
-pub const WAITER: u8 = b'W';
-pub const END: u8 = b'.';
+pub(crate) const LISTING: u8 = b'+';
+pub(crate) const HOLD: u8 = b'H';
+pub(crate) const WAITER: u8 = b'W';
+pub(crate) const END: u8 = b'.';
 /// The record header: kind and body length.
-pub const HEADER: usize = 3;
+pub(crate) const HEADER: usize = 3;
 
 /// One waiter as a listing reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaiterReport {
+pub(crate) struct WaiterReport {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
     /// Its connection's address as the server sees it (`ip:port`).
@@ -49,21 +49,21 @@ pub struct WaiterReport {
 
 /// One record of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     Hold(KeyReport),
     Waiter(WaiterReport),
 }
 
 /// A whole listing, as the client reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub holds: Vec<KeyReport>,
     pub waiters: Vec<WaiterReport>,
 }
 
 /// What the start of a buffer holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// A record, and how many bytes it took.
     Record(Entry, usize),
     /// A record of a kind this reader does not know: skip its bytes.
@@ -75,7 +75,7 @@ pub enum Step {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListingError {
+pub(crate) enum ListingError {
     /// The first byte is not `+`.
     NotAListing(u8),
     /// A body too short for its fields, or a field longer than the body.
@@ -113,7 +113,7 @@ fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
 /// A peer's address as a listing carries it: `ip:port` text (a
 /// [`KeyReport`]'s, in tests), or the address itself, written as that text.
 #[derive(Debug, Clone, Copy)]
-pub enum PeerText<'a> {
+pub(crate) enum PeerText<'a> {
     #[cfg_attr(not(test), allow(dead_code))]
     Text(&'a [u8]),
     Addr(SocketAddr),
@@ -122,7 +122,7 @@ pub enum PeerText<'a> {
 /// A hold's fields, borrowed: the server writes its table's holds with
 /// this, without a [`KeyReport`] (three allocations) per hold.
 #[derive(Debug, Clone, Copy)]
-pub struct HoldView<'a> {
+pub(crate) struct HoldView<'a> {
     pub key: &'a [u8],
     pub source: &'a [u8],
     pub peer: PeerText<'a>,
@@ -137,7 +137,7 @@ pub struct HoldView<'a> {
 
 /// A waiter's fields, borrowed (as [`HoldView`]).
 #[derive(Debug, Clone, Copy)]
-pub struct WaiterView<'a> {
+pub(crate) struct WaiterView<'a> {
     pub key: &'a [u8],
     pub source: &'a [u8],
     pub peer: PeerText<'a>,
@@ -177,7 +177,7 @@ fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
 
 /// `n` in decimal digits (what `write!` gives, without the formatting
 /// machinery: a million-key listing's numbers).
-pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut n = n;
@@ -195,7 +195,7 @@ pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
 /// Appends the record of a hold (the server writes its own holds with
 /// [`push_hold_view`]).
 #[cfg(test)]
-pub fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
+pub(crate) fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
     push_hold_view(
         out,
         &HoldView {
@@ -213,7 +213,7 @@ pub fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
 }
 
 /// Appends the record of a hold, from its fields.
-pub fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
+pub(crate) fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
     record(out, HOLD, |out| {
         push_short(out, h.key);
         push_short(out, h.source);
@@ -229,7 +229,7 @@ pub fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
 
 /// Appends the record of a waiter (see [`push_hold`]).
 #[cfg(test)]
-pub fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
+pub(crate) fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
     push_waiter_view(
         out,
         &WaiterView {
@@ -244,7 +244,7 @@ pub fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
 }
 
 /// Appends the record of a waiter, from its fields.
-pub fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
+pub(crate) fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
     record(out, WAITER, |out| {
         push_short(out, w.key);
         push_short(out, w.source);
@@ -256,14 +256,14 @@ pub fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
 }
 
 /// Appends the end record.
-pub fn push_end(out: &mut Vec<u8>) {
+pub(crate) fn push_end(out: &mut Vec<u8>) {
     out.extend_from_slice(&[END, 0, 0]);
 }
 
 /// A whole listing in one buffer (`+` included): for tests and small tables;
 /// the server writes the same records in pieces.
 #[cfg(test)]
-pub fn encode(holds: &[KeyReport], waiters: &[WaiterReport]) -> Vec<u8> {
+pub(crate) fn encode(holds: &[KeyReport], waiters: &[WaiterReport]) -> Vec<u8> {
     let mut out = vec![LISTING];
     for h in holds {
         push_hold(&mut out, h);
@@ -276,7 +276,7 @@ pub fn encode(holds: &[KeyReport], waiters: &[WaiterReport]) -> Vec<u8> {
 }
 
 /// Decodes the record at the start of `buf` (after the leading `+`).
-pub fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
+pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
     let Some(header) = buf.get(..HEADER) else {
         return Ok(Step::Incomplete);
     };
@@ -344,7 +344,7 @@ pub fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
 /// [`ListingReader::feed`], which consumes every whole record; `done` once the end
 /// record came.
 #[derive(Debug, Default)]
-pub struct ListingReader {
+pub(crate) struct ListingReader {
     started: bool,
     pending: Vec<u8>,
     pub listing: Listing,
@@ -354,12 +354,12 @@ pub struct ListingReader {
 }
 
 impl ListingReader {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Takes `bytes` in and decodes what it can.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), ListingError> {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<(), ListingError> {
         self.total += bytes.len();
         if self.done {
             return Ok(());
@@ -401,7 +401,7 @@ impl ListingReader {
 
 /// A whole listing from one buffer; None when it is incomplete.
 #[cfg(test)]
-pub fn decode(buf: &[u8]) -> Result<Option<Listing>, ListingError> {
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<Listing>, ListingError> {
     let mut r = ListingReader::new();
     r.feed(buf)?;
     Ok(r.done.then_some(r.listing))

@@ -25,18 +25,18 @@ use crate::mode::LockMode;
 
 /// The manager listens on the lock port + 1, as the reference server's
 /// does; None when there is no next port.
-pub fn port_for(lock_port: u16) -> Option<u16> {
+pub(crate) fn port_for(lock_port: u16) -> Option<u16> {
     lock_port.checked_add(1)
 }
 
-pub const KEYS: &[u8; 4] = b"KEYS";
-pub const RESET_KEYS: &[u8; 4] = b"RSET";
-pub const RESET_SOURCES: &[u8; 4] = b"RSBS";
-pub const KEYS_EXTENDED: &[u8; 4] = b"KEYX";
+pub(crate) const KEYS: &[u8; 4] = b"KEYS";
+pub(crate) const RESET_KEYS: &[u8; 4] = b"RSET";
+pub(crate) const RESET_SOURCES: &[u8; 4] = b"RSBS";
+pub(crate) const KEYS_EXTENDED: &[u8; 4] = b"KEYX";
 
 /// One held key as the manager reports it (and the server's table lists it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyReport {
+pub(crate) struct KeyReport {
     pub key: Vec<u8>,
     pub source: Vec<u8>,
     /// The holder's address as text (`ip:port`).
@@ -88,7 +88,7 @@ pub(super) fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// The answer to `KEYS`, as the reference server writes it (final `+` included).
-pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
+pub(crate) fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
     let mut out = (reports.len() as u32).to_le_bytes().to_vec();
     for r in reports {
         push_short(&mut out, &r.key);
@@ -101,7 +101,7 @@ pub fn encode_keys(reports: &[KeyReport]) -> Vec<u8> {
 }
 
 /// The answer to `KEYX` (final `+` included).
-pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
+pub(crate) fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
     let with_expires = reports.iter().any(|r| r.expires.is_some());
     let mut n = (reports.len() as u32).min(COUNT) | WITH_TOKENS | WITH_MODES;
     if with_expires {
@@ -127,7 +127,7 @@ pub fn encode_keys_extended(reports: &[KeyReport]) -> Vec<u8> {
 }
 
 /// Reads a `KEYX` answer; `None` if it is incomplete or malformed.
-pub fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
+pub(crate) fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
     let mut cur = Reader { buf, pos: 0 };
     let n = u32::from_le_bytes(cur.take(4)?.try_into().ok()?);
     let with_tokens = n & WITH_TOKENS != 0;

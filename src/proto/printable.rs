@@ -6,7 +6,7 @@ use std::fmt::Write;
 /// Text as is; control characters, backslashes and bytes that are not
 /// UTF-8 escaped (`\r`, `\n`, `\\`, `\x1b`), so a key cannot forge a log
 /// line or drive the terminal.
-pub fn printable(bytes: &[u8]) -> String {
+pub(crate) fn printable(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {

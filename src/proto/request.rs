@@ -9,7 +9,7 @@ use crate::mode::LockMode;
 
 /// What a lock request's grant is (and so which answers it has).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// The reference's Lock and TryLock (1, 5): exclusive, kept until an
     /// Unlock; `+` granted, `-` anything else.
     Classic,
@@ -22,7 +22,7 @@ pub enum Hold {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// Actions 1, 5, 8, 9 and 12 to 15.
     Lock {
         key: Vec<u8>,
@@ -79,11 +79,11 @@ pub enum Request {
 
 /// The bits of Keys' flags field (its first byte; a missing field or byte
 /// is 0, unknown bits are ignored).
-pub const KEYS_WITH_WAITERS: u8 = 1;
+pub(crate) const KEYS_WITH_WAITERS: u8 = 1;
 
 impl Request {
     /// The action byte this request is sent as.
-    pub fn action(&self) -> u8 {
+    pub(crate) fn action(&self) -> u8 {
         match self {
             Request::Lock {
                 mode, hold, wait, ..
@@ -114,21 +114,21 @@ impl Request {
 
     /// lc-cli's own actions, which a reference server answers `-`: every
     /// action numbered after the reference's five.
-    pub fn is_extension(&self) -> bool {
+    pub(crate) fn is_extension(&self) -> bool {
         self.action() > LAST_REFERENCE_ACTION
     }
 }
 
 /// Decoding needs more bytes: a normal case, not an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decoded {
+pub(crate) enum Decoded {
     /// A whole request, and how many bytes of the buffer it used.
     Frame(Request, usize),
     Incomplete,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     UnknownAction(u8),
     /// A size byte with the sign bit set (0x80 and above).
     NegativeSize(u8),
@@ -174,7 +174,7 @@ macro_rules! need {
 /// Decodes one request from the start of `buf`. Bytes after a complete frame
 /// are left alone (some clients append a source to Unlock; the caller ignores
 /// them).
-pub fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
+pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
     let Some(&action) = buf.first() else {
         return Ok(Decoded::Incomplete);
     };
@@ -341,7 +341,7 @@ impl Cursor<'_> {
 
 /// Why a request cannot be encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EncodeError {
+pub(crate) enum EncodeError {
     EmptyKey,
     TooLong {
         what: &'static str,
@@ -373,14 +373,14 @@ impl std::error::Error for EncodeError {}
 
 /// Checks a key the way the server will, so a client can refuse it before
 /// opening any connection.
-pub fn check_key(key: &[u8]) -> Result<(), EncodeError> {
+pub(crate) fn check_key(key: &[u8]) -> Result<(), EncodeError> {
     if key.is_empty() {
         return Err(EncodeError::EmptyKey);
     }
     check_len("key", key)
 }
 
-pub fn check_source(source: &[u8]) -> Result<(), EncodeError> {
+pub(crate) fn check_source(source: &[u8]) -> Result<(), EncodeError> {
     check_len("source", source)
 }
 
@@ -395,7 +395,7 @@ fn check_len(what: &'static str, bytes: &[u8]) -> Result<(), EncodeError> {
 }
 
 /// Encodes a request exactly as the reference clients send it.
-pub fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
+pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::with_capacity(3 + 2 * MAX_FIELD);
     let action = request.action();
     match request {

@@ -42,7 +42,7 @@ const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
 /// (the handshake, reading the request, the token gate, a grant at once,
 /// every other request) and after it runs in boxed futures, freed when
 /// done, and the wait keeps only the `Parked`.
-pub fn serve_connection(
+pub(crate) fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
@@ -194,7 +194,7 @@ async fn reply(mut stream: Stream, answer: impl Future<Output = Answer>) {
 /// When a frame must be in, counted from the accept, and the option that
 /// says so (for the log line).
 #[derive(Clone, Copy)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     pub at: Instant,
     pub after: Duration,
     pub option: &'static str,
@@ -202,7 +202,7 @@ pub struct Deadline {
 
 impl Deadline {
     /// The login's: `--login-timeout`, or `--read-timeout` if it is shorter.
-    pub fn login(accepted: Instant, shared: &Shared) -> Deadline {
+    pub(crate) fn login(accepted: Instant, shared: &Shared) -> Deadline {
         match shared.login_timeout <= shared.read_timeout {
             true => Deadline {
                 at: accepted + shared.login_timeout,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::proto::printable;
 
-pub struct Events {
+pub(crate) struct Events {
     pub verbose: bool,
     /// Per (address, kind) of refusal: when its window began, the lines
     /// logged in it, and how many were left out.
@@ -20,10 +20,10 @@ pub struct Events {
 
 /// At most [`LIMITED_BURST`] lines per address and kind of refusal in this
 /// time: a flood of bad frames or handshakes cannot fill the disk.
-pub const LIMITED_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const LIMITED_EVERY: Duration = Duration::from_secs(60);
 
 /// The lines an address may cause of one kind in [`LIMITED_EVERY`].
-pub const LIMITED_BURST: u64 = 20;
+pub(crate) const LIMITED_BURST: u64 = 20;
 
 /// One (address, kind)'s window of [`LIMITED_EVERY`].
 struct Window {
@@ -37,7 +37,7 @@ struct Window {
 const LIMITED_PEERS: usize = 4096;
 
 impl Events {
-    pub fn new(verbose: bool) -> Events {
+    pub(crate) fn new(verbose: bool) -> Events {
         Events {
             verbose,
             limited: Mutex::new(HashMap::new()),
@@ -49,7 +49,7 @@ impl Events {
     /// per [`LIMITED_EVERY`] per address and kind, the last of them saying
     /// so; the first line of the next window says how many were left out.
     /// `ip` none: a refusal of no one address (`accept` failing).
-    pub fn limited(&self, ip: Option<IpAddr>, kind: &'static str, args: Arguments<'_>) {
+    pub(crate) fn limited(&self, ip: Option<IpAddr>, kind: &'static str, args: Arguments<'_>) {
         let (left_out, last) = {
             let mut limited = self.limited.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
@@ -94,25 +94,25 @@ impl Events {
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
-    pub fn info(&self, args: Arguments<'_>) {
+    pub(crate) fn info(&self, args: Arguments<'_>) {
         self.line(args);
     }
 
-    pub fn warn(&self, args: Arguments<'_>) {
+    pub(crate) fn warn(&self, args: Arguments<'_>) {
         self.line(format_args!("warning: {args}"));
     }
 
-    pub fn error(&self, args: Arguments<'_>) {
+    pub(crate) fn error(&self, args: Arguments<'_>) {
         self.line(format_args!("error: {args}"));
     }
 
-    pub fn reset(&self, args: Arguments<'_>) {
+    pub(crate) fn reset(&self, args: Arguments<'_>) {
         self.line(args);
     }
 
     /// A session hold's connection ended, was reclaimed, or expired: always
     /// logged, as a reset is (a key changed hands without its holder's word).
-    pub fn session(&self, args: Arguments<'_>) {
+    pub(crate) fn session(&self, args: Arguments<'_>) {
         self.line(args);
     }
 
@@ -126,25 +126,25 @@ impl Events {
         }
     }
 
-    pub fn grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+    pub(crate) fn grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
         self.event("grant", key, source, peer);
     }
 
-    pub fn queued(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+    pub(crate) fn queued(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
         self.event("queue", key, source, peer);
     }
 
-    pub fn release(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+    pub(crate) fn release(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
         self.event("release", key, source, peer);
     }
 
-    pub fn withdrawal(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
+    pub(crate) fn withdrawal(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
         self.event("withdraw", key, source, peer);
     }
 }
 
 /// `, now held by 'a', 'b'` for the holders a release let in, or nothing.
-pub fn now_held_by(next: &[super::table::Holder]) -> String {
+pub(crate) fn now_held_by(next: &[super::table::Holder]) -> String {
     if next.is_empty() {
         return String::new();
     }

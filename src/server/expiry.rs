@@ -19,13 +19,13 @@ use crate::proto::printable;
 const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 
 /// Starts the timer of kept hold `id` of `key`.
-pub fn spawn(shared: &Arc<Shared>, key: Vec<u8>, id: GrantId) {
+pub(super) fn spawn(shared: &Arc<Shared>, key: Vec<u8>, id: GrantId) {
     tokio::spawn(run(shared.clone(), key, id));
 }
 
 /// Waits for the deadline of kept hold `id` and releases it; returns once
 /// it is released or gone.
-pub async fn run(shared: Arc<Shared>, key: Vec<u8>, id: GrantId) {
+pub(super) async fn run(shared: Arc<Shared>, key: Vec<u8>, id: GrantId) {
     let mut failures = 0u32;
     loop {
         let durable = match shared.table.expire_kept(&key, id) {

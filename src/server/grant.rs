@@ -15,7 +15,7 @@ use crate::proto::{printable, Hold};
 
 /// Answers grant `g` (see [`answer`]); a delivered session grant is then
 /// served as a session, in a task of its own.
-pub async fn hand_over(
+pub(super) async fn hand_over(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,

@@ -32,7 +32,7 @@ fn welcome(caller: Option<Caller>) -> Vec<u8> {
 /// Answers the Hello that opened a connection. `Some(caller)`: go on with
 /// the request behind it, as `caller` (None without tokens); None: the
 /// token was refused, answered and logged, and the connection ends.
-pub async fn greet(
+pub(super) async fn greet(
     stream: &mut Stream,
     peer: SocketAddr,
     shared: &Shared,
@@ -70,7 +70,7 @@ pub async fn greet(
 
 /// A connection to a server with tokens whose first frame is not a Hello:
 /// `-` (what a reference client understands), then the close.
-pub async fn refuse_unannounced(
+pub(super) async fn refuse_unannounced(
     stream: &mut Stream,
     peer: SocketAddr,
     shared: &Shared,
@@ -94,6 +94,6 @@ pub async fn refuse_unannounced(
 
 /// A Hello that is not the first frame (a client that sent two): answered
 /// as the first was, and the connection ends.
-pub async fn serve(mut stream: Stream, caller: Option<Caller>) {
+pub(super) async fn serve(mut stream: Stream, caller: Option<Caller>) {
     let _ = stream.write_all(&welcome(caller)).await;
 }

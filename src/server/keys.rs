@@ -23,7 +23,7 @@ use crate::proto::listing;
 /// A part of the listing made and written at once.
 const PIECE: usize = 64 * 1024;
 
-pub async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
+pub(super) async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
     let limit = shared.read_timeout.max(Duration::from_secs(1));
     let mut out = Vec::with_capacity(PIECE + 4096);
     out.push(listing::LISTING);

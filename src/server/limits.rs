@@ -35,11 +35,11 @@ const RESERVED_FDS: u64 = 64;
 /// of CI runners behind one NAT address at about 30 jobs holding a lock
 /// and waiting for another; 256 lets about a hundred, and one host that
 /// floods takes 256 slots, 0.4% of the 65,472 of the shipped systemd unit.
-pub const DEFAULT_PER_PEER: usize = 256;
+pub(crate) const DEFAULT_PER_PEER: usize = 256;
 
 /// The default `--max-connections`: the soft file limit less what the
 /// server needs besides its connections (at least 16).
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -56,7 +56,7 @@ pub fn default_max_connections() -> usize {
 /// The default `--max-pending-logins` for `max` connections: half of them
 /// (at least one), so at least the other half is left for connections
 /// that logged in.
-pub fn default_pending_logins(max: usize) -> usize {
+pub(crate) fn default_pending_logins(max: usize) -> usize {
     (max / 2).max(1)
 }
 
@@ -77,7 +77,7 @@ struct State {
 }
 
 #[derive(Debug)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub max: usize,
     /// `usize::MAX`: off.
     pub per_peer: usize,
@@ -87,7 +87,7 @@ pub struct Limits {
 
 /// Which limit a connection is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     Total(usize),
     PerPeer(usize),
     PendingLogins(usize),
@@ -96,7 +96,7 @@ pub enum Refusal {
 impl Refusal {
     /// What the log line and the client's line say: how many are open and
     /// the option that sets the limit.
-    pub fn reason(self, ip: IpAddr) -> String {
+    pub(crate) fn reason(self, ip: IpAddr) -> String {
         match self {
             Refusal::Total(n) => format!("{n} connections are open, --max-connections {n}"),
             Refusal::PerPeer(n) => {
@@ -111,7 +111,7 @@ impl Refusal {
 
 impl Limits {
     /// `per_peer` 0: no limit per address.
-    pub fn new(max: usize, per_peer: usize, pending_logins: usize) -> Limits {
+    pub(crate) fn new(max: usize, per_peer: usize, pending_logins: usize) -> Limits {
         Limits {
             max,
             per_peer: if per_peer == 0 { usize::MAX } else { per_peer },
@@ -122,7 +122,7 @@ impl Limits {
 
     /// Counts the connection from `peer`, still in its login, or says
     /// which limit it is over.
-    pub fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Tracked, Refusal> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let from_peer = st.per_ip.get(&peer.ip()).copied().unwrap_or(0);
         if st.conns.len() >= self.max {
@@ -150,14 +150,14 @@ impl Limits {
     }
 
     /// Connections counted now, and how many of them are in their login.
-    pub fn open(&self) -> (usize, usize) {
+    pub(crate) fn open(&self) -> (usize, usize) {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         (st.conns.len(), st.pending)
     }
 
     /// Another guard for the connection from `peer`, while it is counted
     /// (for the task of the session hold it carries on).
-    pub fn again(self: &Arc<Self>, peer: SocketAddr) -> Option<Tracked> {
+    pub(crate) fn again(self: &Arc<Self>, peer: SocketAddr) -> Option<Tracked> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.conns.get_mut(&peer)?.guards += 1;
         Some(Tracked {
@@ -198,20 +198,20 @@ impl Limits {
 
 /// A connection counted against the limits while this lives.
 #[derive(Debug)]
-pub struct Tracked {
+pub(crate) struct Tracked {
     limits: Arc<Limits>,
     peer: SocketAddr,
 }
 
 impl Tracked {
     /// The connection's peer (kept here once for all who need it).
-    pub fn peer(&self) -> SocketAddr {
+    pub(crate) fn peer(&self) -> SocketAddr {
         self.peer
     }
 
     /// Its login is through: it no longer counts against
     /// `--max-pending-logins` (it still does against the others).
-    pub fn logged_in(&self) {
+    pub(crate) fn logged_in(&self) {
         self.limits.logged_in(self.peer);
     }
 }

@@ -21,7 +21,7 @@ use crate::proto::Hold;
 
 /// Serves a Lock up to its wait: a grant at once or a refusal is answered
 /// here; a queued request is returned as its [`Parked`] waiter.
-pub async fn serve(
+pub(super) async fn serve(
     mut stream: Stream,
     shared: &Arc<Shared>,
     key: Vec<u8>,
@@ -56,7 +56,7 @@ pub async fn serve(
 /// A queued waiter: what its connection keeps until its turn or its
 /// hang-up, and nothing more (each waiter costs this and its task; the
 /// table keeps the rest of its request, the connection its peer).
-pub struct Parked {
+pub(super) struct Parked {
     stream: Stream,
     shared: Arc<Shared>,
     /// The key, and the source for the event log's lines.
@@ -68,7 +68,7 @@ pub struct Parked {
 
 /// What a waiter's wait ends in: its turn (a notice from the table, or the
 /// table dropped it) or, with None, its client hanging up.
-pub type Turn = Option<Result<Notice, oneshot::error::RecvError>>;
+pub(super) type Turn = Option<Result<Notice, oneshot::error::RecvError>>;
 
 /// The wait, written by hand: a parked waiter keeps no buffer and no
 /// future state of its own, only the [`Parked`].
@@ -87,7 +87,7 @@ impl Future for Parked {
 impl Parked {
     /// Serves how the wait ended (boxed by the caller: it may write and
     /// serve a session for long); `peer` is the client's address.
-    pub async fn after(self, turn: Turn, peer: SocketAddr) {
+    pub(super) async fn after(self, turn: Turn, peer: SocketAddr) {
         match turn {
             Some(notice) => self.turn(notice, peer).await,
             None => self.hung_up(peer),

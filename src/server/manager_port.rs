@@ -29,7 +29,7 @@ enum Stop {
 }
 
 /// Serves one manager connection.
-pub async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+pub(crate) async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     stream.set_nodelay(true).ok();
     let deadline = Instant::now() + request_limit(&shared);
     let mut command = [0u8; 4];

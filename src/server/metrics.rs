@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Event counters; cheap enough to bump on every request.
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub grants: AtomicU64,
     pub releases: AtomicU64,
     pub resets: AtomicU64,
@@ -23,13 +23,13 @@ pub struct Counters {
 }
 
 impl Counters {
-    pub fn bump(counter: &AtomicU64) {
+    pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// fsync latency as a Prometheus histogram.
-pub struct FsyncHistogram {
+pub(crate) struct FsyncHistogram {
     buckets: [AtomicU64; FSYNC_BUCKETS.len()],
     count: AtomicU64,
     sum_micros: AtomicU64,
@@ -50,7 +50,7 @@ impl Default for FsyncHistogram {
 }
 
 impl FsyncHistogram {
-    pub fn observe(&self, took: Duration) {
+    pub(crate) fn observe(&self, took: Duration) {
         let secs = took.as_secs_f64();
         for (bound, bucket) in FSYNC_BUCKETS.iter().zip(&self.buckets) {
             if secs <= *bound {
@@ -64,7 +64,7 @@ impl FsyncHistogram {
 }
 
 /// What the table says at scrape time.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub keys_held: usize,
     pub waiters: usize,
     pub oldest_hold: Option<Duration>,
@@ -75,7 +75,11 @@ pub struct Snapshot {
     pub connections: (usize, usize),
 }
 
-pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapshot) -> String {
+pub(crate) fn render(
+    counters: &Counters,
+    fsync: Option<&FsyncHistogram>,
+    snap: &Snapshot,
+) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, value: String| {
         let _ = writeln!(
@@ -183,13 +187,13 @@ pub fn render(counters: &Counters, fsync: Option<&FsyncHistogram>, snap: &Snapsh
 /// The connections the metrics port serves at once, a budget of its own
 /// (a scraper needs one): one beyond it is closed at once, so idle
 /// connections to it cannot take the descriptors the lock port needs.
-pub const MAX_CONNECTIONS: usize = 16;
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 
 /// How long one metrics connection may take, from accept to the answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` with whatever `scrape` renders, until the task is dropped.
-pub async fn serve(listener: TcpListener, scrape: Arc<dyn Fn() -> String + Send + Sync>) {
+pub(crate) async fn serve(listener: TcpListener, scrape: Arc<dyn Fn() -> String + Send + Sync>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok((stream, _)) = listener.accept().await else {

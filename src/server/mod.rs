@@ -4,24 +4,24 @@
 //! `lc-cli serve --listen 127.0.0.1:0` binds first and prints the address;
 //! the integration tests run it as a process (`tests/common/serve.rs`).
 
-pub mod conn;
-pub mod events;
+pub(crate) mod conn;
+pub(crate) mod events;
 mod expiry;
 mod grant;
 mod hello;
 mod keys;
-pub mod limits;
+pub(crate) mod limits;
 mod lock;
-pub mod manager_port;
-pub mod metrics;
+pub(crate) mod manager_port;
+pub(crate) mod metrics;
 mod refuse;
 mod reset;
-pub mod runtime;
+pub(crate) mod runtime;
 mod session;
-pub mod stream;
-pub mod table;
-pub mod tls;
-pub mod tokens;
+pub(crate) mod stream;
+pub(crate) mod table;
+pub(crate) mod tls;
+pub(crate) mod tokens;
 mod trylock;
 mod unlock;
 
@@ -40,7 +40,7 @@ use crate::proto::printable;
 use crate::wal::{self, Wal, WalError};
 
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub(crate) struct ServerOptions {
     /// How long a client may take to send its whole request.
     pub read_timeout: Duration,
     /// How long a connection may take to log in: its TLS handshake and
@@ -67,12 +67,12 @@ pub struct ServerOptions {
 
 /// A session hold outlives its holder's last word this long by default:
 /// ZooKeeper's usual session timeout.
-pub const DEFAULT_RECLAIM_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_RECLAIM_GRACE: Duration = Duration::from_secs(10);
 
 /// The default `--login-timeout`: a TLS handshake and a Hello take a few
 /// round trips, milliseconds on a LAN; five seconds leave room for a slow
 /// link and keep an idle or byte-at-a-time connection's slot short.
-pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -93,7 +93,7 @@ impl Default for ServerOptions {
 }
 
 /// What every connection task shares.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The lock table, and with `--data` the write-ahead log it owns.
     pub table: Table,
     pub events: Events,
@@ -111,7 +111,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(table: Table, events: Events, options: &ServerOptions) -> Shared {
+    pub(crate) fn new(table: Table, events: Events, options: &ServerOptions) -> Shared {
         Shared {
             counters: table.counters(),
             table,
@@ -131,7 +131,7 @@ impl Shared {
     }
 
     /// The Prometheus text for a scrape of `--metrics`.
-    pub fn metrics(&self) -> String {
+    pub(crate) fn metrics(&self) -> String {
         let g = self.table.gauges();
         let snap = Snapshot {
             keys_held: g.held,
@@ -148,7 +148,7 @@ impl Shared {
 
 /// The listeners of a server: the lock port, and optionally the manager
 /// port and the metrics endpoint.
-pub struct Listeners {
+pub(crate) struct Listeners {
     pub lock: TcpListener,
     /// TLS on the lock port (`--tls-cert`); the other two stay plain.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
@@ -158,7 +158,7 @@ pub struct Listeners {
 
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// The log holds a damaged record, is not an lc-cli log, or is of a
     /// newer format: refusing to guess the table.
     #[error("{0}")]
@@ -171,7 +171,7 @@ pub enum OpenError {
 }
 
 /// A server with its table restored, ready to accept.
-pub struct Server {
+pub(crate) struct Server {
     shared: Arc<Shared>,
     /// Restored session holds, expired by `serve` unless reclaimed.
     orphans: Vec<(Vec<u8>, table::GrantId, table::LinkEnd)>,
@@ -182,7 +182,7 @@ pub struct Server {
 
 impl Server {
     /// Opens and recovers the log, if any, and restores the held keys.
-    pub fn open(options: ServerOptions) -> Result<Server, OpenError> {
+    pub(crate) fn open(options: ServerOptions) -> Result<Server, OpenError> {
         let events = Events::new(options.verbose);
         let Some(path) = options.data.clone() else {
             return Ok(Server {
@@ -290,7 +290,7 @@ impl Server {
     }
 
     /// Serves every listener given until `shutdown` resolves.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self,
         listeners: Listeners,
         shutdown: impl Future<Output = ()>,

@@ -20,7 +20,7 @@ use super::Shared;
 use crate::proto;
 
 /// Counts and logs the refusal of the connection from `peer`.
-pub fn note(shared: &Shared, peer: SocketAddr, why: Refusal) {
+pub(crate) fn note(shared: &Shared, peer: SocketAddr, why: Refusal) {
     Counters::bump(&shared.counters.refused_connections);
     shared.events.limited(
         Some(peer.ip()),
@@ -31,7 +31,7 @@ pub fn note(shared: &Shared, peer: SocketAddr, why: Refusal) {
 
 /// Tells the client on the lock port which limit refused it; the caller
 /// then drops (closes) `tcp`.
-pub fn tell(tcp: &TcpStream, peer: SocketAddr, why: Refusal, tls: bool) {
+pub(crate) fn tell(tcp: &TcpStream, peer: SocketAddr, why: Refusal, tls: bool) {
     let fd = tcp.as_raw_fd();
     // What the client sent already (lc-cli's Hello and request, a TLS
     // ClientHello) is read and dropped first: closing a socket with bytes

@@ -13,7 +13,7 @@ use crate::proto::Answer;
 
 /// Force-releases `key`, whoever holds it; the first waiter gets it. A key
 /// that is not held is answered `+` too.
-pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
+pub(super) async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
@@ -38,7 +38,7 @@ pub async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
 
 /// Releases every key `source` holds (each passes to its next waiter) and
 /// withdraws that source's waiters (they are answered `-`).
-pub async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
+pub(super) async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
     Counters::bump(&shared.counters.resets);
     let (released, withdrawn, durable) = shared.table.reset_source(source);
     shared

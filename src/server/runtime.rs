@@ -21,7 +21,7 @@ use std::io;
 use tokio::runtime::{Builder, Runtime};
 
 /// The runtime for a server with TLS on its lock port (`tls`) or without.
-pub fn build(tls: bool) -> io::Result<Runtime> {
+pub(crate) fn build(tls: bool) -> io::Result<Runtime> {
     let mut builder = match tls {
         true => Builder::new_multi_thread(),
         false => Builder::new_current_thread(),

@@ -31,7 +31,7 @@ const EXPIRY_RETRY: Duration = Duration::from_secs(1);
 ///
 /// Runs as a task of its own (see [`spawn_hold`]), so a held session costs
 /// this future and not also the connection's.
-pub async fn hold(
+pub(super) async fn hold(
     mut stream: Stream,
     peer: SocketAddr,
     shared: Arc<Shared>,
@@ -211,7 +211,7 @@ async fn check_expiry(
 /// With tokens, `whose` says which holds the caller may take back and
 /// `owner` is its token's (the hold is then its); another token's hold is
 /// refused with `%`.
-pub async fn reclaim(
+pub(super) async fn reclaim(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
@@ -247,7 +247,7 @@ pub async fn reclaim(
 }
 
 /// Serves a session hold in a task of its own; the connection's task ends.
-pub fn spawn_hold(
+pub(super) fn spawn_hold(
     stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
@@ -266,7 +266,7 @@ pub fn spawn_hold(
 
 /// Expires a session hold restored from the log unless its holder reclaims
 /// it within the reclaim grace.
-pub async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
+pub(super) async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut link: LinkEnd) {
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
     let mut failures = 0;

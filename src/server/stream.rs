@@ -15,17 +15,17 @@ use tokio_rustls::server::TlsStream;
 use crate::tls_stream::PlainOrTls;
 
 /// Plain or TLS, as `lcs://` clients have it too (`crate::tls_stream`).
-pub type Stream = PlainOrTls<TlsStream<TcpStream>>;
+pub(crate) type Stream = PlainOrTls<TlsStream<TcpStream>>;
 
 impl Stream {
-    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+    pub(crate) fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.tcp().set_nodelay(on)
     }
 
     /// Ready once the client has closed its side (or the connection broke);
     /// bytes it sends after its request are read and ignored. For a queued
     /// waiter, polled by hand so that it keeps no buffer across the wait.
-    pub fn poll_hangup(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_hangup(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             let closed = match self {
                 Stream::Plain(s) => match s.poll_read_ready(cx) {
@@ -51,7 +51,7 @@ impl Stream {
 
     /// True if the client has closed its side (or the connection broke).
     /// Bytes it sent after its request are read and ignored. Never blocks.
-    pub fn peer_gone(&mut self) -> bool {
+    pub(crate) fn peer_gone(&mut self) -> bool {
         match self {
             Stream::Plain(s) => tcp_peer_gone(s),
             Stream::Tls(_) => {

@@ -20,7 +20,7 @@ use super::Shared;
 
 /// The files of `--tls-cert`, `--tls-key` and `--tls-client-ca`.
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// With it, a client must present a certificate signed by this CA.
@@ -28,7 +28,7 @@ pub struct TlsFiles {
 }
 
 /// The acceptor for `files`; the error names the file and what is wrong.
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
+pub(crate) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
     let provider = crate::tls::provider();
     let certs = crate::tls::certs(&files.cert, "certificate (--tls-cert)")?;
     let key = crate::tls::key(&files.key, "key (--tls-key)")?;
@@ -62,7 +62,7 @@ const EXPIRES_SOON: std::time::Duration = std::time::Duration::from_secs(7 * 24 
 /// within [`EXPIRES_SOON`] (clients refuse an expired one): said at start
 /// and at each SIGHUP. Nothing if it cannot be read or parsed (the start
 /// itself reports a bad file).
-pub fn expiry_warning(path: &std::path::Path) -> Option<String> {
+pub(crate) fn expiry_warning(path: &std::path::Path) -> Option<String> {
     use x509_cert::der::Decode;
     let certs = crate::tls::certs(path, "certificate (--tls-cert)").ok()?;
     let cert = x509_cert::Certificate::from_der(certs.first()?.as_ref()).ok()?;
@@ -90,7 +90,7 @@ pub fn expiry_warning(path: &std::path::Path) -> Option<String> {
 /// it too: `conn.rs`). None (logged) if the handshake failed:
 /// a plain client (`lc://`) on a TLS port, an untrusted or missing client
 /// certificate.
-pub async fn open(
+pub(crate) async fn open(
     tcp: TcpStream,
     peer: SocketAddr,
     shared: &Shared,

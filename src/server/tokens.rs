@@ -29,7 +29,7 @@ use crate::proto::{Request, MAX_FIELD};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// Lock, trylock, wait, release its own holds, keys, ping.
     Lock,
     /// Also reset by key or source, and release holds that are not its own.
@@ -37,7 +37,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Lock => "lock",
             Role::Admin => "admin",
@@ -48,18 +48,18 @@ impl Role {
 /// A token's fingerprint: the first 8 bytes of its SHA-256. Recorded with
 /// each hold its connection is granted; it tells "its own" holds from
 /// others' and may be logged (it tells nothing of the token).
-pub use super::table::Owner;
+pub(crate) use super::table::Owner;
 
 /// Who a connection's Hello proved it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     pub role: Role,
     pub owner: Owner,
 }
 
 /// Tokens this short are refused when the file is read: a token is the
 /// only thing between the network and every key.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 struct Entry {
     digest: [u8; 32],
@@ -67,7 +67,7 @@ struct Entry {
 }
 
 /// The tokens of one reading of the file, as digests.
-pub struct TokenSet {
+pub(crate) struct TokenSet {
     entries: Vec<Entry>,
 }
 
@@ -84,7 +84,7 @@ impl TokenSet {
     /// Parses the file's text. A message names the line and what is wrong
     /// with it, never the token (nor the word after it, which may be half
     /// of a token with a space in it).
-    pub fn parse(text: &[u8]) -> Result<TokenSet, String> {
+    pub(crate) fn parse(text: &[u8]) -> Result<TokenSet, String> {
         let mut entries: Vec<Entry> = Vec::new();
         let mut lines_of: Vec<usize> = Vec::new();
         for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
@@ -145,7 +145,7 @@ impl TokenSet {
     /// compared with every entry's, each byte of each, without an early
     /// exit: the time taken does not depend on which entry matches, or
     /// how much of one.
-    pub fn check(&self, token: &[u8]) -> Option<Caller> {
+    pub(crate) fn check(&self, token: &[u8]) -> Option<Caller> {
         let d = digest(token);
         let mut found = 0u8;
         let mut admin = 0u8;
@@ -167,7 +167,7 @@ impl TokenSet {
     }
 
     /// How many tokens of each role: (admin, lock).
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let admin = self
             .entries
             .iter()
@@ -191,7 +191,7 @@ const LOGGED_PEERS: usize = 1024;
 
 /// Why a connection was refused, for the once-per-peer log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Another frame came before the Hello.
     NoHello,
     /// A Hello without a token.
@@ -201,7 +201,7 @@ pub enum Refusal {
 }
 
 /// The tokens of `--token-file`, re-read on SIGHUP.
-pub struct Tokens {
+pub(crate) struct Tokens {
     path: PathBuf,
     set: RwLock<Arc<TokenSet>>,
     logged: Mutex<HashSet<(IpAddr, Refusal)>>,
@@ -221,7 +221,7 @@ fn read(path: &Path) -> Result<TokenSet, String> {
 }
 
 impl Tokens {
-    pub fn load(path: &Path) -> Result<Tokens, String> {
+    pub(crate) fn load(path: &Path) -> Result<Tokens, String> {
         Ok(Tokens {
             path: path.to_path_buf(),
             set: RwLock::new(Arc::new(read(path)?)),
@@ -229,7 +229,7 @@ impl Tokens {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -238,23 +238,23 @@ impl Tokens {
     }
 
     /// Reads the file again; on any error the tokens in use stay.
-    pub fn reload(&self) -> Result<Arc<TokenSet>, String> {
+    pub(crate) fn reload(&self) -> Result<Arc<TokenSet>, String> {
         let fresh = Arc::new(read(&self.path)?);
         *self.set.write().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
         Ok(fresh)
     }
 
-    pub fn check(&self, token: &[u8]) -> Option<Caller> {
+    pub(crate) fn check(&self, token: &[u8]) -> Option<Caller> {
         self.current().check(token)
     }
 
     /// "3 token(s): 1 admin, 2 lock", of the tokens in use.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         self.current().to_string()
     }
 
     /// True the first time `ip` is refused for `why` (then log it).
-    pub fn first_refusal(&self, ip: IpAddr, why: Refusal) -> bool {
+    pub(crate) fn first_refusal(&self, ip: IpAddr, why: Refusal) -> bool {
         let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
         if logged.len() >= LOGGED_PEERS && !logged.contains(&(ip, why)) {
             logged.clear();
@@ -263,7 +263,7 @@ impl Tokens {
     }
 
     /// A file others may read, for a warning at start-up: the mode, if so.
-    pub fn readable_by_others(&self) -> Option<u32> {
+    pub(crate) fn readable_by_others(&self) -> Option<u32> {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&self.path).ok()?.permissions().mode() & 0o777;
         (mode & 0o007 != 0).then_some(mode)
@@ -273,7 +273,7 @@ impl Tokens {
 /// Re-reads the token file on each SIGHUP, logging one line either way,
 /// and warns again of a token file others may read and of a TLS
 /// certificate (`cert`) that expired or expires soon.
-pub async fn reload_on_hangup(
+pub(crate) async fn reload_on_hangup(
     tokens: Arc<Tokens>,
     events: Events,
     mut hangup: tokio::signal::unix::Signal,
@@ -304,7 +304,7 @@ pub async fn reload_on_hangup(
 
 /// What a role may do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Permit {
+pub(crate) enum Permit {
     Yes,
     /// Only on holds of the caller's own token ([`Owner`]).
     OwnHolds,
@@ -314,7 +314,7 @@ pub enum Permit {
 
 /// Whether `role` may send `request`: every action is named here, so a new
 /// one must say who may use it.
-pub fn allowed(role: Role, request: &Request) -> Permit {
+pub(crate) fn allowed(role: Role, request: &Request) -> Permit {
     let admin = role == Role::Admin;
     match request {
         // Keys (the listing of holders and waiters) is the `keys` of a lock
@@ -336,7 +336,7 @@ pub fn allowed(role: Role, request: &Request) -> Permit {
 }
 
 /// The refusal of a release (or reclaim) of a hold that is not the caller's.
-pub const NOT_YOURS: &str =
+pub(crate) const NOT_YOURS: &str =
     "token role 'lock' may release only the holds of its own token; an admin token can";
 
 #[cfg(test)]

@@ -12,7 +12,13 @@ use super::table::{Ask, TryOutcome};
 use super::Shared;
 use crate::proto::{Answer, Hold};
 
-pub async fn serve(mut stream: Stream, shared: &Arc<Shared>, key: Vec<u8>, ask: Ask, hold: Hold) {
+pub(super) async fn serve(
+    mut stream: Stream,
+    shared: &Arc<Shared>,
+    key: Vec<u8>,
+    ask: Ask,
+    hold: Hold,
+) {
     let g = match shared.table.try_lock(&key, &ask) {
         TryOutcome::Granted(g) => g,
         TryOutcome::Busy => {

@@ -19,7 +19,7 @@ use crate::proto::{Answer, ReleaseKind};
 /// The answers differ by `kind` (see [`ReleaseKind`]). Only the holds
 /// `whose` may release are looked at (a `lock` token's own); `Err` if the
 /// key is held, but by none of them.
-pub async fn release_by(
+pub(super) async fn release_by(
     shared: &Shared,
     peer: SocketAddr,
     key: &[u8],

@@ -17,7 +17,7 @@ use super::record::{decode_ref, Next, RecordRef, HEADER};
 use crate::mode::LockMode;
 
 #[derive(Debug, Default, Clone)]
-pub struct Live {
+pub(super) struct Live {
     /// Each key's live holds, ordered by key.
     keys: BTreeSet<KeyHolds>,
     /// The framed bytes of them all: what a compacted log needs.
@@ -100,7 +100,7 @@ impl Ord for KeyHolds {
 
 /// What a framed record does to its key's holds.
 #[derive(Debug, Clone, Copy)]
-pub enum Change {
+pub(super) enum Change {
     /// A Grant: exclusive (the key's only hold) or not.
     Grant { exclusive: bool },
     /// The hold under that token ends (every hold, without one).
@@ -109,7 +109,7 @@ pub enum Change {
 
 impl Change {
     /// The change `record` makes; none for a Floor.
-    pub fn of(record: &RecordRef<'_>) -> Option<Change> {
+    pub(super) fn of(record: &RecordRef<'_>) -> Option<Change> {
         match *record {
             RecordRef::Grant { mode, .. } => Some(Change::Grant {
                 exclusive: mode == LockMode::Exclusive,
@@ -146,7 +146,7 @@ impl Change {
 impl Live {
     /// Applies `record` (framed as `framed`, in this build's format, for a
     /// Grant) to the set.
-    pub fn apply(&mut self, record: &RecordRef<'_>, framed: &[u8]) {
+    pub(super) fn apply(&mut self, record: &RecordRef<'_>, framed: &[u8]) {
         let Some(change) = Change::of(record) else {
             return;
         };
@@ -170,7 +170,9 @@ impl Live {
     /// order, each key's in log order (the order within a key is all that
     /// matters: the changes of different keys commute). Built in one pass:
     /// no lookup per record, and the set's tree filled node by node.
-    pub fn from_key_order<'a>(changes: impl IntoIterator<Item = (Change, &'a [u8])>) -> Live {
+    pub(super) fn from_key_order<'a>(
+        changes: impl IntoIterator<Item = (Change, &'a [u8])>,
+    ) -> Live {
         let mut keys: Vec<KeyHolds> = Vec::new();
         let mut bytes = 0;
         let mut holds: Vec<u8> = Vec::new();
@@ -198,20 +200,20 @@ impl Live {
     }
 
     /// Applies every record of a batch (framed records, back to back).
-    pub fn apply_batch(&mut self, mut bytes: &[u8]) {
+    pub(super) fn apply_batch(&mut self, mut bytes: &[u8]) {
         while let Next::Record(record, used) = decode_ref(bytes) {
             self.apply(&record, &bytes[..used]);
             bytes = &bytes[used..];
         }
     }
 
-    pub fn bytes(&self) -> u64 {
+    pub(super) fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// The framed Grant record of every live hold, by key, each key's
     /// oldest first.
-    pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
+    pub(super) fn frames(&self) -> impl Iterator<Item = &[u8]> {
         self.keys.iter().flat_map(KeyHolds::frames)
     }
 }

@@ -12,15 +12,15 @@ use std::time::Duration;
 use super::wait_until;
 
 /// A spawned process killed (by its pid) if the test ends while it runs.
-pub struct Guard(pub Child);
+pub(crate) struct Guard(pub Child);
 
 impl Guard {
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.0.id() as i32
     }
 
     /// Waits up to `limit` for the exit; the status code (128+N for signal N).
-    pub fn wait_for(&mut self, limit: Duration) -> Option<i32> {
+    pub(crate) fn wait_for(&mut self, limit: Duration) -> Option<i32> {
         let mut code = None;
         wait_until(limit, || match self.0.try_wait() {
             Ok(Some(status)) => {
@@ -45,41 +45,43 @@ impl Drop for Guard {
 
 /// Kills a process the test did not start itself (found by pid) with
 /// SIGKILL when dropped, if it is still there.
-pub struct KillOnDrop(pub i32);
+pub(crate) struct KillOnDrop(pub i32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if !is_dead(self.0) {
+            // SAFETY: kill(2) takes only integers: no memory of ours is involved.
             unsafe { libc::kill(self.0, libc::SIGKILL) };
         }
     }
 }
 
 /// The state letter of a process from /proc (R, S, T, Z...), None if gone.
-pub fn proc_state(pid: i32) -> Option<char> {
+pub(crate) fn proc_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
     after.chars().next()
 }
 
 /// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
-pub fn proc_field(pid: i32, n: usize) -> Option<i64> {
+pub(crate) fn proc_field(pid: i32, n: usize) -> Option<i64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
     after.split(' ').nth(n - 3)?.parse().ok()
 }
 
 /// Gone, or a zombie waiting to be reaped.
-pub fn is_dead(pid: i32) -> bool {
+pub(crate) fn is_dead(pid: i32) -> bool {
     matches!(proc_state(pid), None | Some('Z') | Some('X'))
 }
 
-pub fn signal(pid: i32, sig: i32) {
+pub(crate) fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
 }
 
 /// Reads a pid a script wrote to `path`, waiting up to 10 s for it.
-pub fn read_pid(path: &std::path::Path) -> i32 {
+pub(crate) fn read_pid(path: &std::path::Path) -> i32 {
     let mut pid = None;
     wait_until(Duration::from_secs(10), || {
         pid = std::fs::read_to_string(path)
@@ -91,7 +93,7 @@ pub fn read_pid(path: &std::path::Path) -> i32 {
 }
 
 /// A pseudo-terminal: the master side, and everything read from it.
-pub struct Pty {
+pub(crate) struct Pty {
     master: File,
     read: Arc<(Mutex<Seen>, Condvar)>,
 }
@@ -109,7 +111,7 @@ impl Pty {
     /// Runs `cmd` as a session leader whose controlling terminal is a new
     /// pseudo-terminal (stdin, stdout and stderr on it), as a login shell
     /// would be.
-    pub fn spawn(mut cmd: Command) -> (Pty, Guard) {
+    pub(crate) fn spawn(mut cmd: Command) -> (Pty, Guard) {
         let (mut master, mut slave) = (0, 0);
         let size = libc::winsize {
             ws_row: 24,
@@ -117,6 +119,7 @@ impl Pty {
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
+        // SAFETY: openpty writes the two descriptors into live integers and reads `size`; the name and termios pointers may be null.
         let rc = unsafe {
             libc::openpty(
                 &mut master,
@@ -129,13 +132,17 @@ impl Pty {
         assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
         // Not inherited by anything else the tests start.
         for fd in [master, slave] {
+            // SAFETY: fcntl on descriptors this function owns; no memory is passed.
             unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
+        // SAFETY: openpty just returned this descriptor, and nothing else owns it.
         let master = unsafe { File::from(OwnedFd::from_raw_fd(master)) };
+        // SAFETY: openpty just returned this descriptor, and nothing else owns it.
         let slave = unsafe { File::from(OwnedFd::from_raw_fd(slave)) };
         cmd.stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
             .stderr(slave);
+        // SAFETY: the closure calls only setsid and ioctl, both async-signal-safe, and allocates nothing.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
@@ -173,14 +180,14 @@ impl Pty {
     }
 
     /// Types `bytes` at the terminal (0x03 is Ctrl-C, 0x1a Ctrl-Z).
-    pub fn type_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn type_bytes(&mut self, bytes: &[u8]) {
         self.master.write_all(bytes).unwrap();
         self.master.flush().unwrap();
     }
 
     /// What was read so far: while a process still has the terminal open,
     /// its last writes may not be in it yet (see [`Pty::final_output`]).
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         String::from_utf8_lossy(&self.read.0.lock().unwrap().bytes).into_owned()
     }
 
@@ -190,7 +197,7 @@ impl Pty {
     /// fails naming what it read so far if something still holds it. A
     /// status check of the child (its exit) says nothing of whether the
     /// reader has read its last line yet.
-    pub fn final_output(&self, limit: Duration) -> String {
+    pub(crate) fn final_output(&self, limit: Duration) -> String {
         let (lock, cvar) = &*self.read;
         let (read, _) = cvar
             .wait_timeout_while(lock.lock().unwrap(), limit, |r| !r.drained)
@@ -205,7 +212,7 @@ impl Pty {
     }
 
     /// Waits up to `limit` for `text` to appear in the output.
-    pub fn wait_for_output(&self, text: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_for_output(&self, text: &str, limit: Duration) -> bool {
         wait_until(limit, || self.output().contains(text))
     }
 }
@@ -228,7 +235,7 @@ fn stopped_or_frozen(pid: i32) -> bool {
 /// stopped (state T; the command may be frozen in `vfork` instead, see
 /// [`stopped_or_frozen`]); the failure names both states and what
 /// `context` adds (the terminal's output, say).
-pub fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) {
+pub(crate) fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) {
     assert!(
         wait_until(Duration::from_secs(10), || stopped_or_frozen(command)
             && proc_state(lc) == Some('T')),
@@ -241,7 +248,7 @@ pub fn assert_both_stopped(command: i32, lc: i32, context: impl Fn() -> String) 
 
 /// A temporary directory and the paths of files named `names` in it (not
 /// created): the pid files, gates and marks a test's scripts write.
-pub fn temp_files<const N: usize>(
+pub(crate) fn temp_files<const N: usize>(
     names: [&str; N],
 ) -> (tempfile::TempDir, [std::path::PathBuf; N]) {
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,6 @@
 //! `InterProcessReadWriteLock` read or write lock, or one lease of an
 //! `InterProcessSemaphoreV2`, logs `start TAG NS`/`end TAG NS` as the
 //! shell commands do, holds it for a while and gives it back.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -56,7 +55,7 @@ fn compiled() -> &'static PathBuf {
 }
 
 /// What the peer takes.
-pub enum Recipe {
+pub(crate) enum Recipe {
     Read,
     Write,
     Semaphore(u32),
@@ -64,7 +63,14 @@ pub enum Recipe {
 
 /// Starts a peer on `path` (a znode path), holding for `hold_ms` once it
 /// has the lock. It prints `waiting` once connected, before it asks.
-pub fn peer(hosts: &str, path: &str, recipe: Recipe, hold_ms: u64, log: &Path, tag: &str) -> Child {
+pub(crate) fn peer(
+    hosts: &str,
+    path: &str,
+    recipe: Recipe,
+    hold_ms: u64,
+    log: &Path,
+    tag: &str,
+) -> Child {
     let (mode, n) = match recipe {
         Recipe::Read => ("read", 0),
         Recipe::Write => ("write", 0),

@@ -12,7 +12,7 @@ use super::serve::Server;
 
 /// A tmpfs of `size` mounted at `mnt`, unmounted (then the directory
 /// removed) when dropped.
-pub struct SmallDisk {
+pub(crate) struct SmallDisk {
     pub mnt: PathBuf,
     // Dropped in this order: unmount, then remove the directory.
     _tmpfs: Tmpfs,
@@ -20,7 +20,7 @@ pub struct SmallDisk {
 }
 
 impl SmallDisk {
-    pub fn mount(size: &str) -> SmallDisk {
+    pub(crate) fn mount(size: &str) -> SmallDisk {
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
@@ -33,7 +33,7 @@ impl SmallDisk {
     }
 
     /// Fills the file system with one file, until it refuses; its path.
-    pub fn fill(&self) -> PathBuf {
+    pub(crate) fn fill(&self) -> PathBuf {
         let p = self.mnt.join("filler");
         let mut f = std::fs::File::create(&p).unwrap();
         let block = [0xabu8; 4096];
@@ -49,7 +49,7 @@ impl SmallDisk {
     /// Fills the disk, then grows `server`'s log (which is on this disk)
     /// with short grants until one is refused: the log's last page is then
     /// too full for a long key's release. The filler's path.
-    pub fn fill_to_the_page(&self, server: &Server) -> PathBuf {
+    pub(crate) fn fill_to_the_page(&self, server: &Server) -> PathBuf {
         let filler = self.fill();
         for i in 0..4000 {
             match server.raw(&frame(LOCK, format!("p{i}").as_bytes(), Some(b"s"))) {

@@ -1,13 +1,12 @@
 //! A private single-member etcd on 127.0.0.1 for one test: its own temp
 //! data dir, free client and peer ports, readiness by `etcdctl endpoint
 //! health`, killed when dropped. `etcdctl` runs against it with API v3.
-#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct Etcd {
+pub(crate) struct Etcd {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Child,
@@ -25,7 +24,7 @@ fn free_port() -> u16 {
 }
 
 impl Etcd {
-    pub fn start() -> Etcd {
+    pub(crate) fn start() -> Etcd {
         Etcd::start_with("http", &[], |port| {
             vec!["--endpoints".into(), format!("127.0.0.1:{port}")]
         })
@@ -33,7 +32,7 @@ impl Etcd {
 
     /// Serving clients over TLS only, with `ca`'s server certificate, and
     /// asking clients for theirs.
-    pub fn start_tls(ca: &super::tls::TestCa) -> Etcd {
+    pub(crate) fn start_tls(ca: &super::tls::TestCa) -> Etcd {
         let server = [
             "--cert-file".into(),
             ca.file("server.pem"),
@@ -110,18 +109,20 @@ impl Etcd {
     }
 
     /// The server's process id (benchmarks read its memory).
-    pub fn pid(&self) -> u32 {
+    #[allow(dead_code)] // the benchmarks' (examples/), not the suite's
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Where the member keeps its data.
-    pub fn data_dir(&self) -> std::path::PathBuf {
+    #[allow(dead_code)] // the benchmarks' (examples/), not the suite's
+    pub(crate) fn data_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("data")
     }
 
     /// Adds the user `root` with `password` and the role `root`, and turns
     /// authentication on: `ctl` without credentials is refused from then on.
-    pub fn enable_auth(&self, password: &str) {
+    pub(crate) fn enable_auth(&self, password: &str) {
         for args in [
             &[
                 "user",
@@ -140,20 +141,20 @@ impl Etcd {
         }
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
     /// `etcdctl --endpoints 127.0.0.1:PORT ARGS...` (API v3), with the TLS
     /// flags of a `start_tls` etcd.
-    pub fn ctl(&self, args: &[&str]) -> Command {
+    pub(crate) fn ctl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");
         cmd.env("ETCDCTL_API", "3").args(&self.ctl_args).args(args);
         cmd
     }
 
     /// The keys under `prefix` (`get --prefix --keys-only`).
-    pub fn keys(&self, prefix: &str) -> Vec<String> {
+    pub(crate) fn keys(&self, prefix: &str) -> Vec<String> {
         let out = self
             .ctl(&["get", "--prefix", "--keys-only", prefix])
             .output()
@@ -166,7 +167,7 @@ impl Etcd {
     }
 
     /// `lc-cli --server etcd://127.0.0.1:PORT[QUERY] ARGS...`
-    pub fn lc(&self, query: &str, args: &[&str]) -> Command {
+    pub(crate) fn lc(&self, query: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(super::BIN);
         cmd.arg("--server")
             .arg(format!("etcd://{}{query}", self.endpoint()))
@@ -185,14 +186,15 @@ impl Drop for Etcd {
 }
 
 /// Three members on 127.0.0.1, each with its own data dir and ports.
-pub struct EtcdCluster {
+pub(crate) struct EtcdCluster {
     pub ports: Vec<u16>,
-    dir: tempfile::TempDir,
+    /// Kept for its drop: the members' data and logs.
+    _dir: tempfile::TempDir,
     children: Vec<Option<Child>>,
 }
 
 impl EtcdCluster {
-    pub fn start() -> EtcdCluster {
+    pub(crate) fn start() -> EtcdCluster {
         let dir = tempfile::tempdir().expect("temp dir for etcd");
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
         let cluster: Vec<String> = ports
@@ -223,7 +225,7 @@ impl EtcdCluster {
         }
         let c = EtcdCluster {
             ports: ports.iter().map(|(p, _)| *p).collect(),
-            dir,
+            _dir: dir,
             children,
         };
         let start = Instant::now();
@@ -237,7 +239,7 @@ impl EtcdCluster {
         c
     }
 
-    pub fn endpoints(&self) -> String {
+    pub(crate) fn endpoints(&self) -> String {
         self.ports
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
@@ -246,7 +248,7 @@ impl EtcdCluster {
     }
 
     /// The index of the member that says it leads.
-    pub fn leader(&self) -> Option<usize> {
+    pub(crate) fn leader(&self) -> Option<usize> {
         for (i, p) in self.ports.iter().enumerate() {
             if self.children[i].is_none() {
                 continue;
@@ -267,7 +269,7 @@ impl EtcdCluster {
         None
     }
 
-    pub fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.children[i].take() {
             let _ = c.kill();
             let _ = c.wait();

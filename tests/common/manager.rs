@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::serve::connect;
 
 /// A plain HTTP/1.1 GET: the status line and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut s = connect(addr);
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut raw = String::new();
@@ -19,7 +19,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
 }
 
 /// `u32 n` then n × (`u8 len`, bytes): the body of RSET and RSBS.
-pub fn names(names: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn names(names: &[&[u8]]) -> Vec<u8> {
     let mut out = (names.len() as u32).to_le_bytes().to_vec();
     for n in names {
         out.push(n.len() as u8);
@@ -29,7 +29,7 @@ pub fn names(names: &[&[u8]]) -> Vec<u8> {
 }
 
 /// The value of an unlabelled sample in Prometheus text.
-pub fn sample(text: &str, name: &str) -> f64 {
+pub(crate) fn sample(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))

@@ -1,21 +1,20 @@
 //! Starting the real binary and real servers on 127.0.0.1 for the tests.
-#![allow(dead_code)]
 
-pub mod serve;
+pub(crate) mod serve;
 
 use std::io::Read;
 use std::net::TcpStream;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_lc-cli");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_lc-cli");
 
 #[allow(unused_imports)]
-pub use serve::{Serve, Server};
+pub(crate) use serve::{Serve, Server};
 
 /// `lc-cli --server SERVER ARGS...`, ready to run, free of the caller's
 /// `LC_SERVER` and `LC_SOURCE`.
-pub fn lc_at(server: &str, args: &[&str]) -> Command {
+pub(crate) fn lc_at(server: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.arg("--server").arg(server).args(args);
     cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
@@ -23,20 +22,19 @@ pub fn lc_at(server: &str, args: &[&str]) -> Command {
 }
 
 /// The one-byte protocol's action bytes, for tests that speak it raw.
-pub mod action {
-    pub const LOCK: u8 = 1;
-    pub const UNLOCK: u8 = 2;
-    pub const RESET_KEY: u8 = 3;
-    pub const RESET_SOURCE: u8 = 4;
-    pub const TRY: u8 = 5;
-    pub const RELEASE: u8 = 6;
+pub(crate) mod action {
+    pub(crate) const LOCK: u8 = 1;
+    pub(crate) const UNLOCK: u8 = 2;
+    pub(crate) const RESET_KEY: u8 = 3;
+    pub(crate) const RESET_SOURCE: u8 = 4;
+    pub(crate) const TRY: u8 = 5;
+    pub(crate) const RELEASE: u8 = 6;
     /// An action number no server knows (lc-cli's own end at 17, Keys; 18
     /// and up are kept for the next ones).
-    #[allow(dead_code)]
-    pub const UNKNOWN: u8 = 200;
+    pub(crate) const UNKNOWN: u8 = 200;
 }
 
-pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
+pub(crate) fn read_byte(s: &mut TcpStream) -> Option<u8> {
     let mut b = [0u8; 1];
     match s.read(&mut b) {
         Ok(1) => Some(b[0]),
@@ -44,7 +42,7 @@ pub fn read_byte(s: &mut TcpStream) -> Option<u8> {
     }
 }
 
-pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
+pub(crate) fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
     let mut f = vec![action, key.len() as u8];
     f.extend_from_slice(key);
     if let Some(s) = source {
@@ -56,7 +54,7 @@ pub fn frame(action: u8, key: &[u8], source: Option<&[u8]>) -> Vec<u8> {
 
 /// The first non-loopback IPv4 address of this machine, as `hostname -I`
 /// lists them; none is a failure (the tests need one), not a skip.
-pub fn host_ip() -> String {
+pub(crate) fn host_ip() -> String {
     let out = Command::new("hostname")
         .arg("-I")
         .output()
@@ -73,7 +71,7 @@ pub fn host_ip() -> String {
 
 /// Runs a command and shows the exact command line and its output if the
 /// status is not the expected one.
-pub fn expect_status(cmd: &mut Command, expected: i32) -> Output {
+pub(crate) fn expect_status(cmd: &mut Command, expected: i32) -> Output {
     let line = format!("{cmd:?}");
     let out = cmd.output().expect("run lc-cli");
     // Killed by signal N (lc-cli re-raises its command's) reads as 128+N, as
@@ -97,7 +95,7 @@ pub fn expect_status(cmd: &mut Command, expected: i32) -> Output {
 
 /// Runs a command that must fail with `expected` and say why in one line
 /// on stderr; that line.
-pub fn expect_error_line(cmd: &mut Command, expected: i32) -> String {
+pub(crate) fn expect_error_line(cmd: &mut Command, expected: i32) -> String {
     let out = expect_status(cmd, expected);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -107,8 +105,10 @@ pub fn expect_error_line(cmd: &mut Command, expected: i32) -> String {
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
 /// Waits at most `limit` for a child to end (killing it past that, and
 /// failing): its status and its stderr.
-#[allow(dead_code)]
-pub fn finish_within(limit: Duration, mut child: std::process::Child) -> (Option<i32>, String) {
+pub(crate) fn finish_within(
+    limit: Duration,
+    mut child: std::process::Child,
+) -> (Option<i32>, String) {
     let ok = wait_until(limit, || child.try_wait().unwrap().is_some());
     if !ok {
         let _ = child.kill();
@@ -126,7 +126,7 @@ pub fn finish_within(limit: Duration, mut child: std::process::Child) -> (Option
 /// local ends of the suite's own connections, which three tests at a time
 /// open by the thousand (a pair after port 0 failed 50 tries in a row so).
 /// Free when checked: a caller that loses the race tries again.
-pub fn free_port_pair() -> u16 {
+pub(crate) fn free_port_pair() -> u16 {
     free_ports_in_a_row(2)
 }
 
@@ -136,7 +136,7 @@ pub fn free_port_pair() -> u16 {
 /// (PostgreSQL, Redis, etcd): a port the kernel handed out could be the
 /// local end of another test's connection by the time of the restart (a
 /// PostgreSQL restart failed in CI so).
-pub fn free_ports_in_a_row(n: u16) -> u16 {
+pub(crate) fn free_ports_in_a_row(n: u16) -> u16 {
     use std::net::TcpListener;
     // A start of its own per test process, so that tests at once seldom meet.
     let nanos = std::time::SystemTime::now()
@@ -156,7 +156,7 @@ pub fn free_ports_in_a_row(n: u16) -> u16 {
     panic!("no {n} free ports in a row in 23000-32000 after 500 tries");
 }
 
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if cond() {
@@ -166,31 +166,31 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
-pub mod cli;
-pub mod curator;
-pub mod disk;
-pub mod etcd;
-pub mod manager;
-pub mod partition;
-pub mod pg;
-pub mod proxy;
-pub mod redis;
-pub mod spans;
-pub mod timeline;
-pub mod tls;
-pub mod waiters;
-pub mod wal;
-pub mod zk;
+pub(crate) mod cli;
+pub(crate) mod curator;
+pub(crate) mod disk;
+pub(crate) mod etcd;
+pub(crate) mod manager;
+pub(crate) mod partition;
+pub(crate) mod pg;
+pub(crate) mod proxy;
+pub(crate) mod redis;
+pub(crate) mod spans;
+pub(crate) mod timeline;
+pub(crate) mod tls;
+pub(crate) mod waiters;
+pub(crate) mod wal;
+pub(crate) mod zk;
 
 /// How long a negative check watches for something that must not happen
 /// (a waiter running while the key is held, a stopped command going on).
 /// Such a check cannot end early on success; this bounds what it costs.
-pub const QUIET: Duration = Duration::from_millis(300);
+pub(crate) const QUIET: Duration = Duration::from_millis(300);
 
 /// Polls `ok` every 10 ms for `period`: false as soon as it fails, true if
 /// it held throughout. For "nothing happens for T", where a fixed sleep and
 /// one look would miss a violation that comes and goes.
-pub fn holds_for(period: Duration, mut ok: impl FnMut() -> bool) -> bool {
+pub(crate) fn holds_for(period: Duration, mut ok: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < period {
         if !ok() {

@@ -17,7 +17,7 @@ const LIMIT: Duration = Duration::from_secs(40);
 /// Times after the freeze, in ms: the holder's command gone, the waiter's
 /// command started.
 #[derive(Debug)]
-pub struct Trial {
+pub(crate) struct Trial {
     pub holder_gone: f64,
     pub waiter_start: f64,
 }
@@ -26,7 +26,7 @@ pub struct Trial {
 /// `waiter(script)` directly; `queued()` says when the waiter is in line.
 /// Both lc-cli runs are checked: the holder exits 75 saying it lost the
 /// lock, the waiter 0.
-pub fn trial(
+pub(crate) fn trial(
     proxy: &Proxy,
     on_term: OnTerm,
     holder: impl FnOnce(&str) -> Command,
@@ -70,7 +70,7 @@ pub fn trial(
 /// Runs `trial(n, kind)` for every kind at once (each on keys and a proxy
 /// of its own), prints every margin, then fails if two commands overlapped
 /// in any of them. `label` names the setting, as `session 4s`.
-pub fn trials(label: &str, kinds: &[OnTerm], trial: impl Fn(usize, OnTerm) -> Trial + Sync) {
+pub(crate) fn trials(label: &str, kinds: &[OnTerm], trial: impl Fn(usize, OnTerm) -> Trial + Sync) {
     let trials: Vec<(OnTerm, Trial)> = std::thread::scope(|s| {
         let handles: Vec<_> = kinds
             .iter()

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use super::redis::free_port;
 use super::BIN;
 
-pub const PASSWORD: &str = "s3cret-pw";
+pub(crate) const PASSWORD: &str = "s3cret-pw";
 
 /// The newest installed PostgreSQL's bin directory.
-pub fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .expect("PostgreSQL must be installed (apt-get install postgresql)")
         .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
@@ -27,7 +27,7 @@ pub fn bin_dir() -> PathBuf {
     dirs.pop().expect("no /usr/lib/postgresql/*/bin/initdb")
 }
 
-pub fn postgres_ids() -> (u32, u32) {
+pub(crate) fn postgres_ids() -> (u32, u32) {
     let out = Command::new("id")
         .args(["-u", "postgres"])
         .output()
@@ -41,14 +41,14 @@ pub fn postgres_ids() -> (u32, u32) {
     (uid, gid)
 }
 
-pub struct PgServer {
+pub(crate) struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl PgServer {
-    pub fn start() -> PgServer {
+    pub(crate) fn start() -> PgServer {
         let dir = tempfile::tempdir_in("/dev/shm")
             .or_else(|_| tempfile::tempdir())
             .unwrap();
@@ -128,13 +128,15 @@ impl PgServer {
     }
 
     /// SIGKILL to the postmaster and all its backends, as after a crash.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) takes only integers: no memory of ours is involved.
             unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
             let _ = c.wait();
             // The backends are gone once nobody uses the group.
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(10)
+                // SAFETY: kill(2) takes only integers: no memory of ours is involved.
                 && unsafe { libc::kill(-(c.id() as i32), 0) } == 0
             {
                 std::thread::sleep(Duration::from_millis(20));
@@ -143,12 +145,12 @@ impl PgServer {
     }
 
     /// Starts it again on the same port and data (crash recovery).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         assert!(self.try_start(), "PostgreSQL did not start again");
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
             self.port
@@ -156,7 +158,7 @@ impl PgServer {
     }
 
     /// `lc-cli --server URL ARGS...`
-    pub fn lc(&self, args: &[&str]) -> Command {
+    pub(crate) fn lc(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.arg("--server").arg(self.url()).args(args);
         cmd.env_remove("LC_SERVER")
@@ -166,7 +168,7 @@ impl PgServer {
     }
 
     /// psql over TCP as the superuser, the password in PGPASSWORD.
-    pub fn psql_cmd(&self, sql: &str) -> Command {
+    pub(crate) fn psql_cmd(&self, sql: &str) -> Command {
         let mut cmd = Command::new(bin_dir().join("psql"));
         cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args([
@@ -194,7 +196,7 @@ impl PgServer {
     }
 
     /// Runs SQL, panics on failure, returns the trimmed output.
-    pub fn sql(&self, sql: &str) -> String {
+    pub(crate) fn sql(&self, sql: &str) -> String {
         let out = self.psql_as("postgres", sql);
         assert!(
             out.status.success(),
@@ -205,7 +207,7 @@ impl PgServer {
     }
 
     /// How many sessions wait for (not hold) the advisory lock of `key`.
-    pub fn waiters(&self, key: &str) -> usize {
+    pub(crate) fn waiters(&self, key: &str) -> usize {
         self.sql(&format!(
             "select count(*) from pg_locks where locktype = 'advisory' and not granted \
              and objid = (hashtextextended('{key}', 0) & 4294967295)::oid"
@@ -215,7 +217,7 @@ impl PgServer {
     }
 
     /// Whether someone holds the advisory lock of `key`.
-    pub fn held(&self, key: &str) -> bool {
+    pub(crate) fn held(&self, key: &str) -> bool {
         self.sql(&format!(
             "select count(*) from pg_locks where locktype = 'advisory' and granted \
              and objid = (hashtextextended('{key}', 0) & 4294967295)::oid"

@@ -3,7 +3,6 @@
 //! stays open (no bytes, no FIN, no RST), as a network path that goes
 //! silent does; new connections are accepted and frozen too. Threads only,
 //! stopped when the proxy is dropped.
-#![allow(dead_code)]
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -11,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub port: u16,
     frozen: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -21,7 +20,7 @@ pub struct Proxy {
 const POLL: Duration = Duration::from_millis(5);
 
 impl Proxy {
-    pub fn start(target_port: u16) -> Proxy {
+    pub(crate) fn start(target_port: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -33,17 +32,17 @@ impl Proxy {
     }
 
     /// `127.0.0.1:PORT`
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
     /// From now on nothing is forwarded either way; connections stay open.
-    pub fn freeze(&self) {
+    pub(crate) fn freeze(&self) {
         self.frozen.store(true, SeqCst);
     }
 
     /// Forwarding resumes, with whatever was held back.
-    pub fn thaw(&self) {
+    pub(crate) fn thaw(&self) {
         self.frozen.store(false, SeqCst);
     }
 }

@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct RedisServer {
+pub(crate) struct RedisServer {
     pub port: u16,
     child: Option<Child>,
     /// The AOF's directory; None: volatile.
@@ -20,7 +20,7 @@ pub struct RedisServer {
 
 /// A port nobody listens on right now, below the ephemeral range
 /// ([`super::free_ports_in_a_row`]).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     super::free_ports_in_a_row(1)
 }
 
@@ -34,18 +34,18 @@ fn aof_dir() -> tempfile::TempDir {
 
 impl RedisServer {
     /// A node that keeps its data across a restart.
-    pub fn start() -> RedisServer {
+    pub(crate) fn start() -> RedisServer {
         RedisServer::start_mode(true)
     }
 
     /// A node without persistence: a restart empties it.
-    pub fn start_volatile() -> RedisServer {
+    pub(crate) fn start_volatile() -> RedisServer {
         RedisServer::start_mode(false)
     }
 
     /// A durable node on a port chosen beforehand (clients may already be
     /// trying it).
-    pub fn start_at(port: u16) -> RedisServer {
+    pub(crate) fn start_at(port: u16) -> RedisServer {
         let mut server = RedisServer {
             port,
             child: None,
@@ -63,7 +63,11 @@ impl RedisServer {
 
     /// A node with more options (`--tls-port`, ...) whose default user needs
     /// `password`, when given (`--requirepass` is added here).
-    pub fn start_secured(durable: bool, extra: &[String], password: Option<&str>) -> RedisServer {
+    pub(crate) fn start_secured(
+        durable: bool,
+        extra: &[String],
+        password: Option<&str>,
+    ) -> RedisServer {
         let mut extra = extra.to_vec();
         if let Some(p) = password {
             extra.extend(["--requirepass".to_string(), p.to_string()]);
@@ -129,7 +133,7 @@ impl RedisServer {
     }
 
     /// Kills the server (SIGKILL: nothing survives, as after a crash).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -137,7 +141,7 @@ impl RedisServer {
     }
 
     /// Starts again on the same port: empty unless durable.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.stop();
         assert!(
             self.try_start(),
@@ -146,7 +150,7 @@ impl RedisServer {
         );
     }
 
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
@@ -158,11 +162,11 @@ impl RedisServer {
     }
 
     /// The `--server` value for this one node.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://{}", self.addr())
     }
 
-    pub fn con(&self) -> redis::Connection {
+    pub(crate) fn con(&self) -> redis::Connection {
         let client = redis::Client::open(self.url_plain()).unwrap();
         client
             .get_connection_with_timeout(Duration::from_secs(2))
@@ -170,7 +174,7 @@ impl RedisServer {
     }
 
     /// Runs one command, panicking on error.
-    pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+    pub(crate) fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
             cmd.arg(*a);
@@ -180,15 +184,15 @@ impl RedisServer {
     }
 
     /// How many waiters are queued for `key`.
-    pub fn queued(&self, key: &str) -> i64 {
+    pub(crate) fn queued(&self, key: &str) -> i64 {
         self.query(&["ZCARD", &format!("lc-cli:{{{key}}}:queue")])
     }
 
-    pub fn lock_key(key: &str) -> String {
+    pub(crate) fn lock_key(key: &str) -> String {
         format!("lc-cli:{{{key}}}:lock")
     }
 
-    pub fn holder(&self, key: &str) -> Option<String> {
+    pub(crate) fn holder(&self, key: &str) -> Option<String> {
         self.query(&["GET", &Self::lock_key(key)])
     }
 }
@@ -199,19 +203,19 @@ impl Drop for RedisServer {
     }
 }
 
-pub use super::lc_at as lc;
+pub(crate) use super::lc_at as lc;
 
 /// The `--server` value for several nodes.
-pub fn quorum_url(nodes: &[RedisServer]) -> String {
+pub(crate) fn quorum_url(nodes: &[RedisServer]) -> String {
     let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
     format!("redis://{}", addrs.join(","))
 }
 
 /// A spawned lc-cli, killed (with its process group's leader) if still running when dropped.
-pub struct Running(pub Child);
+pub(crate) struct Running(pub Child);
 
 impl Running {
-    pub fn spawn(cmd: &mut Command) -> Running {
+    pub(crate) fn spawn(cmd: &mut Command) -> Running {
         Running(
             cmd.stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -221,7 +225,7 @@ impl Running {
     }
 
     /// Waits at most `limit` for the exit; returns (status, stderr).
-    pub fn finish(mut self, limit: Duration) -> (i32, String) {
+    pub(crate) fn finish(mut self, limit: Duration) -> (i32, String) {
         let start = Instant::now();
         loop {
             if let Some(status) = self.0.try_wait().unwrap() {
@@ -253,20 +257,20 @@ impl Running {
 
     /// Waits at most `limit` for the exit, which must be `code`; returns
     /// stderr.
-    pub fn expect_exit(self, code: i32, limit: Duration) -> String {
+    pub(crate) fn expect_exit(self, code: i32, limit: Duration) -> String {
         let (got, err) = self.finish(limit);
         assert_eq!(got, code, "{err}");
         err
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.0.id() as i32
     }
 }
 
 /// `lc-cli [OPTS...] --ttl TTL lock k --kill-after 1s COMMAND...` at
 /// `url`, started: a loss of `k` stops its command within a second.
-pub fn hold_k(url: &str, opts: &[&str], ttl: &str, command: &[&str]) -> Running {
+pub(crate) fn hold_k(url: &str, opts: &[&str], ttl: &str, command: &[&str]) -> Running {
     let mut args = opts.to_vec();
     args.extend_from_slice(&["--ttl", ttl, "lock", "k", "--kill-after", "1s"]);
     args.extend_from_slice(command);
@@ -276,7 +280,7 @@ pub fn hold_k(url: &str, opts: &[&str], ttl: &str, command: &[&str]) -> Running 
 /// Holds `k` detached at `url`, starts `n` waiters `waiter(i)` one after
 /// another, each once `queued(i + 1)` says the ones before it and it are in
 /// line, then unlocks `k`: every waiter ends with 0 within `limit`.
-pub fn serve_a_line(
+pub(crate) fn serve_a_line(
     url: &str,
     n: usize,
     mut waiter: impl FnMut(usize) -> Command,
@@ -306,7 +310,7 @@ impl Drop for Running {
 }
 
 /// `lc-cli --server URL [OPTS...] keys --json [ARGS...]`: one JSON object per line.
-pub fn keys_json(url: &str, opts: &[&str], args: &[&str]) -> Vec<serde_json::Value> {
+pub(crate) fn keys_json(url: &str, opts: &[&str], args: &[&str]) -> Vec<serde_json::Value> {
     let mut cmd = lc(url, opts);
     cmd.args(["keys", "--json"]).args(args);
     let out = super::expect_status(&mut cmd, 0);
@@ -319,7 +323,7 @@ pub fn keys_json(url: &str, opts: &[&str], args: &[&str]) -> Vec<serde_json::Val
 
 /// `lc-cli --server URL [OPTS...] keys [ARGS...]`: the table's rows (header
 /// first), split into cells.
-pub fn keys_table(url: &str, opts: &[&str], args: &[&str]) -> Vec<Vec<String>> {
+pub(crate) fn keys_table(url: &str, opts: &[&str], args: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = lc(url, opts);
     cmd.arg("keys").args(args);
     let out = super::expect_status(&mut cmd, 0);
@@ -331,7 +335,7 @@ pub fn keys_table(url: &str, opts: &[&str], args: &[&str]) -> Vec<Vec<String>> {
 }
 
 /// A shell command that waits (at most 20 s) until `gate` exists, then exits 0.
-pub fn until_exists(gate: &std::path::Path) -> String {
+pub(crate) fn until_exists(gate: &std::path::Path) -> String {
     format!(
         "for i in $(seq 400); do [ -e {g} ] && exit 0; sleep 0.05; done; exit 1",
         g = gate.display()

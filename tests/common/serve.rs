@@ -16,7 +16,7 @@ use super::{lc_at, wait_until, BIN};
 
 /// The options of a server to start.
 #[derive(Default, Clone)]
-pub struct Serve {
+pub(crate) struct Serve {
     args: Vec<String>,
     env: Vec<(String, String)>,
     listen: Option<String>,
@@ -24,7 +24,7 @@ pub struct Serve {
 }
 
 /// A running `lc-cli serve`.
-pub struct Server {
+pub(crate) struct Server {
     pub addr: SocketAddr,
     /// 0.0.0.0:0 when it is off (`--token-file` without `--manager`).
     pub manager: SocketAddr,
@@ -35,37 +35,37 @@ pub struct Server {
 }
 
 impl Serve {
-    pub fn new() -> Serve {
+    pub(crate) fn new() -> Serve {
         Serve::default()
     }
 
     /// More `serve` arguments (`--data`, `--read-timeout`, `--metrics`...).
-    pub fn args(mut self, extra: &[&str]) -> Serve {
+    pub(crate) fn args(mut self, extra: &[&str]) -> Serve {
         self.args.extend(extra.iter().map(|s| s.to_string()));
         self
     }
 
-    pub fn env(mut self, name: &str, value: &str) -> Serve {
+    pub(crate) fn env(mut self, name: &str, value: &str) -> Serve {
         self.env.push((name.to_string(), value.to_string()));
         self
     }
 
     /// Listens on `addr` instead of `127.0.0.1:0`.
-    pub fn listen(mut self, addr: &str) -> Serve {
+    pub(crate) fn listen(mut self, addr: &str) -> Serve {
         self.listen = Some(addr.to_string());
         self
     }
 
     /// Puts the manager on the lock port + 1, where `keys` and `reset` look
     /// for it by default: tries free pairs of ports, at most 20.
-    pub fn port_pair(mut self) -> Serve {
+    pub(crate) fn port_pair(mut self) -> Serve {
         self.port_pair = true;
         self
     }
 
     /// Starts it again on a port a server just had (it may not be free
     /// at once after a SIGKILL): tries for at most 20 s.
-    pub fn restart(self) -> Server {
+    pub(crate) fn restart(self) -> Server {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             match self.clone().try_start() {
@@ -78,7 +78,7 @@ impl Serve {
         }
     }
 
-    pub fn start(self) -> Server {
+    pub(crate) fn start(self) -> Server {
         if !self.port_pair {
             return self.try_start().unwrap_or_else(|(status, log)| {
                 panic!("lc-cli serve did not start ({status:?}):\n{log}")
@@ -101,7 +101,7 @@ impl Serve {
 
     /// Starts the server; if it exits before printing its addresses, returns
     /// its exit status and log instead.
-    pub fn try_start(self) -> Result<Server, (ExitStatus, String)> {
+    pub(crate) fn try_start(self) -> Result<Server, (ExitStatus, String)> {
         let listen = self.listen.as_deref().unwrap_or("127.0.0.1:0");
         let mut cmd = Command::new(BIN);
         cmd.args(["serve", "-v", "--listen", listen])
@@ -162,37 +162,37 @@ impl Serve {
 }
 
 impl Server {
-    pub fn start() -> Server {
+    pub(crate) fn start() -> Server {
         Serve::new().start()
     }
 
-    pub fn start_with(extra: &[&str]) -> Server {
+    pub(crate) fn start_with(extra: &[&str]) -> Server {
         Serve::new().args(extra).start()
     }
 
     /// `lc-cli --server ADDR ARGS...`, ready to run.
-    pub fn lc(&self, args: &[&str]) -> Command {
+    pub(crate) fn lc(&self, args: &[&str]) -> Command {
         lc_at(&self.addr.to_string(), args)
     }
 
     /// The address that reaches both ports: `lc://LOCK?manager=MANAGER`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("lc://{}?manager={}", self.addr, self.manager)
     }
 
-    pub fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         connect(self.addr)
     }
 
     /// Sends raw bytes, returns the one-byte answer (None if closed without one).
-    pub fn raw(&self, frame: &[u8]) -> Option<u8> {
+    pub(crate) fn raw(&self, frame: &[u8]) -> Option<u8> {
         let mut s = self.connect();
         s.write_all(frame).unwrap();
         super::read_byte(&mut s)
     }
 
     /// Sends a Lock request on a fresh connection, without reading the answer.
-    pub fn send_lock(&self, key: &[u8], source: &[u8]) -> TcpStream {
+    pub(crate) fn send_lock(&self, key: &[u8], source: &[u8]) -> TcpStream {
         let mut s = self.connect();
         s.write_all(&super::frame(1, key, Some(source))).unwrap();
         s
@@ -200,7 +200,7 @@ impl Server {
 
     /// Sends `request` to the manager port and reads everything it answers
     /// until it closes.
-    pub fn manage(&self, request: &[u8]) -> Vec<u8> {
+    pub(crate) fn manage(&self, request: &[u8]) -> Vec<u8> {
         let mut s = connect(self.manager);
         s.write_all(request).unwrap();
         let mut answer = Vec::new();
@@ -209,31 +209,31 @@ impl Server {
     }
 
     /// `GET /metrics`: the body of a 200 answer.
-    pub fn scrape(&self) -> String {
+    pub(crate) fn scrape(&self) -> String {
         let metrics = self.metrics.expect("started with --metrics");
         let (status, body) = super::manager::http_get(metrics, "/metrics");
         assert!(status.starts_with("HTTP/1.1 200"), "{status}\n{body}");
         body
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.lines.0.lock().unwrap().join("\n")
     }
 
     /// How many log lines so far contain `needle`.
-    pub fn count(&self, needle: &str) -> usize {
+    pub(crate) fn count(&self, needle: &str) -> usize {
         let lines = self.lines.0.lock().unwrap();
         lines.iter().filter(|l| l.contains(needle)).count()
     }
 
     /// Whether a log line contains every one of `parts`.
-    pub fn logged(&self, parts: &[&str]) -> bool {
+    pub(crate) fn logged(&self, parts: &[&str]) -> bool {
         let lines = self.lines.0.lock().unwrap();
         lines.iter().any(|l| parts.iter().all(|p| l.contains(p)))
     }
 
     /// Waits (at most `limit`) until at least `n` log lines contain `needle`.
-    pub fn wait_for(&self, needle: &str, n: usize, limit: Duration) {
+    pub(crate) fn wait_for(&self, needle: &str, n: usize, limit: Duration) {
         let (lock, cvar) = &*self.lines;
         let deadline = Instant::now() + limit;
         let mut lines = lock.lock().unwrap();
@@ -253,7 +253,7 @@ impl Server {
     }
 
     /// Waits (up to 10 s) until the server logs that `source` is queued on `key`.
-    pub fn wait_queued(&self, key: &str, source: &str) {
+    pub(crate) fn wait_queued(&self, key: &str, source: &str) {
         let what = [
             "queue ".to_string(),
             format!("'{key}'"),
@@ -267,18 +267,19 @@ impl Server {
         );
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
     /// SIGKILL, and reaps it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Sends `signal` and waits (at most `limit`) for the exit.
-    pub fn stop_with(&mut self, signal: i32, limit: Duration) -> Option<ExitStatus> {
+    pub(crate) fn stop_with(&mut self, signal: i32, limit: Duration) -> Option<ExitStatus> {
+        // SAFETY: kill(2) takes only integers: no memory of ours is involved.
         unsafe { libc::kill(self.pid(), signal) };
         let mut status = None;
         wait_until(limit, || {
@@ -299,7 +300,7 @@ impl Drop for Server {
 }
 
 /// A TCP connection with Nagle off and a 20 s read timeout.
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -308,23 +309,26 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// Raises this process's soft limit on open files to `want` (at most the
 /// hard limit); children inherit it.
-pub fn raise_fd_limit(want: u64) -> u64 {
+pub(crate) fn raise_fd_limit(want: u64) -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: `lim` is a valid, writable rlimit that the call fills.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     let target: libc::rlim_t = want.min(lim.rlim_max);
     if lim.rlim_cur < target {
         lim.rlim_cur = target;
+        // SAFETY: `lim` is a valid rlimit, read during the call only.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
     }
+    // SAFETY: `lim` is a valid, writable rlimit that the call fills.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     lim.rlim_cur
 }
 
 /// True if nothing is readable on `s` within `wait` (still waiting).
-pub fn silent(s: &mut TcpStream, wait: Duration) -> bool {
+pub(crate) fn silent(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).unwrap();
     let mut b = [0u8; 1];
     let quiet = match s.read(&mut b) {
@@ -338,6 +342,6 @@ pub fn silent(s: &mut TcpStream, wait: Duration) -> bool {
     quiet
 }
 
-pub fn data_arg(path: &Path) -> String {
+pub(crate) fn data_arg(path: &Path) -> String {
     path.to_str().unwrap().to_string()
 }

@@ -2,7 +2,6 @@
 //! logs say: each command appends `start TAG NS` and `end TAG NS` (`date
 //! +%s%N`), the test `arrive TAG NS` once it saw TAG's request queued. The
 //! checks read only those times.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,7 +12,7 @@ use super::timeline::now_ns;
 
 /// A `-c` script that logs its start (and its `LC_LOCK_TOKEN`), sleeps
 /// `secs`, logs its end.
-pub fn script(log: &Path, tag: &str, secs: f64) -> String {
+pub(crate) fn script(log: &Path, tag: &str, secs: f64) -> String {
     let log = log.display();
     format!(
         "echo start {tag} $(date +%s%N) >> {log}; echo token {tag} $LC_LOCK_TOKEN >> {log}; sleep {secs}; echo end {tag} $(date +%s%N) >> {log}"
@@ -22,7 +21,7 @@ pub fn script(log: &Path, tag: &str, secs: f64) -> String {
 
 /// The `LC_LOCK_TOKEN`s in the order the commands started: each unique and
 /// larger than the one granted before it.
-pub fn assert_tokens_grow(log: &Path, spans: &[Span]) {
+pub(crate) fn assert_tokens_grow(log: &Path, spans: &[Span]) {
     assert_granted_in_order(log, &tags(spans));
 }
 
@@ -30,7 +29,7 @@ pub fn assert_tokens_grow(log: &Path, spans: &[Span]) {
 /// the one before: the service granted them in that order (a grant's token
 /// is the service's own count, unlike a command's start line, which a slow
 /// fork can delay past the next grant's).
-pub fn assert_granted_in_order(log: &Path, order: &[String]) {
+pub(crate) fn assert_granted_in_order(log: &Path, order: &[String]) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let token = |tag: &str| -> u64 {
         text.lines()
@@ -47,7 +46,7 @@ pub fn assert_granted_in_order(log: &Path, order: &[String]) {
     );
 }
 
-pub fn note(log: &Path, what: &str, tag: &str) {
+pub(crate) fn note(log: &Path, what: &str, tag: &str) {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -61,7 +60,7 @@ pub fn note(log: &Path, what: &str, tag: &str) {
 }
 
 /// Children killed when dropped (a failing test leaves none behind).
-pub struct Kids(pub Vec<Child>);
+pub(crate) struct Kids(pub Vec<Child>);
 
 impl Drop for Kids {
     fn drop(&mut self) {
@@ -74,7 +73,7 @@ impl Drop for Kids {
 
 impl Kids {
     /// Every exit status, waiting at most `limit` in all.
-    pub fn wait_all(&mut self, limit: Duration) -> Vec<Option<i32>> {
+    pub(crate) fn wait_all(&mut self, limit: Duration) -> Vec<Option<i32>> {
         let start = Instant::now();
         self.0
             .iter_mut()
@@ -92,18 +91,18 @@ impl Kids {
     }
 
     /// Waits at most `limit` in all for every process to exit 0.
-    pub fn all_succeed(&mut self, limit: Duration) {
+    pub(crate) fn all_succeed(&mut self, limit: Duration) {
         let codes = self.wait_all(limit);
         assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
     }
 }
 
 /// lc-cli with the service's address in front of `args`.
-pub type Lc<'a> = &'a dyn Fn(&[&str]) -> Command;
+pub(crate) type Lc<'a> = &'a dyn Fn(&[&str]) -> Command;
 
 /// A contender `lock MODE... KEY --source TAG -c script(log, TAG, secs)`,
 /// with its tag, for `arrive_in_order`.
-pub fn contender(
+pub(crate) fn contender(
     lc: Lc,
     log: &Path,
     mode: &[&str],
@@ -120,7 +119,7 @@ pub fn contender(
 
 /// Starts each command in turn, the next once `queued(tag)` says this one's
 /// request is in line (or it already runs), noting its arrival.
-pub fn arrive_in_order(
+pub(crate) fn arrive_in_order(
     log: &Path,
     cmds: Vec<(String, Command)>,
     queued: impl Fn(&str) -> bool,
@@ -146,7 +145,7 @@ pub fn arrive_in_order(
 }
 
 #[derive(Debug, Clone)]
-pub struct Span {
+pub(crate) struct Span {
     pub tag: String,
     pub arrive: i128,
     pub start: i128,
@@ -154,7 +153,7 @@ pub struct Span {
 }
 
 /// Every contender's span, in the order they started.
-pub fn read(log: &Path) -> Vec<Span> {
+pub(crate) fn read(log: &Path) -> Vec<Span> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut by: HashMap<String, [Option<i128>; 3]> = HashMap::new();
     for line in text.lines() {
@@ -187,12 +186,12 @@ pub fn read(log: &Path) -> Vec<Span> {
     spans
 }
 
-pub fn tags(spans: &[Span]) -> Vec<String> {
+pub(crate) fn tags(spans: &[Span]) -> Vec<String> {
     spans.iter().map(|s| s.tag.clone()).collect()
 }
 
 /// The most commands that ran at once.
-pub fn max_overlap(spans: &[Span]) -> usize {
+pub(crate) fn max_overlap(spans: &[Span]) -> usize {
     let mut events: Vec<(i128, i32)> = Vec::new();
     for s in spans {
         events.push((s.start, 1));
@@ -210,7 +209,7 @@ pub fn max_overlap(spans: &[Span]) -> usize {
 
 /// The longest stretch (ms) during which fewer than `n` commands ran while
 /// `n` or more had arrived and not ended: the slowest hand-off.
-pub fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
+pub(crate) fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
     let mut times: Vec<i128> = spans
         .iter()
         .flat_map(|s| [s.arrive, s.start, s.end])
@@ -239,11 +238,11 @@ pub fn longest_shortfall_ms(spans: &[Span], n: usize) -> f64 {
 }
 
 /// Whether two spans ran at the same time.
-pub fn overlap(a: &Span, b: &Span) -> bool {
+pub(crate) fn overlap(a: &Span, b: &Span) -> bool {
     a.start < b.end && b.start < a.end
 }
 
-pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
+pub(crate) fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
     spans
         .iter()
         .find(|s| s.tag == tag)
@@ -255,7 +254,7 @@ pub fn by_tag<'a>(spans: &'a [Span], tag: &str) -> &'a Span {
 /// and N, `reset --source` frees only that source's hold (its command
 /// stops, 75) and the next in line gets the slot, `reset KEY` frees every
 /// holder and the waiter behind them runs.
-pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
+pub(crate) fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
     let json = || -> Vec<serde_json::Value> {
         let out = lc(&["keys", "--json"]).output().unwrap();
         assert!(
@@ -387,7 +386,7 @@ pub fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
 /// (`queued(tag)`) before the next comes: never more than N run, exactly N
 /// while N or more are there (each hand-off well under the run time), in
 /// the order they queued, with growing tokens. The longest hand-off, ms.
-pub fn limit_n(lc: Lc, queued: impl Fn(&str) -> bool) -> f64 {
+pub(crate) fn limit_n(lc: Lc, queued: impl Fn(&str) -> bool) -> f64 {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     let n = 3;
@@ -413,7 +412,7 @@ pub fn limit_n(lc: Lc, queued: impl Fn(&str) -> bool) -> f64 {
 /// r1 r2 w1 r3 r4 w2 r5 for `rw`, each queued (`queued(tag)`) before the
 /// next comes, both spellings of each mode: checked by
 /// `readers_and_writers_in_arrival_order`.
-pub fn readers_and_writers(lc: Lc, queued: impl Fn(&str) -> bool) {
+pub(crate) fn readers_and_writers(lc: Lc, queued: impl Fn(&str) -> bool) {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     let plan = [
@@ -439,7 +438,11 @@ pub fn readers_and_writers(lc: Lc, queued: impl Fn(&str) -> bool) {
 /// the service frees the dead holds (`freed_by`: a lease, a session).
 /// `queued(key, tag)` says whether TAG's request for KEY is in line.
 /// Returns, per key, how long after the kill the waiter started (s).
-pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by: &str) -> Vec<f64> {
+pub(crate) fn dead_holders_freed(
+    lc: Lc,
+    queued: impl Fn(&str, &str) -> bool,
+    freed_by: &str,
+) -> Vec<f64> {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     let mut waited = Vec::new();
@@ -489,7 +492,7 @@ pub fn dead_holders_freed(lc: Lc, queued: impl Fn(&str, &str) -> bool, freed_by:
 }
 
 /// Each of `writers` ran alone: its span overlaps no other.
-pub fn assert_alone(spans: &[Span], writers: &[&str]) {
+pub(crate) fn assert_alone(spans: &[Span], writers: &[&str]) {
     for w in writers {
         let ws = by_tag(spans, w);
         for other in spans {
@@ -507,7 +510,7 @@ pub fn assert_alone(spans: &[Span], writers: &[&str]) {
 /// The spans of r1 r2 w1 r3 r4 w2 r5, arrived in that order: readers next
 /// to each other share, a writer overlaps nobody, and each writer runs
 /// after the readers ahead of it and before those behind it.
-pub fn readers_and_writers_in_arrival_order(spans: &[Span]) {
+pub(crate) fn readers_and_writers_in_arrival_order(spans: &[Span]) {
     let s = |t| by_tag(spans, t);
     assert!(
         overlap(s("r1"), s("r2")),
@@ -532,7 +535,7 @@ pub fn readers_and_writers_in_arrival_order(spans: &[Span]) {
 /// a shared (also a kept one, without a command) and a `--limit 3`
 /// request, and on a shared key a `--limit 2` one, are each refused with
 /// one line and 78, while agreeing ones are granted.
-pub fn refusals(lc: Lc) {
+pub(crate) fn refusals(lc: Lc) {
     let limit = Duration::from_secs(10);
     let holder = Kids(vec![lc(&["lock", "--limit", "2", "m", "sleep", "30"])
         .spawn()

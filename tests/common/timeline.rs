@@ -2,18 +2,17 @@
 //! each appends `NAME start NS PID` / `NAME end NS` (`date +%s%N`) to one
 //! file, so "never two holders" is checked on the wall clock the commands
 //! themselves read, not on what lc-cli says.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub struct Timeline {
+pub(crate) struct Timeline {
     pub path: PathBuf,
 }
 
 /// What a holder's command does on SIGTERM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum OnTerm {
+pub(crate) enum OnTerm {
     /// Logs its end and exits.
     LogAndExit,
     /// Cleans up for half a second, then logs its end and exits.
@@ -28,7 +27,7 @@ pub enum OnTerm {
 }
 
 /// Nanoseconds since the epoch, the clock `date +%s%N` reads.
-pub fn now_ns() -> i128 {
+pub(crate) fn now_ns() -> i128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -36,7 +35,7 @@ pub fn now_ns() -> i128 {
 }
 
 /// The process exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => stat
@@ -48,7 +47,7 @@ pub fn alive(pid: i32) -> bool {
 
 /// Polls every 2 ms (at most `limit`) until `pid` is gone; when it was
 /// first seen gone (an upper bound of its end), or None.
-pub fn gone_at(pid: i32, limit: Duration) -> Option<i128> {
+pub(crate) fn gone_at(pid: i32, limit: Duration) -> Option<i128> {
     let start = Instant::now();
     while start.elapsed() < limit {
         if !alive(pid) {
@@ -60,7 +59,7 @@ pub fn gone_at(pid: i32, limit: Duration) -> Option<i128> {
 }
 
 impl Timeline {
-    pub fn new(dir: &Path) -> Timeline {
+    pub(crate) fn new(dir: &Path) -> Timeline {
         Timeline {
             path: dir.join("timeline"),
         }
@@ -74,7 +73,7 @@ impl Timeline {
     }
 
     /// A `-c` script that logs its start, then runs until stopped.
-    pub fn holder(&self, name: &str, on_term: OnTerm) -> String {
+    pub(crate) fn holder(&self, name: &str, on_term: OnTerm) -> String {
         let trap = match on_term {
             OnTerm::LogAndExit => format!("trap '{}; exit 0' TERM", self.log(name, "end")),
             OnTerm::SlowExit => format!("trap 'sleep 0.5; {}; exit 0' TERM", self.log(name, "end")),
@@ -93,7 +92,7 @@ impl Timeline {
     }
 
     /// A `-c` script that logs its start and ends.
-    pub fn one_shot(&self, name: &str) -> String {
+    pub(crate) fn one_shot(&self, name: &str) -> String {
         self.log(name, "start")
     }
 
@@ -107,20 +106,20 @@ impl Timeline {
     }
 
     /// (ns, pid) of NAME's start, once logged.
-    pub fn start_of(&self, name: &str) -> Option<(i128, i32)> {
+    pub(crate) fn start_of(&self, name: &str) -> Option<(i128, i32)> {
         self.find(name, "start")
     }
 
     /// When NAME logged a SIGTERM ([`OnTerm::LogAndGoOn`]).
-    pub fn term_of(&self, name: &str) -> Option<i128> {
+    pub(crate) fn term_of(&self, name: &str) -> Option<i128> {
         self.find(name, "term").map(|(t, _)| t)
     }
 
-    pub fn end_of(&self, name: &str) -> Option<i128> {
+    pub(crate) fn end_of(&self, name: &str) -> Option<i128> {
         self.find(name, "end").map(|(t, _)| t)
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         std::fs::read_to_string(&self.path).unwrap_or_default()
     }
 }

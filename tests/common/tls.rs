@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-pub struct TestCa {
+pub(crate) struct TestCa {
     pub dir: tempfile::TempDir,
 }
 
@@ -23,12 +23,12 @@ fn openssl(args: &[&str], dir: &std::path::Path) {
 }
 
 impl TestCa {
-    pub fn new() -> TestCa {
+    pub(crate) fn new() -> TestCa {
         TestCa::for_ips(&["127.0.0.1"])
     }
 
     /// A CA whose server certificate names these IP addresses.
-    pub fn for_ips(ips: &[&str]) -> TestCa {
+    pub(crate) fn for_ips(ips: &[&str]) -> TestCa {
         let sans: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
         let server_ext = format!(
             "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
@@ -98,11 +98,11 @@ impl TestCa {
         TestCa { dir }
     }
 
-    pub fn path(&self, file: &str) -> PathBuf {
+    pub(crate) fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
 
-    pub fn file(&self, file: &str) -> String {
+    pub(crate) fn file(&self, file: &str) -> String {
         self.path(file).display().to_string()
     }
 }

@@ -15,7 +15,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// each once `queued()` counts it among the key's waiters; checks `keys
 /// --waiters` lists them in that order, then lets them through. Returns
 /// the key's `waiters` array of the JSON.
-pub fn three_in_order(
+pub(crate) fn three_in_order(
     lc: impl Fn(&[&str]) -> Command,
     key: &str,
     queued: impl Fn() -> usize,
@@ -29,7 +29,7 @@ pub fn three_in_order(
 
 /// As [`three_in_order`] where no hold outlives its process (PostgreSQL):
 /// the holder runs a command until it is stopped; `held()` tells it holds.
-pub fn three_in_order_behind_a_command(
+pub(crate) fn three_in_order_behind_a_command(
     lc: impl Fn(&[&str]) -> Command,
     key: &str,
     held: impl Fn() -> bool,

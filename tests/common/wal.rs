@@ -4,7 +4,7 @@ use lc_cli::wal::record::{decode, Next};
 
 /// The offsets where each record of a log file's bytes starts (after the
 /// header); panics at anything that does not decode.
-pub fn record_starts(bytes: &[u8]) -> Vec<usize> {
+pub(crate) fn record_starts(bytes: &[u8]) -> Vec<usize> {
     let mut starts = Vec::new();
     let mut at = lc_cli::wal::file::HEADER_LEN;
     while at < bytes.len() {

@@ -1,7 +1,6 @@
 //! A private standalone ZooKeeper on 127.0.0.1 for one test: temp dataDir,
 //! a free port, a low tickTime so short sessions are allowed, readiness by
 //! `ruok`, stopped by PID when dropped. Also used by `examples/bench_zk.rs`.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -12,12 +11,11 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zkc;
 
-pub const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+pub(crate) const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 
-pub struct Zk {
+pub(crate) struct Zk {
     pub port: u16,
-    pub tick_ms: u64,
     dir: tempfile::TempDir,
     child: Option<Child>,
     /// Java system properties the server starts with (`-Dname=value`).
@@ -26,11 +24,11 @@ pub struct Zk {
 
 impl Zk {
     /// tickTime 200 ms: sessions from 400 ms to 4 s.
-    pub fn start() -> Zk {
+    pub(crate) fn start() -> Zk {
         Zk::start_with_tick(200)
     }
 
-    pub fn start_with_tick(tick_ms: u64) -> Zk {
+    pub(crate) fn start_with_tick(tick_ms: u64) -> Zk {
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
             l.local_addr().unwrap().port()
@@ -41,7 +39,7 @@ impl Zk {
     /// With TTL nodes (`zookeeper.extendedTypesEnabled=true`, which `lock
     /// KEY --expire` needs), and the container and TTL reaper run every
     /// 100 ms instead of every minute, so an expired node goes soon.
-    pub fn start_extended() -> Zk {
+    pub(crate) fn start_extended() -> Zk {
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
             l.local_addr().unwrap().port()
@@ -57,7 +55,7 @@ impl Zk {
     }
 
     /// On a port chosen beforehand (clients may already be trying it).
-    pub fn start_at(port: u16, tick_ms: u64) -> Zk {
+    pub(crate) fn start_at(port: u16, tick_ms: u64) -> Zk {
         Zk::start_with_props(port, tick_ms, &[])
     }
 
@@ -72,7 +70,6 @@ impl Zk {
         std::fs::write(dir.path().join("zoo.cfg"), cfg).unwrap();
         let mut zk = Zk {
             port,
-            tick_ms,
             dir,
             child: None,
             props: props.iter().map(|p| p.to_string()).collect(),
@@ -131,12 +128,12 @@ impl Zk {
         panic!("ZooKeeper did not answer ruok within 60 s:\n{}", self.log());
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     /// Kills the server (SIGKILL, by PID) and waits for it.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -144,7 +141,7 @@ impl Zk {
     }
 
     /// Starts it again on the same port with the same dataDir.
-    pub fn restart_after(&mut self, down: Duration) {
+    pub(crate) fn restart_after(&mut self, down: Duration) {
         self.stop();
         std::thread::sleep(down);
         self.spawn();
@@ -153,27 +150,27 @@ impl Zk {
     /// Starts it again after `stop` (same port, same dataDir: the sessions
     /// and ephemeral nodes it had persisted come back); returns once it
     /// answers `ruok`.
-    pub fn start_again(&mut self) {
+    pub(crate) fn start_again(&mut self) {
         assert!(self.child.is_none(), "ZooKeeper is still running");
         self.spawn();
     }
 
-    pub fn hosts(&self) -> String {
+    pub(crate) fn hosts(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
     /// `zk://127.0.0.1:PORT/ROOT`
-    pub fn url(&self, root: &str) -> String {
+    pub(crate) fn url(&self, root: &str) -> String {
         format!("zk://{}{root}", self.hosts())
     }
 
     /// `lc-cli --server zk://.../ROOT?session-timeout=2s ARGS...`
-    pub fn lc(&self, root: &str, args: &[&str]) -> Command {
+    pub(crate) fn lc(&self, root: &str, args: &[&str]) -> Command {
         self.lc_session(root, "2s", args)
     }
 
     /// `lc` with another session timeout.
-    pub fn lc_session(&self, root: &str, session_timeout: &str, args: &[&str]) -> Command {
+    pub(crate) fn lc_session(&self, root: &str, session_timeout: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(super::BIN);
         cmd.arg("--server")
             .arg(format!(
@@ -196,13 +193,13 @@ impl Zk {
     }
 
     /// A four-letter word's answer.
-    pub fn four(&self, word: &str) -> String {
+    pub(crate) fn four(&self, word: &str) -> String {
         self.try_four(word)
             .unwrap_or_else(|| panic!("no answer to {word} from ZooKeeper"))
     }
 
     /// `mntr` as name -> number (non-numeric values are left out).
-    pub fn mntr(&self) -> HashMap<String, f64> {
+    pub(crate) fn mntr(&self) -> HashMap<String, f64> {
         self.four("mntr")
             .lines()
             .filter_map(|l| {
@@ -213,7 +210,7 @@ impl Zk {
     }
 
     /// Runs one request on a fresh session of its own.
-    pub fn with_client<T>(
+    pub(crate) fn with_client<T>(
         &self,
         f: impl for<'a> FnOnce(
             &'a zkc::Client,
@@ -238,7 +235,7 @@ impl Zk {
     }
 
     /// The children of `path` (empty if it does not exist).
-    pub fn children(&self, path: &str) -> Vec<String> {
+    pub(crate) fn children(&self, path: &str) -> Vec<String> {
         let path = path.to_string();
         self.with_client(move |c| {
             Box::pin(async move {
@@ -252,7 +249,7 @@ impl Zk {
     }
 
     /// The queue under `path` in sequence order.
-    pub fn queue(&self, path: &str) -> Vec<String> {
+    pub(crate) fn queue(&self, path: &str) -> Vec<String> {
         let mut kids: Vec<(String, String)> = self
             .children(path)
             .into_iter()
@@ -266,7 +263,7 @@ impl Zk {
     }
 
     /// Waits up to 20 s for the lock queue under `path` to hold `n` nodes.
-    pub fn wait_queue_len(&self, path: &str, n: usize) {
+    pub(crate) fn wait_queue_len(&self, path: &str, n: usize) {
         // Polled here: examples/bench_zk.rs includes this file without the
         // rest of tests/common.
         let start = Instant::now();
@@ -281,7 +278,7 @@ impl Zk {
     }
 
     /// Data and ephemeral owner of a node.
-    pub fn node(&self, path: &str) -> Option<(Vec<u8>, i64)> {
+    pub(crate) fn node(&self, path: &str) -> Option<(Vec<u8>, i64)> {
         let path = path.to_string();
         self.with_client(move |c| {
             Box::pin(async move {
@@ -294,7 +291,7 @@ impl Zk {
         })
     }
 
-    pub fn delete(&self, path: &str) {
+    pub(crate) fn delete(&self, path: &str) {
         let path = path.to_string();
         self.with_client(move |c| {
             Box::pin(async move { c.delete(&path, None).await.expect("delete node") })
@@ -304,7 +301,7 @@ impl Zk {
 
 /// A zookeeper-client session (4 s) to `zk` on a runtime of its own, for
 /// the Curator-compatible lock recipe.
-pub fn curator_client(zk: &Zk) -> (tokio::runtime::Runtime, zkc::Client) {
+pub(crate) fn curator_client(zk: &Zk) -> (tokio::runtime::Runtime, zkc::Client) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -321,7 +318,7 @@ pub fn curator_client(zk: &Zk) -> (tokio::runtime::Runtime, zkc::Client) {
 }
 
 /// The lock options Curator uses: open ACLs, container parents.
-pub fn curator_lock_options() -> zkc::LockOptions<'static> {
+pub(crate) fn curator_lock_options() -> zkc::LockOptions<'static> {
     zkc::LockOptions::new(zkc::Acls::anyone_all())
         .with_ancestor_options(zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()))
         .unwrap()
@@ -331,20 +328,20 @@ pub fn curator_lock_options() -> zkc::LockOptions<'static> {
 /// its runtime (its drop spawns the deletion), also when a test fails:
 /// dropped outside one it panics, and a panic while unwinding aborts the
 /// test without stopping its servers and children.
-pub struct CuratorHold {
+pub(crate) struct CuratorHold {
     guard: Option<zkc::OwnedLockClient>,
     rt: tokio::runtime::Handle,
 }
 
 impl CuratorHold {
-    pub fn new(rt: &tokio::runtime::Runtime, guard: zkc::OwnedLockClient) -> CuratorHold {
+    pub(crate) fn new(rt: &tokio::runtime::Runtime, guard: zkc::OwnedLockClient) -> CuratorHold {
         CuratorHold {
             guard: Some(guard),
             rt: rt.handle().clone(),
         }
     }
 
-    pub fn lock_path(&self) -> &str {
+    pub(crate) fn lock_path(&self) -> &str {
         self.guard.as_ref().expect("held until dropped").lock_path()
     }
 }

@@ -14,12 +14,12 @@ use crate::backend::{
     Usage,
 };
 
-pub const DEFAULT_PORT: u16 = 2379;
+pub(crate) const DEFAULT_PORT: u16 = 2379;
 /// etcdctl's: `USER` or `USER:PASSWORD`, when the address names no user.
-pub const USER_ENV: &str = "ETCDCTL_USER";
-pub const PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
+pub(crate) const USER_ENV: &str = "ETCDCTL_USER";
+pub(crate) const PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "etcd",
     names: &["etcd"],
     params: &[
@@ -42,7 +42,7 @@ pub const SCHEME: Scheme = Scheme {
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdAddress {
+pub(crate) struct EtcdAddress {
     pub endpoints: Vec<String>,
     /// Without slashes at either end; empty: none.
     pub prefix: String,

@@ -12,7 +12,7 @@ use super::names::{KeyData, OwnKey};
 use super::rpc::Rpc;
 use crate::backend::{BackendError, Expiry, HeldLock, LockMode, LostReason, Result};
 
-pub struct EtcdHeld {
+pub(super) struct EtcdHeld {
     rpc: Rpc,
     lease: Lease,
     place: OwnKey,
@@ -30,19 +30,19 @@ pub struct EtcdHeld {
 }
 
 /// How long without renewal the command may run on: two thirds of the TTL.
-pub fn term_after_contact(ttl: Duration) -> Duration {
+pub(super) fn term_after_contact(ttl: Duration) -> Duration {
     ttl * 2 / 3
 }
 
 /// How long after the last renewal the command must be gone: the server
 /// expires the lease no sooner than the TTL after it renewed it; a
 /// twentieth is left for the kill to land.
-pub fn kill_after_contact(ttl: Duration) -> Duration {
+pub(super) fn kill_after_contact(ttl: Duration) -> Duration {
     ttl - ttl / 20
 }
 
 impl EtcdHeld {
-    pub fn new(
+    pub(super) fn new(
         rpc: Rpc,
         lease: Lease,
         place: OwnKey,

@@ -19,7 +19,7 @@ const KEEPALIVES_PER_TTL: u32 = 5;
 
 /// What the keepalive learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(super) enum State {
     Alive,
     /// The server answered that the lease is gone (revoked or expired):
     /// our keys are gone with it.
@@ -28,14 +28,14 @@ pub enum State {
 
 /// Why the lease can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseEnd {
+pub(super) enum LeaseEnd {
     Expired,
     /// No renewal for longer than the TTL: the server has expired the lease
     /// by now even if we cannot hear it say so.
     Silent,
 }
 
-pub struct Lease {
+pub(super) struct Lease {
     pub id: i64,
     /// As granted by the server (it rounds up to its minimum).
     pub ttl: Duration,
@@ -48,7 +48,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub async fn grant(rpc: &Rpc, ttl: Duration) -> Result<Lease> {
+    pub(super) async fn grant(rpc: &Rpc, ttl: Duration) -> Result<Lease> {
         let secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
         let sent = Instant::now();
         let granted = rpc
@@ -76,17 +76,17 @@ impl Lease {
         })
     }
 
-    pub fn last_contact(&self) -> Instant {
+    pub(super) fn last_contact(&self) -> Instant {
         *self.contact.lock().unwrap()
     }
 
-    pub fn is_expired(&self) -> bool {
+    pub(super) fn is_expired(&self) -> bool {
         *self.state.borrow() == State::Expired
     }
 
     /// Resolves when the lease is over: the server said so, or it has not
     /// renewed it for a whole TTL. Cancel-safe.
-    pub async fn until_gone(&self) -> LeaseEnd {
+    pub(super) async fn until_gone(&self) -> LeaseEnd {
         let mut state = self.state.clone();
         loop {
             if *state.borrow_and_update() == State::Expired {
@@ -110,7 +110,7 @@ impl Lease {
 
     /// Stops renewing and revokes the lease (deleting every key attached to
     /// it). Safe to call again.
-    pub async fn revoke(&mut self) -> Result<()> {
+    pub(super) async fn revoke(&mut self) -> Result<()> {
         if let Some(k) = self.keepalive.take() {
             k.abort();
         }
@@ -129,7 +129,7 @@ impl Lease {
     }
 
     /// Stops renewing without revoking: the lease runs out on its own.
-    pub fn stop_renewing(&mut self) {
+    pub(super) fn stop_renewing(&mut self) {
         if let Some(k) = self.keepalive.take() {
             k.abort();
         }

@@ -9,7 +9,7 @@ use crate::backend::{BackendError, LockMode};
 /// Whether a key in `mode` holds, behind `ahead` (every older key, oldest
 /// first). Keys are only ever deleted ahead of it (new ones come behind),
 /// so once true it stays true while the key lives.
-pub fn granted(mode: LockMode, ahead: &[LockMode]) -> bool {
+pub(super) fn granted(mode: LockMode, ahead: &[LockMode]) -> bool {
     match mode {
         LockMode::Exclusive => ahead.is_empty(),
         LockMode::Shared => !ahead.contains(&LockMode::Exclusive),
@@ -18,21 +18,21 @@ pub fn granted(mode: LockMode, ahead: &[LockMode]) -> bool {
 }
 
 /// Which keys of a whole queue (oldest first) hold.
-pub fn holders(queue: &[LockMode]) -> Vec<bool> {
+pub(super) fn holders(queue: &[LockMode]) -> Vec<bool> {
     (0..queue.len())
         .map(|i| granted(queue[i], &queue[..i]))
         .collect()
 }
 
 /// How many of `ahead` do not hold: the place in line.
-pub fn waiting_ahead(ahead: &[LockMode]) -> usize {
+pub(super) fn waiting_ahead(ahead: &[LockMode]) -> usize {
     holders(ahead).iter().filter(|h| !**h).count()
 }
 
 /// The key ahead (an index into `ahead`) whose deletion a key in `mode`
 /// waits for: the youngest it must outlast; None for a limit key, which
 /// waits for any deletion.
-pub fn blocker(mode: LockMode, ahead: &[LockMode]) -> Option<usize> {
+pub(super) fn blocker(mode: LockMode, ahead: &[LockMode]) -> Option<usize> {
     match mode {
         LockMode::Exclusive => ahead.len().checked_sub(1),
         LockMode::Shared => ahead.iter().rposition(|m| *m == LockMode::Exclusive),
@@ -44,7 +44,7 @@ pub fn blocker(mode: LockMode, ahead: &[LockMode]) -> Option<usize> {
 /// not of the same N, or a lock key (exclusive or shared) behind a limit
 /// key. Younger keys are refused by their own check, so the queue a grant
 /// is counted in never mixes.
-pub fn conflict(key: &str, mode: LockMode, ahead: &[LockMode]) -> Result<(), BackendError> {
+pub(super) fn conflict(key: &str, mode: LockMode, ahead: &[LockMode]) -> Result<(), BackendError> {
     match ahead.iter().find(|theirs| !mode.agrees(**theirs)) {
         Some(theirs) => Err(mode.conflict(key, *theirs)),
         None => Ok(()),

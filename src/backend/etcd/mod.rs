@@ -12,7 +12,7 @@
 //! (`lock KEY` without a command) is the same key taken off the lease
 //! (`held.rs`). Key layout and values: `names.rs`.
 
-pub mod address;
+pub(crate) mod address;
 mod held;
 mod lease;
 mod line;
@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use tokio_util::sync::CancellationToken;
 
-pub use address::EtcdAddress;
+pub(crate) use address::EtcdAddress;
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
@@ -36,14 +36,14 @@ use super::{
 use names::KeyData;
 use rpc::Rpc;
 
-pub struct EtcdBackend {
+pub(crate) struct EtcdBackend {
     rpc: Rpc,
     prefix: String,
     ttl: Duration,
 }
 
 impl EtcdBackend {
-    pub async fn connect(address: &EtcdAddress, config: &BackendConfig) -> Result<Self> {
+    pub(crate) async fn connect(address: &EtcdAddress, config: &BackendConfig) -> Result<Self> {
         let EtcdAddress { endpoints, prefix } = address;
         let timeout = (config.ttl / 3).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let rpc = Rpc::connect(

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::backend::LockMode;
 
 /// Why a lock name cannot be used on etcd (`None` when it can).
-pub fn key_problem(key: &str) -> Option<String> {
+pub(super) fn key_problem(key: &str) -> Option<String> {
     if key.contains('/') {
         return Some(
             "an etcd lock name must not contain '/' (the queue of 'a' is every key under 'a/', \
@@ -25,7 +25,7 @@ pub fn key_problem(key: &str) -> Option<String> {
 }
 
 /// The range of the queue of `key`: `PREFIX/KEY/`.
-pub fn queue_prefix(prefix: &str, key: &str) -> String {
+pub(super) fn queue_prefix(prefix: &str, key: &str) -> String {
     if prefix.is_empty() {
         format!("{key}/")
     } else {
@@ -35,12 +35,12 @@ pub fn queue_prefix(prefix: &str, key: &str) -> String {
 
 /// Our queue key: the queue prefix and the lease id in lowercase hex, as
 /// concurrency.Mutex names it.
-pub fn own_key(queue_prefix: &str, lease: i64) -> String {
+pub(super) fn own_key(queue_prefix: &str, lease: i64) -> String {
     format!("{queue_prefix}{lease:x}")
 }
 
 /// Our key in a queue, as the wait found it and the hold keeps it.
-pub struct OwnKey {
+pub(super) struct OwnKey {
     pub key: String,
     /// The create revision of our key: the order of the queue, and the token.
     pub rev: i64,
@@ -50,7 +50,7 @@ pub struct OwnKey {
 
 /// The range scanned by `keys` and `reset --source`: under the prefix, or
 /// the whole keyspace without one.
-pub fn scan_prefix(prefix: &str) -> String {
+pub(super) fn scan_prefix(prefix: &str) -> String {
     if prefix.is_empty() {
         String::new()
     } else {
@@ -60,7 +60,7 @@ pub fn scan_prefix(prefix: &str) -> String {
 
 /// A queue key found by a scan: the lock name it belongs to (below the
 /// prefix), when its last segment is a lease id in hex.
-pub fn lock_name_of<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a str> {
+pub(super) fn lock_name_of<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a str> {
     let rest = key.strip_prefix(scan_prefix)?;
     let (name, lease) = rest.rsplit_once('/')?;
     let hex = !lease.is_empty()
@@ -73,7 +73,7 @@ pub fn lock_name_of<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a str> {
 
 /// The exclusive end of the range of keys starting with `prefix` (etcd's
 /// `GetPrefixRangeEnd`); `\0` (to the end of the keyspace) for an empty one.
-pub fn range_end(prefix: &[u8]) -> Vec<u8> {
+pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -87,7 +87,7 @@ pub fn range_end(prefix: &[u8]) -> Vec<u8> {
 /// What lc-cli writes into its queue key; etcdctl writes nothing, and a
 /// key without lc-cli's value is an exclusive one (`mode_of`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyData {
+pub(super) struct KeyData {
     pub source: String,
     /// `"mode": "exclusive" | "shared" | "limit"` with `"limit": N`; absent
     /// (an older lc-cli) is exclusive.
@@ -104,7 +104,7 @@ pub struct KeyData {
 }
 
 impl KeyData {
-    pub fn new(source: &str, mode: LockMode, detached: bool) -> KeyData {
+    pub(super) fn new(source: &str, mode: LockMode, detached: bool) -> KeyData {
         let since_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -118,7 +118,7 @@ impl KeyData {
         }
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let mut v = serde_json::json!({
             "lc-cli": 1,
             "source": self.source,
@@ -140,7 +140,7 @@ impl KeyData {
     }
 
     /// None for a value lc-cli did not write (etcdctl's empty one).
-    pub fn decode(value: &[u8]) -> Option<KeyData> {
+    pub(super) fn decode(value: &[u8]) -> Option<KeyData> {
         let v: serde_json::Value = serde_json::from_slice(value).ok()?;
         v.get("lc-cli")?;
         let mode = match v.get("mode").and_then(|m| m.as_str()) {
@@ -160,11 +160,11 @@ impl KeyData {
 
     /// The mode of any queue key: etcdctl's (not lc-cli's value) is
     /// exclusive, as concurrency.Mutex makes it.
-    pub fn mode_of(value: &[u8]) -> LockMode {
+    pub(super) fn mode_of(value: &[u8]) -> LockMode {
         KeyData::decode(value).map_or(LockMode::Exclusive, |d| d.mode)
     }
 
-    pub fn since(&self) -> SystemTime {
+    pub(super) fn since(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.since_ms)
     }
 }

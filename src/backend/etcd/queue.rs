@@ -24,7 +24,7 @@ use crate::backend::{
     Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
 };
 
-pub async fn acquire(
+pub(super) async fn acquire(
     rpc: &Rpc,
     prefix: &str,
     request: &LockRequest,
@@ -99,7 +99,7 @@ impl QueueEntry for Entry {
 }
 
 /// The whole queue, oldest first (`keys`, `reset`, `unlock`).
-pub fn by_create() -> GetOptions {
+pub(super) fn by_create() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -312,7 +312,7 @@ fn lease_gone(rpc: &Rpc, gone: LeaseEnd, lease: &Lease) -> BackendError {
 
 /// Leaves the queue: deletes our key and revokes the lease (which deletes
 /// it too, if the delete could not be sent).
-pub async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str) {
+pub(super) async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str) {
     let k = key.to_string();
     let _ = rpc
         .call("deleting our key", |mut c| {

@@ -11,7 +11,7 @@ use crate::backend::secret::{Access, Tls};
 use crate::backend::{BackendError, Result};
 
 #[derive(Clone)]
-pub struct Rpc {
+pub(super) struct Rpc {
     client: Client,
     /// For messages: `etcd://hosts[/prefix]`.
     pub server: String,
@@ -23,7 +23,7 @@ pub struct Rpc {
 impl Rpc {
     /// Connects and checks that the cluster answers, trying again with a
     /// short backoff for up to `connect_timeout`.
-    pub async fn connect(
+    pub(super) async fn connect(
         endpoints: &[String],
         server: String,
         access: &Access,
@@ -118,14 +118,14 @@ impl Rpc {
         }
     }
 
-    pub fn client(&self) -> Client {
+    pub(super) fn client(&self) -> Client {
         self.client.clone()
     }
 
     /// Runs one request with a fresh handle, for at most `timeout`; one that
     /// could not reach a member is sent again (another member may answer)
     /// until then. Every request lc-cli sends is safe to repeat.
-    pub async fn call<T, F, Fut>(&self, doing: &str, mut op: F) -> Result<T>
+    pub(super) async fn call<T, F, Fut>(&self, doing: &str, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, Error>>,
@@ -154,7 +154,7 @@ impl Rpc {
 
     /// An etcd error as a backend error: unreachable (retry-worthy) or
     /// refused.
-    pub fn error(&self, doing: &str, e: Error) -> BackendError {
+    pub(super) fn error(&self, doing: &str, e: Error) -> BackendError {
         use tonic::Code;
         let server = self.server.clone();
         let reason = format!("{doing}: {e}");
@@ -208,10 +208,10 @@ fn refused_credentials(e: &Error) -> bool {
 }
 
 /// "lease not found", as mapped by [`Rpc::error`].
-pub fn is_not_found(e: &BackendError) -> bool {
+pub(super) fn is_not_found(e: &BackendError) -> bool {
     matches!(e, BackendError::Protocol { reason, .. } if reason.contains("not found"))
 }
 
-pub fn is_not_found_raw(e: &Error) -> bool {
+pub(super) fn is_not_found_raw(e: &Error) -> bool {
     matches!(e, Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
 }

@@ -16,17 +16,17 @@ use crate::backend::{
     Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Usage,
 };
 
-pub const DEFAULT_PORT: u16 = 22119;
+pub(crate) const DEFAULT_PORT: u16 = 22119;
 /// The reference manager protocol's port: the lock port + 1 by default.
-pub const DEFAULT_MANAGER_PORT: u16 = 22120;
+pub(crate) const DEFAULT_MANAGER_PORT: u16 = 22120;
 
 /// The token for a server with `--token-file`, when the address has none.
-pub const TOKEN_ENV: &str = "LC_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "LC_TOKEN";
 /// A file whose first line is the token, when neither the address nor
 /// [`TOKEN_ENV`] gives one.
-pub const TOKEN_FILE_ENV: &str = "LC_TOKEN_FILE";
+pub(crate) const TOKEN_FILE_ENV: &str = "LC_TOKEN_FILE";
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "Locking-Center",
     names: &["", "lc", "lcs"],
     params: &[
@@ -51,7 +51,7 @@ pub const SCHEME: Scheme = Scheme {
 
 /// What a server that answered '-' to lc-cli's own actions (a reference
 /// Locking-Center server) can do: exclusive locks only.
-pub const REFERENCE_CAPS: Capabilities = Capabilities {
+pub(crate) const REFERENCE_CAPS: Capabilities = Capabilities {
     shared: false,
     limit: false,
     kept_holds: true,
@@ -59,7 +59,7 @@ pub const REFERENCE_CAPS: Capabilities = Capabilities {
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LcAddress {
+pub(crate) struct LcAddress {
     pub addr: String,
     /// The manager port (`keys`), when it is not the lock port + 1.
     pub manager: Option<String>,

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-pub use super::tls_failure::refusal;
+pub(super) use super::tls_failure::refusal;
 use super::tls_failure::{after_handshake, handshake_failure, is_at_limit_alert, TLS_AT_LIMIT};
 use crate::backend::secret::Tls;
 use crate::proto::{self, HelloAnswer, Request};
@@ -36,7 +36,7 @@ use crate::tls_stream::PlainOrTls;
 
 /// How the lock port of one server is reached.
 #[derive(Clone)]
-pub struct Dialer {
+pub(super) struct Dialer {
     pub addr: String,
     tls: Option<Arc<ClientTls>>,
     greeting: Arc<Greeting>,
@@ -44,7 +44,7 @@ pub struct Dialer {
 
 /// The Hello every connection of one dialer opens with, and what the
 /// server answered the last one.
-pub struct Greeting {
+pub(super) struct Greeting {
     frame: Vec<u8>,
     has_token: bool,
     /// The server answered a Hello `-`: it does not know it (a reference
@@ -83,7 +83,7 @@ impl Greeting {
 
     /// What the server answered the last Hello (None: none answered yet,
     /// or it does not know Hello).
-    pub fn answer(&self) -> Option<HelloAnswer> {
+    pub(super) fn answer(&self) -> Option<HelloAnswer> {
         self.answer
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -97,25 +97,25 @@ impl Greeting {
     /// The limit a connection of this dialer was refused at since the last
     /// call, if one was (`LcBackend::guarded` turns the error it made into
     /// the one line that names it).
-    pub fn take_at_limit(&self) -> Option<String> {
+    pub(super) fn take_at_limit(&self) -> Option<String> {
         self.at_limit
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
     }
 
-    pub fn has_token(&self) -> bool {
+    pub(super) fn has_token(&self) -> bool {
         self.has_token
     }
 
     /// Hellos are still sent (the server has not answered one `-`).
-    pub fn sends_hello(&self) -> bool {
+    pub(super) fn sends_hello(&self) -> bool {
         !self.unknown.load(Ordering::Relaxed)
     }
 
     /// Why the server refused the token, as the one line says it; None if
     /// it did not.
-    pub fn refusal(&self) -> Option<String> {
+    pub(super) fn refusal(&self) -> Option<String> {
         match self.answer()? {
             HelloAnswer::Refused(reason) => Some(match self.has_token {
                 true => format!("the server refused the token: {reason}"),
@@ -139,7 +139,7 @@ struct ClientTls {
 }
 
 impl Dialer {
-    pub fn plain(addr: &str) -> Dialer {
+    pub(super) fn plain(addr: &str) -> Dialer {
         Dialer {
             addr: addr.to_string(),
             tls: None,
@@ -148,18 +148,18 @@ impl Dialer {
     }
 
     /// The same dialer, its Hellos carrying `token`.
-    pub fn with_token(mut self, token: Option<&str>) -> Dialer {
+    pub(super) fn with_token(mut self, token: Option<&str>) -> Dialer {
         self.greeting = Arc::new(Greeting::new(token));
         self
     }
 
-    pub fn greeting(&self) -> &Greeting {
+    pub(super) fn greeting(&self) -> &Greeting {
         &self.greeting
     }
 
     /// TLS to `addr`; the files are read now, so a missing one is an error
     /// before anything is sent.
-    pub fn tls(addr: &str, t: &Tls) -> Result<Dialer, String> {
+    pub(super) fn tls(addr: &str, t: &Tls) -> Result<Dialer, String> {
         let host = addr
             .rsplit_once(':')
             .map_or(addr, |(h, _)| h)
@@ -212,14 +212,14 @@ impl Dialer {
         })
     }
 
-    pub fn is_tls(&self) -> bool {
+    pub(super) fn is_tls(&self) -> bool {
         self.tls.is_some()
     }
 
     /// Connects, retrying a refused port for `timeout` (a server
     /// restarting), then does the TLS handshake within what is left of it
     /// (at least a second, so a slow machine still gets its handshake).
-    pub async fn connect(&self, timeout: Duration) -> Result<LcStream, String> {
+    pub(super) async fn connect(&self, timeout: Duration) -> Result<LcStream, String> {
         let started = Instant::now();
         let tcp = crate::backend::tcp::connect(&self.addr, timeout).await?;
         let left = timeout
@@ -229,7 +229,7 @@ impl Dialer {
     }
 
     /// One attempt, all of it within `budget` (a ping, a probe).
-    pub async fn connect_once(&self, budget: Duration) -> Result<LcStream, String> {
+    pub(super) async fn connect_once(&self, budget: Duration) -> Result<LcStream, String> {
         let started = Instant::now();
         let tcp = match tokio::time::timeout(budget, TcpStream::connect(&self.addr)).await {
             Ok(r) => r.map_err(|e| e.to_string())?,
@@ -277,7 +277,7 @@ impl Dialer {
 /// The server closed the connection unread: it is over one of its
 /// connection limits (the reason names it).
 #[derive(Debug)]
-pub struct AtLimit(pub String);
+pub(crate) struct AtLimit(pub String);
 
 impl std::fmt::Display for AtLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -289,7 +289,7 @@ impl std::error::Error for AtLimit {}
 
 /// A connection to the lock port, with the Hello in front of what is
 /// written first and its answer taken off what is read.
-pub struct LcStream {
+pub(super) struct LcStream {
     io: Io,
     /// Until the Hello's answer is read (None: no Hello on it).
     hello: Option<Box<Pending>>,
@@ -302,7 +302,7 @@ type Io = PlainOrTls<TlsStream<TcpStream>>;
 
 impl LcStream {
     /// The local address of the connection: the peer the server records.
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+    pub(super) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.io.tcp().local_addr().ok()
     }
 }
@@ -320,7 +320,7 @@ struct Pending {
 
 /// The server refused the Hello's token (the reason: [`Greeting::refusal`]).
 #[derive(Debug)]
-pub struct TokenRefused(pub String);
+pub(super) struct TokenRefused(pub String);
 
 impl std::fmt::Display for TokenRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -333,7 +333,7 @@ impl std::error::Error for TokenRefused {}
 /// The server answered the Hello `-`: it does not know it (the request
 /// behind it was not served; ask again, without a Hello).
 #[derive(Debug)]
-pub struct HelloUnknown;
+pub(super) struct HelloUnknown;
 
 impl std::fmt::Display for HelloUnknown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -344,7 +344,7 @@ impl std::fmt::Display for HelloUnknown {
 impl std::error::Error for HelloUnknown {}
 
 /// Whether `e` is [`HelloUnknown`].
-pub fn hello_unknown(e: &io::Error) -> bool {
+pub(super) fn hello_unknown(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|r| r.is::<HelloUnknown>())
 }
 

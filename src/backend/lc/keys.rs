@@ -17,7 +17,7 @@ use crate::proto::manager::{self, KeyReport};
 use crate::proto::{self, Request};
 
 /// The manager port's address for the lock server at `lock_addr`.
-pub fn manager_addr(lock_addr: &str) -> Result<String> {
+pub(super) fn manager_addr(lock_addr: &str) -> Result<String> {
     let bad = || BackendError::Other(format!("cannot derive the manager port from '{lock_addr}'"));
     let (host, port) = lock_addr.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
@@ -30,7 +30,7 @@ pub fn manager_addr(lock_addr: &str) -> Result<String> {
 /// best effort and must never hold up the answer it decorates (a `trylock`
 /// on a held key answers within 50 ms, named or not), so it dials once,
 /// with no retry of a refused port.
-pub const HOLDER_LIMIT: Duration = Duration::from_millis(40);
+pub(super) const HOLDER_LIMIT: Duration = Duration::from_millis(40);
 /// Of which the connect to a manager port: a filtered one (SYNs dropped)
 /// costs this; a manager that accepts but does not answer costs
 /// [`HOLDER_LIMIT`].
@@ -41,19 +41,19 @@ const HOLDER_CONNECT_LIMIT: Duration = Duration::from_millis(25);
 const MAX_LISTING: usize = 256 << 20;
 
 /// How often a waiter at a terminal asks its place in line.
-pub const PLACE_EVERY: Duration = Duration::from_secs(1);
+pub(super) const PLACE_EVERY: Duration = Duration::from_secs(1);
 
 /// How a port is dialled: `keys` retries a refused port for the whole
 /// `--connect-timeout` (a server restarting); a holder lookup tries once
 /// within [`HOLDER_LIMIT`].
 #[derive(Debug, Clone, Copy)]
-pub enum Dial {
+pub(super) enum Dial {
     Retry(Duration),
     Once,
 }
 
 /// What the lock port said to Keys.
-pub enum Answered {
+pub(super) enum Answered {
     Listing(Listing),
     /// `-`: a server without lc-cli's actions (a reference server).
     Unknown,
@@ -62,7 +62,7 @@ pub enum Answered {
 /// Asks Keys on the lock port, through the same dialer as every other
 /// request; all of it within `within` after the connection (`Dial::Once`:
 /// the connection too).
-pub async fn ask(
+pub(super) async fn ask(
     dialer: &Dialer,
     key: Option<&str>,
     waiters: bool,
@@ -152,7 +152,7 @@ async fn read_listing(stream: &mut LcStream, addr: &str) -> Result<Answered> {
 /// Our place in `key`'s line: how many live waiters are ahead of the one
 /// whose peer is `us` (None when it is not among them: granted meanwhile,
 /// or the server sees another address, behind a proxy or NAT).
-pub fn place_of(listing: &Listing, key: &str, us: SocketAddr) -> Option<usize> {
+pub(super) fn place_of(listing: &Listing, key: &str, us: SocketAddr) -> Option<usize> {
     let us = us.to_string();
     listing
         .waiters
@@ -163,7 +163,7 @@ pub fn place_of(listing: &Listing, key: &str, us: SocketAddr) -> Option<usize> {
 
 /// `manager`: the address given in the server address (`?manager=`), else
 /// the lock port + 1. `within`: how long in all (`Dial::Once`).
-pub async fn list_manager(
+pub(super) async fn list_manager(
     lock_addr: &str,
     manager: Option<&str>,
     dial: Dial,
@@ -222,7 +222,7 @@ pub async fn list_manager(
 }
 
 /// A hold as `keys` shows it.
-pub fn key_info(r: KeyReport) -> KeyInfo {
+pub(super) fn key_info(r: KeyReport) -> KeyInfo {
     KeyInfo {
         key: text(r.key),
         source: text(r.source),
@@ -244,7 +244,7 @@ fn text(bytes: Vec<u8>) -> String {
 }
 
 /// The waiters of a listing, each with its place in its key's line.
-pub fn waiter_infos(waiters: Vec<WaiterReport>) -> Vec<WaiterInfo> {
+pub(super) fn waiter_infos(waiters: Vec<WaiterReport>) -> Vec<WaiterInfo> {
     let mut out: Vec<WaiterInfo> = Vec::with_capacity(waiters.len());
     for w in waiters {
         let key = String::from_utf8_lossy(&w.key).into_owned();

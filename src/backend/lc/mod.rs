@@ -22,7 +22,7 @@
 //! - `session`: keeping a session hold, and noticing its loss.
 
 mod acquire;
-pub mod address;
+pub(crate) mod address;
 mod dial;
 mod keys;
 mod ping;
@@ -38,7 +38,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-pub use address::LcAddress;
+pub(crate) use address::LcAddress;
 use dial::{Dialer, LcStream};
 
 use super::{
@@ -48,7 +48,7 @@ use super::{
 use crate::proto::{self, Answer, ReleaseKind, Request};
 
 #[derive(Clone)]
-pub struct LcBackend {
+pub(crate) struct LcBackend {
     addr: String,
     /// Plain TCP (`lc://`) or TLS (`lcs://`) to `addr`.
     dialer: Dialer,
@@ -62,7 +62,7 @@ pub struct LcBackend {
 impl LcBackend {
     /// Fails only when a TLS file cannot be used (read now, before
     /// anything is sent).
-    pub fn new(address: &LcAddress, config: &BackendConfig) -> Result<Self> {
+    pub(crate) fn new(address: &LcAddress, config: &BackendConfig) -> Result<Self> {
         let dialer = match &config.access.tls {
             None => Dialer::plain(&address.addr),
             Some(t) => {

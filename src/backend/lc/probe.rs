@@ -19,21 +19,21 @@ use crate::proto::{printable, Answer, PING_FRAME};
 
 /// How long a Lock waits for its answer before pinging: a free key is
 /// answered well within this, so the common path costs nothing.
-pub const PROBE_AFTER: Duration = Duration::from_millis(250);
+pub(super) const PROBE_AFTER: Duration = Duration::from_millis(250);
 
 /// The most of a foreign reply that is read and shown.
 const SHOWN: usize = 48;
 
 /// What a peer sent back to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub(super) enum Reply {
     Answer(Answer),
     /// Not one protocol byte: text, a banner, several bytes.
     Foreign(Vec<u8>),
 }
 
 /// One protocol byte alone is an answer; anything else is foreign.
-pub fn classify(bytes: &[u8]) -> Reply {
+pub(super) fn classify(bytes: &[u8]) -> Reply {
     match bytes {
         [b] => match Answer::from_byte(*b) {
             Some(a) => Reply::Answer(a),
@@ -45,7 +45,7 @@ pub fn classify(bytes: &[u8]) -> Reply {
 
 /// What a ping found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
+pub(super) enum Probe {
     /// One protocol byte: a Locking-Center server (ours `+`, a reference one `-`).
     Speaks,
     /// No answer within the time given.
@@ -57,7 +57,7 @@ pub enum Probe {
 
 /// Pings the server on a new connection (TLS too for `lcs://`), all of it
 /// within `budget`.
-pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
+pub(super) async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
     let started = Instant::now();
     let exchange = async {
         let mut stream = match dialer.connect_once(budget).await {
@@ -108,7 +108,7 @@ pub async fn ping(dialer: &Dialer, budget: Duration) -> Probe {
 /// Resolves only when the peer is found not to be a Locking-Center server
 /// (or gone): waits `after`, pings with the rest of `budget`. While it
 /// answers like one, this never resolves, and the Lock keeps waiting.
-pub async fn watch(dialer: &Dialer, after: Duration, budget: Duration) -> BackendError {
+pub(super) async fn watch(dialer: &Dialer, after: Duration, budget: Duration) -> BackendError {
     let addr = dialer.addr.as_str();
     tokio::time::sleep(after).await;
     match ping(dialer, budget.saturating_sub(after)).await {
@@ -123,7 +123,7 @@ pub async fn watch(dialer: &Dialer, after: Duration, budget: Duration) -> Backen
 }
 
 /// The error for a peer that did not answer within `waited`.
-pub fn silent(addr: &str, waited: Duration) -> BackendError {
+pub(super) fn silent(addr: &str, waited: Duration) -> BackendError {
     BackendError::Unavailable {
         server: addr.to_string(),
         reason: format!(
@@ -137,7 +137,7 @@ pub fn silent(addr: &str, waited: Duration) -> BackendError {
 /// The error for a reply that is not one protocol byte. A TLS record (a
 /// TLS server's alert to our plain frame) is a server we did not reach the
 /// way it wants, not a foreign protocol: the status of a TLS failure.
-pub fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
+pub(super) fn foreign(addr: &str, bytes: &[u8]) -> BackendError {
     if is_tls_record(bytes) {
         return BackendError::Unavailable {
             server: addr.to_string(),
@@ -168,7 +168,7 @@ fn is_tls_record(bytes: &[u8]) -> bool {
 }
 
 /// What the well-known ports of the other backends suggest.
-pub use crate::backend::port_hint;
+pub(super) use crate::backend::port_hint;
 
 #[cfg(test)]
 mod tests {

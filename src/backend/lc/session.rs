@@ -33,12 +33,12 @@ const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// The command may run this long after the server last heard from us.
-pub fn term_after_contact(timeout: Duration) -> Duration {
+pub(super) fn term_after_contact(timeout: Duration) -> Duration {
     timeout * 2 / 3
 }
 
 /// The command must be gone this long after the server last heard from us.
-pub fn kill_after_contact(timeout: Duration) -> Duration {
+pub(super) fn kill_after_contact(timeout: Duration) -> Duration {
     timeout - timeout / 20
 }
 

@@ -101,7 +101,7 @@ impl std::error::Error for Refusal {}
 
 /// The reason, if `e` is the server refusing our TLS connection (which a
 /// reader must not take for a plain hang-up).
-pub fn refusal(e: &io::Error) -> Option<String> {
+pub(crate) fn refusal(e: &io::Error) -> Option<String> {
     e.get_ref()?.downcast_ref::<Refusal>().map(|r| r.0.clone())
 }
 

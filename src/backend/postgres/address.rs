@@ -12,16 +12,16 @@ use crate::backend::{
     Backend, BackendConfig, Capabilities, Scheme, ServerAddress, ServerUrl, Usage,
 };
 
-pub const DEFAULT_PORT: u16 = 5432;
+pub(crate) const DEFAULT_PORT: u16 = 5432;
 /// See [`PgAddress::keepalive`].
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
-pub const PARAMS: &[(&str, &str)] = &[
+pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
+pub(crate) const PARAMS: &[(&str, &str)] = &[
     ("keepalive", "10s"),
     ("sslmode", "verify-full"),
     ("sslrootcert", "FILE"),
 ];
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "PostgreSQL",
     names: &["postgres", "postgresql"],
     params: PARAMS,
@@ -73,7 +73,7 @@ fn parse_url(p: &Parts) -> Result<ServerUrl, String> {
 /// `verify-ca` is not offered: rustls always checks the host name, so it
 /// would be `verify-full` under another name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     /// Plain TCP.
     Disable,
     /// TLS when the server offers it, unverified; else plain TCP.
@@ -88,7 +88,8 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    pub const NAMES: &'static [&'static str] = &["disable", "prefer", "require", "verify-full"];
+    pub(crate) const NAMES: &'static [&'static str] =
+        &["disable", "prefer", "require", "verify-full"];
 
     fn parse(value: &str, shown: &str) -> Result<SslMode, String> {
         Ok(match value {
@@ -105,7 +106,7 @@ impl SslMode {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SslMode::Disable => "disable",
             SslMode::Prefer => "prefer",
@@ -116,10 +117,10 @@ impl SslMode {
 }
 
 use crate::backend::secret::decode;
-pub use crate::backend::secret::{mask, Secret};
+pub(crate) use crate::backend::secret::{mask, Secret};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PgAddress {
+pub(crate) struct PgAddress {
     pub user: String,
     /// From the URL; else PGPASSWORD or ~/.pgpass are read at connect time.
     pub password: Option<Secret>,
@@ -169,7 +170,7 @@ impl fmt::Display for PgAddress {
 }
 
 /// `rest` is what follows `postgres://` and precedes `?`; `params` the query.
-pub fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddress, String> {
+pub(crate) fn parse(rest: &str, params: &[(&str, &str)], whole: &str) -> Result<PgAddress, String> {
     let shown = mask(whole);
     let mut keepalive = DEFAULT_KEEPALIVE;
     let mut sslmode = match std::env::var("PGSSLMODE") {
@@ -269,7 +270,7 @@ fn split_host_port(hostport: &str, shown: &str) -> Result<(String, u16), String>
 /// The password for `a`: the URL's, else PGPASSWORD, else the first
 /// matching line of PGPASSFILE or ~/.pgpass (`host:port:db:user:password`,
 /// `*` matches anything, `\:` and `\\` escape), as libpq reads them.
-pub fn password_for(a: &PgAddress) -> Option<String> {
+pub(crate) fn password_for(a: &PgAddress) -> Option<String> {
     if let Some(p) = &a.password {
         return Some(p.0.clone());
     }

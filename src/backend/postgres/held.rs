@@ -11,7 +11,7 @@ use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
 /// What a hold gives back at its end.
 #[derive(Debug, Clone, Copy)]
-pub enum Release {
+pub(super) enum Release {
     /// The exclusive advisory lock on this id.
     Exclusive(i64),
     /// The shared one (`--shared`).
@@ -21,7 +21,7 @@ pub enum Release {
     All(i64),
 }
 
-pub struct PgHeld {
+pub(super) struct PgHeld {
     s: Session,
     key: String,
     token: Option<u64>,
@@ -34,13 +34,13 @@ pub struct PgHeld {
 }
 
 /// How often the held session is pinged: a fifth of the keepalive.
-pub fn ping_every(keepalive: Duration) -> Duration {
+pub(super) fn ping_every(keepalive: Duration) -> Duration {
     keepalive / 5
 }
 
 /// Unanswered this long after the last answered ping was sent, the session
 /// is taken as lost: half the keepalive.
-pub fn silent_after(keepalive: Duration) -> Duration {
+pub(super) fn silent_after(keepalive: Duration) -> Duration {
     keepalive / 2
 }
 
@@ -53,12 +53,12 @@ const LATE_ANSWER: Duration = Duration::from_millis(200);
 /// The server drops a silent session no sooner than `keepalive` after it
 /// last heard from us; a twentieth (300 ms at least) is left for the kill
 /// to land.
-pub fn kill_after(keepalive: Duration) -> Duration {
+pub(super) fn kill_after(keepalive: Duration) -> Duration {
     keepalive - (keepalive / 20).max(Duration::from_millis(300))
 }
 
 impl PgHeld {
-    pub fn new(
+    pub(super) fn new(
         s: Session,
         key: String,
         token: Option<u64>,

@@ -18,10 +18,10 @@ use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 
 /// The application name of an lc-cli session: its source after this, cut
 /// to the server's 63 bytes.
-pub const APP_PREFIX: &str = "lc-cli ";
+pub(super) const APP_PREFIX: &str = "lc-cli ";
 
 /// The application name lc-cli sets for `source`.
-pub fn app_name(source: &str) -> String {
+pub(super) fn app_name(source: &str) -> String {
     let mut name = format!("{APP_PREFIX}{source}");
     while name.len() > 63 {
         name.pop();
@@ -130,7 +130,7 @@ fn holders(locks: &[Lock]) -> Vec<Holder<'_>> {
 
 /// Every held advisory lock of this database, and every `--limit` slot.
 /// A key lc-cli never took shows as `id:<lock id>`.
-pub async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
+pub(super) async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
     let locks = read_locks(s).await?;
     let held = holders(&locks);
     let names = names(s, held.iter().map(|h| h.named).collect()).await?;
@@ -218,7 +218,7 @@ fn waiting(locks: &[Lock]) -> Vec<(i64, &Lock, LockMode, Option<f64>)> {
 /// Every session waiting for an advisory lock of this database
 /// (`pg_locks` rows not granted), by key in line order, oldest wait
 /// first (PostgreSQL grants in arrival order).
-pub async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
+pub(super) async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
     let locks = read_locks(s).await?;
     let waiting = waiting(&locks);
     let names = names(s, waiting.iter().map(|w| w.0).collect()).await?;
@@ -340,7 +340,7 @@ async fn terminate(
 /// Terminates the sessions holding `key` (`pg_terminate_backend`), its
 /// lock or its `--limit` slots: its waiters keep their places and the
 /// first that fits is granted.
-pub async fn reset_key(s: &Session, key: &str) -> Result<()> {
+pub(super) async fn reset_key(s: &Session, key: &str) -> Result<()> {
     let sql = format!(
         "
         SELECT pg_terminate_backend(l.pid, 5000)
@@ -360,7 +360,7 @@ pub async fn reset_key(s: &Session, key: &str) -> Result<()> {
 }
 
 /// Terminates every lc-cli session of `source`, holders and waiters.
-pub async fn reset_source(s: &Session, source: &str) -> Result<()> {
+pub(super) async fn reset_source(s: &Session, source: &str) -> Result<()> {
     let sql = "
         SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
         WHERE application_name = $1 AND pid <> pg_backend_pid()";

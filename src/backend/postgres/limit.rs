@@ -30,13 +30,13 @@ use super::session::Session;
 use crate::backend::{BackendError, LockMode, Result, WaitProgress};
 
 /// The low bits of a key's ids: what each id is.
-pub const LOW: i64 = 0xFF_FFFF;
+pub(super) const LOW: i64 = 0xFF_FFFF;
 /// The high bits, as an int8 mask (`~LOW`).
-pub const HIGH: i64 = !LOW;
+pub(super) const HIGH: i64 = !LOW;
 /// The most slots the low bits leave room for.
-pub const MAX_N: u32 = (LOW - 1) as u32;
+pub(super) const MAX_N: u32 = (LOW - 1) as u32;
 /// The first int of the two-int lock that tells a request's N (the second).
-pub const N_CLASS: i32 = 1819435009;
+pub(super) const N_CLASS: i32 = 1819435009;
 
 /// How long the head waits between looks for a free slot, at first and at
 /// most: a slot freed by a dead session is taken within `POLL_MAX`.
@@ -45,19 +45,20 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 
 /// Where a slot's release is told (its marker id the payload), so the
 /// head takes it at once; a dead holder's is found by polling.
-pub const CHANNEL: &str = "lc_cli_slots";
+pub(super) const CHANNEL: &str = "lc_cli_slots";
 
 /// The release of a slot, and its word to the head of the line.
-pub const RELEASE: &str = "SELECT pg_advisory_unlock_all()::text, pg_notify('lc_cli_slots', $1)";
+pub(super) const RELEASE: &str =
+    "SELECT pg_advisory_unlock_all()::text, pg_notify('lc_cli_slots', $1)";
 
 /// How long `trylock --limit` waits for the turnstile: another request's
 /// grant passes it within a round trip; a head waiting for a slot does
 /// not, and then the set is full.
-pub const TRY_TURNSTILE: &str = "100ms";
+pub(super) const TRY_TURNSTILE: &str = "100ms";
 
 /// The ids of one key.
 #[derive(Debug, Clone, Copy)]
-pub struct Ids {
+pub(super) struct Ids {
     /// The lock id of `-x`/`-s` (`hashtextextended(KEY, 0)`).
     pub lock: i64,
     /// The marker; with the low bits, the turnstile and the slots.
@@ -65,38 +66,38 @@ pub struct Ids {
 }
 
 impl Ids {
-    pub fn from_hashes(lock: i64, limit_hash: i64) -> Ids {
+    pub(super) fn from_hashes(lock: i64, limit_hash: i64) -> Ids {
         Ids {
             lock,
             base: limit_hash & HIGH,
         }
     }
 
-    pub fn turnstile(self) -> i64 {
+    pub(super) fn turnstile(self) -> i64 {
         self.base | 1
     }
 
-    pub fn slot(self, i: u32) -> i64 {
+    pub(super) fn slot(self, i: u32) -> i64 {
         self.base | (2 + i as i64)
     }
 }
 
 /// The SQL of both hashes of `$1`, for [`Ids::from_hashes`].
-pub const HASHES: &str = "hashtextextended($1, 0), hashtextextended($1, 1)";
+pub(super) const HASHES: &str = "hashtextextended($1, 0), hashtextextended($1, 1)";
 
 /// What an id is, from its low bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
+pub(super) enum Part {
     Marker,
     Turnstile,
     Slot,
 }
 
-pub fn base_of(id: i64) -> i64 {
+pub(super) fn base_of(id: i64) -> i64 {
     id & HIGH
 }
 
-pub fn part_of(id: i64) -> Part {
+pub(super) fn part_of(id: i64) -> Part {
     match id & LOW {
         0 => Part::Marker,
         1 => Part::Turnstile,
@@ -145,7 +146,7 @@ async fn usage(s: &Session, key: &str, ids: Ids, not: i64) -> Result<Usage> {
 
 /// After a lock request (`-x`/`-s`) was granted: refused if the key is
 /// used with `--limit` (the lock goes with the session).
-pub async fn check_lock(s: &Session, key: &str, ours: LockMode, ids: Ids) -> Result<()> {
+pub(super) async fn check_lock(s: &Session, key: &str, ours: LockMode, ids: Ids) -> Result<()> {
     let u = usage(s, key, ids, 0).await?;
     if !u.limited {
         return Ok(());
@@ -230,7 +231,7 @@ async fn take_slot(s: &Session, key: &str, ids: Ids, n: u32) -> Result<Option<u3
 }
 
 /// What a `--limit` request came to.
-pub enum Outcome {
+pub(super) enum Outcome {
     /// Holds a slot (and the marker); the turnstile is left.
     Slot,
     /// `nonblock`, and the set is full or others wait.
@@ -240,7 +241,7 @@ pub enum Outcome {
 }
 
 /// A `--limit` request.
-pub struct Want<'a> {
+pub(super) struct Want<'a> {
     pub key: &'a str,
     pub n: u32,
     pub ids: Ids,
@@ -264,7 +265,7 @@ async fn ahead_of(other: &Session, pid: i32) -> Option<usize> {
 
 /// Waits in line for a slot (or only tries, with `nonblock`); `place`, a
 /// second session and our pid, to tell the place in line.
-pub async fn acquire(
+pub(super) async fn acquire(
     s: &Session,
     want: Want<'_>,
     cancel: &CancellationToken,

@@ -19,7 +19,7 @@
 //! `reset` and the status line's holder use a second session, opened when
 //! first needed, as the first may be waiting in the queue.
 
-pub mod address;
+pub(crate) mod address;
 mod held;
 mod keys;
 mod limit;
@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
-pub use address::PgAddress;
+pub(crate) use address::PgAddress;
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
@@ -42,7 +42,7 @@ use super::{
 use held::PgHeld;
 use session::Session;
 
-pub struct PgBackend {
+pub(crate) struct PgBackend {
     address: PgAddress,
     connect_timeout: Duration,
     /// The lock session, until an acquire takes it (or `admin` does).
@@ -66,7 +66,7 @@ const AT_GRANT: &str = "
     SELECT nextval('lc_cli.grants')";
 
 impl PgBackend {
-    pub async fn connect(address: &PgAddress, config: &BackendConfig) -> Result<Self> {
+    pub(crate) async fn connect(address: &PgAddress, config: &BackendConfig) -> Result<Self> {
         let session = Session::open(address, "lc-cli", config.connect_timeout).await?;
         Ok(PgBackend {
             address: address.clone(),

@@ -18,7 +18,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use super::address::{password_for, PgAddress, SslMode};
 use crate::backend::{tcp, BackendError, Result};
 
-pub struct Session {
+pub(super) struct Session {
     pub client: tokio_postgres::Client,
     /// Some(why) once the connection has ended.
     ended: watch::Receiver<Option<String>>,
@@ -110,7 +110,11 @@ impl Session {
     /// not up yet, restarting) and a server still starting up are tried
     /// again, as every backend does; a refusal of the server's (password,
     /// database) is not.
-    pub async fn open(a: &PgAddress, app: &str, connect_timeout: Duration) -> Result<Session> {
+    pub(super) async fn open(
+        a: &PgAddress,
+        app: &str,
+        connect_timeout: Duration,
+    ) -> Result<Session> {
         let server = a.to_string();
         let mut c = tokio_postgres::Config::new();
         c.user(&a.user)
@@ -196,7 +200,7 @@ impl Session {
     }
 
     /// Asks the server to cancel the running query, on a new connection.
-    pub async fn cancel(&self) -> Result<()> {
+    pub(super) async fn cancel(&self) -> Result<()> {
         let unavailable = |reason: String| BackendError::Unavailable {
             server: self.server.clone(),
             reason,
@@ -212,12 +216,12 @@ impl Session {
     }
 
     /// The connection's socket (a copy of it), whose end ends the session.
-    pub fn socket(&self) -> BorrowedFd<'_> {
+    pub(super) fn socket(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
     }
 
     /// Resolves when the connection has ended, with why.
-    pub async fn ended(&self) -> String {
+    pub(super) async fn ended(&self) -> String {
         let mut rx = self.ended.clone();
         let why = match rx.wait_for(Option::is_some).await {
             Ok(why) => why.clone().unwrap_or_default(),
@@ -228,17 +232,17 @@ impl Session {
 
     /// Resolves at the next notification (or at once if one came since
     /// the last call).
-    pub async fn notified(&self) {
+    pub(super) async fn notified(&self) {
         self.notified.notified().await
     }
 
-    pub fn is_ended(&self) -> bool {
+    pub(super) fn is_ended(&self) -> bool {
         self.ended.borrow().is_some() || self.client.is_closed()
     }
 
     /// A query's error as a backend error: the connection's loss is
     /// Unavailable, anything the server said is Refused.
-    pub fn error(&self, doing: &str, e: tokio_postgres::Error) -> BackendError {
+    pub(super) fn error(&self, doing: &str, e: tokio_postgres::Error) -> BackendError {
         if e.as_db_error().is_none() {
             BackendError::Unavailable {
                 server: self.server.clone(),
@@ -255,7 +259,7 @@ impl Session {
 
 /// The server's own message where there is one (it never holds the
 /// password), else the client's.
-pub fn describe(e: &tokio_postgres::Error) -> String {
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.message().to_string(),
         None => match std::error::Error::source(e) {

@@ -15,7 +15,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::address::{PgAddress, SslMode};
 
 /// The connector for `a` (unused by tokio-postgres under `disable`).
-pub fn connector(a: &PgAddress) -> Result<MakeRustlsConnect, String> {
+pub(super) fn connector(a: &PgAddress) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

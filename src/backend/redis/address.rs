@@ -13,11 +13,11 @@ use crate::backend::{
     Usage,
 };
 
-pub const DEFAULT_PORT: u16 = 6379;
+pub(crate) const DEFAULT_PORT: u16 = 6379;
 /// Where redis-cli reads a password the address does not hold.
-pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
+pub(crate) const PASSWORD_ENV: &str = "REDISCLI_AUTH";
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "Redis",
     names: &["redis", "rediss"],
     params: &[
@@ -40,7 +40,7 @@ pub const SCHEME: Scheme = Scheme {
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisAddress {
+pub(crate) struct RedisAddress {
     /// Several nodes form a quorum.
     pub nodes: Vec<String>,
     pub db: i64,

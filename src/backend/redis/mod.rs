@@ -29,7 +29,7 @@
 //! near the head of the line that timer is short ([`Quorum::poll`]), so the
 //! offer to a waiter that died in line passes on within about a second.
 
-pub mod address;
+pub(crate) mod address;
 mod answer;
 mod fresh;
 mod held;
@@ -48,13 +48,13 @@ use tokio_util::sync::CancellationToken;
 
 use self::node::{Node, NodeResult};
 use self::quorum::Quorum;
-pub use address::RedisAddress;
+pub(crate) use address::RedisAddress;
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
 };
 
-pub struct RedisBackend {
+pub(crate) struct RedisBackend {
     quorum: Arc<Quorum>,
     /// `-v`: the wait for nodes that do not count yet is said once.
     verbose: bool,
@@ -66,7 +66,7 @@ pub struct RedisBackend {
 }
 
 impl RedisBackend {
-    pub async fn connect(address: &RedisAddress, config: &BackendConfig) -> Result<Self> {
+    pub(crate) async fn connect(address: &RedisAddress, config: &BackendConfig) -> Result<Self> {
         let RedisAddress { nodes, db, .. } = address;
         let mut built = Vec::new();
         for addr in nodes {

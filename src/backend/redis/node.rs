@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 
 /// What went wrong on one node.
 #[derive(Debug, Clone)]
-pub enum NodeError {
+pub(super) enum NodeError {
     /// Not reached, or no answer in time: the node may be down.
     Transport(String),
     /// The node answered with an error (a script error, a key of the wrong type).
@@ -31,9 +31,9 @@ impl std::fmt::Display for NodeError {
     }
 }
 
-pub type NodeResult<T> = std::result::Result<T, NodeError>;
+pub(super) type NodeResult<T> = std::result::Result<T, NodeError>;
 
-pub struct Node {
+pub(super) struct Node {
     pub addr: String,
     client: Client,
     config: AsyncConnectionConfig,
@@ -62,7 +62,7 @@ struct Incarnation {
 
 /// A server whose word does not count yet (see `Node::vouches`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Uncounted {
+pub(super) struct Uncounted {
     /// How long it has been up, at least.
     pub up: Duration,
     /// How long until it counts.
@@ -142,10 +142,10 @@ fn client_for(addr: &str, db: i64, access: &Access) -> std::result::Result<Clien
 
 /// How a node error that refused lc-cli's credentials begins: trying
 /// again does not help, and it is no protocol error.
-pub const REFUSED: &str = "credentials: ";
+pub(super) const REFUSED: &str = "credentials: ";
 /// How a failed TLS handshake (an untrusted certificate) begins: as
 /// unreachable, but not worth retrying.
-pub const UNTRUSTED: &str = "TLS: ";
+pub(super) const UNTRUSTED: &str = "TLS: ";
 
 /// A wrong or missing password, or an ACL that forbids us.
 fn is_refusal(e: &RedisError) -> bool {
@@ -175,7 +175,7 @@ fn is_transport(e: &RedisError) -> bool {
 }
 
 impl Node {
-    pub fn new(
+    pub(super) fn new(
         addr: &str,
         db: i64,
         access: &Access,
@@ -217,7 +217,7 @@ impl Node {
     }
 
     /// The quorum connection, made if there is none.
-    pub async fn conn(&self) -> NodeResult<MultiplexedConnection> {
+    pub(super) async fn conn(&self) -> NodeResult<MultiplexedConnection> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref() {
             return Ok(c.clone());
@@ -274,7 +274,7 @@ impl Node {
     /// Whether this server's word on a lock may count: it has been up for
     /// at least `lease` (a restart that emptied it is a lease behind us), or
     /// it keeps every write across a restart.
-    pub fn vouches(&self, lease: Duration) -> bool {
+    pub(super) fn vouches(&self, lease: Duration) -> bool {
         self.incarnation
             .lock()
             .unwrap()
@@ -285,7 +285,7 @@ impl Node {
     /// How this server stands while its word does not count yet (see
     /// `vouches`): None once it does, or before a connection has learnt
     /// which process it is.
-    pub fn uncounted(&self, lease: Duration) -> Option<Uncounted> {
+    pub(super) fn uncounted(&self, lease: Duration) -> Option<Uncounted> {
         let known = self.incarnation.lock().unwrap();
         let i = known.as_ref()?;
         let up = i.up_since.elapsed();
@@ -308,19 +308,19 @@ impl Node {
         }
     }
 
-    pub async fn run<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> NodeResult<T> {
+    pub(super) async fn run<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> NodeResult<T> {
         let mut c = self.conn().await?;
         inv.invoke_async(&mut c).await.map_err(|e| self.failed(e))
     }
 
-    pub async fn cmd<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> NodeResult<T> {
+    pub(super) async fn cmd<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> NodeResult<T> {
         let mut c = self.conn().await?;
         cmd.query_async(&mut c).await.map_err(|e| self.failed(e))
     }
 
     /// A connection of its own for BLPOP (a blocked command would hold up
     /// everything queued behind it on the quorum one).
-    pub async fn blocking_conn(&self) -> NodeResult<MultiplexedConnection> {
+    pub(super) async fn blocking_conn(&self) -> NodeResult<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);

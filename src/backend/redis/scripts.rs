@@ -64,7 +64,7 @@ use crate::backend::LockMode;
 /// How long a waiter woken by a release has to confirm its grant on one
 /// node (at most the ttl): a waiter that died in line holds the key up this
 /// long. A quorum adds two response timeouts (see `Quorum::offer_window`).
-pub const OFFER: Duration = Duration::from_millis(1000);
+pub(super) const OFFER: Duration = Duration::from_millis(1000);
 
 /// Helpers prepended to every script but the listings: `KEYS[1]` is the
 /// prefix `lc-cli:{KEY}:`, `ARGV[1]` the key's name. `scripts/common.lua` tells its arguments and answer.
@@ -101,7 +101,7 @@ const LIST: &str = include_str!("scripts/list.lua");
 const LIST_WAITERS: &str = include_str!("scripts/list_waiters.lua");
 
 /// The compiled scripts (each sent by SHA, loaded on first use).
-pub struct Scripts {
+pub(super) struct Scripts {
     pub enqueue: Script,
     pub check: Script,
     pub renew: Script,
@@ -115,7 +115,7 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    pub fn get() -> &'static Scripts {
+    pub(super) fn get() -> &'static Scripts {
         static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
         SCRIPTS.get_or_init(Scripts::new)
     }
@@ -139,17 +139,17 @@ impl Scripts {
 }
 
 /// `lc-cli:{KEY}:`: the prefix of every key of one lock.
-pub fn prefix(key: &str) -> String {
+pub(super) fn prefix(key: &str) -> String {
     format!("lc-cli:{{{key}}}:")
 }
 
 /// The hash of keys held or waited for by `source`.
-pub fn source_index(source: &str) -> String {
+pub(super) fn source_index(source: &str) -> String {
     format!("lc-cli:source:{source}")
 }
 /// The mode arguments of ENQUEUE and CHECK (after nonblock/refresh), and
 /// of RENEW: `x`, `s` or `l`, and N.
-pub fn mode_args(mode: LockMode) -> [String; 2] {
+pub(super) fn mode_args(mode: LockMode) -> [String; 2] {
     match mode {
         LockMode::Exclusive => ["x".into(), "1".into()],
         LockMode::Shared => ["s".into(), "0".into()],

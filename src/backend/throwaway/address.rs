@@ -10,7 +10,7 @@ use crate::backend::{
     Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Usage,
 };
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "Throwaway",
     names: &["throwaway"],
     params: &[],
@@ -33,7 +33,7 @@ pub const SCHEME: Scheme = Scheme {
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThrowawayAddress {
+pub(crate) struct ThrowawayAddress {
     pub name: String,
 }
 

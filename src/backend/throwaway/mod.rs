@@ -2,7 +2,7 @@
 //! is its folder plus one line in `BACKENDS` (CONTRIBUTING.md's list): an
 //! in-process set of held keys, no service behind it.
 
-pub mod address;
+pub(super) mod address;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use crate::backend::{
 };
 
 #[derive(Default)]
-pub struct ThrowawayBackend {
+pub(super) struct ThrowawayBackend {
     held: Arc<Mutex<HashSet<String>>>,
 }
 

@@ -10,12 +10,12 @@ use crate::backend::{
     Backend, BackendConfig, Capabilities, Result, Scheme, ServerAddress, ServerUrl, Tuning, Usage,
 };
 
-pub const DEFAULT_PORT: u16 = 2181;
-pub const DEFAULT_ROOT: &str = "/lc-cli";
+pub(crate) const DEFAULT_PORT: u16 = 2181;
+pub(crate) const DEFAULT_ROOT: &str = "/lc-cli";
 /// The digest password of the user the address names, when it holds none.
-pub const PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "LC_ZK_PASSWORD";
 
-pub const SCHEME: Scheme = Scheme {
+pub(crate) const SCHEME: Scheme = Scheme {
     service: "ZooKeeper",
     names: &["zk"],
     params: &[("session-timeout", "10s"), ("recipe", "rwlock")],
@@ -32,7 +32,7 @@ pub const SCHEME: Scheme = Scheme {
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkAddress {
+pub(crate) struct ZkAddress {
     pub hosts: Vec<String>,
     /// The znode under which each key's lock node lives.
     pub root: String,
@@ -42,7 +42,7 @@ pub struct ZkAddress {
 
 /// Which Curator recipe an exclusive (`-x`) request joins as (`recipe=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Recipe {
+pub(crate) enum Recipe {
     /// `InterProcessMutex` (`lock-`), unless read-write nodes already queue.
     #[default]
     Mutex,

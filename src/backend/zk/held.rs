@@ -10,7 +10,7 @@ use super::names::{self, Mode, NodeData};
 use super::session::{OwnWatch, Session, SessionEnd};
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 
-pub struct ZkHeld {
+pub(super) struct ZkHeld {
     s: Arc<Session>,
     node: String,
     czxid: i64,
@@ -22,7 +22,7 @@ pub struct ZkHeld {
 }
 
 impl ZkHeld {
-    pub fn new(
+    pub(super) fn new(
         s: Arc<Session>,
         node: String,
         czxid: i64,
@@ -85,14 +85,14 @@ impl ZkHeld {
 
 /// How long without contact the command may run on: two thirds of the
 /// session timeout, the read timeout ZooKeeper's own client uses.
-pub fn term_after_contact(session_timeout: Duration) -> Duration {
+pub(super) fn term_after_contact(session_timeout: Duration) -> Duration {
     session_timeout * 2 / 3
 }
 
 /// How long after the last contact the command must be gone: the server
 /// expires the session no sooner than the session timeout after it heard
 /// us last; a twentieth is left for the kill to land.
-pub fn kill_after_contact(session_timeout: Duration) -> Duration {
+pub(super) fn kill_after_contact(session_timeout: Duration) -> Duration {
     session_timeout - session_timeout / 20
 }
 

@@ -106,7 +106,7 @@ async fn walk(s: &Session, root: &str) -> Result<Walk> {
     })
 }
 
-pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
+pub(super) async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
     let Walk {
         locks,
         shared,
@@ -146,7 +146,7 @@ pub async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
 /// behind a writer, every writer but the head), and a semaphore's
 /// acquirers (in line for its mutex, then for a lease). Each node is read
 /// once (the requests pipelined) for its source and arrival.
-pub async fn waiters(s: &Session, root: &str) -> Result<Vec<WaiterInfo>> {
+pub(super) async fn waiters(s: &Session, root: &str) -> Result<Vec<WaiterInfo>> {
     let Walk {
         mut locks,
         shared,

@@ -13,7 +13,7 @@
 //! One `ZkBackend` is one session and serves one acquire: releasing,
 //! withdrawing or detaching ends the session and waits until it is closed.
 
-pub mod address;
+pub(crate) mod address;
 mod held;
 mod keys;
 mod names;
@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-pub use address::{Recipe, ZkAddress};
+pub(crate) use address::{Recipe, ZkAddress};
 
 use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
@@ -37,7 +37,7 @@ use super::{
 use names::NodeData;
 use session::Session;
 
-pub struct ZkBackend {
+pub(crate) struct ZkBackend {
     session: Arc<Session>,
     root: String,
     /// The ensemble as the address names it, for `ping`.
@@ -47,7 +47,7 @@ pub struct ZkBackend {
 }
 
 impl ZkBackend {
-    pub async fn connect(address: &ZkAddress, config: &BackendConfig) -> Result<Self> {
+    pub(crate) async fn connect(address: &ZkAddress, config: &BackendConfig) -> Result<Self> {
         let ZkAddress {
             hosts,
             root,

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// What a queue node stands for, told by the lock name in it (each followed
 /// by the 10-digit sequence number), as Curator's recipes name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeKind {
+pub(super) enum NodeKind {
     /// `lock-`: `InterProcessMutex` (lc-cli's exclusive lock on a key no
     /// read-write lock uses; the acquirers' mutex of a semaphore).
     Mutex,
@@ -26,7 +26,7 @@ impl NodeKind {
         NodeKind::Lease,
     ];
 
-    pub fn lock_name(self) -> &'static str {
+    pub(super) fn lock_name(self) -> &'static str {
         match self {
             NodeKind::Mutex => "lock-",
             NodeKind::Write => "__WRIT__",
@@ -36,18 +36,18 @@ impl NodeKind {
     }
 
     /// Whether a node of this kind excludes everyone (a writer).
-    pub fn is_writer(self) -> bool {
+    pub(super) fn is_writer(self) -> bool {
         matches!(self, NodeKind::Mutex | NodeKind::Write)
     }
 }
 
 /// The children of a semaphore's znode (`InterProcessSemaphoreV2`): the
 /// mutex its acquirers queue on, and the leases.
-pub const SEMAPHORE_LOCKS: &str = "locks";
-pub const SEMAPHORE_LEASES: &str = "leases";
+pub(super) const SEMAPHORE_LOCKS: &str = "locks";
+pub(super) const SEMAPHORE_LEASES: &str = "leases";
 
 /// Why a key cannot be a znode path under the root (`None` when it can).
-pub fn key_problem(key: &str) -> Option<String> {
+pub(super) fn key_problem(key: &str) -> Option<String> {
     if key.is_empty() {
         return Some("the key is empty".into());
     }
@@ -83,20 +83,20 @@ fn forbidden_char(c: char) -> bool {
 }
 
 /// `ROOT/KEY`: the lock node whose children are the queue.
-pub fn lock_dir(root: &str, key: &str) -> String {
+pub(super) fn lock_dir(root: &str, key: &str) -> String {
     format!("{root}/{key}")
 }
 
 /// `_c_<uuid>-<lock name>`: the unique prefix of a new queue node, as
 /// Curator names them, so a node created just before a connection loss can
 /// be found again by this prefix.
-pub fn new_prefix(kind: NodeKind) -> String {
+pub(super) fn new_prefix(kind: NodeKind) -> String {
     format!("_c_{}-{}", uuid::Uuid::new_v4(), kind.lock_name())
 }
 
 /// A queue node's kind and sequence number (the digits after its lock
 /// name), or None for a child that is not a queue node.
-pub fn parse(name: &str) -> Option<(NodeKind, u64)> {
+pub(super) fn parse(name: &str) -> Option<(NodeKind, u64)> {
     NodeKind::ALL.into_iter().find_map(|kind| {
         let at = name.rfind(kind.lock_name())?;
         let digits = &name[at + kind.lock_name().len()..];
@@ -108,13 +108,13 @@ pub fn parse(name: &str) -> Option<(NodeKind, u64)> {
 }
 
 /// The sequence number of a queue node, or None for another child.
-pub fn sequence_of(name: &str) -> Option<u64> {
+pub(super) fn sequence_of(name: &str) -> Option<u64> {
     parse(name).map(|(_, seq)| seq)
 }
 
 /// The queue: the queue nodes among `children`, in the order they are
 /// served (sequence number, then name, so every client agrees on ties).
-pub fn queue(children: Vec<String>) -> Vec<String> {
+pub(super) fn queue(children: Vec<String>) -> Vec<String> {
     let mut nodes: Vec<(u64, String)> = children
         .into_iter()
         .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
@@ -125,14 +125,14 @@ pub fn queue(children: Vec<String>) -> Vec<String> {
 
 /// Whether the queue nodes among `children` are a read-write lock's, so an
 /// exclusive request joins as its writer (`__WRIT__`), not as a mutex.
-pub fn read_write_in_use(children: &[String]) -> bool {
+pub(super) fn read_write_in_use(children: &[String]) -> bool {
     children
         .iter()
         .any(|c| matches!(parse(c), Some((NodeKind::Read | NodeKind::Write, _))))
 }
 
 /// Whether `children` of a key's znode are a semaphore's.
-pub fn semaphore_parts(children: &[String]) -> bool {
+pub(super) fn semaphore_parts(children: &[String]) -> bool {
     children
         .iter()
         .any(|c| c == SEMAPHORE_LOCKS || c == SEMAPHORE_LEASES)
@@ -144,7 +144,7 @@ pub fn semaphore_parts(children: &[String]) -> bool {
 /// watches the nearest writer ahead (Curator's reader watches the first
 /// one: the same grant, but the nearest wakes only readers it lets in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Turn {
+pub(super) enum Turn {
     Holds,
     /// The index of the node to watch, and how many stand between us and
     /// the grant (0: next).
@@ -154,7 +154,7 @@ pub enum Turn {
     },
 }
 
-pub fn turn(kinds: &[NodeKind], ours: usize) -> Turn {
+pub(super) fn turn(kinds: &[NodeKind], ours: usize) -> Turn {
     if kinds[ours].is_writer() {
         return match ours {
             0 => Turn::Holds,
@@ -173,7 +173,7 @@ pub fn turn(kinds: &[NodeKind], ours: usize) -> Turn {
 /// The name of the persistent node that keeps a detached hold: a fresh
 /// Curator-style prefix of the same kind with the same sequence digits as
 /// the ephemeral node it replaces, so it keeps that node's place.
-pub fn detached_name(ephemeral: &str) -> Option<String> {
+pub(super) fn detached_name(ephemeral: &str) -> Option<String> {
     let (kind, _) = parse(ephemeral)?;
     let at = ephemeral.rfind(kind.lock_name())?;
     Some(format!(
@@ -185,7 +185,7 @@ pub fn detached_name(ephemeral: &str) -> Option<String> {
 
 /// Whether a node waits/holds for a live session or keeps a detached hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(super) enum Mode {
     /// Ephemeral: waiting, or held while its lc-cli runs.
     Queue,
     /// Persistent: held after `lock KEY` without a command, until `unlock`.
@@ -194,7 +194,7 @@ pub enum Mode {
 
 /// What lc-cli writes into each of its nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeData {
+pub(super) struct NodeData {
     pub mode: Mode,
     /// Milliseconds since the epoch: arrival for a queue node, the moment
     /// the hold was taken for a detached one.
@@ -213,7 +213,7 @@ pub struct NodeData {
 const MAGIC: &str = "lc-cli 1\n";
 
 impl NodeData {
-    pub fn new(mode: Mode, source: &str) -> Self {
+    pub(super) fn new(mode: Mode, source: &str) -> Self {
         NodeData {
             mode,
             since_ms: SystemTime::now()
@@ -227,12 +227,12 @@ impl NodeData {
         }
     }
 
-    pub fn with_limit(mut self, limit: Option<u32>) -> Self {
+    pub(super) fn with_limit(mut self, limit: Option<u32>) -> Self {
         self.limit = limit;
         self
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let mode = match self.mode {
             Mode::Queue => "queue",
             Mode::Detached => "detached",
@@ -252,7 +252,7 @@ impl NodeData {
     }
 
     /// None for data lc-cli did not write (a Curator client's node).
-    pub fn decode(data: &[u8]) -> Option<Self> {
+    pub(super) fn decode(data: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(data).ok()?;
         let mut rest = text.strip_prefix(MAGIC)?;
         let mut out = NodeData {

@@ -21,7 +21,7 @@ use crate::backend::{
 };
 
 /// An exclusive or shared request (`--limit N` is `semaphore.rs`).
-pub async fn acquire(
+pub(super) async fn acquire(
     s: &Arc<Session>,
     root: &str,
     recipe: Recipe,
@@ -175,7 +175,7 @@ pub(super) struct QueueNode {
 }
 
 impl QueueNode {
-    pub fn new(dir: String, name: String) -> QueueNode {
+    pub(super) fn new(dir: String, name: String) -> QueueNode {
         let path = format!("{dir}/{name}");
         QueueNode { dir, name, path }
     }
@@ -335,7 +335,7 @@ pub(super) fn expired(s: &Session) -> BackendError {
 /// Leaves the queue: deletes our node, waiting (for at most a session
 /// timeout) for the server to confirm it, and ends the session. False when
 /// unconfirmed: the node then goes when ZooKeeper expires the session.
-pub async fn withdraw(s: &Session, node: &str) -> bool {
+pub(super) async fn withdraw(s: &Session, node: &str) -> bool {
     let deleted = tokio::time::timeout(s.retry_for, s.delete_confirmed(node)).await;
     s.close().await;
     matches!(deleted, Ok(Ok(())))

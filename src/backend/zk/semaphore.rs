@@ -31,7 +31,7 @@ use super::session::Session;
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{Acquired, HeldLock, LockMode, LockRequest, Result, WaitProgress};
 
-pub async fn acquire(
+pub(super) async fn acquire(
     s: &Arc<Session>,
     root: &str,
     request: &LockRequest,

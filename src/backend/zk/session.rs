@@ -25,7 +25,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(3);
 /// a quarter of it.
 const HEARTBEATS_PER_SESSION: u32 = 4;
 
-pub struct Session {
+pub(super) struct Session {
     /// None once closed: dropping the last `Client` is what sends the
     /// CloseSession request.
     client: Arc<Mutex<Option<zk::Client>>>,
@@ -176,11 +176,11 @@ async fn connect_until(
 
 /// A one-shot watch on our own node: fires when it is deleted (a reset) or
 /// the session expires.
-pub type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+pub(super) type OwnWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
 /// Why the session can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
+pub(super) enum SessionEnd {
     Expired,
     Closed,
     /// No contact for longer than the session timeout: the server has
@@ -189,7 +189,7 @@ pub enum SessionEnd {
 }
 
 impl Session {
-    pub async fn connect(
+    pub(super) async fn connect(
         hosts: &[String],
         server: String,
         access: &Access,
@@ -243,12 +243,12 @@ impl Session {
 
     /// The send time of the latest request the server answered (see
     /// [`Contact`]).
-    pub fn last_contact(&self) -> Instant {
+    pub(super) fn last_contact(&self) -> Instant {
         self.contact.last()
     }
 
     /// A handle for requests; an error once the session is closed.
-    pub fn client(&self) -> Result<zk::Client> {
+    pub(super) fn client(&self) -> Result<zk::Client> {
         self.client
             .lock()
             .unwrap()
@@ -256,13 +256,13 @@ impl Session {
             .ok_or_else(|| BackendError::Other(format!("the session to {} is closed", self.server)))
     }
 
-    pub fn is_expired(&self) -> bool {
+    pub(super) fn is_expired(&self) -> bool {
         self.state.peek_state() == zk::SessionState::Expired
     }
 
     /// Resolves when the session is over: expired, closed, or no contact
     /// for longer than the session timeout. Cancel-safe.
-    pub async fn until_gone(&self) -> SessionEnd {
+    pub(super) async fn until_gone(&self) -> SessionEnd {
         let mut watcher = self.state.clone();
         loop {
             match watcher.state() {
@@ -290,7 +290,7 @@ impl Session {
     /// a server restarted from its dataDir brings the session and the node
     /// back. Then (or once closed) the session is asked for again on a new
     /// connection. Unconfirmed: `Unavailable`, worth another attempt.
-    pub async fn delete_confirmed(&self, node: &str) -> Result<()> {
+    pub(super) async fn delete_confirmed(&self, node: &str) -> Result<()> {
         match self
             .retry(|c| async move { c.delete(node, None).await })
             .await
@@ -353,7 +353,7 @@ impl Session {
     /// the library cannot tell the server's confirmation from its own
     /// timeout, so whoever needs a node gone confirms that with
     /// `delete_confirmed` first. Safe to call again.
-    pub async fn close(&self) {
+    pub(super) async fn close(&self) {
         let beat = self.heartbeat.lock().unwrap().take();
         if let Some(beat) = beat {
             // Its request in flight holds a client: gone before ours is dropped.
@@ -377,7 +377,7 @@ impl Session {
 
     /// Runs `op` again while it fails with a connection loss, for at most
     /// `retry_for`.
-    pub async fn retry<T, F, Fut>(&self, mut op: F) -> std::result::Result<T, zk::Error>
+    pub(super) async fn retry<T, F, Fut>(&self, mut op: F) -> std::result::Result<T, zk::Error>
     where
         F: FnMut(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
@@ -405,7 +405,7 @@ impl Session {
     }
 
     /// Arms the watch on our own node; None when the node is already gone.
-    pub async fn watch_own(&self, node: &str) -> Result<Option<(zk::Stat, OwnWatch)>> {
+    pub(super) async fn watch_own(&self, node: &str) -> Result<Option<(zk::Stat, OwnWatch)>> {
         match self
             .retry(|c| async move { c.check_and_watch_stat(node).await })
             .await
@@ -419,7 +419,7 @@ impl Session {
     }
 
     /// A ZooKeeper error as a backend error, naming what we were doing.
-    pub fn error(&self, doing: &str, e: zk::Error) -> BackendError {
+    pub(super) fn error(&self, doing: &str, e: zk::Error) -> BackendError {
         let reason = match e {
             zk::Error::NoAuth => format!(
                 "{doing}: not allowed by the node's ACL (its lock nodes belong to another \

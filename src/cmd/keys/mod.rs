@@ -11,13 +11,13 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
-pub use self::render::{as_json, as_json_with_waiters, as_table, waiters_table, write_json};
+pub(crate) use self::render::{as_json_with_waiters, as_table, waiters_table, write_json};
 use super::OrFail;
 use crate::backend::{BackendConfig, KeyInfo};
 use crate::cli::{KeysArgs, KeysOrder};
 use crate::exit::ExitCode;
 
-pub fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
+pub(crate) fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
     let KeysArgs {
         pattern,
         json,

@@ -34,7 +34,7 @@ fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
 /// As [`as_json`], each object with its key's `waiters` (null where the
 /// service does not say); a key with waiters but no holder listed gets an
 /// object of its own, its holder's fields null.
-pub fn as_json_with_waiters(
+pub(crate) fn as_json_with_waiters(
     keys: &[KeyInfo],
     waiters: Option<&[WaiterInfo]>,
     now: SystemTime,
@@ -85,7 +85,7 @@ pub fn as_json_with_waiters(
 
 /// The waiters' table: `KEY PLACE SOURCE PEER WAITED SINCE MODE`, control
 /// characters escaped as in [`as_table`].
-pub fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
+pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
     let mut rows = vec![[
         "WAITER OF",
         "PLACE",
@@ -161,7 +161,7 @@ fn held_for(info: &KeyInfo, now: SystemTime) -> Option<Duration> {
 }
 
 /// One JSON object per key, one per line.
-pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
+pub(crate) fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
     let mut out = Vec::with_capacity(keys.len() * 240);
     write_json(keys, now, &mut out).expect("a Vec takes every write");
     String::from_utf8(out).expect("JSON is UTF-8")
@@ -169,7 +169,11 @@ pub fn as_json(keys: &[KeyInfo], now: SystemTime) -> String {
 
 /// [`as_json`] written to `to` in pieces of [`PIECE`] bytes: a million keys
 /// are 240 MB of JSON, never in memory at once.
-pub fn write_json(keys: &[KeyInfo], now: SystemTime, to: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn write_json(
+    keys: &[KeyInfo],
+    now: SystemTime,
+    to: &mut impl Write,
+) -> std::io::Result<()> {
     const PIECE: usize = 256 * 1024;
     let mut out = Vec::with_capacity(PIECE + 4096);
     let mut clock = Clock::default();
@@ -304,7 +308,7 @@ fn mode_cell(mode: LockMode) -> String {
 /// control characters escaped: a key with a newline cannot forge a row, nor
 /// an escape sequence recolour the terminal (`--json` has them as JSON
 /// escapes).
-pub fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
+pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     let with_mode = keys.iter().any(|k| k.mode != LockMode::Exclusive);
     // A TOKEN column only where the service shows tokens (lc-cli's server).
     let tokens = keys.iter().any(|k| k.token.is_some());

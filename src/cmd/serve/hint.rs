@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 /// it the `lcs://` form, with the CA a client needs to trust it, `mutual`
 /// (`--tls-client-ca`) with the client certificate it must show, and
 /// `token` (`--token-file`) says where the token goes.
-pub fn clients(
+pub(super) fn clients(
     lock: SocketAddr,
     manager: Option<SocketAddr>,
     tls: bool,

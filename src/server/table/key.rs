@@ -15,7 +15,7 @@ use crate::mode::LockMode;
 
 /// Who asks for a key, and how.
 #[derive(Debug, Clone)]
-pub struct Ask {
+pub(crate) struct Ask {
     pub source: Vec<u8>,
     pub peer: SocketAddr,
     /// Held only while its holder is heard from (a session), not until an
@@ -33,7 +33,7 @@ pub struct Ask {
 impl Ask {
     /// The whole seconds of a TTL in ms, rounded up (at least 1, at most
     /// u32::MAX: 136 years).
-    pub fn expire_secs(ttl_ms: u64) -> NonZeroU32 {
+    pub(crate) fn expire_secs(ttl_ms: u64) -> NonZeroU32 {
         let secs = ttl_ms.div_ceil(1000).clamp(1, u64::from(u32::MAX));
         NonZeroU32::new(secs as u32).expect("at least 1")
     }
@@ -41,19 +41,19 @@ impl Ask {
 
 /// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
 /// `Option` of it is 8 bytes (an `Ask` is part of every parked waiter).
-pub type Owner = std::num::NonZeroU64;
+pub(crate) type Owner = std::num::NonZeroU64;
 
 /// Whose holds a release (or a reclaim) may end: any, or only those of one
 /// token (a `lock` role's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Whose {
+pub(crate) enum Whose {
     Any,
     Only(Owner),
 }
 
 impl Whose {
     /// Whether a hold of `owner` is one this may release.
-    pub fn may_release(self, owner: Option<Owner>) -> bool {
+    pub(crate) fn may_release(self, owner: Option<Owner>) -> bool {
         match self {
             Whose::Any => true,
             Whose::Only(o) => owner == Some(o),
@@ -63,7 +63,7 @@ impl Whose {
 
 /// The hold asked for is held, but not under the caller's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotYours;
+pub(crate) struct NotYours;
 
 /// A hold as callers see it: a copy of the table's own, compact [`Hold`]
 /// (made by [`Hold::holder`]). Its two other forms each carry what this
@@ -72,7 +72,7 @@ pub struct NotYours;
 /// and the manager's `KeyReport` (what `keys` reads, with the fields older
 /// servers lack as options). All three keep the start as a `SystemTime`.
 #[derive(Debug, Clone)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub id: GrantId,
     pub token: Token,
     pub source: Vec<u8>,
@@ -99,7 +99,7 @@ pub(super) struct Link {
 
 /// What the task serving a session hold keeps.
 #[derive(Debug)]
-pub struct LinkEnd {
+pub(crate) struct LinkEnd {
     pub gen: u64,
     /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
     pub changed: oneshot::Receiver<()>,
@@ -107,7 +107,7 @@ pub struct LinkEnd {
 
 impl Link {
     /// The link of a new hold: a session hold has one, a kept hold none.
-    pub fn for_hold(session: bool) -> (Option<Link>, Option<LinkEnd>) {
+    pub(super) fn for_hold(session: bool) -> (Option<Link>, Option<LinkEnd>) {
         match session {
             true => {
                 let (link, end) = Link::new(0);
@@ -117,7 +117,7 @@ impl Link {
         }
     }
 
-    pub fn new(gen: u64) -> (Link, LinkEnd) {
+    pub(super) fn new(gen: u64) -> (Link, LinkEnd) {
         let (tx, rx) = oneshot::channel();
         let link = Link {
             gen,
@@ -141,14 +141,14 @@ pub(super) enum Peer {
 }
 
 impl Peer {
-    pub fn new(addr: SocketAddr) -> Peer {
+    pub(super) fn new(addr: SocketAddr) -> Peer {
         match addr {
             SocketAddr::V4(a) => Peer::V4(a),
             SocketAddr::V6(a) => Peer::V6(Box::new(a)),
         }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(super) fn addr(&self) -> SocketAddr {
         match self {
             Peer::V4(a) => SocketAddr::V4(*a),
             Peer::V6(a) => SocketAddr::V6(**a),
@@ -182,7 +182,7 @@ pub(super) struct Hold {
 }
 
 impl Hold {
-    pub fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
+    pub(super) fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
         let rare = Rare {
             owner: h.owner,
             expires: h.expires,
@@ -205,7 +205,7 @@ impl Hold {
     }
 
     /// The hold as callers see it (a copy).
-    pub fn holder(&self) -> Holder {
+    pub(super) fn holder(&self) -> Holder {
         Holder {
             id: self.id,
             token: self.token,
@@ -219,27 +219,27 @@ impl Hold {
         }
     }
 
-    pub fn since(&self) -> SystemTime {
+    pub(super) fn since(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(self.since_ns)
     }
 
-    pub fn peer(&self) -> SocketAddr {
+    pub(super) fn peer(&self) -> SocketAddr {
         self.peer.addr()
     }
 
-    pub fn owner(&self) -> Option<Owner> {
+    pub(super) fn owner(&self) -> Option<Owner> {
         self.rare.as_ref().and_then(|r| r.owner)
     }
 
-    pub fn expires(&self) -> Option<SystemTime> {
+    pub(super) fn expires(&self) -> Option<SystemTime> {
         self.rare.as_ref().and_then(|r| r.expires)
     }
 
-    pub fn link(&self) -> Option<&Link> {
+    pub(super) fn link(&self) -> Option<&Link> {
         self.rare.as_ref().and_then(|r| r.link.as_ref())
     }
 
-    pub fn link_mut(&mut self) -> Option<&mut Link> {
+    pub(super) fn link_mut(&mut self) -> Option<&mut Link> {
         self.rare.as_mut().and_then(|r| r.link.as_mut())
     }
 
@@ -247,11 +247,11 @@ impl Hold {
         self.rare.get_or_insert_with(Box::default)
     }
 
-    pub fn set_owner(&mut self, owner: Owner) {
+    pub(super) fn set_owner(&mut self, owner: Owner) {
         self.rare_mut().owner = Some(owner);
     }
 
-    pub fn set_link(&mut self, link: Link) {
+    pub(super) fn set_link(&mut self, link: Link) {
         self.rare_mut().link = Some(link);
     }
 }
@@ -289,7 +289,7 @@ impl DerefMut for Holds {
 }
 
 impl Holds {
-    pub fn push(&mut self, hold: Hold) {
+    pub(super) fn push(&mut self, hold: Hold) {
         *self = match std::mem::take(self) {
             Holds::Many(v) if v.is_empty() => Holds::One(hold),
             Holds::One(first) => Holds::Many(vec![first, hold]),
@@ -300,7 +300,7 @@ impl Holds {
         };
     }
 
-    pub fn remove(&mut self, pos: usize) -> Hold {
+    pub(super) fn remove(&mut self, pos: usize) -> Hold {
         match self {
             Holds::Many(v) => v.remove(pos),
             Holds::One(_) => {
@@ -313,7 +313,7 @@ impl Holds {
         }
     }
 
-    pub fn retain(&mut self, keep: impl FnMut(&Hold) -> bool) {
+    pub(super) fn retain(&mut self, keep: impl FnMut(&Hold) -> bool) {
         match self {
             Holds::Many(v) => v.retain(keep),
             Holds::One(h) => {
@@ -347,7 +347,7 @@ pub(super) struct QueuedAsk {
 }
 
 impl QueuedAsk {
-    pub fn new(ask: &Ask) -> QueuedAsk {
+    pub(super) fn new(ask: &Ask) -> QueuedAsk {
         QueuedAsk {
             source: ask.source.as_slice().into(),
             peer: Peer::new(ask.peer),
@@ -358,12 +358,12 @@ impl QueuedAsk {
         }
     }
 
-    pub fn peer(&self) -> SocketAddr {
+    pub(super) fn peer(&self) -> SocketAddr {
         self.peer.addr()
     }
 
     /// The request again, for its grant.
-    pub fn to_ask(&self) -> Ask {
+    pub(super) fn to_ask(&self) -> Ask {
         Ask {
             source: self.source.to_vec(),
             peer: self.peer(),
@@ -383,23 +383,23 @@ impl QueuedAsk {
 pub(super) struct Line(Option<Box<VecDeque<Waiter>>>);
 
 impl Line {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.as_ref().is_none_or(|q| q.is_empty())
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.0.as_ref().map_or(0, |q| q.len())
     }
 
-    pub fn front(&self) -> Option<&Waiter> {
+    pub(super) fn front(&self) -> Option<&Waiter> {
         self.0.as_ref()?.front()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Waiter> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Waiter> {
         self.0.iter().flat_map(|q| q.iter())
     }
 
-    pub fn push_back(&mut self, w: Waiter) {
+    pub(super) fn push_back(&mut self, w: Waiter) {
         // Room for one at first: most lines are one waiter long, and an empty
         // `VecDeque` grows to four at its first push.
         self.0
@@ -407,19 +407,19 @@ impl Line {
             .push_back(w);
     }
 
-    pub fn pop_front(&mut self) -> Option<Waiter> {
+    pub(super) fn pop_front(&mut self) -> Option<Waiter> {
         let w = self.0.as_mut()?.pop_front();
         self.free_if_empty();
         w
     }
 
-    pub fn remove(&mut self, pos: usize) -> Option<Waiter> {
+    pub(super) fn remove(&mut self, pos: usize) -> Option<Waiter> {
         let w = self.0.as_mut()?.remove(pos);
         self.free_if_empty();
         w
     }
 
-    pub fn retain_mut(&mut self, keep: impl FnMut(&mut Waiter) -> bool) {
+    pub(super) fn retain_mut(&mut self, keep: impl FnMut(&mut Waiter) -> bool) {
         if let Some(q) = &mut self.0 {
             q.retain_mut(keep);
         }
@@ -443,7 +443,7 @@ pub(super) struct KeyState {
 
 impl KeyState {
     /// The mode the key is used in while anyone holds or waits for it.
-    pub fn mode(&self) -> Option<LockMode> {
+    pub(super) fn mode(&self) -> Option<LockMode> {
         self.holds
             .first()
             .map(|h| h.mode)
@@ -452,7 +452,7 @@ impl KeyState {
 
     /// Whether a request in `mode` may hold the key beside its holders now.
     /// (Nobody may pass a waiter: callers also check the line is empty.)
-    pub fn admits(&self, mode: LockMode) -> bool {
+    pub(super) fn admits(&self, mode: LockMode) -> bool {
         match mode {
             LockMode::Exclusive => self.holds.is_empty(),
             LockMode::Shared => self.holds.iter().all(|h| h.mode == LockMode::Shared),
@@ -460,29 +460,29 @@ impl KeyState {
         }
     }
 
-    pub fn hold(&self, id: GrantId) -> Option<&Hold> {
+    pub(super) fn hold(&self, id: GrantId) -> Option<&Hold> {
         self.holds.iter().find(|h| h.id == id)
     }
 
-    pub fn hold_mut(&mut self, id: GrantId) -> Option<&mut Hold> {
+    pub(super) fn hold_mut(&mut self, id: GrantId) -> Option<&mut Hold> {
         self.holds.iter_mut().find(|h| h.id == id)
     }
 
     /// The hold a plain Unlock (`lc-cli unlock KEY`) ends: the oldest kept
     /// hold, else the oldest hold.
     #[cfg(test)]
-    pub fn unlock_target(&self) -> Option<&Hold> {
+    pub(super) fn unlock_target(&self) -> Option<&Hold> {
         self.unlock_target_of(Whose::Any)
     }
 
     /// As [`KeyState::unlock_target`], among the holds `whose` may release.
-    pub fn unlock_target_of(&self, whose: Whose) -> Option<&Hold> {
+    pub(super) fn unlock_target_of(&self, whose: Whose) -> Option<&Hold> {
         let mut mine = self.holds.iter().filter(|h| whose.may_release(h.owner()));
         let first = mine.clone().next();
         mine.find(|h| !h.session).or(first)
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(super) fn is_idle(&self) -> bool {
         self.holds.is_empty() && self.waiters.is_empty()
     }
 }

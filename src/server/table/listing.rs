@@ -12,7 +12,7 @@ use crate::proto::manager::KeyReport;
 
 /// What a metrics scrape reads from the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     /// Keys with at least one holder.
     pub held: usize,
     pub waiting: usize,
@@ -22,7 +22,7 @@ pub struct Gauges {
 
 impl Table {
     /// Every hold as the operator sees it, sorted by key, then oldest first.
-    pub fn held(&self) -> Vec<KeyReport> {
+    pub(crate) fn held(&self) -> Vec<KeyReport> {
         let inner = self.lock_inner();
         let mut out: Vec<KeyReport> = inner
             .keys
@@ -42,7 +42,7 @@ impl Table {
     /// with `waiters`, its live waiters in line order. One key is a lookup,
     /// not a scan; every key is one pass in the tree's order (no sort, no
     /// copy of a field), under the mutex.
-    pub fn listing_into(&self, key: Option<&[u8]>, waiters: bool, out: &mut Vec<u8>) {
+    pub(crate) fn listing_into(&self, key: Option<&[u8]>, waiters: bool, out: &mut Vec<u8>) {
         let inner = self.lock_inner();
         let one = key.map(|k| inner.keys.get_key_value(k));
         let keys: Box<dyn Iterator<Item = Entry<'_>>> = match one {
@@ -61,7 +61,7 @@ impl Table {
     /// go on from, or None once the last key is in. Each part takes the
     /// mutex once, for about `budget` bytes' work, so a listing of a
     /// million keys never holds up the server for all of it.
-    pub fn listing_part(
+    pub(crate) fn listing_part(
         &self,
         after: Option<&[u8]>,
         waiters: bool,
@@ -83,7 +83,7 @@ impl Table {
 
     /// Keys held, waiters queued and the oldest hold's start, in one pass
     /// under the mutex and without copying any key (for a metrics scrape).
-    pub fn gauges(&self) -> Gauges {
+    pub(crate) fn gauges(&self) -> Gauges {
         let inner = self.lock_inner();
         let mut g = Gauges::default();
         for s in inner.keys.values() {

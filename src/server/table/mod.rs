@@ -43,7 +43,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::oneshot;
 
 use self::inner::Inner;
-pub use self::key::{Ask, Holder, LinkEnd, NotYours, Owner, Whose};
+pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours, Owner, Whose};
 use self::key::{Link, QueuedAsk, Waiter};
 use super::metrics::Counters;
 
@@ -51,14 +51,14 @@ use crate::mode::LockMode;
 use crate::wal::{NotDurable, Stats as WalStats, Ticket, Wal};
 
 /// Identifies one lock request for its whole life: queued, then maybe held.
-pub type GrantId = u64;
+pub(crate) type GrantId = u64;
 
 /// The fencing token of a grant.
-pub type Token = u64;
+pub(crate) type Token = u64;
 
 /// A grant, as the request that got it sees it.
 #[derive(Debug)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub id: GrantId,
     pub token: Token,
     pub durable: Durable,
@@ -68,7 +68,7 @@ pub struct Grant {
 
 /// Where the task serving a session hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkState {
+pub(crate) enum LinkState {
     /// It still serves the hold.
     Mine,
     /// A reclaim moved the hold to another connection.
@@ -79,7 +79,7 @@ pub enum LinkState {
 
 /// What an expiry check found.
 #[derive(Debug)]
-pub enum Expiry {
+pub(crate) enum Expiry {
     /// Heard from recently: check again then.
     NotYet(Instant),
     /// Not this task's hold any more.
@@ -94,10 +94,10 @@ pub enum Expiry {
 /// log).
 #[derive(Debug, Default, Clone)]
 #[must_use]
-pub struct Durable(Vec<Ticket>);
+pub(crate) struct Durable(Vec<Ticket>);
 
 impl Durable {
-    pub async fn wait(self) -> Result<(), NotDurable> {
+    pub(crate) async fn wait(self) -> Result<(), NotDurable> {
         for ticket in self.0 {
             ticket.wait().await?;
         }
@@ -111,7 +111,7 @@ impl Durable {
 
 /// What a queued request is told.
 #[derive(Debug)]
-pub enum Notice {
+pub(crate) enum Notice {
     /// It is now a holder, once its grant is durable. Boxed: every queued
     /// waiter's channel has room for a notice, and only one is sent.
     Granted(Box<Grant>),
@@ -119,7 +119,7 @@ pub enum Notice {
     Withdrawn,
 }
 
-pub enum LockOutcome {
+pub(crate) enum LockOutcome {
     Granted(Grant),
     Queued(GrantId, oneshot::Receiver<Notice>),
     /// The key is held or waited for in a mode this one cannot join.
@@ -127,7 +127,7 @@ pub enum LockOutcome {
 }
 
 /// What a TryLock found.
-pub enum TryOutcome {
+pub(crate) enum TryOutcome {
     Granted(Grant),
     /// Held (or waited for) by others: it would have to queue.
     Busy,
@@ -136,7 +136,7 @@ pub enum TryOutcome {
 
 /// What became of a request whose client hung up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Withdrawal {
+pub(crate) enum Withdrawal {
     /// It left the queue.
     Dequeued,
     /// It had been granted meanwhile: the key was released again.
@@ -147,7 +147,7 @@ pub enum Withdrawal {
 
 /// The holds of one key ended by a reset, and who held them.
 #[derive(Debug, Clone)]
-pub struct Released {
+pub(crate) struct Released {
     pub key: Vec<u8>,
     pub holders: Vec<Holder>,
     /// The grants that followed, if waiters were next.
@@ -155,29 +155,29 @@ pub struct Released {
 }
 
 #[derive(Default)]
-pub struct Table {
+pub(crate) struct Table {
     inner: Mutex<Inner>,
 }
 
 impl Table {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// From now on, grants and releases are recorded in `wal` first (for a
     /// table just restored from it).
-    pub fn attach_wal(&self, wal: Wal) {
+    pub(crate) fn attach_wal(&self, wal: Wal) {
         self.lock_inner().wal = Some(wal);
     }
 
     /// The log's counters, with a log.
-    pub fn wal_stats(&self) -> Option<WalStats> {
+    pub(crate) fn wal_stats(&self) -> Option<WalStats> {
         self.lock_inner().wal.as_ref().map(Wal::stats)
     }
 
     /// Blocks until everything appended to the log so far is durable (Ok
     /// without a log); for start-up, before any client is served.
-    pub fn sync_wal(&self) -> Result<(), NotDurable> {
+    pub(crate) fn sync_wal(&self) -> Result<(), NotDurable> {
         match &self.lock_inner().wal {
             Some(wal) => wal.sync(),
             None => Ok(()),
@@ -186,7 +186,7 @@ impl Table {
 
     /// Writes what is pending to the log and stops its writer (shutdown);
     /// returns its final counters. Blocks: run it off the async threads.
-    pub fn close_wal(&self) -> Option<WalStats> {
+    pub(crate) fn close_wal(&self) -> Option<WalStats> {
         let inner = self.lock_inner();
         let wal = inner.wal.as_ref()?;
         wal.close();
@@ -199,14 +199,14 @@ impl Table {
     }
 
     /// No token given from now on is at or below `floor` (the log's).
-    pub fn raise_token_floor(&self, floor: Token) {
+    pub(crate) fn raise_token_floor(&self, floor: Token) {
         let mut inner = self.lock_inner();
         inner.last_token = inner.last_token.max(floor);
     }
 
     /// Takes the key if `ask` may hold it now and nobody waits, else queues
     /// behind the current waiters.
-    pub fn lock(&self, key: &[u8], ask: &Ask) -> LockOutcome {
+    pub(crate) fn lock(&self, key: &[u8], ask: &Ask) -> LockOutcome {
         let mut inner = self.lock_inner();
         let state = inner.keys.get(key);
         if let Some(theirs) = state.and_then(|s| s.mode()) {
@@ -231,7 +231,7 @@ impl Table {
     }
 
     /// Takes the key only if `ask` may hold it now and nobody waits for it.
-    pub fn try_lock(&self, key: &[u8], ask: &Ask) -> TryOutcome {
+    pub(crate) fn try_lock(&self, key: &[u8], ask: &Ask) -> TryOutcome {
         let mut inner = self.lock_inner();
         if let Some(state) = inner.keys.get(key) {
             if let Some(theirs) = state.mode().filter(|&m| !ask.mode.agrees(m)) {
@@ -246,7 +246,7 @@ impl Table {
     }
 
     /// A session holder is heard from (a heartbeat on its connection).
-    pub fn heard(&self, key: &[u8], id: GrantId, gen: u64) {
+    pub(crate) fn heard(&self, key: &[u8], id: GrantId, gen: u64) {
         let mut inner = self.lock_inner();
         if let Some(link) = inner.link_mut(key, id, gen) {
             link.heard = Instant::now();
@@ -254,13 +254,13 @@ impl Table {
     }
 
     /// The owner (token fingerprint) of hold `id` of `key`, if it has one.
-    pub fn owner_of(&self, key: &[u8], id: GrantId) -> Option<Owner> {
+    pub(crate) fn owner_of(&self, key: &[u8], id: GrantId) -> Option<Owner> {
         let inner = self.lock_inner();
         inner.keys.get(key)?.hold(id)?.owner()
     }
 
     /// Whether the task of connection `gen` still serves session hold `id`.
-    pub fn link_state(&self, key: &[u8], id: GrantId, gen: u64) -> LinkState {
+    pub(crate) fn link_state(&self, key: &[u8], id: GrantId, gen: u64) -> LinkState {
         let inner = self.lock_inner();
         match inner.keys.get(key).and_then(|s| s.hold(id)) {
             Some(h) => match h.link() {
@@ -277,7 +277,7 @@ impl Table {
     /// [`Table::begin_release`] does, and leaves the hold in place. The key
     /// is never handed on before its expiry is in the log, else a restart
     /// would restore a hold the server had already handed on.
-    pub fn expire(&self, key: &[u8], id: GrantId, gen: u64, timeout: Duration) -> Expiry {
+    pub(crate) fn expire(&self, key: &[u8], id: GrantId, gen: u64, timeout: Duration) -> Expiry {
         let mut inner = self.lock_inner();
         let Some(link) = inner.link_mut(key, id, gen) else {
             return Expiry::Gone;
@@ -291,7 +291,7 @@ impl Table {
     }
 
     /// When hold `id` of `key` expires (a kept hold with `--expire`).
-    pub fn expires(&self, key: &[u8], id: GrantId) -> Option<SystemTime> {
+    pub(crate) fn expires(&self, key: &[u8], id: GrantId) -> Option<SystemTime> {
         let inner = self.lock_inner();
         inner.keys.get(key)?.hold(id)?.expires()
     }
@@ -300,7 +300,7 @@ impl Table {
     /// its deadline: records its release, as [`Table::expire`] does for a
     /// session, and leaves the hold in place until that is durable
     /// ([`Table::finish_release`] then ends it and hands the key on).
-    pub fn expire_kept(&self, key: &[u8], id: GrantId) -> Expiry {
+    pub(crate) fn expire_kept(&self, key: &[u8], id: GrantId) -> Expiry {
         let inner = self.lock_inner();
         let Some(holder) = inner.keys.get(key).and_then(|s| s.hold(id)) else {
             return Expiry::Gone;
@@ -319,14 +319,14 @@ impl Table {
     /// Moves session hold `token` of `key` to a new connection, if it is
     /// still held under that token.
     #[cfg(test)]
-    pub fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
+    pub(crate) fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
         self.reclaim_by(key, token, Whose::Any, None).ok().flatten()
     }
 
     /// As [`Table::reclaim`], for a caller who may reclaim only `whose`
     /// holds (and those without an owner: restored from the log); the
     /// hold is then `owner`'s, if given.
-    pub fn reclaim_by(
+    pub(crate) fn reclaim_by(
         &self,
         key: &[u8],
         token: Token,
@@ -361,7 +361,7 @@ impl Table {
     /// Releases the hold a plain Unlock ends (see [`Table::begin_release`])
     /// and hands the key on.
     #[cfg(test)]
-    pub fn unlock(&self, key: &[u8]) -> Option<(Holder, Vec<Holder>, Durable)> {
+    pub(crate) fn unlock(&self, key: &[u8]) -> Option<(Holder, Vec<Holder>, Durable)> {
         let mut inner = self.lock_inner();
         let id = inner.keys.get(key)?.unlock_target()?.id;
         inner.release(key, id, true)
@@ -380,14 +380,18 @@ impl Table {
     /// session's own release: a stale token frees nothing); without, the
     /// oldest kept hold, else the oldest hold.
     #[cfg(test)]
-    pub fn begin_release(&self, key: &[u8], token: Option<Token>) -> Option<(GrantId, Durable)> {
+    pub(crate) fn begin_release(
+        &self,
+        key: &[u8],
+        token: Option<Token>,
+    ) -> Option<(GrantId, Durable)> {
         self.begin_release_by(key, token, Whose::Any).ok().flatten()
     }
 
     /// As [`Table::begin_release`], among the holds `whose` may release:
     /// `Err` if the key is held (under `token`, if given) but by none of
     /// them.
-    pub fn begin_release_by(
+    pub(crate) fn begin_release_by(
         &self,
         key: &[u8],
         token: Option<Token>,
@@ -416,21 +420,21 @@ impl Table {
     /// Second half, once the release is durable: ends hold `id` in memory
     /// if it is still there (its release is in the log already) and hands
     /// the key on.
-    pub fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Vec<Holder>)> {
+    pub(crate) fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Vec<Holder>)> {
         self.lock_inner()
             .release(key, id, false)
             .map(|(h, next, _)| (h, next))
     }
 
     /// Ends hold `id` of the key, if it is still there.
-    pub fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
+    pub(crate) fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
         self.lock_inner().release(key, id, true).is_some()
     }
 
     /// The client of request `id` hung up. A waiter leaving the head of the
     /// line may let the ones behind it in (shared requests behind an
     /// exclusive one): they are returned with it.
-    pub fn withdraw(&self, key: &[u8], id: GrantId) -> (Withdrawal, Vec<Holder>) {
+    pub(crate) fn withdraw(&self, key: &[u8], id: GrantId) -> (Withdrawal, Vec<Holder>) {
         let mut inner = self.lock_inner();
         let Some(state) = inner.keys.get_mut(key) else {
             return (Withdrawal::Gone, Vec::new());
@@ -453,7 +457,7 @@ impl Table {
 
     /// Ends every hold of the key; the waiters at the head of the line that
     /// may hold together get it, the rest keep their places.
-    pub fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
+    pub(crate) fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
         let mut inner = self.lock_inner();
         let ids: Vec<GrantId> = inner.keys.get(key)?.holds.iter().map(|h| h.id).collect();
         inner.release_each(key, &ids)
@@ -462,7 +466,7 @@ impl Table {
     /// Ends every hold of `source` (each key passes to its next waiters)
     /// and withdraws that source's waiters. Returns the keys released and
     /// how many waiters were withdrawn.
-    pub fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
+    pub(crate) fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
         let mut inner = self.lock_inner();
         let mut withdrawn = 0;
         let mut touched = Vec::new();
@@ -515,13 +519,13 @@ impl Table {
     }
 
     /// The event counters of this table's server (grants are bumped here).
-    pub fn counters(&self) -> Arc<Counters> {
+    pub(crate) fn counters(&self) -> Arc<Counters> {
         self.lock_inner().counters.clone()
     }
 
     /// Holds and waiters.
     #[cfg(test)]
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let inner = self.lock_inner();
         let held = inner.keys.values().map(|s| s.holds.len()).sum();
         let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();

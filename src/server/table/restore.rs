@@ -12,7 +12,7 @@ use crate::wal::HeldRef;
 impl Table {
     /// Adds the holds of a log, without a client (restored at start-up):
     /// see [`Restorer`]. The table is locked until it is dropped.
-    pub fn restorer(&self) -> Restorer<'_> {
+    pub(crate) fn restorer(&self) -> Restorer<'_> {
         Restorer {
             inner: self.lock_inner(),
             built: Vec::new(),
@@ -27,7 +27,7 @@ impl Table {
 /// The tree is built in one pass, node by node, instead of a lookup and an
 /// insert per key (most of a restart's time with a million keys), and its
 /// nodes are full. A hold out of that order is added one by one.
-pub struct Restorer<'t> {
+pub(crate) struct Restorer<'t> {
     inner: std::sync::MutexGuard<'t, Inner>,
     /// Each key once, in key order.
     built: Vec<(Box<[u8]>, Box<KeyState>)>,
@@ -39,7 +39,11 @@ impl Restorer<'_> {
     /// the session timeout to reclaim it; its link is returned for the task
     /// that expires it otherwise. The grant id of every hold is returned
     /// too (a kept hold that expires needs it for its timer).
-    pub fn add(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (GrantId, Option<LinkEnd>) {
+    pub(crate) fn add(
+        &mut self,
+        held: &HeldRef<'_>,
+        peer: SocketAddr,
+    ) -> (GrantId, Option<LinkEnd>) {
         let (hold, end) = self.inner.restored(held, peer);
         let id = hold.id;
         let key = held.key;
