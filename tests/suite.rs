@@ -56,6 +56,7 @@ mod redis_shared;
 mod reset_report;
 mod serve_exposed;
 mod serve_lockport;
+mod serve_owners;
 mod serve_sessions;
 mod serve_shared;
 mod serve_team;

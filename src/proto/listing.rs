@@ -9,8 +9,12 @@
 //!
 //! | kind | body |
 //! | --- | --- |
-//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never]` (`expires` may be absent: never) |
-//! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8]` |
+//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never][u8 len][identity]` (`expires` may be absent: never; `identity` may be absent or empty: none) |
+//! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8][u8 len][identity]` (`identity` as for a hold) |
+//!
+//! `identity` is the holder's (or waiter's) token's name on a server with
+//! `--token-file`; `token` is 0 where the asker may not see it (a `lock`
+//! token's listing of another token's hold).
 //!
 //! A key's holds come first (oldest first), then its waiters in line
 //! order; keys are sorted by name. A reader skips a record of a kind it
@@ -45,6 +49,8 @@ pub(crate) struct WaiterReport {
     pub mode: LockMode,
     /// A session request (a command's hold) rather than a kept one.
     pub session: bool,
+    /// Its token's identity (`--token-file`), where the server says.
+    pub identity: Option<Vec<u8>>,
 }
 
 /// One record of a listing.
@@ -105,7 +111,7 @@ fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[kind, 0, 0]);
     fill(out);
-    // Three short fields of at most 255 bytes and 30 fixed: always fits.
+    // Four short fields of at most 255 bytes and 30 fixed: always fits.
     let len = (out.len() - start - HEADER).min(u16::MAX as usize) as u16;
     out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
 }
@@ -133,6 +139,8 @@ pub(crate) struct HoldView<'a> {
     pub session: bool,
     pub mode: LockMode,
     pub expires: Option<SystemTime>,
+    /// Empty: none.
+    pub identity: &'a [u8],
 }
 
 /// A waiter's fields, borrowed (as [`HoldView`]).
@@ -144,6 +152,8 @@ pub(crate) struct WaiterView<'a> {
     pub since: SystemTime,
     pub mode: LockMode,
     pub session: bool,
+    /// Empty: none.
+    pub identity: &'a [u8],
 }
 
 fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
@@ -208,6 +218,7 @@ pub(crate) fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
             session: r.session == Some(true),
             mode: r.mode.unwrap_or(LockMode::Exclusive),
             expires: r.expires,
+            identity: r.identity.as_deref().unwrap_or_default(),
         },
     );
 }
@@ -224,6 +235,7 @@ pub(crate) fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
         out.push(u8::from(h.session));
         out.extend_from_slice(&h.mode.word().to_be_bytes());
         out.extend_from_slice(&h.expires.map_or(0, unix_ms).to_be_bytes());
+        push_short(out, h.identity);
     });
 }
 
@@ -239,6 +251,7 @@ pub(crate) fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
             since: w.since,
             mode: w.mode,
             session: w.session,
+            identity: w.identity.as_deref().unwrap_or_default(),
         },
     );
 }
@@ -252,6 +265,7 @@ pub(crate) fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
         out.extend_from_slice(&unix_ms(w.since).to_be_bytes());
         out.extend_from_slice(&w.mode.word().to_be_bytes());
         out.push(u8::from(w.session));
+        push_short(out, w.identity);
     });
 }
 
@@ -306,6 +320,8 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
             let mode = cur.u32().ok_or_else(bad)?;
             // Absent from a server before expiring holds.
             let expires = cur.i64().filter(|&ms| ms != 0).map(from_unix_ms);
+            // Absent from a server before identities, empty for none.
+            let identity = cur.short().filter(|i| !i.is_empty());
             Entry::Hold(KeyReport {
                 key,
                 source,
@@ -317,6 +333,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 session: Some(session),
                 mode: Some(LockMode::from_word(mode)),
                 expires,
+                identity,
             })
         }
         WAITER => {
@@ -333,6 +350,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 since: from_unix_ms(since),
                 mode: LockMode::from_word(mode),
                 session,
+                identity: cur.short().filter(|i| !i.is_empty()),
             })
         }
         _ => return Ok(Step::Skip(used)),
@@ -460,6 +478,7 @@ mod tests {
             session: Some(true),
             mode: Some(LockMode::limit(3)),
             expires: None,
+            identity: Some(b"alice".to_vec()),
         }
     }
 
@@ -471,6 +490,7 @@ mod tests {
             since: from_unix_ms(1_700_000_001_000),
             mode: LockMode::Shared,
             session: false,
+            identity: None,
         }
     }
 
@@ -483,10 +503,15 @@ mod tests {
                 mode: Some(LockMode::Exclusive),
                 token: None,
                 expires: Some(from_unix_ms(1_700_000_060_000)),
+                identity: None,
                 ..hold("b")
             },
         ];
-        let waiters = vec![waiter("a", "w1"), waiter("a", "w2"), waiter("b", "")];
+        let named = WaiterReport {
+            identity: Some(b"token:00ff00ff00ff00ff".to_vec()),
+            ..waiter("a", "w2")
+        };
+        let waiters = vec![waiter("a", "w1"), named, waiter("b", "")];
         let bytes = encode(&holds, &waiters);
         assert_eq!(bytes[0], b'+');
         assert_eq!(&bytes[bytes.len() - 3..], b".\0\0");
@@ -551,7 +576,7 @@ mod tests {
         assert_eq!(decode(&[b'+', HOLD, 0xff, 0xff, 1, 2, 3]), Ok(None));
         // A bad session byte.
         let mut bytes = encode(&[], &[waiter("k", "s")]);
-        let flag = bytes.len() - 4;
+        let flag = bytes.len() - 5;
         bytes[flag] = 7;
         assert!(decode(&bytes).is_err());
         assert_eq!(decode(b"-"), Err(ListingError::NotAListing(b'-')));

@@ -22,8 +22,10 @@ pub(crate) struct Ask {
     /// Unlock.
     pub session: bool,
     pub mode: LockMode,
-    /// The fingerprint of the token its connection gave (`--token-file`).
+    /// The identity of the token its connection gave (`--token-file`).
     pub owner: Option<Owner>,
+    /// A session grant carries a secret for its reclaims (its Hello asked).
+    pub secret: bool,
     /// A kept hold the server releases this many seconds after its grant
     /// (whole seconds, rounded up: it fits in the padding of this struct,
     /// which every waiter keeps).
@@ -39,26 +41,56 @@ impl Ask {
     }
 }
 
-/// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
-/// `Option` of it is 8 bytes (an `Ask` is part of every parked waiter).
-pub(crate) type Owner = std::num::NonZeroU64;
+/// A token's fingerprint, the first 8 bytes of its SHA-256: never 0.
+pub(crate) type Fingerprint = std::num::NonZeroU64;
+
+/// Who a hold was granted to (`--token-file`): the token's fingerprint,
+/// which tells its holds from others', and the name the log and `keys`
+/// show (the line's `name=`, else `token:` and the fingerprint in hex).
+/// Neither tells anything of the token.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Identity {
+    pub fingerprint: Fingerprint,
+    pub name: Box<str>,
+}
+
+/// A hold's owner (`server::tokens::Owner`): one allocation per token,
+/// shared by its holds; an `Option` of it is 8 bytes (an `Ask` is part of
+/// every parked waiter).
+pub(crate) type Owner = Arc<Identity>;
 
 /// Whose holds a release (or a reclaim) may end: any, or only those of one
 /// token (a `lock` role's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Whose {
     Any,
-    Only(Owner),
+    Only(Fingerprint),
 }
 
 impl Whose {
     /// Whether a hold of `owner` is one this may release.
-    pub(crate) fn may_release(self, owner: Option<Owner>) -> bool {
+    pub(crate) fn may_release(self, owner: Option<&Owner>) -> bool {
         match self {
             Whose::Any => true,
-            Whose::Only(o) => owner == Some(o),
+            Whose::Only(f) => owner.is_some_and(|o| o.fingerprint == f),
         }
     }
+}
+
+/// The secret of a session hold, sent to its holder with the grant (when
+/// its Hello asked for one) and asked back with a Reclaim: the fencing
+/// token, which `keys` shows, does not let anyone else take the hold.
+pub(crate) type Secret = [u8; SECRET_LEN];
+
+/// The bytes of a [`Secret`] and of its digest (the protocol's).
+pub(crate) const SECRET_LEN: usize = crate::proto::SECRET_LEN;
+
+/// What the table and the log keep of a secret: the first 16 bytes of its
+/// SHA-256, never the secret.
+pub(crate) fn secret_digest(secret: &Secret) -> Secret {
+    use sha2::{Digest, Sha256};
+    let full: [u8; 32] = Sha256::digest(secret).into();
+    full[..SECRET_LEN].try_into().expect("16 bytes")
 }
 
 /// The hold asked for is held, but not under the caller's token.
@@ -81,10 +113,14 @@ pub(crate) struct Holder {
     pub session: bool,
     pub mode: LockMode,
     /// Whose token it was granted under; None without tokens, or restored
-    /// from the log (which does not keep it) until its holder reclaims it.
+    /// from a log of an earlier release (which did not keep it) until its
+    /// holder reclaims it.
     pub owner: Option<Owner>,
     /// When the server releases this kept hold (`lock KEY --expire`).
     pub expires: Option<SystemTime>,
+    /// The digest of a session hold's secret ([`secret_digest`]), if it
+    /// has one: a reclaim must show the secret.
+    pub secret: Option<Secret>,
 }
 
 /// The live end of a session hold.
@@ -164,6 +200,7 @@ pub(super) struct Rare {
     pub owner: Option<Owner>,
     pub expires: Option<SystemTime>,
     pub link: Option<Link>,
+    pub secret: Option<Secret>,
 }
 
 /// One hold of a key, as the table keeps it: 80 bytes (a held key's
@@ -184,11 +221,15 @@ pub(super) struct Hold {
 impl Hold {
     pub(super) fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
         let rare = Rare {
-            owner: h.owner,
+            owner: h.owner.clone(),
             expires: h.expires,
             link,
+            secret: h.secret,
         };
-        let any = rare.owner.is_some() || rare.expires.is_some() || rare.link.is_some();
+        let any = rare.owner.is_some()
+            || rare.expires.is_some()
+            || rare.link.is_some()
+            || rare.secret.is_some();
         Hold {
             id: h.id,
             token: h.token,
@@ -214,8 +255,9 @@ impl Hold {
             since: self.since(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner(),
+            owner: self.owner().cloned(),
             expires: self.expires(),
+            secret: self.secret(),
         }
     }
 
@@ -227,8 +269,12 @@ impl Hold {
         self.peer.addr()
     }
 
-    pub(super) fn owner(&self) -> Option<Owner> {
-        self.rare.as_ref().and_then(|r| r.owner)
+    pub(super) fn owner(&self) -> Option<&Owner> {
+        self.rare.as_ref().and_then(|r| r.owner.as_ref())
+    }
+
+    pub(super) fn secret(&self) -> Option<Secret> {
+        self.rare.as_ref().and_then(|r| r.secret)
     }
 
     pub(super) fn expires(&self) -> Option<SystemTime> {
@@ -342,7 +388,9 @@ pub(super) struct QueuedAsk {
     peer: Peer,
     pub session: bool,
     pub mode: LockMode,
-    owner: Option<Owner>,
+    /// A session grant carries a secret (see [`Ask::secret`]).
+    secret: bool,
+    pub(super) owner: Option<Owner>,
     expire: Option<NonZeroU32>,
 }
 
@@ -353,7 +401,8 @@ impl QueuedAsk {
             peer: Peer::new(ask.peer),
             session: ask.session,
             mode: ask.mode,
-            owner: ask.owner,
+            secret: ask.secret,
+            owner: ask.owner.clone(),
             expire: ask.expire,
         }
     }
@@ -369,7 +418,8 @@ impl QueuedAsk {
             peer: self.peer(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner,
+            owner: self.owner.clone(),
+            secret: self.secret,
             expire: self.expire,
         }
     }
@@ -526,6 +576,7 @@ mod tests {
             mode: LockMode::Shared,
             owner: None,
             expires: None,
+            secret: None,
         };
         let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
         let mut holds = Holds::default();
