@@ -172,12 +172,15 @@ fn ask(addr: SocketAddr, bytes: &[u8], hello: bool) -> Option<Vec<u8>> {
     got.get(pos..).map(<[u8]>::to_vec)
 }
 
+/// Each answer of an attack, with the action it answered.
+type Answers = Vec<(u8, Vec<u8>)>;
+
 /// Token B's attack, in a thread of its own: Reclaim, SessionRelease and
 /// Release of `key` under `token`, in turn, every 2 ms, until stopped (at
 /// most 30,000 tries or 60 s). Every answer is kept.
 struct Attack {
     stop: Arc<AtomicBool>,
-    answers: Arc<Mutex<Vec<(u8, Vec<u8>)>>>,
+    answers: Arc<Mutex<Answers>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -224,7 +227,7 @@ impl Attack {
     }
 
     /// Stops it; every answer it got.
-    fn finish(mut self) -> Vec<(u8, Vec<u8>)> {
+    fn finish(mut self) -> Answers {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             t.join().unwrap();

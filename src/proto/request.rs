@@ -280,6 +280,9 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
     Ok(Decoded::Frame(request, cur.pos))
 }
 
+/// A Reclaim's token and, if it shows one, the hold's secret.
+type TokenAndSecret = (u64, Option<[u8; SECRET_LEN]>);
+
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -334,8 +337,7 @@ impl Cursor<'_> {
 
     /// A Reclaim's field: the token (8 bytes), or the token and the hold's
     /// secret (8 + 16).
-    #[allow(clippy::type_complexity)]
-    fn token_and_secret(&mut self) -> Result<Option<(u64, Option<[u8; SECRET_LEN]>)>, FrameError> {
+    fn token_and_secret(&mut self) -> Result<Option<TokenAndSecret>, FrameError> {
         match self.buf.get(self.pos) {
             Some(&n) if n as usize != 8 && n as usize != 8 + SECRET_LEN => {
                 Err(FrameError::BadToken(n))

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::key::{secret_digest, Ask, Hold, Holder, KeyState, Link, Secret, Source, SECRET_LEN};
+use super::key::{Ask, Hold, Holder, KeyState, Link, Source};
+use super::owner::{secret_digest, Secret, SECRET_LEN};
 use super::{Durable, Grant, GrantId, Notice, Released, Token};
 use crate::server::metrics::Counters;
 use crate::wal::{Held, Ownership, Record, Wal};

@@ -33,6 +33,7 @@
 mod inner;
 mod key;
 mod listing;
+mod owner;
 mod restore;
 #[cfg(test)]
 mod tests;
@@ -43,12 +44,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::oneshot;
 
 use self::inner::Inner;
-#[cfg(test)]
-pub(crate) use self::key::SECRET_LEN;
-pub(crate) use self::key::{
-    secret_digest, Ask, Fingerprint, Holder, Identity, LinkEnd, NotYours, Owner, Secret, Whose,
-};
+pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours};
 use self::key::{Link, QueuedAsk, Waiter};
+#[cfg(test)]
+pub(crate) use self::owner::SECRET_LEN;
+pub(crate) use self::owner::{secret_digest, Fingerprint, Identity, Owner, Secret, Whose};
 use super::metrics::Counters;
 
 use crate::mode::LockMode;

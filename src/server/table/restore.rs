@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::inner::Inner;
-use super::key::{Fingerprint, Hold, Holder, Identity, KeyState, Link, LinkEnd, Owner};
+use super::key::{Hold, Holder, KeyState, Link, LinkEnd};
+use super::owner::{Fingerprint, Identity, Owner};
 use super::{GrantId, Table};
 use crate::wal::HeldRef;
 
