@@ -232,7 +232,7 @@ fn no_token_of_the_built_in_server_is_shown() {
         .output()
         .unwrap();
     let listed = String::from_utf8_lossy(&listed.stdout);
-    assert!(listed.contains("\"identity\":\"ops\""), "{listed}");
+    assert!(listed.contains("\"ident\":\"ops\""), "{listed}");
     assert!(listed.contains("\"token\":null"), "{listed}");
     assert!(!listed.contains(PW), "{listed}");
     let log = s.log();

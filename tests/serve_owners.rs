@@ -275,7 +275,7 @@ fn another_token_can_neither_reclaim_nor_release_a_hold_across_restarts() {
     // admin see it.
     let seen_by_b = keys_json(&s, Some(B));
     let theirs = hold_of(&seen_by_b, "victim/t1");
-    assert_eq!(theirs["identity"], "team-a", "{theirs}");
+    assert_eq!(theirs["ident"], "team-a", "{theirs}");
     assert_eq!(theirs["token"], serde_json::Value::Null, "{theirs}");
     let mine = keys_json(&s, Some(A));
     let fence = hold_of(&mine, "victim/t1")["token"].as_u64().unwrap();
@@ -379,7 +379,7 @@ fn without_tokens_a_reclaim_needs_the_holds_secret() {
     let listed = keys_json(&s, None);
     let fence = hold_of(&listed, "victim/t2")["token"].as_u64().unwrap();
     assert_eq!(
-        hold_of(&listed, "victim/t2")["identity"],
+        hold_of(&listed, "victim/t2")["ident"],
         serde_json::Value::Null
     );
     let reclaim = token_frame(10, b"victim/t2", fence);

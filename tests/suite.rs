@@ -31,6 +31,7 @@ mod etcd_loss;
 mod etcd_shared;
 mod fault_faketime;
 mod fault_frozen;
+mod fault_kill_after;
 mod fault_oom;
 mod generated_docs;
 mod keys_waiters;

@@ -597,3 +597,19 @@ fn a_refused_release_survives_a_compaction() {
         server.log()
     );
 }
+
+/// The log and its lock file are created without rights for others (0640
+/// before the umask): the keys and sources in them are the team's business.
+#[test]
+fn the_log_is_created_unreadable_by_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.wal");
+    let server = serve_on(&path);
+    assert_eq!(server.raw(&frame(LOCK, b"k", Some(b"s"))), Some(b'+'));
+    for file in [path.clone(), lc_cli::wal::file::lock_path(&path)] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{}: {mode:o}", file.display());
+        assert_eq!(mode & 0o600, 0o600, "{}: {mode:o}", file.display());
+    }
+}

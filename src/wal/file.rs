@@ -13,6 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
@@ -28,6 +29,11 @@ pub const VERSION: u32 = 5;
 /// one).
 pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=4;
 pub const HEADER_LEN: usize = 12;
+
+/// The rights a log file (and its lock and compaction files) is created
+/// with, before the umask: its holders' keys and sources are the team's
+/// business, not every local user's. An existing file keeps its own.
+pub const LOG_MODE: u32 = 0o640;
 
 /// The header of a log in this build's format.
 pub fn header() -> [u8; HEADER_LEN] {
@@ -105,6 +111,7 @@ impl LogLock {
             .read(true)
             .write(true)
             .create(true)
+            .mode(LOG_MODE)
             .truncate(false)
             .open(lock_path(path))
             .map_err(LockError::Io)?;

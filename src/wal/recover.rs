@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -137,6 +138,7 @@ fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), WalError> {
         .read(true)
         .write(true)
         .create(true)
+        .mode(file::LOG_MODE)
         .truncate(false)
         .open(path)
         .map_err(io(path, "open"))?;

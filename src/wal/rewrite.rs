@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::file;
@@ -59,6 +60,7 @@ pub(super) fn write_temp(
             .read(true)
             .write(true)
             .create(true)
+            .mode(file::LOG_MODE)
             .truncate(true)
             .open(&temp)?;
         file.write_all_at(&file::header(), 0)?;

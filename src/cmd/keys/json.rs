@@ -64,7 +64,7 @@ pub(crate) fn as_json_with_waiters(
             "held_ms": null,
             "waiting": waiters.unwrap_or_default().iter().filter(|w| w.key == key).count(),
             "kept": null,
-            "identity": null,
+            "ident": null,
             "mode": null,
             "limit": null,
             "token": null,
@@ -184,7 +184,7 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     num(out, expires_in(k, now).map(|d| d.as_millis() as u64));
     out.extend_from_slice(b",\"held_ms\":");
     num(out, held_for(k, now).map(|d| d.as_millis() as u64));
-    out.extend_from_slice(b",\"identity\":");
+    out.extend_from_slice(b",\"ident\":");
     text(out, k.identity.as_deref());
     out.extend_from_slice(b",\"kept\":");
     out.extend_from_slice(match k.kept {

@@ -312,7 +312,7 @@ mod tests {
             "mode": mode_name(k.mode),
             "limit": k.mode.slots().filter(|_| k.mode != LockMode::Exclusive),
             "token": k.token,
-            "identity": k.identity,
+            "ident": k.identity,
             "expires": k.expires.map(|e| humantime::format_rfc3339_millis(e).to_string()),
             "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
         });
@@ -383,7 +383,7 @@ mod tests {
         assert!(lines[1].ends_with("0        -         -"), "{t}");
         assert!(lines[2].ends_with("alice     7"), "{t}");
         let v: serde_json::Value = serde_json::from_str(as_json(&[named], now).trim()).unwrap();
-        assert_eq!(v["identity"], "alice");
+        assert_eq!(v["ident"], "alice");
     }
 
     #[test]
