@@ -163,7 +163,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --tls-cert 'Speak TLS on the lock port with this certificate (PEM, the chain after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager and metrics ports stay plain'
             cand --tls-key 'The private key of --tls-cert (PEM)'
             cand --tls-client-ca 'Require a client certificate signed by this CA (PEM): mutual TLS; clients add cert=FILE&key=FILE to their lcs:// address'
-            cand --token-file 'Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or lc://:TOKEN@HOST): one per line of FILE, each optionally followed by its role, lock (the default: lock, release its own holds) or admin (also reset, and release any hold); SIGHUP reads FILE again. The manager port, which takes no token, is then off unless --manager names it'
+            cand --token-file 'Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or lc://:TOKEN@HOST): one per line of FILE, each optionally followed by its role, lock (the default: lock, release its own holds) or admin (also reset, and release any hold), then by name=NAME, the identity the log and keys show for it (else token:FINGERPRINT); SIGHUP reads FILE again. The manager port, which takes no token, is then off unless --manager names it'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help'

@@ -360,6 +360,7 @@ fn write_log(path: &Path, n: usize) {
             session: false,
             mode: LockMode::Exclusive,
             expires: None,
+            ownership: Default::default(),
         };
         held.record().encode_into(&mut out);
     }

@@ -410,8 +410,10 @@ pub struct ServeArgs {
     /// Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or
     /// lc://:TOKEN@HOST): one per line of FILE, each optionally followed by
     /// its role, lock (the default: lock, release its own holds) or admin
-    /// (also reset, and release any hold); SIGHUP reads FILE again. The
-    /// manager port, which takes no token, is then off unless --manager names it
+    /// (also reset, and release any hold), then by name=NAME, the identity
+    /// the log and keys show for it (else token:FINGERPRINT); SIGHUP reads
+    /// FILE again. The manager port, which takes no token, is then off
+    /// unless --manager names it
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 }

@@ -16,7 +16,7 @@
 //! | Ping          | `[7][keySize][key][sourceSize][source]` (lc-cli extension) |
 //! | SessionLock    | `[8][keySize][key][sourceSize][source]` (lc-cli extension) |
 //! | SessionTryLock | `[9][keySize][key][sourceSize][source]` (lc-cli extension) |
-//! | Reclaim        | `[10][keySize][key][8][token:u64be]` (lc-cli extension) |
+//! | Reclaim        | `[10][keySize][key][8][token:u64be]`, or `[24][token:u64be][secret:16]` for a hold granted with a secret (lc-cli extension) |
 //! | SessionRelease | `[11][keySize][key][8][token:u64be]` (lc-cli extension) |
 //! | ModeSessionLock    | `[12][keySize][key][sourceSize][source][4][mode:u32be]` (lc-cli extension) |
 //! | ModeSessionTryLock | `[13]` as 12 (lc-cli extension) |
@@ -71,6 +71,17 @@ pub(crate) use request::{check_key, check_source, decode, encode, Decoded, Frame
 pub(crate) use request::{Hold, Request};
 
 pub(crate) const MAX_FIELD: usize = 127;
+
+/// The bytes of a session hold's secret: sent with its grant to a client
+/// whose Hello named the feature [`FEATURE_SECRET`], asked back with its
+/// Reclaim.
+pub(crate) const SECRET_LEN: usize = 16;
+
+/// The feature word a client puts after its version in the Hello
+/// (`0.1.0 secret`), and the server after its own in the answer when it
+/// takes it: session grants on that connection then carry the hold's
+/// secret (`=`, token, grace, `[len][secret]`).
+pub(crate) const FEATURE_SECRET: &str = "secret";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;

@@ -368,6 +368,7 @@ fn the_log_keeps_the_deadline_through_a_reopen_and_a_compaction() {
         session: false,
         mode: LockMode::Exclusive,
         expires_ms,
+        ownership: Default::default(),
     };
     let deadline = 1_700_000_007_200_123u64;
     // A version 3 log (no expiring holds) is upgraded, its hold kept.

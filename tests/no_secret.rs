@@ -197,7 +197,9 @@ fn no_refused_or_accepted_password_is_shown() {
 fn no_token_of_the_built_in_server_is_shown() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens");
-    std::fs::write(&file, format!("{PW} admin\n")).unwrap();
+    // An identity on the admin's line; the lock token has none (its
+    // identity is its fingerprint): neither is the token.
+    std::fs::write(&file, format!("{PW} admin name=ops\n{PW}-lock lock\n")).unwrap();
     let file = file.to_str().unwrap();
     let s = Serve::new().args(&["--token-file", file]).start();
     let right = format!("lc://:{PW}@{}", s.addr);
@@ -216,7 +218,25 @@ fn no_token_of_the_built_in_server_is_shown() {
         &s.addr.to_string(),
         &[("LC_TOKEN_FILE", only_token.to_str().unwrap())],
     );
+    // As a lock token too: its listing shows the holder's identity, not
+    // the token, nor the fencing token of a hold not its own.
+    runs += check(&format!("lc://:{PW}-lock@{}", s.addr), &[]);
+    let listed = Command::new(BIN)
+        .args([
+            "--server",
+            &format!("lc://:{PW}-lock@{}", s.addr),
+            "keys",
+            "--json",
+        ])
+        .env_remove("LC_SERVER")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("\"ident\":\"ops\""), "{listed}");
+    assert!(listed.contains("\"token\":null"), "{listed}");
+    assert!(!listed.contains(PW), "{listed}");
     let log = s.log();
     assert!(!log.contains(PW), "the server printed the token:\n{log}");
+    assert!(log.contains("as 'ops'"), "{log}");
     eprintln!("{runs} runs");
 }

@@ -58,6 +58,7 @@ mod reset_report;
 mod serve_exposed;
 mod serve_limits;
 mod serve_lockport;
+mod serve_owners;
 mod serve_sessions;
 mod serve_shared;
 mod serve_team;

@@ -21,6 +21,7 @@ fn grant(key: &str, source: &str) -> Record {
         session: false,
         mode: LockMode::Exclusive,
         expires_ms: None,
+        ownership: Default::default(),
     }
 }
 

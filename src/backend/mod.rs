@@ -143,6 +143,9 @@ pub struct KeyInfo {
     /// service knows it; None: it does not expire (or the service cannot
     /// tell).
     pub expires: Option<std::time::SystemTime>,
+    /// The identity of the holder's token (lc-cli's server with
+    /// `--token-file`: the token line's name, else `token:FINGERPRINT`).
+    pub identity: Option<String>,
 }
 
 /// A request waiting in a key's line, as an operator sees it (`lc-cli keys

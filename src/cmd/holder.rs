@@ -77,6 +77,7 @@ mod tests {
     fn names_source_peer_age_and_start() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let info = KeyInfo {
+            identity: None,
             key: "k".into(),
             source: "ci-7\x1b[31m".into(),
             peer: Some("10.0.0.5:41000".into()),

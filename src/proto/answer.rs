@@ -78,6 +78,45 @@ pub(crate) fn session_grant(token: u64, timeout: Duration) -> [u8; SESSION_GRANT
     out
 }
 
+/// The answer to a session grant or reclaim on a connection that took
+/// the feature `secret` ([`super::FEATURE_SECRET`]): as
+/// [`session_grant`], then `[len][secret]`, the hold's secret (16 bytes)
+/// in the answer to a session grant, empty in the others (a kept hold has
+/// none; a reclaim does not send it again).
+pub(crate) fn session_grant_with_secret(token: u64, timeout: Duration, secret: &[u8]) -> Vec<u8> {
+    let mut out = session_grant(token, timeout).to_vec();
+    push_field(&mut out, secret);
+    out
+}
+
+/// How many bytes the whole session grant at the start of `bytes` is, on
+/// a connection that took the feature `secret` (None: not yet known).
+pub(crate) fn session_grant_len(bytes: &[u8], with_secret: bool) -> Option<usize> {
+    match with_secret {
+        false => Some(SESSION_GRANT_LEN),
+        true => bytes
+            .get(SESSION_GRANT_LEN)
+            .map(|&len| SESSION_GRANT_LEN + 1 + len as usize),
+    }
+}
+
+/// The token, timeout and secret of a whole session grant answer on a
+/// connection that took the feature `secret`.
+pub(crate) fn parse_session_grant_with_secret(
+    bytes: &[u8],
+) -> Option<(u64, Duration, Option<[u8; super::SECRET_LEN]>)> {
+    let (plain, rest) = bytes.split_at_checked(SESSION_GRANT_LEN)?;
+    let (token, timeout) = parse_session_grant(plain)?;
+    let (&len, secret) = rest.split_first()?;
+    if secret.len() != len as usize {
+        return None;
+    }
+    match len {
+        0 => Some((token, timeout, None)),
+        _ => Some((token, timeout, Some(secret.try_into().ok()?))),
+    }
+}
+
 /// The token and timeout of a whole session grant answer.
 pub(crate) fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
     if bytes.len() != SESSION_GRANT_LEN || bytes[0] != SESSION_GRANTED {
@@ -91,12 +130,23 @@ pub(crate) fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
 /// A lock request's answers, by the hold it asks for.
 impl Hold {
     /// The grant: `+`, or `=` with the token and the session timeout (0 for
-    /// a kept hold, which has none but its token all the same).
-    pub(crate) fn granted(self, token: u64, session_timeout: Duration) -> Vec<u8> {
-        match self {
-            Hold::Classic => vec![Answer::Ok.byte()],
-            Hold::Kept => session_grant(token, Duration::ZERO).to_vec(),
-            Hold::Session => session_grant(token, session_timeout).to_vec(),
+    /// a kept hold, which has none but its token all the same); with
+    /// `secret` (a connection that took the feature), then the secret
+    /// field (empty for a kept hold).
+    pub(crate) fn granted(
+        self,
+        token: u64,
+        session_timeout: Duration,
+        secret: Option<&[u8]>,
+    ) -> Vec<u8> {
+        let timeout = match self {
+            Hold::Classic => return vec![Answer::Ok.byte()],
+            Hold::Kept => Duration::ZERO,
+            Hold::Session => session_timeout,
+        };
+        match secret {
+            None => session_grant(token, timeout).to_vec(),
+            Some(secret) => session_grant_with_secret(token, timeout, secret),
         }
     }
 
@@ -320,9 +370,29 @@ mod tests {
     #[test]
     fn each_hold_has_its_answers() {
         let t = Duration::from_secs(3);
-        assert_eq!(Hold::Classic.granted(9, t), b"+");
-        assert_eq!(Hold::Session.granted(9, t), session_grant(9, t));
-        assert_eq!(Hold::Kept.granted(9, t), session_grant(9, Duration::ZERO));
+        assert_eq!(Hold::Classic.granted(9, t, None), b"+");
+        assert_eq!(Hold::Classic.granted(9, t, Some(b"")), b"+");
+        assert_eq!(Hold::Session.granted(9, t, None), session_grant(9, t));
+        assert_eq!(
+            Hold::Kept.granted(9, t, None),
+            session_grant(9, Duration::ZERO)
+        );
+        let secret = [3u8; crate::proto::SECRET_LEN];
+        let with = Hold::Session.granted(9, t, Some(&secret));
+        assert_eq!(with.len(), SESSION_GRANT_LEN + 17);
+        assert_eq!(session_grant_len(&with[..13], true), None);
+        assert_eq!(session_grant_len(&with[..14], true), Some(with.len()));
+        assert_eq!(session_grant_len(&with[..1], false), Some(13));
+        assert_eq!(
+            parse_session_grant_with_secret(&with),
+            Some((9, t, Some(secret)))
+        );
+        assert_eq!(parse_session_grant_with_secret(&with[..20]), None);
+        let kept = Hold::Kept.granted(9, t, Some(b""));
+        assert_eq!(
+            parse_session_grant_with_secret(&kept),
+            Some((9, Duration::ZERO, None))
+        );
         assert_eq!(Hold::Classic.refused(), b'-');
         assert_eq!(Hold::Kept.refused(), b'!');
         assert_eq!(Hold::Classic.conflict(LockMode::Shared), b"-");

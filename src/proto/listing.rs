@@ -9,8 +9,12 @@
 //!
 //! | kind | body |
 //! | --- | --- |
-//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never]` (`expires` may be absent: never) |
-//! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8]` |
+//! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never][u8 len][identity]` (`expires` may be absent: never; `identity` may be absent or empty: none) |
+//! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8][u8 len][identity]` (`identity` as for a hold) |
+//!
+//! `identity` is the holder's (or waiter's) token's name on a server with
+//! `--token-file`; `token` is 0 where the asker may not see it (a `lock`
+//! token's listing of another token's hold).
 //!
 //! A key's holds come first (oldest first), then its waiters in line
 //! order; keys are sorted by name. A reader skips a record of a kind it
@@ -45,6 +49,8 @@ pub(crate) struct WaiterReport {
     pub mode: LockMode,
     /// A session request (a command's hold) rather than a kept one.
     pub session: bool,
+    /// Its token's identity (`--token-file`), where the server says.
+    pub identity: Option<Vec<u8>>,
 }
 
 /// One record of a listing.
@@ -105,7 +111,7 @@ fn record(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[kind, 0, 0]);
     fill(out);
-    // Three short fields of at most 255 bytes and 30 fixed: always fits.
+    // Four short fields of at most 255 bytes and 30 fixed: always fits.
     let len = (out.len() - start - HEADER).min(u16::MAX as usize) as u16;
     out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
 }
@@ -133,6 +139,8 @@ pub(crate) struct HoldView<'a> {
     pub session: bool,
     pub mode: LockMode,
     pub expires: Option<SystemTime>,
+    /// Empty: none.
+    pub identity: &'a [u8],
 }
 
 /// A waiter's fields, borrowed (as [`HoldView`]).
@@ -144,6 +152,8 @@ pub(crate) struct WaiterView<'a> {
     pub since: SystemTime,
     pub mode: LockMode,
     pub session: bool,
+    /// Empty: none.
+    pub identity: &'a [u8],
 }
 
 fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
@@ -208,6 +218,7 @@ pub(crate) fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
             session: r.session == Some(true),
             mode: r.mode.unwrap_or(LockMode::Exclusive),
             expires: r.expires,
+            identity: r.identity.as_deref().unwrap_or_default(),
         },
     );
 }
@@ -224,6 +235,7 @@ pub(crate) fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
         out.push(u8::from(h.session));
         out.extend_from_slice(&h.mode.word().to_be_bytes());
         out.extend_from_slice(&h.expires.map_or(0, unix_ms).to_be_bytes());
+        push_short(out, h.identity);
     });
 }
 
@@ -239,6 +251,7 @@ pub(crate) fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
             since: w.since,
             mode: w.mode,
             session: w.session,
+            identity: w.identity.as_deref().unwrap_or_default(),
         },
     );
 }
@@ -252,6 +265,7 @@ pub(crate) fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
         out.extend_from_slice(&unix_ms(w.since).to_be_bytes());
         out.extend_from_slice(&w.mode.word().to_be_bytes());
         out.push(u8::from(w.session));
+        push_short(out, w.identity);
     });
 }
 
@@ -306,6 +320,8 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
             let mode = cur.u32().ok_or_else(bad)?;
             // Absent from a server before expiring holds.
             let expires = cur.i64().filter(|&ms| ms != 0).map(from_unix_ms);
+            // Absent from a server before identities, empty for none.
+            let identity = cur.short().filter(|i| !i.is_empty());
             Entry::Hold(KeyReport {
                 key,
                 source,
@@ -317,6 +333,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 session: Some(session),
                 mode: Some(LockMode::from_word(mode)),
                 expires,
+                identity,
             })
         }
         WAITER => {
@@ -333,6 +350,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 since: from_unix_ms(since),
                 mode: LockMode::from_word(mode),
                 session,
+                identity: cur.short().filter(|i| !i.is_empty()),
             })
         }
         _ => return Ok(Step::Skip(used)),
@@ -446,130 +464,4 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hold(key: &str) -> KeyReport {
-        KeyReport {
-            key: key.as_bytes().to_vec(),
-            source: b"ci-7".to_vec(),
-            peer: b"192.0.2.2:5000".to_vec(),
-            since: from_unix_ms(1_700_000_000_123),
-            waiting: 2,
-            token: Some(1_700_000_000_123_456),
-            session: Some(true),
-            mode: Some(LockMode::limit(3)),
-            expires: None,
-        }
-    }
-
-    fn waiter(key: &str, source: &str) -> WaiterReport {
-        WaiterReport {
-            key: key.as_bytes().to_vec(),
-            source: source.as_bytes().to_vec(),
-            peer: b"192.0.2.9:6000".to_vec(),
-            since: from_unix_ms(1_700_000_001_000),
-            mode: LockMode::Shared,
-            session: false,
-        }
-    }
-
-    #[test]
-    fn round_trip() {
-        let holds = vec![
-            hold("a"),
-            KeyReport {
-                session: Some(false),
-                mode: Some(LockMode::Exclusive),
-                token: None,
-                expires: Some(from_unix_ms(1_700_000_060_000)),
-                ..hold("b")
-            },
-        ];
-        let waiters = vec![waiter("a", "w1"), waiter("a", "w2"), waiter("b", "")];
-        let bytes = encode(&holds, &waiters);
-        assert_eq!(bytes[0], b'+');
-        assert_eq!(&bytes[bytes.len() - 3..], b".\0\0");
-        let got = decode(&bytes).unwrap().unwrap();
-        assert_eq!(got.holds, holds);
-        assert_eq!(got.waiters, waiters);
-        assert_eq!(decode(&encode(&[], &[])).unwrap(), Some(Listing::default()));
-    }
-
-    /// A peer address is written as its `Display` text.
-    #[test]
-    fn a_peer_is_its_display_text() {
-        for peer in [
-            "0.0.0.0:0",
-            "127.0.0.1:9",
-            "10.200.3.45:65535",
-            "255.255.255.255:10000",
-            "[::1]:80",
-            "[fe80::1%2]:4000",
-        ] {
-            let addr: SocketAddr = peer.parse().unwrap();
-            let mut out = Vec::new();
-            push_peer(&mut out, PeerText::Addr(addr));
-            assert_eq!(out[0] as usize, out.len() - 1);
-            assert_eq!(&out[1..], addr.to_string().as_bytes(), "{peer}");
-        }
-    }
-
-    #[test]
-    fn truncated_input_is_incomplete_at_every_cut() {
-        let bytes = encode(&[hold("a")], &[waiter("a", "w1")]);
-        for cut in 0..bytes.len() {
-            assert_eq!(decode(&bytes[..cut]), Ok(None), "cut at {cut}");
-        }
-        // Fed a byte at a time, it reads the same as in one piece.
-        let mut r = ListingReader::new();
-        for b in &bytes {
-            r.feed(std::slice::from_ref(b)).unwrap();
-        }
-        assert!(r.done);
-        assert_eq!(r.listing, decode(&bytes).unwrap().unwrap());
-    }
-
-    #[test]
-    fn hostile_lengths_are_errors_not_panics() {
-        // A short field longer than its record's body.
-        let mut bytes = vec![b'+', HOLD, 0, 2, 200, b'k'];
-        push_end(&mut bytes);
-        assert_eq!(
-            decode(&bytes),
-            Err(ListingError::Malformed { kind: HOLD, len: 2 })
-        );
-        // A body too short for the fixed fields.
-        let mut bytes = vec![b'+', WAITER, 0, 3, 0, 0, 0];
-        push_end(&mut bytes);
-        assert!(matches!(
-            decode(&bytes),
-            Err(ListingError::Malformed { kind: WAITER, .. })
-        ));
-        // A record claiming 65535 bytes that never come: incomplete, and
-        // nothing is allocated for it up front.
-        assert_eq!(decode(&[b'+', HOLD, 0xff, 0xff, 1, 2, 3]), Ok(None));
-        // A bad session byte.
-        let mut bytes = encode(&[], &[waiter("k", "s")]);
-        let flag = bytes.len() - 4;
-        bytes[flag] = 7;
-        assert!(decode(&bytes).is_err());
-        assert_eq!(decode(b"-"), Err(ListingError::NotAListing(b'-')));
-        assert_eq!(decode(b"+.\0\x01x"), Err(ListingError::BadEnd(1)));
-    }
-
-    #[test]
-    fn unknown_kinds_and_longer_bodies_are_skipped() {
-        let mut bytes = vec![b'+', b'Z', 0, 2, 9, 9];
-        let mut w = Vec::new();
-        push_waiter(&mut w, &waiter("k", "s"));
-        // Two more bytes in the body, from a later server.
-        let len = u16::from_be_bytes([w[1], w[2]]) + 2;
-        w[1..3].copy_from_slice(&len.to_be_bytes());
-        w.extend_from_slice(&[1, 2]);
-        bytes.extend_from_slice(&w);
-        push_end(&mut bytes);
-        let got = decode(&bytes).unwrap().unwrap();
-        assert_eq!(got.waiters, vec![waiter("k", "s")]);
-    }
-}
+mod tests;

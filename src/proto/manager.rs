@@ -55,6 +55,9 @@ pub(crate) struct KeyReport {
     /// When a kept hold frees itself (`lock KEY --expire`); None: never, or
     /// a server before expiring holds.
     pub expires: Option<SystemTime>,
+    /// The holder's token's identity (`serve --token-file`): in Keys'
+    /// listing only (lc-cli's action 17), never on the manager port.
+    pub identity: Option<Vec<u8>>,
 }
 
 /// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
@@ -179,6 +182,7 @@ pub(crate) fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             session,
             mode,
             expires,
+            identity: None,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -228,6 +232,7 @@ mod tests {
             session: Some(true),
             mode: Some(LockMode::limit(3)),
             expires: None,
+            identity: None,
         }
     }
 

@@ -39,10 +39,12 @@ pub(crate) enum Request {
         key: Vec<u8>,
         kind: ReleaseKind,
     },
-    /// Takes a session hold back on a new connection (10).
+    /// Takes a session hold back on a new connection (10), showing the
+    /// hold's secret if its grant carried one.
     Reclaim {
         key: Vec<u8>,
         token: u64,
+        secret: Option<[u8; SECRET_LEN]>,
     },
     ResetByKey {
         key: Vec<u8>,
@@ -133,7 +135,8 @@ pub(crate) enum FrameError {
     /// A size byte with the sign bit set (0x80 and above).
     NegativeSize(u8),
     EmptyKey,
-    /// A token field that is not 8 bytes.
+    /// A token field that is not 8 bytes (or, in a Reclaim, 24: the token
+    /// and the hold's secret).
     BadToken(u8),
     /// A mode field that is not 4 bytes.
     BadMode(u8),
@@ -243,8 +246,8 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
         }
         ACTION_RECLAIM => {
             let key = need!(cur.key());
-            let token = need!(cur.token());
-            Request::Reclaim { key, token }
+            let (token, secret) = need!(cur.token_and_secret());
+            Request::Reclaim { key, token, secret }
         }
         ACTION_RESET_BY_KEY => Request::ResetByKey {
             key: need!(cur.key()),
@@ -276,6 +279,9 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
     };
     Ok(Decoded::Frame(request, cur.pos))
 }
+
+/// A Reclaim's token and, if it shows one, the hold's secret.
+type TokenAndSecret = (u64, Option<[u8; SECRET_LEN]>);
 
 struct Cursor<'a> {
     buf: &'a [u8],
@@ -326,6 +332,20 @@ impl Cursor<'_> {
                 Some(b) if b[0] <= 1 => Ok(Some(b[0] == 1)),
                 Some(b) => Err(FrameError::BadExpiry(b[0])),
             },
+        }
+    }
+
+    /// A Reclaim's field: the token (8 bytes), or the token and the hold's
+    /// secret (8 + 16).
+    fn token_and_secret(&mut self) -> Result<Option<TokenAndSecret>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n as usize != 8 && n as usize != 8 + SECRET_LEN => {
+                Err(FrameError::BadToken(n))
+            }
+            _ => Ok(self.field()?.map(|b| {
+                let token = u64::from_be_bytes(b[..8].try_into().unwrap());
+                (token, b[8..].try_into().ok())
+            })),
         }
     }
 
@@ -442,11 +462,15 @@ pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
                 push_field(&mut out, &token.to_be_bytes());
             }
         }
-        Request::Reclaim { key, token } => {
+        Request::Reclaim { key, token, secret } => {
             check_key(key)?;
             out.push(action);
             push_field(&mut out, key);
-            push_field(&mut out, &token.to_be_bytes());
+            let mut field = token.to_be_bytes().to_vec();
+            if let Some(secret) = secret {
+                field.extend_from_slice(secret);
+            }
+            push_field(&mut out, &field);
         }
         Request::ResetByKey { key } => {
             check_key(key)?;

@@ -24,9 +24,10 @@ use tokio_rustls::TlsAcceptor;
 use super::limits::Tracked;
 use super::stream::Stream;
 
+use super::hello::Greeted;
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
-use super::tokens::{self, Caller, Permit};
+use super::tokens::{self, Caller, Permit, Role};
 use super::{hello, keys, lock, reset, session, tls, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
@@ -78,7 +79,8 @@ async fn serve(
 ) -> Option<lock::Parked> {
     // Boxed: its buffer is freed before a waiter takes its place in line.
     let reading = read_phase(stream, peer, shared, tracked, accepted);
-    let (stream, request, caller) = Box::pin(reading).await?;
+    let (stream, request, greeted) = Box::pin(reading).await?;
+    let caller = greeted.caller.as_ref();
     if !shared.extensions && request.is_extension() {
         // The test-only reference mode: an action the reference does not know.
         reply(stream, async { Answer::Fail }).await;
@@ -87,9 +89,9 @@ async fn serve(
     // The token gate (with --token-file): what the Hello's role may do.
     let whose = match caller.map(|c| (c, tokens::allowed(c.role, &request))) {
         None | Some((_, Permit::Yes)) => Whose::Any,
-        Some((c, Permit::OwnHolds)) => Whose::Only(c.owner),
-        Some((_, Permit::No(reason))) => {
-            not_allowed(stream, peer, shared, reason).await;
+        Some((c, Permit::OwnHolds)) => Whose::Only(c.owner.fingerprint),
+        Some((c, Permit::No(reason))) => {
+            not_allowed(stream, peer, shared, Some(c), reason).await;
             return None;
         }
     };
@@ -112,7 +114,7 @@ async fn serve(
             (key, source, mode, Hold::Kept, wait, expire)
         }
         other => {
-            serve_short(stream, peer, shared, other, whose, caller).await;
+            serve_short(stream, peer, shared, other, whose, &greeted).await;
             return None;
         }
     };
@@ -121,13 +123,19 @@ async fn serve(
         peer,
         session: hold == Hold::Session,
         mode,
-        owner: caller.map(|c| c.owner),
+        owner: caller.map(|c| c.owner.clone()),
+        secret: greeted.secret && hold == Hold::Session,
         expire,
     };
+    // The grant's answer carries a secret field (the feature `secret`).
+    let answer = lock::Answering {
+        hold,
+        secret: greeted.secret,
+    };
     if wait {
-        lock::serve(stream, shared, key, ask, hold).await
+        lock::serve(stream, shared, key, ask, answer).await
     } else {
-        trylock::serve(stream, shared, key, ask, hold).await;
+        trylock::serve(stream, shared, key, ask, answer).await;
         None
     }
 }
@@ -148,41 +156,71 @@ async fn serve_short(
     shared: &Arc<Shared>,
     request: Request,
     whose: Whose,
-    caller: Option<Caller>,
+    greeted: &Greeted,
 ) {
+    let caller = greeted.caller.as_ref();
+    let by = caller.map(|c| &c.owner);
     match request {
         Request::Lock { .. } | Request::ExpiringLock { .. } => unreachable!("served by serve"),
         Request::Release { key, kind } => {
-            match unlock::release_by(shared, peer, &key, kind, whose).await {
+            match unlock::release_by(shared, peer, &key, kind, whose, by).await {
                 Ok(answer) => reply(stream, async { answer }).await,
-                Err(NotYours) => not_allowed(stream, peer, shared, tokens::NOT_YOURS).await,
+                Err(NotYours) => not_allowed(stream, peer, shared, caller, tokens::NOT_YOURS).await,
             }
         }
-        Request::Reclaim { key, token } => {
-            let claim = (whose, caller.map(|c| c.owner));
-            session::reclaim(stream, peer, shared, key, token, claim).await
+        Request::Reclaim { key, token, secret } => {
+            let claim = session::Claim {
+                token,
+                secret,
+                whose,
+                greeted,
+            };
+            session::reclaim(stream, peer, shared, key, claim).await
         }
-        Request::ResetByKey { key } => reply(stream, reset::key(shared, peer, &key)).await,
+        Request::ResetByKey { key } => reply(stream, reset::key(shared, peer, by, &key)).await,
         Request::ResetBySource { source } => {
             let source = or_peer(source, peer);
-            reply(stream, reset::source(shared, peer, &source)).await
+            reply(stream, reset::source(shared, peer, by, &source)).await
         }
         // A client checking it talks to a lock server (lc-cli's extension).
         Request::Ping => reply(stream, async { Answer::Ok }).await,
-        Request::Hello { .. } => hello::serve(stream, caller).await,
-        Request::Keys { key, waiters } => keys::serve(stream, shared, key, waiters).await,
+        Request::Hello { .. } => hello::serve(stream, greeted).await,
+        Request::Keys { key, waiters } => {
+            // A lock token sees the fencing tokens of its own holds only.
+            let viewer = match caller {
+                Some(c) if c.role == Role::Lock => Whose::Only(c.owner.fingerprint),
+                _ => Whose::Any,
+            };
+            keys::serve(stream, shared, key, waiters, viewer).await
+        }
     }
 }
 
-/// A request the token's role may not make: `%` and why, logged.
-async fn not_allowed(mut stream: Stream, peer: SocketAddr, shared: &Shared, reason: &str) {
+/// A request the token's role may not make: `%` and why, logged with the
+/// caller's identity.
+pub(super) async fn not_allowed(
+    mut stream: Stream,
+    peer: SocketAddr,
+    shared: &Shared,
+    caller: Option<&Caller>,
+    reason: &str,
+) {
     Counters::bump(&shared.counters.refused);
     shared.events.limited(
         Some(peer.ip()),
         "refusal",
-        format_args!("{peer}: refused: {reason}"),
+        format_args!("{}: refused: {reason}", who(peer, caller.map(|c| &c.owner))),
     );
     let _ = stream.write_all(&proto::not_allowed(reason)).await;
+}
+
+/// `PEER`, or `PEER as 'IDENTITY'` for a caller with a token: how the log
+/// names who asked.
+pub(super) fn who(peer: SocketAddr, by: Option<&tokens::Owner>) -> String {
+    match by {
+        Some(o) => format!("{peer} as '{}'", crate::proto::printable(o.name.as_bytes())),
+        None => peer.to_string(),
+    }
 }
 
 /// Answers a request that is served at once (once durable, with a log).
@@ -235,28 +273,28 @@ async fn read_phase(
     shared: &Shared,
     tracked: &Tracked,
     accepted: Instant,
-) -> Option<(Stream, Request, Option<Caller>)> {
+) -> Option<(Stream, Request, Greeted)> {
     stream.set_nodelay(true).ok();
     let login = Deadline::login(accepted, shared);
     let mut frames = Frames::default();
     let first = read_within(&mut stream, &mut frames, login, peer, shared).await?;
-    let token = match first {
-        Request::Hello { token, .. } if shared.extensions => token,
+    let (client, token) = match first {
+        Request::Hello { client, token } if shared.extensions => (client, token),
         other if shared.tokens.is_some() => {
             hello::refuse_unannounced(&mut stream, peer, shared, &other).await;
             return None;
         }
         other => {
             tracked.logged_in();
-            return Some((stream, other, None));
+            return Some((stream, other, Greeted::default()));
         }
     };
-    let caller = hello::greet(&mut stream, peer, shared, &token).await?;
+    let greeted = hello::greet(&mut stream, peer, shared, &client, &token).await?;
     tracked.logged_in();
     // Closed after the Hello (`lc-cli ping` asks no more): nothing to answer.
     let deadline = Deadline::request(accepted, shared);
     let request = read_within(&mut stream, &mut frames, deadline, peer, shared).await?;
-    Some((stream, request, caller))
+    Some((stream, request, greeted))
 }
 
 /// The next frame within the deadline; None (answered and logged where

@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::table::Owner;
 use crate::proto::printable;
 
 pub(crate) struct Events {
@@ -116,41 +117,86 @@ impl Events {
         self.line(args);
     }
 
-    fn event(&self, what: &str, key: &[u8], source: &[u8], peer: SocketAddr) {
+    fn event(
+        &self,
+        what: &str,
+        key: &[u8],
+        source: &[u8],
+        peer: SocketAddr,
+        owner: Option<&Owner>,
+        by: Option<&Owner>,
+    ) {
         if self.verbose {
+            // A release by another token (an admin's) names both.
+            let by = match by.filter(|b| owner.is_none_or(|o| o.fingerprint != b.fingerprint)) {
+                Some(b) => format!(" by '{}'", printable(b.name.as_bytes())),
+                None => String::new(),
+            };
             self.line(format_args!(
-                "{what} '{}' source '{}' peer {peer}",
+                "{what} '{}' source '{}' peer {peer}{}{by}",
                 printable(key),
-                printable(source)
+                printable(source),
+                as_identity(owner),
             ));
         }
     }
 
-    pub(crate) fn grant(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
-        self.event("grant", key, source, peer);
+    /// A grant to `owner` (the token's identity, with `--token-file`).
+    pub(crate) fn grant(&self, key: &[u8], source: &[u8], peer: SocketAddr, owner: Option<&Owner>) {
+        self.event("grant", key, source, peer, owner, None);
     }
 
-    pub(crate) fn queued(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
-        self.event("queue", key, source, peer);
+    pub(crate) fn queued(
+        &self,
+        key: &[u8],
+        source: &[u8],
+        peer: SocketAddr,
+        owner: Option<&Owner>,
+    ) {
+        self.event("queue", key, source, peer, owner, None);
     }
 
-    pub(crate) fn release(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
-        self.event("release", key, source, peer);
+    /// The release of `owner`'s hold, asked by `by` (from `peer`).
+    pub(crate) fn release(
+        &self,
+        key: &[u8],
+        source: &[u8],
+        peer: SocketAddr,
+        owner: Option<&Owner>,
+        by: Option<&Owner>,
+    ) {
+        self.event("release", key, source, peer, owner, by);
     }
 
     pub(crate) fn withdrawal(&self, key: &[u8], source: &[u8], peer: SocketAddr) {
-        self.event("withdraw", key, source, peer);
+        self.event("withdraw", key, source, peer, None, None);
     }
 }
 
-/// `, now held by 'a', 'b'` for the holders a release let in, or nothing.
+/// ` as 'IDENTITY'` for a hold (or request) of a token's, else nothing:
+/// the log names the token's identity, never the token.
+pub(crate) fn as_identity(owner: Option<&Owner>) -> String {
+    match owner {
+        Some(o) => format!(" as '{}'", printable(o.name.as_bytes())),
+        None => String::new(),
+    }
+}
+
+/// `, now held by 'a', 'b' as 'alice'` for the holders a release let
+/// in, or nothing.
 pub(crate) fn now_held_by(next: &[super::table::Holder]) -> String {
     if next.is_empty() {
         return String::new();
     }
     let names: Vec<String> = next
         .iter()
-        .map(|h| format!("'{}'", printable(&h.source)))
+        .map(|h| {
+            format!(
+                "'{}'{}",
+                printable(&h.source),
+                as_identity(h.owner.as_ref())
+            )
+        })
         .collect();
     format!(", now held by {}", names.join(", "))
 }

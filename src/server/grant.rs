@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
 
+use super::lock::Answering;
 use super::metrics::Counters;
-use super::table::{Durable, Grant, GrantId, Token};
+use super::table::{Durable, Grant, GrantId};
 use super::{expiry, session, Shared};
 use crate::proto::{printable, Hold};
 
@@ -21,9 +22,16 @@ pub(super) async fn hand_over(
     shared: &Arc<Shared>,
     key: Vec<u8>,
     g: Grant,
-    hold: Hold,
+    answering: Answering,
 ) {
-    let delivered = answer(&mut stream, shared, &key, g.id, g.token, g.durable, hold).await;
+    let hold = answering.hold;
+    // The secret field, on a connection that took the feature: the
+    // hold's secret (a session's), else empty.
+    let secret = answering
+        .secret
+        .then(|| g.secret.as_ref().map_or(&[][..], |s| &s[..]));
+    let bytes = hold.granted(g.token, shared.reclaim_grace, secret);
+    let delivered = answer(&mut stream, shared, &key, g.id, g.durable, hold, &bytes).await;
     // A kept hold that expires (not kept in the Grant: every waiter's
     // future holds one).
     if delivered && hold == Hold::Kept && shared.table.expires(&key, g.id).is_some() {
@@ -42,9 +50,9 @@ async fn answer(
     shared: &Shared,
     key: &[u8],
     id: GrantId,
-    token: Token,
     durable: Durable,
     hold: Hold,
+    bytes: &[u8],
 ) -> bool {
     if let Err(e) = durable.wait().await {
         Counters::bump(&shared.counters.refused);
@@ -56,8 +64,7 @@ async fn answer(
         let _ = stream.write_all(&[hold.refused()]).await;
         return false;
     }
-    let bytes = hold.granted(token, shared.reclaim_grace);
-    deliver(stream, shared, key, id, &bytes).await
+    deliver(stream, shared, key, id, bytes).await
 }
 
 /// Sends the grant; a grant that cannot be delivered is released again, so

@@ -8,6 +8,11 @@
 //! not, and the connection ends; a connection whose first frame is not a
 //! Hello (a reference client's, one without a token) gets `-` and is
 //! closed. Refusals are logged once per peer address and reason.
+//!
+//! A client may name features after its version, one word each
+//! (`0.1.0 secret`); the server names those it takes after its own
+//! version in the answer. `secret`: the session grants on this connection
+//! carry the hold's secret, which its Reclaim must show.
 
 use std::net::SocketAddr;
 
@@ -21,30 +26,67 @@ use crate::proto::{self, Answer, Request};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The answer to a Hello of `caller` (None: the server has no tokens).
-fn welcome(caller: Option<Caller>) -> Vec<u8> {
+/// What the frames that opened a connection said: whether it began with a
+/// Hello, the features that Hello asked for, and who its token proved
+/// the caller is (`--token-file`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Greeted {
+    /// The connection began with a Hello (lc-cli's client): a refusal may
+    /// be answered `%` and its reason.
+    pub hello: bool,
+    /// Its session grants carry the hold's secret (the feature `secret`).
+    pub secret: bool,
+    pub caller: Option<Caller>,
+}
+
+/// Whether the client field of a Hello (`VERSION [FEATURE...]`) names
+/// the feature `secret`.
+pub(super) fn asks_secret(client: &[u8]) -> bool {
+    client
+        .split(|b| b.is_ascii_whitespace())
+        .any(|word| word == proto::FEATURE_SECRET.as_bytes())
+}
+
+/// The answer to a Hello of `caller` (None: the server has no tokens);
+/// `secret`: it took that feature, named after the version.
+fn welcome(caller: Option<&Caller>, secret: bool) -> Vec<u8> {
+    let version = match secret {
+        true => format!("{VERSION} {}", proto::FEATURE_SECRET),
+        false => VERSION.to_string(),
+    };
     match caller {
-        None => proto::hello_answer(VERSION.as_bytes()),
-        Some(c) => proto::hello_accepted(VERSION.as_bytes(), c.role.name().as_bytes()),
+        None => proto::hello_answer(version.as_bytes()),
+        Some(c) => proto::hello_accepted(version.as_bytes(), c.role.name().as_bytes()),
     }
 }
 
-/// Answers the Hello that opened a connection. `Some(caller)`: go on with
-/// the request behind it, as `caller` (None without tokens); None: the
-/// token was refused, answered and logged, and the connection ends.
+/// Answers the Hello that opened a connection (`client`: its version and
+/// features). `Some(greeted)`: go on with the request behind it, as its
+/// caller (None without tokens); None: the token was refused, answered
+/// and logged, and the connection ends.
 pub(super) async fn greet(
     stream: &mut Stream,
     peer: SocketAddr,
     shared: &Shared,
+    client: &[u8],
     token: &[u8],
-) -> Option<Option<Caller>> {
+) -> Option<Greeted> {
+    let secret = asks_secret(client);
     let Some(tokens) = &shared.tokens else {
-        let _ = stream.write_all(&welcome(None)).await;
-        return Some(None);
+        let _ = stream.write_all(&welcome(None, secret)).await;
+        return Some(Greeted {
+            hello: true,
+            secret,
+            caller: None,
+        });
     };
     if let Some(caller) = tokens.check(token) {
-        let _ = stream.write_all(&welcome(Some(caller))).await;
-        return Some(Some(caller));
+        let _ = stream.write_all(&welcome(Some(&caller), secret)).await;
+        return Some(Greeted {
+            hello: true,
+            secret,
+            caller: Some(caller),
+        });
     }
     Counters::bump(&shared.counters.refused);
     let (why, reason) = match token.is_empty() {
@@ -94,6 +136,20 @@ pub(super) async fn refuse_unannounced(
 
 /// A Hello that is not the first frame (a client that sent two): answered
 /// as the first was, and the connection ends.
-pub(super) async fn serve(mut stream: Stream, caller: Option<Caller>) {
-    let _ = stream.write_all(&welcome(caller)).await;
+pub(super) async fn serve(mut stream: Stream, greeted: &Greeted) {
+    let _ = stream
+        .write_all(&welcome(greeted.caller.as_ref(), greeted.secret))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn features_follow_the_version() {
+        assert!(super::asks_secret(b"0.1.0 secret\r\n"));
+        assert!(super::asks_secret(b"0.1.0 other secret"));
+        assert!(!super::asks_secret(b"0.1.0\r\n"));
+        assert!(!super::asks_secret(b"secrets"));
+        assert!(!super::asks_secret(b""));
+    }
 }

@@ -11,24 +11,37 @@
 //! a key changed while it is listed is shown as it was, or as it is, when
 //! its part was made. Each piece is written within the write limit, so a
 //! client that stops reading cannot keep the task.
+//!
+//! Each hold and waiter carries its token's identity (`--token-file`); a
+//! `lock` token sees the fencing tokens of its own holds only (`viewer`),
+//! an admin token, or anyone on a server without tokens, every one.
 
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
 use super::stream::Stream;
+use super::table::Whose;
 use super::Shared;
 use crate::proto::listing;
 
 /// A part of the listing made and written at once.
 const PIECE: usize = 64 * 1024;
 
-pub(super) async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, waiters: bool) {
+pub(super) async fn serve(
+    mut stream: Stream,
+    shared: &Shared,
+    key: Vec<u8>,
+    waiters: bool,
+    viewer: Whose,
+) {
     let limit = shared.read_timeout.max(Duration::from_secs(1));
     let mut out = Vec::with_capacity(PIECE + 4096);
     out.push(listing::LISTING);
     if !key.is_empty() {
-        shared.table.listing_into(Some(&key), waiters, &mut out);
+        shared
+            .table
+            .listing_into(Some(&key), waiters, viewer, &mut out);
         // The end record says the listing is whole; the close follows.
         listing::push_end(&mut out);
         for piece in out.chunks(PIECE) {
@@ -42,7 +55,7 @@ pub(super) async fn serve(mut stream: Stream, shared: &Shared, key: Vec<u8>, wai
     loop {
         after = shared
             .table
-            .listing_part(after.as_deref(), waiters, &mut out, PIECE);
+            .listing_part(after.as_deref(), waiters, viewer, &mut out, PIECE);
         if after.is_none() {
             listing::push_end(&mut out);
         }

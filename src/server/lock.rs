@@ -19,6 +19,14 @@ use super::table::{Ask, GrantId, LockOutcome, Notice, Withdrawal};
 use super::Shared;
 use crate::proto::Hold;
 
+/// How a lock request's grant is answered: by its hold, and with the
+/// hold's secret field when its connection took the feature `secret`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Answering {
+    pub hold: Hold,
+    pub secret: bool,
+}
+
 /// Serves a Lock up to its wait: a grant at once or a refusal is answered
 /// here; a queued request is returned as its [`Parked`] waiter.
 pub(super) async fn serve(
@@ -26,28 +34,32 @@ pub(super) async fn serve(
     shared: &Arc<Shared>,
     key: Vec<u8>,
     ask: Ask,
-    hold: Hold,
+    answer: Answering,
 ) -> Option<Parked> {
     let peer = ask.peer;
     match shared.table.lock(&key, &ask) {
         LockOutcome::Granted(g) => {
-            shared.events.grant(&key, &ask.source, peer);
-            grant::hand_over(stream, peer, shared, key, g, hold).await;
+            shared
+                .events
+                .grant(&key, &ask.source, peer, ask.owner.as_ref());
+            grant::hand_over(stream, peer, shared, key, g, answer).await;
             None
         }
         LockOutcome::Queued(id, notice) => {
-            shared.events.queued(&key, &ask.source, peer);
+            shared
+                .events
+                .queued(&key, &ask.source, peer, ask.owner.as_ref());
             Some(Parked {
                 stream,
                 shared: shared.clone(),
                 names: Names::new(&key, &ask.source),
                 id,
                 notice,
-                hold,
+                answer,
             })
         }
         LockOutcome::Conflict(theirs) => {
-            let _ = stream.write_all(&hold.conflict(theirs)).await;
+            let _ = stream.write_all(&answer.hold.conflict(theirs)).await;
             None
         }
     }
@@ -63,7 +75,7 @@ pub(super) struct Parked {
     names: Names,
     id: GrantId,
     notice: oneshot::Receiver<Notice>,
-    hold: Hold,
+    answer: Answering,
 }
 
 /// What a waiter's wait ends in: its turn (a notice from the table, or the
@@ -115,18 +127,18 @@ impl Parked {
             mut stream,
             shared,
             names,
-            hold,
+            answer,
             ..
         } = self;
         let (key, source) = names.split();
         match notice {
             Ok(Notice::Granted(g)) => {
                 // A hand-off: logged here, by the one it went to.
-                shared.events.grant(key, source, peer);
-                grant::hand_over(stream, peer, &shared, key.to_vec(), *g, hold).await
+                shared.events.grant(key, source, peer, g.owner.as_ref());
+                grant::hand_over(stream, peer, &shared, key.to_vec(), *g, answer).await
             }
             Ok(Notice::Withdrawn) | Err(_) => {
-                let _ = stream.write_all(&[hold.refused()]).await;
+                let _ = stream.write_all(&[answer.hold.refused()]).await;
             }
         }
     }

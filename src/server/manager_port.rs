@@ -121,9 +121,9 @@ async fn reset(
     name: &[u8],
 ) -> Result<(), Stop> {
     let answer = if by_key {
-        reset::key(shared, peer, name).await
+        reset::key(shared, peer, None, name).await
     } else {
-        reset::source(shared, peer, name).await
+        reset::source(shared, peer, None, name).await
     };
     match answer {
         Answer::Ok => write(stream, b"+", shared).await,

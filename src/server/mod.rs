@@ -412,8 +412,13 @@ fn log_restored(
     if h.mode != crate::mode::LockMode::Exclusive {
         kind = format!("{}, {kind}", h.mode);
     }
+    // The owner's identity as the log has it (never a token).
+    let owner = match h.ownership.fingerprint {
+        0 => String::new(),
+        _ => format!(" as '{}'", printable(&h.ownership.name)),
+    };
     events.info(format_args!(
-        "restored '{}' held by '{}' (peer {peer}) since {} ({kind})",
+        "restored '{}' held by '{}'{owner} (peer {peer}) since {} ({kind})",
         printable(&h.key),
         printable(&h.source),
         humantime::format_rfc3339_millis(h.since)

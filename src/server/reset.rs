@@ -4,31 +4,49 @@
 
 use std::net::SocketAddr;
 
-use super::events::now_held_by;
+use super::conn::who;
+use super::events::{as_identity, now_held_by};
 use super::metrics::Counters;
-use super::table::Durable;
+use super::table::{Durable, Owner};
 use super::Shared;
 use crate::proto::printable;
 use crate::proto::Answer;
 
 /// Force-releases `key`, whoever holds it; the first waiter gets it. A key
-/// that is not held is answered `+` too.
-pub(super) async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer {
+/// that is not held is answered `+` too. `by`: the caller's identity (a
+/// token's), for the log's line, which names each holder's too.
+pub(super) async fn key(
+    shared: &Shared,
+    peer: SocketAddr,
+    by: Option<&Owner>,
+    key: &[u8],
+) -> Answer {
     Counters::bump(&shared.counters.resets);
+    let who = who(peer, by);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
-            let holders: Vec<String> = r.holders.iter().map(|h| printable(&h.source)).collect();
+            let holders: Vec<String> = r
+                .holders
+                .iter()
+                .map(|h| {
+                    format!(
+                        "'{}'{}",
+                        printable(&h.source),
+                        as_identity(h.owner.as_ref())
+                    )
+                })
+                .collect();
             shared.events.reset(format_args!(
-                "{peer}: reset key '{}' held by '{}'{}",
+                "{who}: reset key '{}' held by {}{}",
                 printable(key),
-                holders.join("', '"),
+                holders.join(", "),
                 now_held_by(&r.next)
             ));
             confirmed(shared, durable, "reset", key).await
         }
         None => {
             shared.events.reset(format_args!(
-                "{peer}: reset key '{}' (not held)",
+                "{who}: reset key '{}' (not held)",
                 printable(key)
             ));
             Answer::Ok
@@ -38,16 +56,37 @@ pub(super) async fn key(shared: &Shared, peer: SocketAddr, key: &[u8]) -> Answer
 
 /// Releases every key `source` holds (each passes to its next waiter) and
 /// withdraws that source's waiters (they are answered `-`).
-pub(super) async fn source(shared: &Shared, peer: SocketAddr, source: &[u8]) -> Answer {
+pub(super) async fn source(
+    shared: &Shared,
+    peer: SocketAddr,
+    by: Option<&Owner>,
+    source: &[u8],
+) -> Answer {
     Counters::bump(&shared.counters.resets);
     let (released, withdrawn, durable) = shared.table.reset_source(source);
     shared
         .counters
         .withdrawals
         .fetch_add(withdrawn as u64, std::sync::atomic::Ordering::Relaxed);
-    let keys: Vec<String> = released.iter().map(|r| printable(&r.key)).collect();
+    // Each key with the identities of the holds it ended.
+    let keys: Vec<String> = released
+        .iter()
+        .map(|r| {
+            let mut names: Vec<&str> = r
+                .holders
+                .iter()
+                .filter_map(|h| h.owner.as_ref().map(|o| &*o.name))
+                .collect();
+            names.dedup();
+            match names.is_empty() {
+                true => printable(&r.key),
+                false => format!("{} as '{}'", printable(&r.key), names.join("', '")),
+            }
+        })
+        .collect();
     shared.events.reset(format_args!(
-        "{peer}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
+        "{}: reset source '{}': released {} key(s) [{}], withdrew {withdrawn} waiter(s)",
+        who(peer, by),
         printable(source),
         keys.len(),
         keys.join(", ")

@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 use super::stream::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::conn::{not_allowed, who};
+use super::events::as_identity;
 use super::events::now_held_by;
+use super::hello::Greeted;
 use super::metrics::Counters;
-use super::table::{Expiry, GrantId, LinkEnd, LinkState, NotYours, Owner, Whose};
+use super::table::{Expiry, GrantId, LinkEnd, LinkState, NotYours, ReclaimRefused, Whose};
 use super::tokens;
 use super::unlock;
 use super::Shared;
@@ -24,6 +27,10 @@ use crate::proto::{self, Decoded, ReleaseKind, Request, HEARTBEAT, SESSION_LOST}
 /// How soon an expiry the log could not record (a full disk) is tried
 /// again (at most the reclaim grace).
 const EXPIRY_RETRY: Duration = Duration::from_secs(1);
+
+/// The refusal of a Reclaim that does not show the hold's secret.
+pub(super) const NO_SECRET: &str =
+    "the hold was granted with a secret, which only its holder has: a reclaim must show it";
 
 /// Serves session hold `id` of `key` on `stream` until it ends: released by
 /// the holder, taken away (`!` is sent), expired, or moved to another
@@ -84,11 +91,12 @@ pub(super) async fn hold(
                 match request {
                     Some(Next::Release { key: k, token }) => {
                         // With tokens, the holds of this session's token only.
-                        let whose = match &shared.tokens {
-                            Some(_) => shared.table.owner_of(&key, id).map_or(Whose::Any, Whose::Only),
-                            None => Whose::Any,
+                        let owner = shared.table.owner_of(&key, id);
+                        let whose = match (&shared.tokens, &owner) {
+                            (Some(_), Some(o)) => Whose::Only(o.fingerprint),
+                            _ => Whose::Any,
                         };
-                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose)).await;
+                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref())).await;
                         let _ = match answer {
                             Ok(answer) => stream.write_all(&[answer.byte()]).await,
                             Err(NotYours) => stream.write_all(&proto::not_allowed(tokens::NOT_YOURS)).await,
@@ -196,51 +204,99 @@ async fn check_expiry(
         n => format!(", recorded at try {}", n + 1),
     };
     shared.events.session(format_args!(
-        "{}: session hold of '{}' by '{}' expired (not heard from for {timeout:?}{late}){}",
+        "{}: session hold of '{}' by '{}'{} expired (not heard from for {timeout:?}{late}){}",
         holder.peer,
         printable(key),
         printable(&holder.source),
+        as_identity(holder.owner.as_ref()),
         now_held_by(&next)
     ));
     None
 }
 
+/// What a Reclaim shows: the hold's token and secret, which holds the
+/// caller may take back (`whose`: with tokens, a `lock` token its own),
+/// and what its Hello said (its identity, which an ownerless hold takes).
+pub(super) struct Claim<'a> {
+    pub token: u64,
+    pub secret: Option<[u8; proto::SECRET_LEN]>,
+    pub whose: Whose,
+    pub greeted: &'a Greeted,
+}
+
 /// Reclaim: a holder whose connection broke takes its hold back on this
 /// one; `!` if it is not held under that token any more.
 ///
-/// With tokens, `whose` says which holds the caller may take back and
-/// `owner` is its token's (the hold is then its); another token's hold is
-/// refused with `%`.
+/// A hold granted with a secret is given back only to a Reclaim that
+/// shows it; with tokens, another token's hold is refused too. Either
+/// refusal is `%` and its reason to a connection that began with a Hello
+/// (`!` to one that did not), and logged with the caller's identity.
 pub(super) async fn reclaim(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     key: Vec<u8>,
-    token: u64,
-    (whose, owner): (Whose, Option<Owner>),
+    claim: Claim<'_>,
 ) {
-    let g = match shared.table.reclaim_by(&key, token, whose, owner) {
-        Ok(Some(g)) => g,
+    let Claim {
+        token,
+        secret,
+        whose,
+        greeted,
+    } = claim;
+    let caller = greeted.caller.as_ref();
+    let owner = caller.map(|c| c.owner.clone());
+    let refused = match shared
+        .table
+        .reclaim_by(&key, token, secret.as_ref(), whose, owner)
+    {
+        Ok(Some(g)) => Ok(g),
         Ok(None) => {
             let _ = stream.write_all(&[SESSION_LOST]).await;
             return;
         }
-        Err(NotYours) => {
-            let _ = stream
-                .write_all(&proto::not_allowed(tokens::NOT_YOURS))
-                .await;
+        Err(ReclaimRefused::NotYours) => Err(tokens::NOT_YOURS),
+        Err(ReclaimRefused::Secret) => Err(NO_SECRET),
+    };
+    let g = match refused {
+        Ok(g) => g,
+        Err(reason) if greeted.hello => {
+            let why = format!("{reason} (reclaim of '{}')", printable(&key));
+            not_allowed(stream, peer, shared, caller, &why).await;
+            return;
+        }
+        Err(reason) => {
+            Counters::bump(&shared.counters.refused);
+            shared.events.limited(
+                Some(peer.ip()),
+                "refusal",
+                format_args!(
+                    "{peer}: refused: {reason} (reclaim of '{}')",
+                    printable(&key)
+                ),
+            );
+            let _ = stream.write_all(&[SESSION_LOST]).await;
             return;
         }
     };
     shared.events.session(format_args!(
-        "{peer}: reclaimed the session hold of '{}' (token {token})",
-        printable(&key)
+        "{}: reclaimed the session hold of '{}' (token {token}){}",
+        who(peer, caller.map(|c| &c.owner)),
+        printable(&key),
+        match g.owner.as_ref() {
+            Some(o) if caller.is_none_or(|c| c.owner.fingerprint != o.fingerprint) =>
+                format!(", held{}", as_identity(Some(o))),
+            _ => String::new(),
+        }
     ));
     // Nothing new to log: the hold is the one the log has. If the answer
     // cannot be delivered the hold stays, and this task still expires it.
-    let _ = stream
-        .write_all(&proto::session_grant(token, shared.reclaim_grace))
-        .await;
+    // The secret is not sent again: its holder has it.
+    let answer = match greeted.secret {
+        true => proto::session_grant_with_secret(token, shared.reclaim_grace, &[]),
+        false => proto::session_grant(token, shared.reclaim_grace).to_vec(),
+    };
+    let _ = stream.write_all(&answer).await;
     if let Some(link) = g.link {
         spawn_hold(stream, peer, shared, key, g.id, link);
     }

@@ -1,9 +1,16 @@
 //! `serve --token-file FILE`: who may use the lock port, and for what.
 //!
 //! The file holds one token per line, optionally followed by whitespace and
-//! a role (`lock`, the default, or `admin`); `#` starts a comment, blank
-//! lines are skipped. Only the SHA-256 of each token is kept, and a token is
-//! checked against every entry with no early exit ([`TokenSet::check`]).
+//! a role (`lock`, the default, or `admin`) and by `name=NAME`, the
+//! identity the server's log and `keys` show for what the token does
+//! (`TOKEN admin name=alice`, `TOKEN name=ci-runner`); `#` starts a
+//! comment, blank lines are skipped. A name is 1 to 64 bytes of ASCII
+//! letters, digits and `-_.@`; a line without one is shown as
+//! `token:FINGERPRINT` (16 hex digits: the first 8 bytes of the token's
+//! SHA-256), stable for as long as the token is. Files of earlier releases
+//! (a token and a role) read as before. Only the SHA-256 of each token is
+//! kept, and a token is checked against every entry with no early exit
+//! ([`TokenSet::check`]).
 //! SIGHUP re-reads the file ([`reload_on_hangup`]); a file that no longer
 //! parses leaves the tokens in use as they were.
 //!
@@ -12,9 +19,13 @@
 //! [`allowed`], one exhaustive `match` over [`Request`], so that a new
 //! action cannot be added without saying who may send it. "Its own" holds
 //! are those granted to a connection whose token had the same
-//! [`Owner`] fingerprint (kept in the table, in memory only: holds
-//! restored from the log have none, and only an admin token releases them
-//! until their holder reclaims them).
+//! fingerprint ([`Owner`]); the owner is written to the `--data` log with
+//! the grant and restored with the hold, so a restart changes nothing of
+//! who may release or reclaim it. (Holds restored from a log of an earlier
+//! release have no owner: only an admin token releases them, until their
+//! holder reclaims them.) Two lines may give the same name (a rotation:
+//! old and new token side by side): ownership goes by the token, the name
+//! is only shown.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -45,17 +56,22 @@ impl Role {
     }
 }
 
-/// A token's fingerprint: the first 8 bytes of its SHA-256. Recorded with
-/// each hold its connection is granted; it tells "its own" holds from
-/// others' and may be logged (it tells nothing of the token).
-pub(crate) use super::table::Owner;
+/// A token's identity: its fingerprint (the first 8 bytes of its
+/// SHA-256) and its name. Recorded with each hold its connection is
+/// granted (in the log too); the fingerprint tells "its own" holds from
+/// others', the name is what the log and `keys` show (neither tells
+/// anything of the token).
+pub(crate) use super::table::{Identity, Owner};
 
 /// Who a connection's Hello proved it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Caller {
     pub role: Role,
     pub owner: Owner,
 }
+
+/// The longest name a token line may give (`name=NAME`).
+pub(crate) const MAX_NAME: usize = 64;
 
 /// Tokens this short are refused when the file is read: a token is the
 /// only thing between the network and every key.
@@ -64,6 +80,7 @@ pub(crate) const MIN_TOKEN_LEN: usize = 16;
 struct Entry {
     digest: [u8; 32],
     role: Role,
+    owner: Owner,
 }
 
 /// The tokens of one reading of the file, as digests.
@@ -75,9 +92,33 @@ fn digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
-fn owner_of(digest: &[u8; 32]) -> Owner {
+fn fingerprint_of(digest: &[u8; 32]) -> super::table::Fingerprint {
     let prefix = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-    Owner::new(prefix).unwrap_or(Owner::MIN)
+    super::table::Fingerprint::new(prefix).unwrap_or(super::table::Fingerprint::MIN)
+}
+
+/// The identity of a token line: its name, else `token:` and the
+/// fingerprint in hex.
+fn identity(digest: &[u8; 32], name: Option<&[u8]>) -> Owner {
+    let fingerprint = fingerprint_of(digest);
+    let name = match name {
+        Some(n) => String::from_utf8_lossy(n).into_owned(),
+        None => format!("token:{fingerprint:016x}"),
+    };
+    Arc::new(Identity {
+        fingerprint,
+        name: name.into_boxed_str(),
+    })
+}
+
+/// Whether `name` may name a token: 1 to [`MAX_NAME`] bytes of ASCII
+/// letters, digits and `-_.@` (no `:`, so no name reads as a derived
+/// `token:...` identity, and nothing to escape in a log line).
+pub(crate) fn valid_name(name: &[u8]) -> bool {
+    (1..=MAX_NAME).contains(&name.len())
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(b))
 }
 
 impl TokenSet {
@@ -99,21 +140,42 @@ impl TokenSet {
             let Some(token) = words.next() else {
                 continue;
             };
-            let role = match words.next() {
-                None => Role::Lock,
-                Some(b"lock") => Role::Lock,
-                Some(b"admin") => Role::Admin,
-                Some(_) => {
-                    return Err(format!(
-                        "line {n}: the word after the token is not a role (lock or admin)"
-                    ))
+            let mut role = None;
+            let mut name = None;
+            for (i, word) in words.enumerate() {
+                match word {
+                    b"lock" | b"admin" if role.is_none() && name.is_none() => {
+                        role = Some(if word == b"admin" {
+                            Role::Admin
+                        } else {
+                            Role::Lock
+                        })
+                    }
+                    _ if word.starts_with(b"name=") && name.is_none() => {
+                        let given = &word[5..];
+                        if !valid_name(given) {
+                            return Err(format!(
+                                "line {n}: a name (name=) must be 1 to {MAX_NAME} ASCII letters, \
+                                 digits and -_.@"
+                            ));
+                        }
+                        name = Some(given);
+                    }
+                    _ if i == 0 => {
+                        return Err(format!(
+                            "line {n}: the word after the token is not a role (lock or admin) \
+                             nor a name (name=NAME)"
+                        ))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "line {n}: more than a token, a role and a name=NAME \
+                             (a token has no spaces)"
+                        ))
+                    }
                 }
-            };
-            if words.next().is_some() {
-                return Err(format!(
-                    "line {n}: more than a token and a role (a token has no spaces)"
-                ));
             }
+            let role = role.unwrap_or(Role::Lock);
             if token.iter().any(|b| !(0x21..0x7f).contains(b)) {
                 return Err(format!(
                     "line {n}: the token has a byte that is not printable ASCII"
@@ -130,12 +192,18 @@ impl TokenSet {
             if let Some(k) = entries.iter().position(|e| e.digest == d) {
                 return Err(format!("line {n}: the same token as line {}", lines_of[k]));
             }
-            entries.push(Entry { digest: d, role });
+            let owner = identity(&d, name);
+            entries.push(Entry {
+                digest: d,
+                role,
+                owner,
+            });
             lines_of.push(n);
         }
         if entries.is_empty() {
             return Err(
-                "no token in it (one per line, optionally followed by lock or admin)".into(),
+                "no token in it (one per line, optionally followed by lock or admin and name=NAME)"
+                    .into(),
             );
         }
         Ok(TokenSet { entries })
@@ -148,8 +216,8 @@ impl TokenSet {
     pub(crate) fn check(&self, token: &[u8]) -> Option<Caller> {
         let d = digest(token);
         let mut found = 0u8;
-        let mut admin = 0u8;
-        for e in &self.entries {
+        let mut at = 0usize;
+        for (i, e) in self.entries.iter().enumerate() {
             let mut diff = 0u8;
             for (a, b) in e.digest.iter().zip(d.iter()) {
                 diff |= a ^ b;
@@ -157,12 +225,16 @@ impl TokenSet {
             // 1 when diff is 0, else 0, without a branch.
             let same = (((diff as u16).wrapping_sub(1) >> 8) & 1) as u8;
             found |= same;
-            admin |= same & u8::from(e.role == Role::Admin);
-            std::hint::black_box((found, admin));
+            // All ones when same, else 0: the index of the match, if any.
+            at |= i & usize::from(same).wrapping_neg();
+            std::hint::black_box((found, at));
         }
-        (std::hint::black_box(found) == 1).then(|| Caller {
-            role: if admin == 1 { Role::Admin } else { Role::Lock },
-            owner: owner_of(&d),
+        (std::hint::black_box(found) == 1).then(|| {
+            let e = &self.entries[at];
+            Caller {
+                role: e.role,
+                owner: e.owner.clone(),
+            }
         })
     }
 
@@ -364,6 +436,29 @@ mod tests {
         let l = set.check(L.as_bytes()).unwrap().owner;
         assert_ne!(a, l);
         assert_eq!(set.to_string(), "3 token(s): 1 admin, 2 lock");
+        // Without a name, the identity is the fingerprint, stable.
+        assert_eq!(a.name.len(), "token:".len() + 16);
+        assert!(a.name.starts_with("token:"), "{}", a.name);
+        assert_eq!(a, set.check(A.as_bytes()).unwrap().owner);
+        assert!(!a.name.contains(A));
+    }
+
+    #[test]
+    fn a_line_may_name_its_identity() {
+        let text = format!(
+            "{A} admin name=alice\n{L} name=ci-runner # the CI\n{L}x lock name=ci-runner\n"
+        );
+        let set = TokenSet::parse(text.as_bytes()).unwrap();
+        let admin = set.check(A.as_bytes()).unwrap();
+        assert_eq!((admin.role, &*admin.owner.name), (Role::Admin, "alice"));
+        let ci = set.check(L.as_bytes()).unwrap();
+        assert_eq!((ci.role, &*ci.owner.name), (Role::Lock, "ci-runner"));
+        // Two tokens of one name (a rotation) own their holds apart.
+        let other = set.check(format!("{L}x").as_bytes()).unwrap();
+        assert_eq!(other.owner.name, ci.owner.name);
+        assert_ne!(other.owner.fingerprint, ci.owner.fingerprint);
+        assert!(valid_name(b"a.b-c_d@e"));
+        assert!(!valid_name(b"token:00") && !valid_name(&[b'a'; MAX_NAME + 1]));
     }
 
     #[test]
@@ -376,7 +471,20 @@ mod tests {
             ),
             (
                 format!("{secret} lock extra"),
-                "line 1: more than a token and a role",
+                "line 1: more than a token, a role and a name=NAME",
+            ),
+            (
+                format!("{secret} admin name=al:ice"),
+                "line 1: a name (name=) must be 1 to 64",
+            ),
+            (format!("{secret} name="), "line 1: a name (name=) must be"),
+            (
+                format!("{secret} name=a name=b"),
+                "line 1: more than a token",
+            ),
+            (
+                format!("{secret} name=a admin"),
+                "line 1: more than a token",
             ),
             (
                 "short lock".to_string(),

@@ -8,16 +8,17 @@ use super::stream::Stream;
 use tokio::io::AsyncWriteExt;
 
 use super::grant;
+use super::lock::Answering;
 use super::table::{Ask, TryOutcome};
 use super::Shared;
-use crate::proto::{Answer, Hold};
+use crate::proto::Answer;
 
 pub(super) async fn serve(
     mut stream: Stream,
     shared: &Arc<Shared>,
     key: Vec<u8>,
     ask: Ask,
-    hold: Hold,
+    answer: Answering,
 ) {
     let g = match shared.table.try_lock(&key, &ask) {
         TryOutcome::Granted(g) => g,
@@ -26,10 +27,12 @@ pub(super) async fn serve(
             return;
         }
         TryOutcome::Conflict(theirs) => {
-            let _ = stream.write_all(&hold.conflict(theirs)).await;
+            let _ = stream.write_all(&answer.hold.conflict(theirs)).await;
             return;
         }
     };
-    shared.events.grant(&key, &ask.source, ask.peer);
-    grant::hand_over(stream, ask.peer, shared, key, g, hold).await;
+    shared
+        .events
+        .grant(&key, &ask.source, ask.peer, ask.owner.as_ref());
+    grant::hand_over(stream, ask.peer, shared, key, g, answer).await;
 }

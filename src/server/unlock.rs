@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
-use super::table::{NotYours, Whose};
+use super::table::{NotYours, Owner, Whose};
 use super::Shared;
 use crate::proto::printable;
 use crate::proto::{Answer, ReleaseKind};
@@ -18,13 +18,15 @@ use crate::proto::{Answer, ReleaseKind};
 /// client is told `-`, "not released".
 /// The answers differ by `kind` (see [`ReleaseKind`]). Only the holds
 /// `whose` may release are looked at (a `lock` token's own); `Err` if the
-/// key is held, but by none of them.
+/// key is held, but by none of them. `by`: the caller's identity, for the
+/// log's line.
 pub(super) async fn release_by(
     shared: &Shared,
     peer: SocketAddr,
     key: &[u8],
     kind: ReleaseKind,
     whose: Whose,
+    by: Option<&Owner>,
 ) -> Result<Answer, NotYours> {
     let Some((id, durable)) = shared.table.begin_release_by(key, kind.token(), whose)? else {
         return Ok(kind.not_held());
@@ -42,7 +44,9 @@ pub(super) async fn release_by(
     // The holders let in log their own grants.
     if let Some((holder, next)) = shared.table.finish_release(key, id) {
         Counters::bump(&shared.counters.releases);
-        shared.events.release(key, &holder.source, peer);
+        shared
+            .events
+            .release(key, &holder.source, peer, holder.owner.as_ref(), by);
         if !next.is_empty() {
             // The hand-off first: the tasks of the holders let in were just
             // woken; one turn of the scheduler lets them write their grants

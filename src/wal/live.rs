@@ -233,6 +233,7 @@ mod tests {
             session: false,
             mode,
             expires_ms: None,
+            ownership: Default::default(),
         }
     }
 

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-pub use record::Record;
+pub use record::{Ownership, OwnershipRef, Record};
 
 use self::live::Live;
 use crate::mode::LockMode;
@@ -50,6 +50,8 @@ pub struct Held {
     pub mode: LockMode,
     /// When the server releases this kept hold (`lock KEY --expire`).
     pub expires: Option<SystemTime>,
+    /// Whose it is and its secret's digest (none in a log before version 5).
+    pub ownership: Ownership,
 }
 
 /// A [`Held`] as read in place from the log's bytes ([`Wal::open_with`]).
@@ -63,6 +65,7 @@ pub struct HeldRef<'a> {
     pub session: bool,
     pub mode: LockMode,
     pub expires: Option<SystemTime>,
+    pub ownership: OwnershipRef<'a>,
 }
 
 impl HeldRef<'_> {
@@ -76,6 +79,7 @@ impl HeldRef<'_> {
             session: self.session,
             mode: self.mode,
             expires: self.expires,
+            ownership: self.ownership.to_owned(),
         }
     }
 }
@@ -266,6 +270,7 @@ impl Held {
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0)
             }),
+            ownership: self.ownership.clone(),
         }
     }
 }

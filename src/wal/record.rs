@@ -7,6 +7,11 @@
 //! - Grant of a kept hold that expires (version 4, `lock KEY --expire`):
 //!   `[7]` as 5, then `[expires_ms:u64le]` (the deadline, wall clock, ms
 //!   since the epoch)
+//! - Grant of an owned hold (version 5, `serve --token-file`, or a session
+//!   hold with a secret): `[8]` as 5, then `[expires_ms:u64le, 0 never]
+//!   [owner:u64le, 0 none][nameLen][name][secretLen: 0 or 16][secret
+//!   digest]`: the owner is its token's fingerprint and name, never the
+//!   token; the secret's digest, never the secret
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
@@ -22,8 +27,12 @@ use crate::mode::LockMode;
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
-/// token, session flag, mode, deadline).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4 + 8;
+/// token, session flag, mode, deadline, and an owned hold's owner, name
+/// and secret digest).
+pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST;
+
+/// The bytes of a session hold's secret digest.
+pub const SECRET_DIGEST: usize = 16;
 
 const TAG_GRANT_V1: u8 = 1;
 const TAG_RELEASE_ALL: u8 = 2;
@@ -32,6 +41,50 @@ const TAG_FLOOR: u8 = 4;
 const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
 const TAG_GRANT_EXPIRING: u8 = 7;
+const TAG_GRANT_OWNED: u8 = 8;
+
+/// Whose a hold is, as its Grant records it (tag 8; none in tags 1 to 7):
+/// its token's fingerprint (0: none) and name, and the digest of its
+/// session's secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    pub fingerprint: u64,
+    pub name: Vec<u8>,
+    pub secret: Option<[u8; SECRET_DIGEST]>,
+}
+
+/// An [`Ownership`] read in place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwnershipRef<'a> {
+    pub fingerprint: u64,
+    pub name: &'a [u8],
+    pub secret: Option<[u8; SECRET_DIGEST]>,
+}
+
+impl Ownership {
+    pub fn borrowed(&self) -> OwnershipRef<'_> {
+        OwnershipRef {
+            fingerprint: self.fingerprint,
+            name: &self.name,
+            secret: self.secret,
+        }
+    }
+}
+
+impl OwnershipRef<'_> {
+    /// Nothing to record (a Grant of tag 5 or 7).
+    pub fn is_none(&self) -> bool {
+        self.fingerprint == 0 && self.secret.is_none()
+    }
+
+    pub fn to_owned(&self) -> Ownership {
+        Ownership {
+            fingerprint: self.fingerprint,
+            name: self.name.to_vec(),
+            secret: self.secret,
+        }
+    }
+}
 
 /// One change to the table of held keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +104,8 @@ pub enum Record {
         /// A kept hold released at this wall-clock deadline (ms since the
         /// epoch); written as tag 7, None as tag 5.
         expires_ms: Option<u64>,
+        /// Whose it is: with one, written as tag 8.
+        ownership: Ownership,
     },
     /// The hold of `key` under `token` ended; with no token (logs of
     /// earlier versions), every hold of `key`.
@@ -91,6 +146,7 @@ pub enum RecordRef<'a> {
         session: bool,
         mode: LockMode,
         expires_ms: Option<u64>,
+        ownership: OwnershipRef<'a>,
     },
     Release {
         key: &'a [u8],
@@ -124,10 +180,13 @@ impl RecordRef<'_> {
                 session,
                 mode,
                 expires_ms,
+                ownership,
             } => {
-                out.push(match expires_ms {
-                    Some(_) => TAG_GRANT_EXPIRING,
-                    None => TAG_GRANT,
+                let owned = !ownership.is_none();
+                out.push(match (owned, expires_ms) {
+                    (true, _) => TAG_GRANT_OWNED,
+                    (false, Some(_)) => TAG_GRANT_EXPIRING,
+                    (false, None) => TAG_GRANT,
                 });
                 for field in [key, source, peer] {
                     let field = &field[..field.len().min(255)];
@@ -138,7 +197,16 @@ impl RecordRef<'_> {
                 out.extend_from_slice(&token.to_le_bytes());
                 out.push(u8::from(session));
                 out.extend_from_slice(&mode.word().to_le_bytes());
-                if let Some(at) = expires_ms {
+                if owned {
+                    out.extend_from_slice(&expires_ms.unwrap_or(0).to_le_bytes());
+                    out.extend_from_slice(&ownership.fingerprint.to_le_bytes());
+                    let name = &ownership.name[..ownership.name.len().min(255)];
+                    out.push(name.len() as u8);
+                    out.extend_from_slice(name);
+                    let secret = ownership.secret.as_ref().map_or(&[][..], |s| &s[..]);
+                    out.push(secret.len() as u8);
+                    out.extend_from_slice(secret);
+                } else if let Some(at) = expires_ms {
                     out.extend_from_slice(&at.to_le_bytes());
                 }
             }
@@ -183,6 +251,7 @@ impl RecordRef<'_> {
                 session,
                 mode,
                 expires_ms,
+                ownership,
             } => Record::Grant {
                 key: key.to_vec(),
                 source: source.to_vec(),
@@ -192,6 +261,7 @@ impl RecordRef<'_> {
                 session,
                 mode,
                 expires_ms,
+                ownership: ownership.to_owned(),
             },
             RecordRef::Release { key, token } => Record::Release {
                 key: key.to_vec(),
@@ -215,6 +285,7 @@ impl Record {
                 session,
                 mode,
                 expires_ms,
+                ownership,
             } => RecordRef::Grant {
                 key,
                 source,
@@ -224,6 +295,7 @@ impl Record {
                 session: *session,
                 mode: *mode,
                 expires_ms: *expires_ms,
+                ownership: ownership.borrowed(),
             },
             Record::Release { key, token } => RecordRef::Release { key, token: *token },
             Record::Floor { token } => RecordRef::Floor { token: *token },
@@ -236,7 +308,7 @@ impl Record {
 pub fn is_current(frame: &[u8]) -> bool {
     matches!(
         frame.get(HEADER),
-        Some(&(TAG_GRANT | TAG_GRANT_EXPIRING | TAG_RELEASE | TAG_FLOOR))
+        Some(&(TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED | TAG_RELEASE | TAG_FLOOR))
     )
 }
 
@@ -298,11 +370,31 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING => {
+        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
             let mut expires_ms = None;
+            let mut ownership = OwnershipRef::default();
+            if tag == TAG_GRANT_OWNED {
+                let (fixed, rest) = (cur.get(..37)?, &cur[37..]);
+                let (at, fingerprint) = (&fixed[21..29], &fixed[29..37]);
+                let at = u64::from_le_bytes(at.try_into().ok()?);
+                expires_ms = (at != 0).then_some(at);
+                ownership.fingerprint = u64::from_le_bytes(fingerprint.try_into().ok()?);
+                let (&n, rest) = rest.split_first()?;
+                ownership.name = rest.get(..n as usize)?;
+                let (&m, secret) = rest[n as usize..].split_first()?;
+                ownership.secret = match (m, secret.len()) {
+                    (0, 0) => None,
+                    (16, 16) => Some(secret.try_into().ok()?),
+                    _ => return None,
+                };
+                if ownership.is_none() {
+                    return None;
+                }
+                cur = &cur[..21];
+            }
             let (since, token, session, mode) = match (tag, cur.len()) {
                 (TAG_GRANT_V1, 8) => (&cur[..8], [0; 8], 0, LockMode::Exclusive),
                 (TAG_GRANT_V2, 17) => (
@@ -311,7 +403,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                     cur[16],
                     LockMode::Exclusive,
                 ),
-                (TAG_GRANT, 21) => (
+                (TAG_GRANT | TAG_GRANT_OWNED, 21) => (
                     &cur[..8],
                     cur[8..16].try_into().ok()?,
                     cur[16],
@@ -340,6 +432,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                 session: session == 1,
                 mode,
                 expires_ms,
+                ownership,
             }
         }
         TAG_FLOOR => {
@@ -366,139 +459,4 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn grant() -> Record {
-        Record::Grant {
-            key: b"deploy/prod".to_vec(),
-            source: b"ci-7".to_vec(),
-            peer: b"127.0.0.1:5000".to_vec(),
-            since_ms: 1_700_000_000_123,
-            token: 1_700_000_000_123_456,
-            session: true,
-            mode: LockMode::limit(3),
-            expires_ms: None,
-        }
-    }
-
-    /// A kept hold that expires at `at_ms` (tag 7).
-    fn expiring(at_ms: u64) -> Record {
-        let mut r = grant();
-        if let Record::Grant {
-            session,
-            expires_ms,
-            ..
-        } = &mut r
-        {
-            (*session, *expires_ms) = (false, Some(at_ms));
-        }
-        r
-    }
-
-    #[test]
-    fn a_version_1_grant_reads_as_a_kept_hold_without_token() {
-        let mut payload = vec![TAG_GRANT_V1, 1, b'k', 1, b's', 1, b'p'];
-        payload.extend_from_slice(&5u64.to_le_bytes());
-        let framed = framed(&payload);
-        let want = Record::Grant {
-            key: b"k".to_vec(),
-            source: b"s".to_vec(),
-            peer: b"p".to_vec(),
-            since_ms: 5,
-            token: 0,
-            session: false,
-            mode: LockMode::Exclusive,
-            expires_ms: None,
-        };
-        assert_eq!(decode(&framed), Next::Record(want, framed.len()));
-    }
-
-    #[test]
-    fn a_version_2_grant_reads_as_exclusive_and_release_all_as_every_hold() {
-        let mut payload = vec![TAG_GRANT_V2, 1, b'k', 1, b's', 1, b'p'];
-        payload.extend_from_slice(&5u64.to_le_bytes());
-        payload.extend_from_slice(&7u64.to_le_bytes());
-        payload.push(1);
-        let Next::Record(
-            Record::Grant {
-                token,
-                session,
-                mode,
-                ..
-            },
-            _,
-        ) = decode(&framed(&payload))
-        else {
-            panic!("not read")
-        };
-        assert_eq!((token, session, mode), (7, true, LockMode::Exclusive));
-        let release = decode(&framed(&[TAG_RELEASE_ALL, 1, b'k']));
-        assert_eq!(
-            release,
-            Next::Record(
-                Record::Release {
-                    key: b"k".to_vec(),
-                    token: None
-                },
-                HEADER + 3
-            )
-        );
-    }
-
-    fn framed(payload: &[u8]) -> Vec<u8> {
-        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
-        let crc = checksum(&framed, payload);
-        framed.extend_from_slice(&crc.to_le_bytes());
-        framed.extend_from_slice(payload);
-        framed
-    }
-
-    #[test]
-    fn roundtrip_and_every_cut_is_incomplete() {
-        let expiring = expiring(1_700_000_007_200_000);
-        for r in [
-            grant(),
-            expiring,
-            Record::Release {
-                key: b"k".to_vec(),
-                token: Some(42),
-            },
-            Record::Release {
-                key: b"k".to_vec(),
-                token: None,
-            },
-            Record::Floor { token: 99 },
-        ] {
-            let bytes = r.encode();
-            assert_eq!(decode(&bytes), Next::Record(r.clone(), bytes.len()));
-            let release_all = matches!(r, Record::Release { token: None, .. });
-            assert_eq!(is_current(&bytes), !release_all, "{r:?}");
-            for cut in 0..bytes.len() {
-                assert_eq!(decode(&bytes[..cut]), Next::Incomplete, "cut {cut}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_flipped_byte_is_caught() {
-        let expiring = expiring(9);
-        for bytes in [grant().encode(), expiring.encode()] {
-            for i in 0..bytes.len() {
-                let mut b = bytes.clone();
-                b[i] ^= 0xff;
-                // Followed by plenty of bytes, so a grown length is still whole.
-                b.extend_from_slice(&[0x55; 2 * MAX_PAYLOAD]);
-                assert!(matches!(decode(&b), Next::Corrupt(_)), "flip at {i}");
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let _ = decode(&bytes);
-        }
-    }
-}
+mod tests;

@@ -227,6 +227,7 @@ impl<'a> HeldRef<'a> {
                 session,
                 mode,
                 expires_ms,
+                ownership,
             },
             _,
         ) = decode_ref(framed)
@@ -242,6 +243,7 @@ impl<'a> HeldRef<'a> {
             session,
             mode,
             expires: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            ownership,
         })
     }
 }

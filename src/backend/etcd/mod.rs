@@ -176,6 +176,7 @@ fn is_kept(kv: &etcd_client::KeyValue) -> bool {
 fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
     let data = KeyData::decode(kv.value());
     KeyInfo {
+        identity: None,
         key: key.to_string(),
         // etcdctl records no source: its lease is what names it.
         source: data

@@ -168,12 +168,22 @@ impl LcBackend {
         let key = &request.key;
         match answer {
             // A kept hold's grant carries its token too.
-            Some(Granted::Session(token, _)) if request.detached => {
+            Some(Granted::Session(token, _, _)) if request.detached => {
                 Ok(Some(Acquired::Held(self.held(key, Some(token)))))
             }
-            Some(Granted::Session(token, timeout)) => Ok(Some(Acquired::Held(Box::new(
-                session::LcSession::start(self.clone(), key, stream, token, timeout),
-            )))),
+            Some(Granted::Session(token, timeout, secret)) => {
+                let grant = session::SessionGrant {
+                    token,
+                    timeout,
+                    secret,
+                };
+                Ok(Some(Acquired::Held(Box::new(session::LcSession::start(
+                    self.clone(),
+                    key,
+                    stream,
+                    grant,
+                )))))
+            }
             Some(Granted::Busy) => Ok(Some(Acquired::Busy)),
             Some(Granted::Conflict(theirs)) => Err(request.mode.conflict(key, theirs)),
             Some(Granted::Unknown) => Ok(None),
@@ -198,7 +208,7 @@ impl LcBackend {
         let _ = stream.shutdown().await;
         let answer = tokio::time::timeout(WITHDRAW_GRACE, session::read_grant(&mut stream)).await;
         drop(stream);
-        if let Ok(Some(session::Granted::Session(token, _))) = answer {
+        if let Ok(Some(session::Granted::Session(token, _, _))) = answer {
             self.release_token(key, token).await?;
         }
         // Not confirmed in time: a grant that comes later goes to a closed

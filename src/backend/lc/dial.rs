@@ -60,11 +60,16 @@ impl Greeting {
     fn new(token: Option<&str>) -> Greeting {
         // The version ends in CR LF, as the Ping's key does: a line-based
         // server (Redis, HTTP) sees a whole line before the token and
-        // answers it with text at once (see `probe.rs`).
+        // answers it with text at once (see `probe.rs`). The feature
+        // `secret` after it: session grants carry the hold's secret, which
+        // our reclaims show.
+        let client = format!(
+            "{} {}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            proto::FEATURE_SECRET
+        );
         let frame = proto::encode(&Request::Hello {
-            client: concat!(env!("CARGO_PKG_VERSION"), "\r\n")
-                .as_bytes()
-                .to_vec(),
+            client: client.into_bytes(),
             token: token.unwrap_or("").as_bytes().to_vec(),
         })
         .expect("a token of at most 127 bytes (checked when the address was parsed)");
@@ -250,6 +255,7 @@ impl Dialer {
                     greeting: self.greeting.clone(),
                 })
             }),
+            secret: false,
         })
     }
 
@@ -293,6 +299,9 @@ pub(super) struct LcStream {
     io: Io,
     /// Until the Hello's answer is read (None: no Hello on it).
     hello: Option<Box<Pending>>,
+    /// The server took the feature `secret` (its Hello answer named it):
+    /// session grants on this connection carry the hold's secret.
+    secret: bool,
 }
 
 /// Plain or TLS, as the server has it too (`crate::tls_stream`); its read
@@ -304,6 +313,12 @@ impl LcStream {
     /// The local address of the connection: the peer the server records.
     pub(super) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.io.tcp().local_addr().ok()
+    }
+
+    /// Whether the server took the feature `secret` on this connection
+    /// (known once its first bytes after the Hello's answer are read).
+    pub(super) fn took_secret(&self) -> bool {
+        self.secret
     }
 }
 
@@ -413,6 +428,7 @@ impl AsyncRead for LcStream {
                 // Not an answer to a Hello: the caller judges the bytes.
                 HelloAnswer::Foreign => {}
                 HelloAnswer::Unchecked { .. } | HelloAnswer::Accepted { .. } => {
+                    this.secret = names_secret(&answer);
                     h.greeting.record(answer);
                     h.got.drain(..used);
                 }
@@ -420,6 +436,19 @@ impl AsyncRead for LcStream {
             h.parsed = true;
         }
     }
+}
+
+/// Whether a server's Hello answer names the feature `secret` after its
+/// version (a server before it names none).
+fn names_secret(answer: &HelloAnswer) -> bool {
+    let version = match answer {
+        HelloAnswer::Unchecked { version } | HelloAnswer::Accepted { version, .. } => version,
+        _ => return false,
+    };
+    version
+        .split_ascii_whitespace()
+        .skip(1)
+        .any(|w| w == proto::FEATURE_SECRET)
 }
 
 /// `Poll` as an option, so the arms above read as a match on the result.

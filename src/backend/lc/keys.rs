@@ -224,6 +224,7 @@ pub(super) async fn list_manager(
 /// A hold as `keys` shows it.
 pub(super) fn key_info(r: KeyReport) -> KeyInfo {
     KeyInfo {
+        identity: r.identity.map(text),
         key: text(r.key),
         source: text(r.source),
         peer: (!r.peer.is_empty()).then(|| text(r.peer)),
@@ -285,6 +286,7 @@ mod tests {
             since: SystemTime::UNIX_EPOCH,
             mode: LockMode::Exclusive,
             session: true,
+            identity: None,
         }
     }
 

@@ -30,9 +30,12 @@ impl LcBackend {
             Reply::Answer(Answer::Ok) => {
                 report.service = "lc-cli serve".into();
                 match greeting.answer() {
-                    Some(HelloAnswer::Unchecked { version }) => report.version = Some(version),
+                    // The features the server took follow its version.
+                    Some(HelloAnswer::Unchecked { version }) => {
+                        report.version = Some(version_only(version))
+                    }
                     Some(HelloAnswer::Accepted { version, role }) => {
-                        report.version = Some(version);
+                        report.version = Some(version_only(version));
                         report.authenticated = Some(true);
                         report.role = Some(role);
                     }
@@ -102,5 +105,14 @@ impl LcBackend {
             Ok(r) => r,
             Err(_) => Err(probe::silent(&self.addr, limit)),
         }
+    }
+}
+
+/// The version in a Hello answer's version field, without the features
+/// named after it (`0.1.0 secret`).
+fn version_only(field: String) -> String {
+    match field.split_once(' ') {
+        Some((version, _)) => version.to_string(),
+        None => field,
     }
 }

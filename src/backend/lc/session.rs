@@ -22,9 +22,7 @@ use tokio::time::Instant;
 use super::dial::{Dialer, LcStream};
 use super::LcBackend;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
-use crate::proto::{
-    self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_GRANT_LEN, SESSION_LOST,
-};
+use crate::proto::{self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
 /// A `-` followed by nothing for this long is a whole answer.
 const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
@@ -46,6 +44,18 @@ pub(super) fn kill_after_contact(timeout: Duration) -> Duration {
 /// None when it has none (then it is sent on a new one).
 type ReleaseAsk = oneshot::Sender<Option<Result<Answer>>>;
 
+/// A session grant as its answer told it: the fencing token, the server's
+/// session timeout and, from a server that took the feature `secret`, the
+/// hold's secret (shown again by our reclaims; never printed).
+pub(super) struct SessionGrant {
+    pub token: u64,
+    pub timeout: Duration,
+    pub secret: Option<Secret>,
+}
+
+/// A session hold's secret.
+type Secret = [u8; proto::SECRET_LEN];
+
 pub(super) struct LcSession {
     backend: LcBackend,
     key: String,
@@ -65,9 +75,13 @@ impl LcSession {
         backend: LcBackend,
         key: &str,
         stream: LcStream,
-        token: u64,
-        timeout: Duration,
+        grant: SessionGrant,
     ) -> LcSession {
+        let SessionGrant {
+            token,
+            timeout,
+            secret,
+        } = grant;
         let (lost_tx, lost) = watch::channel(None);
         let (asks, ask_rx) = mpsc::channel(1);
         // The server started its clock at the grant, before we read it;
@@ -79,6 +93,7 @@ impl LcSession {
             connect_timeout: backend.connect_timeout,
             key: key.as_bytes().to_vec(),
             token,
+            secret,
             timeout,
             stream: Some(stream),
             contact: contact_tx,
@@ -170,6 +185,8 @@ struct Keeper {
     connect_timeout: Duration,
     key: Vec<u8>,
     token: u64,
+    /// The hold's secret, for reclaims (None: the server sent none).
+    secret: Option<Secret>,
     timeout: Duration,
     /// None while the connection is broken and not yet reclaimed.
     stream: Option<LcStream>,
@@ -294,6 +311,7 @@ impl Keeper {
         let frame = proto::encode(&Request::Reclaim {
             key: self.key.clone(),
             token: self.token,
+            secret: self.secret,
         })
         .expect("the key was checked before the grant");
         let Ok(mut stream) = self.dialer.connect(self.connect_timeout).await else {
@@ -370,8 +388,9 @@ async fn read_some(stream: &mut Option<LcStream>, buf: &mut [u8]) -> Option<usiz
 /// What a session frame was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Granted {
-    /// `=`: the token and the server's session timeout.
-    Session(u64, Duration),
+    /// `=`: the token, the server's session timeout and, from a server
+    /// that took the feature `secret`, a session hold's secret.
+    Session(u64, Duration, Option<Secret>),
     /// `!`: refused (withdrawn, not recorded, not held any more).
     Lost,
     /// `#`: a SessionTryLock found the key held.
@@ -421,12 +440,25 @@ pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
         }
         len += n;
         match buf[0] {
-            proto::SESSION_GRANTED if len < SESSION_GRANT_LEN => continue,
             proto::SESSION_GRANTED => {
-                return Some(match proto::parse_session_grant(&buf[..len]) {
-                    Some((token, timeout)) => Granted::Session(token, timeout),
+                // The Hello's answer (read before these bytes) said whether
+                // a secret field follows.
+                let secret = stream.took_secret();
+                match proto::session_grant_len(&buf[..len], secret) {
+                    Some(whole) if whole > buf.len() => {
+                        return Some(Granted::Foreign(buf[..len].to_vec()))
+                    }
+                    Some(whole) if len >= whole => {}
+                    _ => continue,
+                }
+                let parsed = match secret {
+                    true => proto::parse_session_grant_with_secret(&buf[..len]),
+                    false => proto::parse_session_grant(&buf[..len]).map(|(t, d)| (t, d, None)),
+                };
+                return Some(match parsed {
+                    Some((token, timeout, secret)) => Granted::Session(token, timeout, secret),
                     None => Granted::Foreign(buf[..len].to_vec()),
-                })
+                });
             }
             proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => continue,
             proto::MODE_CONFLICT => {

@@ -139,6 +139,7 @@ pub(super) async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
         .map(|h| {
             let l = h.lock;
             KeyInfo {
+                identity: None,
                 key: names
                     .get(&h.named)
                     .cloned()

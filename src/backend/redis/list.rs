@@ -128,6 +128,7 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .map(
             |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode, expires_ms))| {
                 KeyInfo {
+                    identity: None,
                     mode: match mode.as_str() {
                         "s" => LockMode::Shared,
                         n => LockMode::limit(n.parse().unwrap_or(1)),

@@ -393,6 +393,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         ),
     };
     KeyInfo {
+        identity: None,
         key: key.to_string(),
         source,
         peer: None,

@@ -1,9 +1,10 @@
 //! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
 //! when, and how many wait behind them; with `--waiters`, who they are.
 //!
-//! This file lists, filters and sorts; `render.rs` writes the tables and
-//! the JSON.
+//! This file lists, filters and sorts; `render.rs` writes the tables,
+//! `json.rs` the JSON.
 
+mod json;
 mod render;
 
 use std::time::SystemTime;
@@ -11,7 +12,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use wildmatch::WildMatch;
 
-pub(crate) use self::render::{as_json_with_waiters, as_table, waiters_table, write_json};
+pub(crate) use self::json::{as_json_with_waiters, write_json};
+pub(crate) use self::render::{as_table, waiters_table};
 use super::OrFail;
 use crate::backend::{BackendConfig, KeyInfo};
 use crate::cli::{KeysArgs, KeysOrder};
@@ -98,6 +100,7 @@ mod tests {
 
     fn info(key: &str, secs_ago: u64, now: SystemTime) -> KeyInfo {
         KeyInfo {
+            identity: None,
             key: key.into(),
             source: "host-a".into(),
             peer: None,

@@ -48,7 +48,27 @@ fn every_action_roundtrips() {
     roundtrip(Request::Reclaim {
         key: b"k".to_vec(),
         token: 1 << 60,
+        secret: None,
     });
+    roundtrip(Request::Reclaim {
+        key: b"k".to_vec(),
+        token: 1 << 60,
+        secret: Some([0xa5; SECRET_LEN]),
+    });
+    // With its secret, the token field is 24 bytes; other lengths are bad.
+    let with = encode(&Request::Reclaim {
+        key: b"k".to_vec(),
+        token: 3,
+        secret: Some([1; SECRET_LEN]),
+    })
+    .unwrap();
+    assert_eq!(with[3], 24);
+    let mut bad = with.clone();
+    bad[3] = 16;
+    assert_eq!(decode(&bad), Err(FrameError::BadToken(16)));
+    for cut in 0..with.len() {
+        assert_eq!(decode(&with[..cut]), Ok(Decoded::Incomplete), "cut {cut}");
+    }
     roundtrip(release(b"k", ReleaseKind::Token(7)));
 }
 
@@ -67,6 +87,7 @@ fn each_request_knows_its_action() {
         Request::Reclaim {
             key: b"k".to_vec(),
             token: 1,
+            secret: None,
         },
         release(b"k", ReleaseKind::Token(1)),
         lock(b"k", b"", LockMode::Shared, Hold::Session, true),

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::key::{Ask, Hold, Holder, KeyState, Link, Source};
+use super::owner::{secret_digest, Secret, SECRET_LEN};
 use super::{Durable, Grant, GrantId, Notice, Released, Token};
 use crate::server::metrics::Counters;
-use crate::wal::{Held, Record, Wal};
+use crate::wal::{Held, Ownership, Record, Wal};
 
 #[derive(Default)]
 pub(super) struct Inner {
@@ -84,6 +85,9 @@ impl Inner {
             .expire
             .filter(|_| !ask.session)
             .map(|secs| since + Duration::from_secs(u64::from(secs.get())));
+        // The holder's secret goes to it alone; the table and the log keep
+        // its digest.
+        let secret = (ask.session && ask.secret).then(fresh_secret);
         let holder = Holder {
             id,
             token,
@@ -92,8 +96,9 @@ impl Inner {
             since,
             session: ask.session,
             mode: ask.mode,
-            owner: ask.owner,
+            owner: ask.owner.clone(),
             expires,
+            secret: secret.as_ref().map(secret_digest),
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);
@@ -105,6 +110,8 @@ impl Inner {
             token,
             durable,
             link: end,
+            secret,
+            owner: ask.owner.clone(),
         }
     }
 
@@ -141,6 +148,14 @@ impl Inner {
             session: holder.session,
             mode: holder.mode,
             expires: holder.expires,
+            ownership: Ownership {
+                fingerprint: holder.owner.as_ref().map_or(0, |o| o.fingerprint.get()),
+                name: holder
+                    .owner
+                    .as_ref()
+                    .map_or_else(Vec::new, |o| o.name.as_bytes().to_vec()),
+                secret: holder.secret,
+            },
         };
         Durable(vec![wal.append(&held.record())])
     }
@@ -257,4 +272,18 @@ impl Inner {
         }
         next
     }
+}
+
+/// A session hold's secret: random bytes from the system (through ring,
+/// the crypto of the TLS in the tree).
+fn fresh_secret() -> Secret {
+    static PROVIDER: std::sync::OnceLock<rustls::crypto::CryptoProvider> =
+        std::sync::OnceLock::new();
+    let provider = PROVIDER.get_or_init(rustls::crypto::ring::default_provider);
+    let mut secret = [0u8; SECRET_LEN];
+    provider
+        .secure_random
+        .fill(&mut secret)
+        .expect("the system gives random bytes");
+    secret
 }

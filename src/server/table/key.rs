@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
+pub(crate) use super::owner::{Owner, Secret, Whose};
 use super::{GrantId, Notice, Token};
 use crate::mode::LockMode;
 
@@ -22,8 +23,10 @@ pub(crate) struct Ask {
     /// Unlock.
     pub session: bool,
     pub mode: LockMode,
-    /// The fingerprint of the token its connection gave (`--token-file`).
+    /// The identity of the token its connection gave (`--token-file`).
     pub owner: Option<Owner>,
+    /// A session grant carries a secret for its reclaims (its Hello asked).
+    pub secret: bool,
     /// A kept hold the server releases this many seconds after its grant
     /// (whole seconds, rounded up: it fits in the padding of this struct,
     /// which every waiter keeps).
@@ -36,28 +39,6 @@ impl Ask {
     pub(crate) fn expire_secs(ttl_ms: u64) -> NonZeroU32 {
         let secs = ttl_ms.div_ceil(1000).clamp(1, u64::from(u32::MAX));
         NonZeroU32::new(secs as u32).expect("at least 1")
-    }
-}
-
-/// A token's fingerprint (`server::tokens::Owner`): never 0, so that an
-/// `Option` of it is 8 bytes (an `Ask` is part of every parked waiter).
-pub(crate) type Owner = std::num::NonZeroU64;
-
-/// Whose holds a release (or a reclaim) may end: any, or only those of one
-/// token (a `lock` role's own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Whose {
-    Any,
-    Only(Owner),
-}
-
-impl Whose {
-    /// Whether a hold of `owner` is one this may release.
-    pub(crate) fn may_release(self, owner: Option<Owner>) -> bool {
-        match self {
-            Whose::Any => true,
-            Whose::Only(o) => owner == Some(o),
-        }
     }
 }
 
@@ -81,10 +62,14 @@ pub(crate) struct Holder {
     pub session: bool,
     pub mode: LockMode,
     /// Whose token it was granted under; None without tokens, or restored
-    /// from the log (which does not keep it) until its holder reclaims it.
+    /// from a log of an earlier release (which did not keep it) until its
+    /// holder reclaims it.
     pub owner: Option<Owner>,
     /// When the server releases this kept hold (`lock KEY --expire`).
     pub expires: Option<SystemTime>,
+    /// The digest of a session hold's secret ([`secret_digest`]), if it
+    /// has one: a reclaim must show the secret.
+    pub secret: Option<Secret>,
 }
 
 /// The live end of a session hold.
@@ -164,6 +149,7 @@ pub(super) struct Rare {
     pub owner: Option<Owner>,
     pub expires: Option<SystemTime>,
     pub link: Option<Link>,
+    pub secret: Option<Secret>,
 }
 
 /// One hold of a key, as the table keeps it: 80 bytes (a held key's
@@ -184,11 +170,15 @@ pub(super) struct Hold {
 impl Hold {
     pub(super) fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
         let rare = Rare {
-            owner: h.owner,
+            owner: h.owner.clone(),
             expires: h.expires,
             link,
+            secret: h.secret,
         };
-        let any = rare.owner.is_some() || rare.expires.is_some() || rare.link.is_some();
+        let any = rare.owner.is_some()
+            || rare.expires.is_some()
+            || rare.link.is_some()
+            || rare.secret.is_some();
         Hold {
             id: h.id,
             token: h.token,
@@ -214,8 +204,9 @@ impl Hold {
             since: self.since(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner(),
+            owner: self.owner().cloned(),
             expires: self.expires(),
+            secret: self.secret(),
         }
     }
 
@@ -227,8 +218,12 @@ impl Hold {
         self.peer.addr()
     }
 
-    pub(super) fn owner(&self) -> Option<Owner> {
-        self.rare.as_ref().and_then(|r| r.owner)
+    pub(super) fn owner(&self) -> Option<&Owner> {
+        self.rare.as_ref().and_then(|r| r.owner.as_ref())
+    }
+
+    pub(super) fn secret(&self) -> Option<Secret> {
+        self.rare.as_ref().and_then(|r| r.secret)
     }
 
     pub(super) fn expires(&self) -> Option<SystemTime> {
@@ -342,7 +337,9 @@ pub(super) struct QueuedAsk {
     peer: Peer,
     pub session: bool,
     pub mode: LockMode,
-    owner: Option<Owner>,
+    /// A session grant carries a secret (see [`Ask::secret`]).
+    secret: bool,
+    pub(super) owner: Option<Owner>,
     expire: Option<NonZeroU32>,
 }
 
@@ -353,7 +350,8 @@ impl QueuedAsk {
             peer: Peer::new(ask.peer),
             session: ask.session,
             mode: ask.mode,
-            owner: ask.owner,
+            secret: ask.secret,
+            owner: ask.owner.clone(),
             expire: ask.expire,
         }
     }
@@ -369,7 +367,8 @@ impl QueuedAsk {
             peer: self.peer(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner,
+            owner: self.owner.clone(),
+            secret: self.secret,
             expire: self.expire,
         }
     }
@@ -526,6 +525,7 @@ mod tests {
             mode: LockMode::Shared,
             owner: None,
             expires: None,
+            secret: None,
         };
         let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
         let mut holds = Holds::default();

@@ -5,7 +5,7 @@
 use std::ops::Bound;
 use std::time::SystemTime;
 
-use super::key::{Hold, KeyState};
+use super::key::{Hold, KeyState, Whose};
 use super::Table;
 use crate::proto::listing::{self, HoldView, PeerText, WaiterView};
 use crate::proto::manager::KeyReport;
@@ -41,8 +41,16 @@ impl Table {
     /// `key`, or every key (by name) when None, its holds oldest first and,
     /// with `waiters`, its live waiters in line order. One key is a lookup,
     /// not a scan; every key is one pass in the tree's order (no sort, no
-    /// copy of a field), under the mutex.
-    pub(crate) fn listing_into(&self, key: Option<&[u8]>, waiters: bool, out: &mut Vec<u8>) {
+    /// copy of a field), under the mutex. Fencing tokens are shown of the
+    /// holds `viewer` may release only (0 for the others: a `lock`
+    /// token's listing shows its own).
+    pub(crate) fn listing_into(
+        &self,
+        key: Option<&[u8]>,
+        waiters: bool,
+        viewer: Whose,
+        out: &mut Vec<u8>,
+    ) {
         let inner = self.lock_inner();
         let one = key.map(|k| inner.keys.get_key_value(k));
         let keys: Box<dyn Iterator<Item = Entry<'_>>> = match one {
@@ -50,7 +58,7 @@ impl Table {
             None => Box::new(inner.keys.iter()),
         };
         for (k, s) in keys {
-            push_listed(out, k, s, waiters);
+            push_listed(out, k, s, waiters, viewer);
         }
     }
 
@@ -65,6 +73,7 @@ impl Table {
         &self,
         after: Option<&[u8]>,
         waiters: bool,
+        viewer: Whose,
         out: &mut Vec<u8>,
         budget: usize,
     ) -> Option<Box<[u8]>> {
@@ -72,7 +81,7 @@ impl Table {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut keys = inner.keys.range::<[u8], _>((from, Bound::Unbounded));
         for (k, s) in keys.by_ref() {
-            push_listed(out, k, s, waiters);
+            push_listed(out, k, s, waiters, viewer);
             if out.len() >= budget {
                 // More to come only if a key follows.
                 return keys.next().is_some().then(|| k.clone());
@@ -102,8 +111,9 @@ impl Table {
 type Entry<'a> = (&'a Box<[u8]>, &'a Box<KeyState>);
 
 /// Appends the records of key `k` (state `s`): its holds oldest first and,
-/// with `waiters`, its live waiters in line order.
-fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
+/// with `waiters`, its live waiters in line order; the tokens of the holds
+/// `viewer` may release.
+fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool, viewer: Whose) {
     let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
     for h in s.holds.iter() {
         listing::push_hold_view(
@@ -114,10 +124,14 @@ fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
                 peer: PeerText::Addr(h.peer()),
                 since: h.since(),
                 waiting,
-                token: h.token,
+                token: match viewer.may_release(h.owner()) {
+                    true => h.token,
+                    false => 0,
+                },
                 session: h.session,
                 mode: h.mode,
                 expires: h.expires(),
+                identity: h.owner().map_or(&[][..], |o| o.name.as_bytes()),
             },
         );
     }
@@ -135,6 +149,7 @@ fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool) {
                 since: w.since,
                 mode: w.ask.mode,
                 session: w.ask.session,
+                identity: w.ask.owner.as_ref().map_or(&[][..], |o| o.name.as_bytes()),
             },
         );
     }
@@ -152,5 +167,6 @@ fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {
         session: Some(h.session),
         mode: Some(h.mode),
         expires: h.expires(),
+        identity: None,
     }
 }

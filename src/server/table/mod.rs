@@ -33,6 +33,7 @@
 mod inner;
 mod key;
 mod listing;
+mod owner;
 mod restore;
 #[cfg(test)]
 mod tests;
@@ -43,8 +44,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::oneshot;
 
 use self::inner::Inner;
-pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours, Owner, Whose};
+pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours};
 use self::key::{Link, QueuedAsk, Waiter};
+#[cfg(test)]
+pub(crate) use self::owner::SECRET_LEN;
+pub(crate) use self::owner::{secret_digest, Fingerprint, Identity, Owner, Secret, Whose};
 use super::metrics::Counters;
 
 use crate::mode::LockMode;
@@ -64,6 +68,20 @@ pub(crate) struct Grant {
     pub durable: Durable,
     /// For a session hold.
     pub link: Option<LinkEnd>,
+    /// A session hold's secret, for its holder only (its Hello asked for
+    /// one): the table keeps its digest.
+    pub secret: Option<Secret>,
+    /// Whose it is (`--token-file`), for the log's line.
+    pub owner: Option<Owner>,
+}
+
+/// Why a Reclaim is refused while the hold is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReclaimRefused {
+    /// Another token's hold.
+    NotYours,
+    /// The hold has a secret, and the Reclaim did not show it.
+    Secret,
 }
 
 /// Where the task serving a session hold stands.
@@ -253,10 +271,10 @@ impl Table {
         }
     }
 
-    /// The owner (token fingerprint) of hold `id` of `key`, if it has one.
+    /// The owner (token identity) of hold `id` of `key`, if it has one.
     pub(crate) fn owner_of(&self, key: &[u8], id: GrantId) -> Option<Owner> {
         let inner = self.lock_inner();
-        inner.keys.get(key)?.hold(id)?.owner()
+        inner.keys.get(key)?.hold(id)?.owner().cloned()
     }
 
     /// Whether the task of connection `gen` still serves session hold `id`.
@@ -320,19 +338,24 @@ impl Table {
     /// still held under that token.
     #[cfg(test)]
     pub(crate) fn reclaim(&self, key: &[u8], token: Token) -> Option<Grant> {
-        self.reclaim_by(key, token, Whose::Any, None).ok().flatten()
+        self.reclaim_by(key, token, None, Whose::Any, None)
+            .ok()
+            .flatten()
     }
 
-    /// As [`Table::reclaim`], for a caller who may reclaim only `whose`
-    /// holds (and those without an owner: restored from the log); the
-    /// hold is then `owner`'s, if given.
+    /// As [`Table::reclaim`], showing `secret` (a hold granted with one
+    /// is refused without it), for a caller who may reclaim only `whose`
+    /// holds (and those without an owner: restored from a log of an
+    /// earlier release); the hold is then `owner`'s, if given and it had
+    /// none.
     pub(crate) fn reclaim_by(
         &self,
         key: &[u8],
         token: Token,
+        secret: Option<&Secret>,
         whose: Whose,
         owner: Option<Owner>,
-    ) -> Result<Option<Grant>, NotYours> {
+    ) -> Result<Option<Grant>, ReclaimRefused> {
         let mut inner = self.lock_inner();
         let Some(hold) = inner
             .keys
@@ -342,9 +365,15 @@ impl Table {
             return Ok(None);
         };
         if hold.owner().is_some() && !whose.may_release(hold.owner()) {
-            return Err(NotYours);
+            return Err(ReclaimRefused::NotYours);
         }
-        if let Some(owner) = owner {
+        if let Some(kept) = hold.secret() {
+            let shown = secret.map(secret_digest);
+            if !shown.is_some_and(|d| same_bytes(&d, &kept)) {
+                return Err(ReclaimRefused::Secret);
+            }
+        }
+        if let Some(owner) = owner.filter(|_| hold.owner().is_none()) {
             hold.set_owner(owner);
         }
         let gen = hold.link().map_or(0, |l| l.gen) + 1;
@@ -355,6 +384,8 @@ impl Table {
             token,
             durable: Durable::default(),
             link: Some(end),
+            secret: None,
+            owner: hold.owner().cloned(),
         }))
     }
 
@@ -531,4 +562,11 @@ impl Table {
         let waiting = inner.keys.values().map(|s| s.waiters.len()).sum();
         (held, waiting)
     }
+}
+
+/// Whether `a` and `b` are the same, every byte compared (no early exit:
+/// the time taken does not tell how much of a secret was right).
+fn same_bytes(a: &Secret, b: &Secret) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    std::hint::black_box(diff) == 0
 }

@@ -1,11 +1,13 @@
 //! A table rebuilt from its write-ahead log at start-up: the holds the log
 //! tells, added in key order without a client.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::inner::Inner;
 use super::key::{Hold, Holder, KeyState, Link, LinkEnd};
+use super::owner::{Fingerprint, Identity, Owner};
 use super::{GrantId, Table};
 use crate::wal::HeldRef;
 
@@ -17,6 +19,7 @@ impl Table {
             inner: self.lock_inner(),
             built: Vec::new(),
             stragglers: Vec::new(),
+            owners: HashMap::new(),
         }
     }
 }
@@ -32,10 +35,13 @@ pub(crate) struct Restorer<'t> {
     /// Each key once, in key order.
     built: Vec<(Box<[u8]>, Box<KeyState>)>,
     stragglers: Vec<(Box<[u8]>, Hold)>,
+    /// Each owner once, by fingerprint: its holds share it.
+    owners: HashMap<u64, Owner>,
 }
 
 impl Restorer<'_> {
-    /// Adds `held`. A session hold is heard from "now", so its holder has
+    /// Adds `held`, with its owner and its secret's digest as the log has
+    /// them. A session hold is heard from "now", so its holder has
     /// the session timeout to reclaim it; its link is returned for the task
     /// that expires it otherwise. The grant id of every hold is returned
     /// too (a kept hold that expires needs it for its timer).
@@ -44,7 +50,19 @@ impl Restorer<'_> {
         held: &HeldRef<'_>,
         peer: SocketAddr,
     ) -> (GrantId, Option<LinkEnd>) {
-        let (hold, end) = self.inner.restored(held, peer);
+        let owned = held.ownership;
+        let owner = Fingerprint::new(owned.fingerprint).map(|fingerprint| {
+            self.owners
+                .entry(fingerprint.get())
+                .or_insert_with(|| {
+                    Arc::new(Identity {
+                        fingerprint,
+                        name: String::from_utf8_lossy(owned.name).into(),
+                    })
+                })
+                .clone()
+        });
+        let (hold, end) = self.inner.restored(held, peer, owner);
         let id = hold.id;
         let key = held.key;
         match self.built.last_mut() {
@@ -75,7 +93,12 @@ impl Drop for Restorer<'_> {
 impl Inner {
     /// The hold `held` describes, with a fresh grant id, its source
     /// interned and its link (for a session hold): not yet in the tree.
-    fn restored(&mut self, held: &HeldRef<'_>, peer: SocketAddr) -> (Hold, Option<LinkEnd>) {
+    fn restored(
+        &mut self,
+        held: &HeldRef<'_>,
+        peer: SocketAddr,
+        owner: Option<Owner>,
+    ) -> (Hold, Option<LinkEnd>) {
         let id = self.fresh_id();
         self.last_token = self.last_token.max(held.token);
         let (link, end) = Link::for_hold(held.session);
@@ -87,8 +110,9 @@ impl Inner {
             since: held.since,
             session: held.session,
             mode: held.mode,
-            owner: None,
+            owner,
             expires: held.expires,
+            secret: held.ownership.secret,
         };
         let source = self.sources.intern(held.source);
         (Hold::new(&holder, source, link), end)

@@ -1,0 +1,179 @@
+//! Whose a hold is: a token releases and reclaims only its own, a reclaim
+//! shows the hold's secret, and both survive a restart from the log.
+
+use super::*;
+
+/// The identity of a token of fingerprint `n`.
+fn o(n: u64) -> Owner {
+    std::sync::Arc::new(Identity {
+        fingerprint: Fingerprint::new(n).unwrap(),
+        name: format!("id-{n}").into(),
+    })
+}
+
+fn only(n: u64) -> Whose {
+    Whose::Only(Fingerprint::new(n).unwrap())
+}
+
+#[test]
+fn a_token_releases_only_its_own_holds() {
+    let t = Table::new();
+    let mine = Ask {
+        owner: Some(o(7)),
+        ..ask(b"a", false)
+    };
+    let theirs = Ask {
+        owner: Some(o(8)),
+        ..ask(b"b", false)
+    };
+    let LockOutcome::Granted(a) = t.lock(b"k", &mine) else {
+        panic!()
+    };
+    let LockOutcome::Granted(b) = t.lock(b"j", &theirs) else {
+        panic!()
+    };
+    assert_eq!(
+        t.begin_release_by(b"j", None, only(7)).err(),
+        Some(NotYours)
+    );
+    assert_eq!(
+        t.begin_release_by(b"j", Some(b.token), only(7)).err(),
+        Some(NotYours)
+    );
+    assert!(t
+        .begin_release_by(b"free", None, only(7))
+        .unwrap()
+        .is_none());
+    let (id, _) = t.begin_release_by(b"k", None, only(7)).unwrap().unwrap();
+    assert_eq!(id, a.id);
+    assert!(t
+        .begin_release_by(b"j", None, Whose::Any)
+        .unwrap()
+        .is_some());
+    // A session hold restored without an owner is its reclaimer's after.
+    let LockOutcome::Granted(s) = t.lock(b"s", &ask(b"c", true)) else {
+        panic!()
+    };
+    assert!(t
+        .reclaim_by(b"s", s.token, None, only(7), Some(o(7)))
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        t.reclaim_by(b"s", s.token, None, only(8), Some(o(8))).err(),
+        Some(ReclaimRefused::NotYours)
+    );
+    assert!(t
+        .reclaim_by(b"s", s.token, None, Whose::Any, Some(o(9)))
+        .unwrap()
+        .is_some());
+    // ...and stays its first reclaimer's.
+    assert_eq!(t.owner_of(b"s", s.id).unwrap().fingerprint.get(), 7);
+}
+
+/// A session hold granted with a secret is reclaimed only with it, by its
+/// owner's token; the table keeps its digest, never the secret.
+#[test]
+fn a_reclaim_needs_the_holds_secret() {
+    let t = Table::new();
+    let with_secret = Ask {
+        owner: Some(o(7)),
+        secret: true,
+        ..ask(b"a", true)
+    };
+    let LockOutcome::Granted(g) = t.lock(b"k", &with_secret) else {
+        panic!()
+    };
+    let secret = g.secret.expect("a secret for its holder");
+    assert_eq!(g.owner.as_ref().unwrap().name.as_ref(), "id-7");
+    let mut wrong = secret;
+    wrong[0] ^= 1;
+    for shown in [None, Some(&wrong)] {
+        assert_eq!(
+            t.reclaim_by(b"k", g.token, shown, Whose::Any, None).err(),
+            Some(ReclaimRefused::Secret)
+        );
+    }
+    assert_eq!(
+        t.reclaim_by(b"k", g.token, Some(&secret), only(8), None)
+            .err(),
+        Some(ReclaimRefused::NotYours)
+    );
+    let again = t
+        .reclaim_by(b"k", g.token, Some(&secret), only(7), Some(o(7)))
+        .unwrap()
+        .unwrap();
+    assert!(
+        again.secret.is_none(),
+        "the secret is sent with the grant only"
+    );
+    let kept = t.held();
+    assert_eq!(kept.len(), 1);
+    // Without one asked for, a session grant has none (an older client).
+    let LockOutcome::Granted(plain) = t.lock(b"p", &ask(b"b", true)) else {
+        panic!()
+    };
+    assert!(plain.secret.is_none());
+    assert!(t
+        .reclaim_by(b"p", plain.token, None, Whose::Any, None)
+        .unwrap()
+        .is_some());
+    // A kept hold never has one.
+    let kept = Ask {
+        secret: true,
+        ..ask(b"c", false)
+    };
+    let LockOutcome::Granted(k) = t.lock(b"kept", &kept) else {
+        panic!()
+    };
+    assert!(k.secret.is_none());
+}
+
+/// A hold restored from the log keeps its owner and its secret's digest:
+/// after a restart another token can neither reclaim nor release it.
+#[test]
+fn a_restored_hold_keeps_its_owner_and_secret() {
+    let secret = [9u8; SECRET_LEN];
+    let digest = secret_digest(&secret);
+    let held = HeldRef {
+        key: b"victim",
+        source: b"s",
+        peer: b"127.0.0.1:2",
+        since: SystemTime::now(),
+        token: 77,
+        session: true,
+        mode: LockMode::Exclusive,
+        expires: None,
+        ownership: crate::wal::OwnershipRef {
+            fingerprint: 7,
+            name: b"alice",
+            secret: Some(digest),
+        },
+    };
+    let t = Table::new();
+    let mut restorer = t.restorer();
+    let (id, link) = restorer.add(&held, peer());
+    assert!(link.is_some());
+    drop(restorer);
+    let owner = t.owner_of(b"victim", id).unwrap();
+    assert_eq!((owner.fingerprint.get(), owner.name.as_ref()), (7, "alice"));
+    assert_eq!(
+        t.reclaim_by(b"victim", 77, None, only(8), Some(o(8))).err(),
+        Some(ReclaimRefused::NotYours)
+    );
+    assert_eq!(
+        t.reclaim_by(b"victim", 77, None, only(7), Some(o(7))).err(),
+        Some(ReclaimRefused::Secret)
+    );
+    assert_eq!(
+        t.begin_release_by(b"victim", Some(77), only(8)).err(),
+        Some(NotYours)
+    );
+    assert!(t
+        .reclaim_by(b"victim", 77, Some(&secret), only(7), Some(o(7)))
+        .unwrap()
+        .is_some());
+    assert!(t
+        .begin_release_by(b"victim", None, only(7))
+        .unwrap()
+        .is_some());
+}
