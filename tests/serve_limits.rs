@@ -305,23 +305,28 @@ fn a_client_at_a_connection_limit_says_so_in_one_line() {
 
 #[test]
 fn a_waiting_lock_whose_check_is_refused_at_the_limit_waits_on() {
-    // The waiter's connection and an idle one fill 127.0.0.1's two: the
-    // check a waiting lock makes on a second connection is refused.
+    // An idle connection and the waiter's fill 127.0.0.1's two: the check
+    // a waiting lock makes on a second connection is refused. Each step
+    // waits for the server's count, so none is refused but the check.
     let s = Serve::new()
         .args(&["--max-connections-per-peer", "2", "--login-timeout", "60s"])
+        .args(&["--metrics", "127.0.0.1:0"])
         .start();
     expect_status(&mut s.lc(&["lock", "k"]), 0);
+    until_sample(&s, "lc_connections_open", |n| n == 0.0);
+    let idle = s.connect();
+    until_sample(&s, "lc_connections_open", |n| n == 1.0);
     let mut waiter = common::cli::Guard(
         s.lc(&["lock", "-w", "20s", "k", "--", "true"])
             .spawn()
             .unwrap(),
     );
     s.wait_for("queue 'k'", 1, Duration::from_secs(10));
-    let idle = s.connect();
     s.wait_for("connection refused", 1, Duration::from_secs(10));
-    // Still waiting; freed, it gets the key.
+    // Still waiting; once the key is free, it gets it.
     assert!(waiter.wait_for(Duration::from_millis(300)).is_none());
     drop(idle);
+    until_sample(&s, "lc_connections_open", |n| n == 1.0);
     expect_status(&mut s.lc(&["unlock", "k"]), 0);
     assert_eq!(waiter.wait_for(Duration::from_secs(10)), Some(0));
 }
