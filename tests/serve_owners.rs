@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::serve::data_arg;
-use common::{expect_error_line, expect_status, finish_within, lc_at, Serve, Server};
+use common::{expect_error_line, finish_within, lc_at, Serve, Server};
 
 const A: &str = "team-a-Tok3n-never-printed-0001";
 const B: &str = "team-b-Tok3n-never-printed-0002";
@@ -83,21 +83,12 @@ fn logged(s: &Server, parts: &[&str]) -> bool {
 
 /// Text that must hold no token.
 fn no_token_in(what: &str, text: &str) {
-    for t in [A, B, ADMIN] {
-        assert!(!text.contains(t), "{what} shows a token:\n{text}");
-    }
+    common::assert_hides(what, text, &[A, B, ADMIN]);
 }
 
 /// Runs `cmd` for its status; its output must hold no token.
 fn run(cmd: &mut Command, expected: i32) -> String {
-    let out = expect_status(cmd, expected);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    no_token_in(&format!("{cmd:?}"), &text);
-    text
+    common::run_hiding(cmd, expected, &[A, B, ADMIN])
 }
 
 /// `keys --json` as `token` sees it: one object per hold.

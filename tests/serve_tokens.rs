@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::tls::TestCa;
-use common::{expect_error_line, expect_status, host_ip, lc_at, Serve, Server};
+use common::{expect_error_line, host_ip, lc_at, Serve, Server};
 
 const ADMIN: &str = "admin-Tok3n-never-printed-0001";
 const LOCK: &str = "lock-Tok3n-never-printed-0002";
@@ -60,21 +60,12 @@ fn lc(s: &Server, token: Option<&str>, args: &[&str]) -> Command {
 
 /// Neither a client's output nor the server's log holds any token.
 fn no_token_in(what: &str, text: &str) {
-    for t in [ADMIN, LOCK, OTHER, ROTATED] {
-        assert!(!text.contains(t), "{what} printed a token:\n{text}");
-    }
+    common::assert_hides(what, text, &[ADMIN, LOCK, OTHER, ROTATED]);
 }
 
 /// Runs `cmd`: its status; its output must hold no token.
 fn run(cmd: &mut Command, expected: i32) -> String {
-    let out = expect_status(cmd, expected);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    no_token_in(&format!("{cmd:?}"), &text);
-    text
+    common::run_hiding(cmd, expected, &[ADMIN, LOCK, OTHER, ROTATED])
 }
 
 /// Fails with 76 in one line containing `needle`, no token in it.

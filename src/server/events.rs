@@ -182,13 +182,9 @@ pub(crate) fn as_identity(owner: Option<&Owner>) -> String {
     }
 }
 
-/// `, now held by 'a', 'b' as 'alice'` for the holders a release let
-/// in, or nothing.
-pub(crate) fn now_held_by(next: &[super::table::Holder]) -> String {
-    if next.is_empty() {
-        return String::new();
-    }
-    let names: Vec<String> = next
+/// `'a', 'b' as 'alice'`: holders by source, and identity if any.
+pub(crate) fn holders_named(holders: &[super::table::Holder]) -> String {
+    let names: Vec<String> = holders
         .iter()
         .map(|h| {
             format!(
@@ -198,7 +194,16 @@ pub(crate) fn now_held_by(next: &[super::table::Holder]) -> String {
             )
         })
         .collect();
-    format!(", now held by {}", names.join(", "))
+    names.join(", ")
+}
+
+/// `, now held by 'a', 'b' as 'alice'` for the holders a release let
+/// in, or nothing.
+pub(crate) fn now_held_by(next: &[super::table::Holder]) -> String {
+    if next.is_empty() {
+        return String::new();
+    }
+    format!(", now held by {}", holders_named(next))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use super::conn::who;
-use super::events::{as_identity, now_held_by};
+use super::events::{holders_named, now_held_by};
 use super::metrics::Counters;
 use super::table::{Durable, Owner};
 use super::Shared;
@@ -25,21 +25,10 @@ pub(super) async fn key(
     let who = who(peer, by);
     match shared.table.reset_key(key) {
         Some((r, durable)) => {
-            let holders: Vec<String> = r
-                .holders
-                .iter()
-                .map(|h| {
-                    format!(
-                        "'{}'{}",
-                        printable(&h.source),
-                        as_identity(h.owner.as_ref())
-                    )
-                })
-                .collect();
             shared.events.reset(format_args!(
                 "{who}: reset key '{}' held by {}{}",
                 printable(key),
-                holders.join(", "),
+                holders_named(&r.holders),
                 now_held_by(&r.next)
             ));
             confirmed(shared, durable, "reset", key).await

@@ -69,6 +69,26 @@ pub(crate) fn host_ip() -> String {
         .to_string()
 }
 
+/// Fails if `text` (what `what` printed or logged) holds any of `secrets`.
+pub(crate) fn assert_hides(what: &str, text: &str, secrets: &[&str]) {
+    for t in secrets {
+        assert!(!text.contains(t), "{what} shows a secret:\n{text}");
+    }
+}
+
+/// [`expect_status`], then its output (standard output, then error) as
+/// text, which must hold none of `secrets`.
+pub(crate) fn run_hiding(cmd: &mut Command, expected: i32, secrets: &[&str]) -> String {
+    let out = expect_status(cmd, expected);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_hides(&format!("{cmd:?}"), &text, secrets);
+    text
+}
+
 /// Runs a command and shows the exact command line and its output if the
 /// status is not the expected one.
 pub(crate) fn expect_status(cmd: &mut Command, expected: i32) -> Output {
