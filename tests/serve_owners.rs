@@ -440,6 +440,32 @@ fn the_log_and_keys_name_identities_never_tokens() {
         .unwrap()
         .to_string();
     assert_eq!(b_id.len(), "token:".len() + 16, "{b_id}");
+    // A waiter's identity: in `keys --waiters`, a column of its own, and in
+    // its JSON.
+    let waiter = lc(&s, Some(A), &["lock", "b-kept", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    s.wait_for("queue 'b-kept'", 1, Duration::from_secs(10));
+    let table = run(&mut lc(&s, Some(B), &["keys", "--waiters"]), 0);
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("WAITER OF"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(header.ends_with("IDENTITY"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("b-kept ") && l.ends_with(" team-a"))
+        .unwrap_or_else(|| panic!("no waiter row naming team-a:\n{table}"));
+    no_token_in("a waiter's row", row);
+    let json = run(&mut lc(&s, Some(B), &["keys", "--waiters", "--json"]), 0);
+    let b_kept: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["key"] == "b-kept")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(b_kept["waiters"][0]["ident"], "team-a", "{json}");
     // The admin's reset names the resetter and the holder.
     run(&mut lc(&s, Some(ADMIN), &["reset", "k"]), 0);
     assert!(
@@ -448,6 +474,9 @@ fn the_log_and_keys_name_identities_never_tokens() {
         s.log()
     );
     run(&mut lc(&s, Some(ADMIN), &["unlock", "b-kept"]), 0);
+    // The waiter gets it at last.
+    let (code, err) = finish_within(Duration::from_secs(10), waiter);
+    assert_eq!(code, Some(0), "{err}");
     assert!(
         logged(
             &s,

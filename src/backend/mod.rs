@@ -165,6 +165,8 @@ pub struct WaiterInfo {
     /// Some(true): it asks for a kept hold (`lock KEY` without a command);
     /// None: the service cannot tell.
     pub kept: Option<bool>,
+    /// Its token's identity (lc-cli's server with `--token-file`), else None.
+    pub identity: Option<String>,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.

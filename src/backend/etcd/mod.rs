@@ -274,6 +274,7 @@ impl Backend for EtcdBackend {
                     mode: KeyData::mode_of(kv.value()),
                     place,
                     kept: None,
+                    identity: None,
                 });
             }
         }

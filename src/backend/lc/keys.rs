@@ -261,6 +261,10 @@ pub(super) fn waiter_infos(waiters: Vec<WaiterReport>) -> Vec<WaiterInfo> {
             mode: w.mode,
             place,
             kept: Some(!w.session),
+            identity: w
+                .identity
+                .filter(|i| !i.is_empty())
+                .map(|i| String::from_utf8_lossy(&i).into_owned()),
         });
     }
     out

@@ -244,6 +244,7 @@ pub(super) async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
             place,
             // No hold outlives its session here.
             kept: None,
+            identity: None,
         });
     }
     Ok(out)

@@ -103,6 +103,7 @@ fn agreed_waiters(
             },
             place,
             kept: None,
+            identity: None,
         });
     }
     out

@@ -241,6 +241,7 @@ fn waiter_info(
         mode,
         place,
         kept,
+        identity: None,
     }
 }
 

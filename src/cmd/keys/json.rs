@@ -20,6 +20,7 @@ fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
         "mode": mode_name(w.mode),
         "limit": w.mode.slots().filter(|_| w.mode != LockMode::Exclusive),
         "kept": w.kept,
+        "ident": w.identity,
     })
 }
 

@@ -13,10 +13,12 @@ pub(super) fn mode_name(mode: LockMode) -> &'static str {
     }
 }
 
-/// The waiters' table: `KEY PLACE SOURCE PEER WAITED SINCE MODE`, control
-/// characters escaped as in [`as_table`].
+/// The waiters' table: `KEY PLACE SOURCE PEER WAITED SINCE MODE`, and
+/// `IDENTITY` where the service names waiters' tokens; control characters
+/// escaped as in [`as_table`].
 pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
-    let mut rows = vec![[
+    let identities = waiters.iter().any(|w| w.identity.is_some());
+    let mut header = [
         "WAITER OF",
         "PLACE",
         "SOURCE",
@@ -26,7 +28,11 @@ pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
         "MODE",
     ]
     .map(String::from)
-    .to_vec()];
+    .to_vec();
+    if identities {
+        header.push("IDENTITY".into());
+    }
+    let mut rows = vec![header];
     for w in waiters {
         let waited = w.since.map_or_else(
             || "-".into(),
@@ -49,8 +55,17 @@ pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
             ),
             mode_cell(w.mode),
         ]);
+        if identities {
+            let row = rows.last_mut().expect("just pushed");
+            row.push(identity_cell(w.identity.as_deref()));
+        }
     }
     aligned(&rows)
+}
+
+/// An IDENTITY cell: the name, or `-`.
+fn identity_cell(identity: Option<&str>) -> String {
+    identity.map_or_else(|| "-".into(), |i| crate::cmd::printable(i).into_owned())
 }
 
 /// By key; or by age, oldest first (a hold of unknown age last), then key.
@@ -150,11 +165,7 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
             row.push(expires_cell(k, now));
         }
         if identities {
-            row.push(
-                k.identity
-                    .as_deref()
-                    .map_or_else(|| "-".into(), |i| crate::cmd::printable(i).into_owned()),
-            );
+            row.push(identity_cell(k.identity.as_deref()));
         }
         if tokens {
             row.push(k.token.map_or_else(|| "-".into(), |t| t.to_string()));
@@ -244,6 +255,7 @@ mod tests {
             mode: LockMode::Shared,
             place,
             kept: Some(false),
+            identity: None,
         }
     }
 
