@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::serve::data_arg;
-use common::{expect_error_line, finish_within, lc_at, Serve, Server};
+use common::{expect_error_line, finish_within, Serve, Server};
 
 const A: &str = "team-a-Tok3n-never-printed-0001";
 const B: &str = "team-b-Tok3n-never-printed-0002";
@@ -65,14 +65,7 @@ fn serve(dir: &std::path::Path, tokens: bool, listen: &str) -> Serve {
 
 /// `lc-cli -v --server ADDR ARGS` with LC_TOKEN set to `token` (none: unset).
 fn lc(s: &Server, token: Option<&str>, args: &[&str]) -> Command {
-    let mut cmd = lc_at(&s.addr.to_string(), &["-v", "--connect-timeout", "5s"]);
-    cmd.args(args)
-        .env_remove("LC_TOKEN")
-        .env_remove("LC_TOKEN_FILE");
-    if let Some(t) = token {
-        cmd.env("LC_TOKEN", t);
-    }
-    cmd
+    common::lc_with_token(&s.addr.to_string(), "5s", token, args)
 }
 
 /// Whether a log line holds every one of `parts`, within 5 s (the

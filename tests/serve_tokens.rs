@@ -48,14 +48,7 @@ fn token_server(file: &str, extra: &[&str]) -> Server {
 
 /// `lc-cli -v --server ADDR ARGS` with LC_TOKEN set to `token` (none: unset).
 fn lc(s: &Server, token: Option<&str>, args: &[&str]) -> Command {
-    let mut cmd = lc_at(&s.addr.to_string(), &["-v", "--connect-timeout", "500ms"]);
-    cmd.args(args)
-        .env_remove("LC_TOKEN")
-        .env_remove("LC_TOKEN_FILE");
-    if let Some(t) = token {
-        cmd.env("LC_TOKEN", t);
-    }
-    cmd
+    common::lc_with_token(&s.addr.to_string(), "500ms", token, args)
 }
 
 /// Neither a client's output nor the server's log holds any token.

@@ -21,6 +21,24 @@ pub(crate) fn lc_at(server: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// `lc-cli -v --server SERVER --connect-timeout WAIT ARGS` with `LC_TOKEN`
+/// set to `token` (none: unset), `LC_TOKEN_FILE` unset.
+pub(crate) fn lc_with_token(
+    server: &str,
+    wait: &str,
+    token: Option<&str>,
+    args: &[&str],
+) -> Command {
+    let mut cmd = lc_at(server, &["-v", "--connect-timeout", wait]);
+    cmd.args(args)
+        .env_remove("LC_TOKEN")
+        .env_remove("LC_TOKEN_FILE");
+    if let Some(t) = token {
+        cmd.env("LC_TOKEN", t);
+    }
+    cmd
+}
+
 /// The one-byte protocol's action bytes, for tests that speak it raw.
 pub(crate) mod action {
     pub(crate) const LOCK: u8 = 1;

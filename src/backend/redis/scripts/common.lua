@@ -13,6 +13,14 @@ local function now_ms()
 end
 local function wake_key(id) return P..'wake:'..id end
 local function gone_key(id) return P..'gone:'..id end
+-- Wakes waiter id with its grant ('g'), unless it is the caller (which
+-- reads the script's answer); the word lasts as long as the waiter may.
+local function tell_granted(id, info, caller)
+  if id ~= caller then
+    redis.call('LPUSH', wake_key(id), 'g')
+    redis.call('PEXPIRE', wake_key(id), info.q)
+  end
+end
 local function src_add(s, n)
   local k = 'lc-cli:source:'..s
   if redis.call('HINCRBY', k, NAME, n) <= 0 then redis.call('HDEL', k, NAME) end
@@ -96,10 +104,7 @@ local function grant_set(id, info, now, caller, lease)
   local h = {s = info.s, since = now, f = f, d = 0, t = info.t}
   if o == 1 then h.o = 1 end
   redis.call('HSET', HINFO, id, cjson.encode(h))
-  if id ~= caller then
-    redis.call('LPUSH', wake_key(id), 'g')
-    redis.call('PEXPIRE', wake_key(id), info.q)
-  end
+  tell_granted(id, info, caller)
   return f
 end
 -- The owner record of the lock just set to id (offered: 0 or 1); its fence.
@@ -114,10 +119,7 @@ local function grant(id, info, now, caller, lease)
   local t, o = lease_of(id, info, caller, lease)
   redis.call('SET', LOCK, id, 'PX', t)
   local f = own(id, info, now, o)
-  if id ~= caller then
-    redis.call('LPUSH', wake_key(id), 'g')
-    redis.call('PEXPIRE', wake_key(id), info.q)
-  end
+  tell_granted(id, info, caller)
   return f
 end
 -- Whether a waiter of this mode can hold now, beside the holders there.
