@@ -70,6 +70,7 @@ fn request(key: &str) -> LockRequest {
         nonblock: false,
         detached: false,
         expire: None,
+        extras: Default::default(),
     }
 }
 

@@ -350,6 +350,7 @@ async fn run_round(
                 nonblock: false,
                 detached: false,
                 expire: None,
+                extras: Default::default(),
             };
             loop {
                 let got = backend
@@ -478,6 +479,7 @@ fn request(key: &str, mode: LockMode, i: usize) -> LockRequest {
         nonblock: false,
         detached: false,
         expire: None,
+        extras: Default::default(),
     }
 }
 

@@ -369,6 +369,7 @@ fn request(key: String, detached: bool) -> LockRequest {
         nonblock: false,
         detached,
         expire: None,
+        extras: Default::default(),
     }
 }
 

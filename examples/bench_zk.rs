@@ -59,6 +59,7 @@ fn request_in(mode: LockMode) -> LockRequest {
         nonblock: false,
         detached: false,
         expire: None,
+        extras: Default::default(),
     }
 }
 

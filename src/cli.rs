@@ -106,6 +106,8 @@ pub enum Command {
     Reset(ResetArgs),
     /// List held keys: holder, since when, how many wait
     Keys(KeysArgs),
+    /// Show KEY's mark (the highest --order that ended with status 0), or clear it
+    Mark(MarkArgs),
     /// Say what the lock service is and whether a lock could be taken now
     Ping(PingArgs),
     /// Run the built-in lock server
@@ -196,6 +198,9 @@ pub struct RunArgs {
     pub source: SourceArg,
 
     #[command(flatten)]
+    pub queue: QueueArgs,
+
+    #[command(flatten)]
     pub service: ServiceArgs,
 
     /// The command to run while holding KEY, with its arguments and options
@@ -211,6 +216,48 @@ pub struct RunArgs {
     /// `--` was given with no command after it (set by `cmd::parse`).
     #[arg(skip)]
     pub empty_after_dashdash: bool,
+}
+
+/// A note, and the deploy-queue rules (docs/deploy-queues.md): for an
+/// exclusive lock with a command.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Deploy queues")]
+pub struct QueueArgs {
+    /// Why this hold, shown to whoever lists KEY (`keys`, the "held by"
+    /// line): 1 to 200 bytes of text, no control characters; notes are
+    /// visible to every client that may list keys, so no secrets
+    #[arg(long, env = "LC_NOTE", value_name = "TEXT")]
+    pub note: Option<String>,
+
+    /// Newest wins: while this request waits, a newer --newest request on
+    /// KEY (or a waiting one with a higher --order) supersedes it; it then
+    /// exits 79 without running COMMAND. Never touches the running holder;
+    /// requests without --newest are neither superseded nor supersede
+    #[arg(long)]
+    pub newest: bool,
+
+    /// The version this run deploys (a commit time, a pipeline id: it grows
+    /// with the version, 0 to 2^63-1): KEY remembers the highest order
+    /// whose COMMAND ended with status 0 (its mark, `lc-cli mark KEY`); a
+    /// lower order exits 80 without running, when it comes and when its
+    /// turn comes; an equal order (a re-run) runs
+    #[arg(long, value_name = "N")]
+    pub order: Option<u64>,
+
+    /// Cancel-in-progress: a holder of KEY that took it with
+    /// --cancel-running too is stopped (SIGTERM, --kill-after, SIGKILL;
+    /// it exits 81) when this request comes, and this one gets KEY once its
+    /// command has ended; a holder without it is never stopped
+    #[arg(long)]
+    pub cancel_running: bool,
+
+    /// Exit status when superseded (79 by default; CI jobs often want 0)
+    #[arg(long, visible_alias = "superseded-exit", value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub superseded_exit_code: Option<i32>,
+
+    /// Exit status when outdated (80 by default)
+    #[arg(long, visible_alias = "outdated-exit", value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub outdated_exit_code: Option<i32>,
 }
 
 /// How KEY is held: exclusive (the default), shared, or by at most N at once.
@@ -309,6 +356,19 @@ pub struct KeysArgs {
     /// `waiters` array per key)
     #[arg(long)]
     pub waiters: bool,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct MarkArgs {
+    /// The key whose mark to show (exit 1 when it has none)
+    pub key: String,
+
+    /// Clear the mark, so that any --order runs again (after a rollback)
+    #[arg(long)]
+    pub clear: bool,
 
     #[command(flatten)]
     pub service: ServiceArgs,

@@ -36,6 +36,13 @@ pub enum ExitCode {
     /// The key is held or waited for in another mode (exclusive or shared
     /// against `--limit N`, or another N): refused, never granted.
     ModeConflict,
+    /// `--newest`: a newer request superseded this one while it waited.
+    Superseded,
+    /// `--order N` below the key's mark: an older version than one that
+    /// already ran.
+    Outdated,
+    /// `--cancel-running`: a newer run stopped this one's command.
+    Cancelled,
     /// The command could not be executed (found but not runnable).
     CannotExecute,
     /// The command was not found.
@@ -67,7 +74,7 @@ const fn row(code: ExitCode, name: &'static str, meaning: &'static str) -> Statu
 /// Every status lc-cli itself can end with but success, in numeric order:
 /// what the exit-status tables list (with the command's own status and
 /// 128+N, below).
-pub const TABLE: [Status; 12] = [
+pub const TABLE: [Status; 15] = [
     row(ExitCode::Conflict, "when the lock was not taken (-E changes it)", "the lock was not taken: held (with -n) or the wait timed out; -E N changes it; unlock of a key that was not held"),
     row(ExitCode::Usage, "usage", "usage: a bad option, an empty key or one over 127 bytes, an unknown server address parameter"),
     row(ExitCode::DataErr, "corrupt log (serve --data)", "serve --data: the log holds a corrupt record (the message names the file and byte offset), is not an lc-cli log, or is of a newer format; the server did not start"),
@@ -78,6 +85,9 @@ pub const TABLE: [Status; 12] = [
     row(ExitCode::LockLost, "lock lost", "the lock was lost while the command ran; the command was stopped"),
     row(ExitCode::Protocol, "refused or unexpected answer", "the service refused the request (a wrong or missing password, a lock node's ACL, a -s or --limit the backend cannot take) or answered something unexpected (another protocol on that port)"),
     row(ExitCode::ModeConflict, "the key is used in another mode or with another --limit", "KEY is held or waited for in another mode: as a lock (exclusive or shared) against --limit N, or with another N; refused, nothing was taken"),
+    row(ExitCode::Superseded, "superseded (--newest; --superseded-exit-code changes it)", "--newest: a newer --newest request on KEY (or a waiting one with a higher --order) superseded this one while it waited; the command did not run; the line names it; --superseded-exit-code N changes the status"),
+    row(ExitCode::Outdated, "outdated (--order; --outdated-exit-code changes it)", "--order N: KEY's mark (the highest order whose command ended with status 0) is above N, when the request came or when its turn came; the command did not run; --outdated-exit-code N changes the status"),
+    row(ExitCode::Cancelled, "cancelled by a newer run (--cancel-running)", "--cancel-running: a newer --cancel-running request on KEY stopped this run's command (SIGTERM, --kill-after, SIGKILL); the line names it; KEY was released"),
     row(ExitCode::CannotExecute, "cannot execute", "the command could not be executed"),
     row(ExitCode::NotFound, "not found", "the command was not found"),
 ];
@@ -128,6 +138,9 @@ impl ExitCode {
             ExitCode::LockLost => 75,
             ExitCode::Protocol => 76,
             ExitCode::ModeConflict => 78,
+            ExitCode::Superseded => 79,
+            ExitCode::Outdated => 80,
+            ExitCode::Cancelled => 81,
             ExitCode::CannotExecute => 126,
             ExitCode::NotFound => 127,
             ExitCode::Signal(n) => 128 + n,

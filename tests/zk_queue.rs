@@ -202,6 +202,7 @@ fn progress_reports_the_place_and_cancel_withdraws() {
             nonblock: false,
             detached: false,
             expire: None,
+            extras: Default::default(),
         };
         let progress = {
             let seen = seen.clone();

@@ -12,36 +12,39 @@
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
+/// Why a backend refuses the fields it does not take yet.
+pub const NOT_YET: &str = "not built for this backend yet";
+
 /// The longest field list, encoded.
-pub(crate) const MAX_LIST: usize = 1024;
+pub const MAX_LIST: usize = 1024;
 /// The longest note, in bytes of UTF-8.
-pub(crate) const MAX_NOTE: usize = 200;
+pub const MAX_NOTE: usize = 200;
 /// The longest `--hold-at-least`.
-pub(crate) const MAX_AT_LEAST: Duration = Duration::from_secs(30 * 24 * 3600);
+pub const MAX_AT_LEAST: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The most slot names, and the longest one.
-pub(crate) const MAX_SLOTS: usize = 64;
-pub(crate) const MAX_SLOT_NAME: usize = 32;
+pub const MAX_SLOTS: usize = 64;
+pub const MAX_SLOT_NAME: usize = 32;
 
 /// What a lock request carries beyond its key, mode and source.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Extras {
+pub struct Extras {
     /// Why (`--note`, `LC_NOTE`): shown to whoever lists the key.
-    pub(crate) note: Option<String>,
+    pub note: Option<String>,
     /// The version this request deploys (`--order N`).
-    pub(crate) order: Option<u64>,
+    pub order: Option<u64>,
     /// Superseded by a newer `--newest` request while it waits.
-    pub(crate) newest: bool,
+    pub newest: bool,
     /// Stops a running holder that took the key with it too.
-    pub(crate) cancel: bool,
+    pub cancel: bool,
     /// The key stays held this long after the grant (`--hold-at-least`).
-    pub(crate) at_least: Option<Duration>,
+    pub at_least: Option<Duration>,
     /// The named pool (`--slots a,b,c`).
-    pub(crate) slots: Vec<String>,
+    pub slots: Vec<String>,
 }
 
 /// Why a field cannot be sent (the client says it in one line, status 64).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum FieldError {
+pub enum FieldError {
     #[error("--note is empty")]
     EmptyNote,
     #[error("--note is {0} bytes long; at most {MAX_NOTE}")]
@@ -67,12 +70,41 @@ pub(crate) enum FieldError {
 impl Extras {
     /// True when the request carries nothing extra: it is then sent
     /// exactly as a request without fields is.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         *self == Extras::default()
     }
 
+    /// The options that set these fields, as a refusal names them
+    /// ("--newest and --order").
+    pub fn options(&self) -> String {
+        let mut names = Vec::new();
+        for (set, name) in [
+            (self.note.is_some(), "--note"),
+            (self.order.is_some(), "--order"),
+            (self.newest, "--newest"),
+            (self.cancel, "--cancel-running"),
+            (self.at_least.is_some(), "--hold-at-least"),
+            (!self.slots.is_empty(), "--slots"),
+        ] {
+            if set {
+                names.push(name);
+            }
+        }
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        }
+    }
+
+    /// True when a deploy-queue rule is asked for (`--order`, `--newest`,
+    /// `--cancel-running`).
+    pub fn queued(&self) -> bool {
+        self.order.is_some() || self.newest || self.cancel
+    }
+
     /// Checks every field against its limits.
-    pub(crate) fn check(&self) -> Result<(), FieldError> {
+    pub fn check(&self) -> Result<(), FieldError> {
         if let Some(note) = &self.note {
             if note.is_empty() {
                 return Err(FieldError::EmptyNote);
@@ -112,7 +144,7 @@ impl Extras {
 
     /// The field list: set fields only, in the order of
     /// docs/request-fields.md's table.
-    pub(crate) fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let mut list = FieldList::default();
         if let Some(note) = &self.note {
             list.push("note", note);
@@ -138,7 +170,7 @@ impl Extras {
     /// The fields this build knows, read back from a list (a service's
     /// record of a request); a known name with a value that does not parse
     /// is left unset, as an unknown name is (both stay in the list).
-    pub(crate) fn from_list(list: &FieldList) -> Extras {
+    pub fn from_list(list: &FieldList) -> Extras {
         let flag = |name| list.get(name) == Some("1");
         Extras {
             note: list.get("note").map(str::to_string),
@@ -166,11 +198,11 @@ fn is_slot_name(s: &str) -> bool {
 /// A field list as read: `(name, value)` pairs in their order, unknown
 /// names included.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FieldList(Vec<(String, String)>);
+pub struct FieldList(Vec<(String, String)>);
 
 /// Why a field list read from a service does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ListError {
+pub enum ListError {
     #[error("a field list of {0} bytes; at most {MAX_LIST}")]
     TooLong(usize),
     #[error("a line of a field list without '=' or not ended by a newline")]
@@ -184,12 +216,12 @@ pub(crate) enum ListError {
 }
 
 impl FieldList {
-    pub(crate) fn push(&mut self, name: &str, value: &str) {
+    pub fn push(&mut self, name: &str, value: &str) {
         self.0.push((name.to_string(), value.to_string()));
     }
 
     /// The first value of `name`.
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+    pub fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(n, _)| n == name)
@@ -197,7 +229,7 @@ impl FieldList {
     }
 
     /// Reads a field list as [`Extras::encode`] (or a service) wrote it.
-    pub(crate) fn parse(bytes: &[u8]) -> Result<FieldList, ListError> {
+    pub fn parse(bytes: &[u8]) -> Result<FieldList, ListError> {
         if bytes.len() > MAX_LIST {
             return Err(ListError::TooLong(bytes.len()));
         }

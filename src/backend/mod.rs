@@ -10,9 +10,7 @@ pub(crate) mod address;
 mod config;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
-// Not wired to the options yet (branch `fields`, issue 44 builds on it).
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) mod fields;
+pub mod fields;
 pub(crate) mod help;
 pub(crate) mod lc;
 pub(crate) mod ping;
@@ -38,8 +36,8 @@ pub use config::{
 };
 pub(crate) use scheme::any_key;
 pub use scheme::{
-    check_mode, check_names, port_hint, Capabilities, Scheme, ServerAddress, ServerUrl, Tuning,
-    Usage, DEFAULT_SERVER,
+    check_extras, check_mode, check_names, port_hint, Capabilities, Scheme, ServerAddress,
+    ServerUrl, Tuning, Usage, DEFAULT_SERVER,
 };
 
 /// Every backend, by its scheme: adding one is its folder and one line here.
@@ -102,6 +100,41 @@ pub struct LockRequest {
     /// A detached hold that frees itself this long after its grant (`lock
     /// KEY --expire 2h`); only with `detached`.
     pub expire: Option<std::time::Duration>,
+    /// The request's extra fields (docs/request-fields.md): its note, and
+    /// the deploy-queue rules (`--order`, `--newest`, `--cancel-running`),
+    /// checked before ([`check_extras`]).
+    pub extras: fields::Extras,
+}
+
+/// Another request, as a superseded, outdated or cancelled request names
+/// it: its source, its token's identity where the service knows one, and
+/// its field list (note, order, flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rival {
+    pub source: String,
+    pub identity: Option<String>,
+    pub fields: fields::FieldList,
+}
+
+/// `'build-42' (order 42, note 'deploy 1.4.2', identity ci)`.
+impl std::fmt::Display for Rival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "'{}'", self.source.escape_debug())?;
+        let mut parts = Vec::new();
+        if let Some(order) = self.fields.get("order") {
+            parts.push(format!("order {order}"));
+        }
+        if let Some(note) = self.fields.get("note") {
+            parts.push(format!("note '{}'", note.escape_debug()));
+        }
+        if let Some(who) = &self.identity {
+            parts.push(format!("identity {who}"));
+        }
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join(", "))?;
+        }
+        Ok(())
+    }
 }
 
 /// What happened to a lock request.
@@ -112,6 +145,16 @@ pub enum Acquired {
     /// The cancellation token fired first (timeout, signal); the request has
     /// left the service's queue.
     Cancelled,
+    /// `--newest`: a newer `--newest` request joined the key's line while
+    /// this one waited (or a waiting one with a higher `--order` was
+    /// there when it came); it has left the line, nothing was taken.
+    Superseded(Rival),
+    /// `--order N` below the key's mark (the highest order whose command
+    /// ended with status 0), when it came or when its turn came; it has
+    /// left the line, nothing is held.
+    Outdated {
+        mark: u64,
+    },
 }
 
 /// Progress while waiting, for the status line.
@@ -149,6 +192,12 @@ pub struct KeyInfo {
     /// The identity of the holder's token (lc-cli's server with
     /// `--token-file`: the token line's name, else `token:FINGERPRINT`).
     pub identity: Option<String>,
+    /// The holder's request fields (note, order, flags), as the service
+    /// keeps them; empty where none were given or the service keeps none.
+    pub fields: fields::FieldList,
+    /// The key's mark (`--order`: the highest order whose command ended
+    /// with status 0), where the backend reads it with the listing.
+    pub mark: Option<u64>,
 }
 
 /// A request waiting in a key's line, as an operator sees it (`lc-cli keys
@@ -170,6 +219,8 @@ pub struct WaiterInfo {
     pub kept: Option<bool>,
     /// Its token's identity (lc-cli's server with `--token-file`), else None.
     pub identity: Option<String>,
+    /// Its request fields (note, order, flags), as the service keeps them.
+    pub fields: fields::FieldList,
 }
 
 /// Why a held lock is no longer ours, and by when its command must be gone.
@@ -181,6 +232,10 @@ pub struct LostReason {
     /// then, whatever `--kill-after` says. None when nothing is known (the
     /// key was taken from outside): the grace is `--kill-after`.
     pub kill_by: Option<std::time::Instant>,
+    /// Not a loss: a newer `--cancel-running` request came while this hold,
+    /// taken with `--cancel-running` too, ran; its command is stopped as a
+    /// lost lock's is, and lc-cli exits "cancelled" (81), naming it.
+    pub cancelled_by: Option<Rival>,
 }
 
 impl LostReason {
@@ -189,6 +244,7 @@ impl LostReason {
         LostReason {
             reason: reason.into(),
             kill_by: None,
+            cancelled_by: None,
         }
     }
 
@@ -197,6 +253,17 @@ impl LostReason {
         LostReason {
             reason: reason.into(),
             kill_by: Some(kill_by),
+            cancelled_by: None,
+        }
+    }
+
+    /// The hold's command is to stop for `by`, a newer `--cancel-running`
+    /// request (the hold itself is still ours until released).
+    pub fn cancelled(by: Rival) -> Self {
+        LostReason {
+            reason: format!("cancelled by a newer run, {by}"),
+            kill_by: None,
+            cancelled_by: Some(by),
         }
     }
 }
@@ -298,6 +365,23 @@ pub trait Backend: Send + Sync {
         Ok(self.keys().await?.into_iter().find(|k| k.key == key))
     }
 
+    /// The key's mark: the highest `--order` whose command ended with
+    /// status 0 (None: no mark). Backends without deploy queues refuse.
+    /// Only called where the scheme's capabilities say `queues`.
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        Err(BackendError::Other(format!(
+            "no mark can be read for '{key}' here"
+        )))
+    }
+
+    /// Clears the key's mark (`lc-cli mark --clear KEY`); false when it had
+    /// none. Only called where the scheme's capabilities say `queues`.
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        Err(BackendError::Other(format!(
+            "no mark can be cleared for '{key}' here"
+        )))
+    }
+
     /// Every request waiting in line, key by key in line order; None where
     /// the service does not say who waits (or this backend cannot read it).
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
@@ -337,7 +421,16 @@ pub trait HeldLock: Send {
     }
 
     /// Resolves when the lock is lost; never, for services without leases.
+    /// Also resolves, with [`LostReason::cancelled`], when a newer
+    /// `--cancel-running` request asks a hold taken with it to stop.
     async fn lost(&mut self) -> LostReason;
+
+    /// The command ended with `status` (its exit status, or 128+N): told
+    /// before [`HeldLock::release`], which raises the key's mark to the
+    /// request's `--order` when `status` is 0 (and keeps it for history).
+    fn command_ended(&mut self, status: i32) {
+        let _ = status;
+    }
 
     /// The deadlines of the hold as last confirmed, asked again after each
     /// renewal; None where the hold does not run out while this process

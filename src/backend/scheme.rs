@@ -2,6 +2,7 @@
 //! [`Capabilities`]), the parsed address behind it ([`ServerAddress`],
 //! [`ServerUrl`]), and the checks every request passes before it is sent.
 
+use crate::backend::fields::Extras;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,10 @@ pub struct Capabilities {
     /// A hold can outlive lc-cli (`lock KEY` without a command): not where a
     /// hold is a session's, as on PostgreSQL.
     pub kept_holds: bool,
+    /// Deploy queues: `--newest`, `--order` (and the key's mark, `lc-cli
+    /// mark`), `--cancel-running`, `--note`; None where they are taken,
+    /// else why not (the one line of the refusal, 76).
+    pub queues: Option<&'static str>,
     /// Why a mode is refused, added to the refusal: inside the parentheses
     /// that name the mode asked for where neither mode is taken.
     pub why: &'static str,
@@ -68,6 +73,7 @@ impl Capabilities {
         shared: true,
         limit: true,
         kept_holds: true,
+        queues: None,
         why: "",
     };
 
@@ -217,6 +223,27 @@ pub fn check_mode(server: &dyn ServerAddress, shown: &str, mode: LockMode) -> Re
     }
 }
 
+/// The one check of a request's extra fields against the backend's
+/// capabilities, before anything is sent: a deploy-queue option is refused
+/// at once where the backend does not keep them, never ignored.
+pub fn check_extras(server: &dyn ServerAddress, shown: &str, extras: &Extras) -> Result<()> {
+    if extras.is_empty() {
+        return Ok(());
+    }
+    let scheme = server.scheme();
+    match scheme.caps.queues {
+        None => Ok(()),
+        Some(why) => Err(BackendError::Unsupported {
+            server: shown.to_string(),
+            reason: format!(
+                "lc-cli's {} backend cannot take {}: {why}",
+                scheme.service,
+                extras.options()
+            ),
+        }),
+    }
+}
+
 /// The one check of keys and sources, before anything is sent: the limits
 /// of the one-byte protocol (a key of 1 to 127 bytes, a source of up to 127), which
 /// every backend keeps so a key means the same thing on each, then the
@@ -322,6 +349,7 @@ mod tests {
             shared: false,
             limit: false,
             kept_holds: true,
+            queues: None,
             why: "",
         };
         assert_eq!(

@@ -116,6 +116,7 @@ mod tests {
             Ok(Acquired::Held(_)) => "held".to_string(),
             Ok(Acquired::Busy) => "busy".to_string(),
             Ok(Acquired::Cancelled) => "cancelled".to_string(),
+            Ok(Acquired::Superseded(_) | Acquired::Outdated { .. }) => "left".to_string(),
             Err(e) => e.to_string(),
         };
         let steps = steps.lock().unwrap().clone();

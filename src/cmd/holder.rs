@@ -87,6 +87,8 @@ mod tests {
             mode: crate::backend::LockMode::Exclusive,
             token: None,
             expires: None,
+            fields: Default::default(),
+            mark: None,
         };
         assert_eq!(
             describe(&info, now),

@@ -9,11 +9,12 @@ use anyhow::{Context, Result};
 use super::holder;
 use super::waiting::{self, Withdrawn};
 use super::OrFail;
+use crate::backend::fields::Extras;
 use crate::backend::{
     Acquired, Backend, BackendConfig, Expiry, HeldLock, LockMode, LockRequest, LostReason,
 };
 use crate::child;
-use crate::cli::{ModeArgs, RunArgs};
+use crate::cli::{ModeArgs, QueueArgs, RunArgs};
 use crate::exit::{fail, ExitCode};
 use crate::guardian::Guardian;
 use crate::signals::Signals;
@@ -45,6 +46,11 @@ pub(crate) struct LockOptions {
     pub command: CommandSpec,
     /// A kept hold (`Detach`) that frees itself this long after its grant.
     pub expire: Option<Duration>,
+    /// The note and the deploy-queue rules.
+    pub extras: Extras,
+    /// The statuses of a superseded and of an outdated request.
+    pub superseded_exit_code: i32,
+    pub outdated_exit_code: i32,
 }
 
 impl LockOptions {
@@ -85,9 +91,11 @@ impl LockOptions {
             }
             _ => {}
         }
+        let mode = mode_of(&args.mode);
+        let extras = queue_extras(&args.queue, &args.key, mode, nonblock, &command)?;
         Ok(LockOptions {
             key: args.key,
-            mode: mode_of(&args.mode),
+            mode,
             source: args.source.source.unwrap_or_else(super::default_source),
             nonblock,
             timeout,
@@ -96,8 +104,70 @@ impl LockOptions {
             quiet: args.quiet,
             command,
             expire: args.expire,
+            extras,
+            superseded_exit_code: args
+                .queue
+                .superseded_exit_code
+                .unwrap_or(ExitCode::Superseded.code()),
+            outdated_exit_code: args
+                .queue
+                .outdated_exit_code
+                .unwrap_or(ExitCode::Outdated.code()),
         })
     }
+}
+
+/// The note and the deploy-queue rules, checked: the rules are for an
+/// exclusive lock that runs a command, and `--newest`/`--cancel-running`
+/// for a request that may wait.
+fn queue_extras(
+    queue: &QueueArgs,
+    key: &str,
+    mode: LockMode,
+    nonblock: bool,
+    command: &CommandSpec,
+) -> Result<Extras> {
+    let extras = Extras {
+        note: queue.note.clone(),
+        order: queue.order,
+        newest: queue.newest,
+        cancel: queue.cancel_running,
+        ..Extras::default()
+    };
+    let usage = |what: String| Err(fail(ExitCode::Usage, format!("'{key}': {what}")));
+    if let Err(e) = extras.check() {
+        return usage(e.to_string());
+    }
+    if extras.queued() {
+        let options = Extras {
+            note: None,
+            ..extras.clone()
+        }
+        .options();
+        if mode != LockMode::Exclusive {
+            return usage(format!(
+                "{options} are for an exclusive lock (a deploy queue), not {}",
+                mode.phrase()
+            ));
+        }
+        if !matches!(command, CommandSpec::Exec(_)) {
+            return usage(format!(
+                "{options} need a command to run (the mark rises when it ends with status 0)"
+            ));
+        }
+    }
+    if nonblock && (extras.newest || extras.cancel) {
+        return usage(
+            "--newest and --cancel-running are for a request that waits in line, not for trylock or -n".into(),
+        );
+    }
+    if queue.superseded_exit_code.is_some() && !extras.newest {
+        return usage("--superseded-exit-code is for a request with --newest".into());
+    }
+    if queue.outdated_exit_code.is_some() && extras.order.is_none() {
+        return usage("--outdated-exit-code is for a request with --order".into());
+    }
+    Ok(extras)
 }
 
 /// `-x` (the default), `-s` or `--limit N` (clap refuses the mixtures).
@@ -171,6 +241,7 @@ async fn hold_and_run(
         nonblock,
         detached: matches!(options.command, CommandSpec::Detach),
         expire: options.expire,
+        extras: options.extras.clone(),
     };
     let outcome =
         waiting::wait_for_grant(backend, config, &request, options.timeout, signals).await;
@@ -184,6 +255,26 @@ async fn hold_and_run(
         Acquired::Busy => {
             let why = backend.wait_reason();
             return not_taken(config, options, "failed to get lock".into(), why).await;
+        }
+        Acquired::Superseded(by) => {
+            if !options.quiet {
+                eprintln!(
+                    "lc-cli: superseded while waiting for '{}' on {server}: a newer request, {by}, came; the command did not run",
+                    super::printable(key)
+                );
+            }
+            return Ok(ExitCode::Raw(options.superseded_exit_code));
+        }
+        Acquired::Outdated { mark } => {
+            if !options.quiet {
+                let order = options.extras.order.unwrap_or_default();
+                eprintln!(
+                    "lc-cli: outdated: '{}' on {server} has already run order {mark} with success, above this request's --order {order}; the command did not run (`{}` clears the mark)",
+                    super::printable(key),
+                    super::command_line(config, "mark --clear", key)
+                );
+            }
+            return Ok(ExitCode::Raw(options.outdated_exit_code));
         }
         Acquired::Cancelled => match outcome.withdrawn {
             Some(Withdrawn::Signal(sig)) => {
@@ -396,6 +487,20 @@ async fn run_child(
                 if let Some(g) = &mut guardian {
                     g.go();
                 }
+                if let Some(by) = lost.cancelled_by {
+                    // Still ours: released as after any end, the mark untouched.
+                    held.command_ended(ExitCode::Cancelled.code());
+                    let released = release(held, key, config).await;
+                    drop(guardian);
+                    released?;
+                    return Err(fail(
+                        ExitCode::Cancelled,
+                        format!(
+                            "cancelled: a newer run, {by}, came for '{key}' on {} with --cancel-running; the command was stopped and the key released",
+                            config.server
+                        ),
+                    ));
+                }
                 // Give back whatever is left; the loss is what we report.
                 let _ = release_attempt(&mut held).await;
                 drop(guardian);
@@ -415,7 +520,13 @@ async fn run_child(
     if let Some(g) = &mut guardian {
         g.go();
     }
-    // Released whatever happened to the command (even if it could not be waited for).
+    // Released whatever happened to the command (even if it could not be
+    // waited for), told how it ended (the mark rises only on a 0).
+    let status = match &end {
+        Ok(end) => end.exit_code().code(),
+        Err(_) => ExitCode::Software.code(),
+    };
+    held.command_ended(status);
     let released = release(held, key, config).await;
     drop(guardian);
     released?;

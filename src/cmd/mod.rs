@@ -5,6 +5,7 @@ pub(crate) mod completions;
 mod holder;
 pub(crate) mod keys;
 pub(crate) mod lock;
+pub(crate) mod mark;
 pub(crate) mod ping;
 pub(crate) mod reset;
 pub(crate) mod serve;
@@ -87,6 +88,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
         Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
+        Command::Mark(args) => mark::run(&top.config(&args.service)?, args),
         Command::Ping(args) => ping::run(&top.config(&args.service)?, args),
         Command::Serve(args) => {
             top.refuse("serve")?;

@@ -21,6 +21,9 @@ pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
         expire: None,
+        extras: Default::default(),
+        superseded_exit_code: ExitCode::Superseded.code(),
+        outdated_exit_code: ExitCode::Outdated.code(),
     };
     lock::run(config, options)
 }

@@ -52,7 +52,9 @@ pub(super) async fn wait_for_grant(
     let ahead: Mutex<Option<usize>> = Mutex::new(None);
     let on_progress = |p: WaitProgress| *ahead.lock().unwrap() = p.ahead;
     // Never an exclusive lock in place of a mode the backend cannot take.
-    if let Err(e) = backend::check_mode(&*config.server, &server, request.mode) {
+    let checked = backend::check_mode(&*config.server, &server, request.mode)
+        .and_then(|()| backend::check_extras(&*config.server, &server, &request.extras));
+    if let Err(e) = checked {
         return Waited {
             acquired: Err(e),
             withdrawn: None,

@@ -206,6 +206,7 @@ pub(crate) fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> boo
 }
 pub(crate) mod cli;
 pub(crate) mod curator;
+pub(crate) mod deploy;
 pub(crate) mod disk;
 pub(crate) mod etcd;
 pub(crate) mod manager;

@@ -195,6 +195,8 @@ fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
         since: data.as_ref().map(|d| d.since()),
         waiting,
         mode: KeyData::mode_of(kv.value()),
+        fields: Default::default(),
+        mark: None,
     }
 }
 
@@ -275,6 +277,7 @@ impl Backend for EtcdBackend {
                     place,
                     kept: None,
                     identity: None,
+                    fields: Default::default(),
                 });
             }
         }

@@ -40,7 +40,10 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_ttl: crate::backend::DEFAULT_TTL,
     // A reference server may still answer '-' to shared or limited
     // requests: the backend then refuses them with `REFERENCE_CAPS`.
-    caps: Capabilities::ALL,
+    caps: Capabilities {
+        queues: Some(crate::backend::fields::NOT_YET),
+        ..Capabilities::ALL
+    },
     key_problem: crate::backend::any_key,
     usage: Usage {
         address: "[:TOKEN@]HOST:PORT",
@@ -55,6 +58,7 @@ pub(crate) const REFERENCE_CAPS: Capabilities = Capabilities {
     shared: false,
     limit: false,
     kept_holds: true,
+    queues: Some(crate::backend::fields::NOT_YET),
     why: "; it answered '-', as a reference Locking-Center server does",
 };
 

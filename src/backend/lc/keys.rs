@@ -235,6 +235,8 @@ pub(super) fn key_info(r: KeyReport) -> KeyInfo {
         token: r.token,
         expires: r.expires,
         mode: r.mode.unwrap_or(LockMode::Exclusive),
+        fields: Default::default(),
+        mark: None,
     }
 }
 
@@ -265,6 +267,7 @@ pub(super) fn waiter_infos(waiters: Vec<WaiterReport>) -> Vec<WaiterInfo> {
                 .identity
                 .filter(|i| !i.is_empty())
                 .map(|i| String::from_utf8_lossy(&i).into_owned()),
+            fields: Default::default(),
         });
     }
     out

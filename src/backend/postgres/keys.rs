@@ -160,6 +160,8 @@ pub(super) async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 mode: h.mode,
                 token: None,
                 expires: None,
+                fields: Default::default(),
+                mark: None,
             }
         })
         .collect())
@@ -245,6 +247,7 @@ pub(super) async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
             // No hold outlives its session here.
             kept: None,
             identity: None,
+            fields: Default::default(),
         });
     }
     Ok(out)

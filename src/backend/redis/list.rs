@@ -104,6 +104,7 @@ fn agreed_waiters(
             place,
             kept: None,
             identity: None,
+            fields: Default::default(),
         });
     }
     out
@@ -152,6 +153,8 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
                     expires: (*expires_ms >= 0).then(|| {
                         received + Duration::from_millis((expires_ms - now_ms).max(0) as u64)
                     }),
+                    fields: Default::default(),
+                    mark: None,
                 }
             },
         )

@@ -22,6 +22,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
         shared: false,
         limit: false,
         kept_holds: false,
+        queues: Some(crate::backend::fields::NOT_YET),
         why: "",
     },
     key_problem: crate::backend::any_key,

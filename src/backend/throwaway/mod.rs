@@ -95,6 +95,7 @@ mod tests {
             nonblock: true,
             detached: false,
             expire: None,
+            extras: Default::default(),
         }
     }
 

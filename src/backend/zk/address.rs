@@ -22,7 +22,10 @@ pub(crate) const SCHEME: Scheme = Scheme {
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
-    caps: Capabilities::ALL,
+    caps: Capabilities {
+        queues: Some(crate::backend::fields::NOT_YET),
+        ..Capabilities::ALL
+    },
     key_problem: super::names::key_problem,
     usage: Usage {
         address: "[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH]",

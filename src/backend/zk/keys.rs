@@ -242,6 +242,7 @@ fn waiter_info(
         place,
         kept,
         identity: None,
+        fields: Default::default(),
     }
 }
 
@@ -404,6 +405,8 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         mode: crate::backend::LockMode::Exclusive,
         token: None,
         expires,
+        fields: Default::default(),
+        mark: None,
     }
 }
 

@@ -110,6 +110,8 @@ mod tests {
             mode: LockMode::Exclusive,
             token: None,
             expires: None,
+            fields: Default::default(),
+            mark: None,
         }
     }
 

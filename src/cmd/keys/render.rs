@@ -216,6 +216,8 @@ mod tests {
             mode: crate::backend::LockMode::Exclusive,
             token: None,
             expires: None,
+            fields: Default::default(),
+            mark: None,
         }
     }
 
@@ -256,6 +258,7 @@ mod tests {
             place,
             kept: Some(false),
             identity: None,
+            fields: Default::default(),
         }
     }
 
