@@ -36,6 +36,11 @@ wait=${INPUT_WAIT:-}
 shared=${INPUT_SHARED:-false}
 limit=${INPUT_LIMIT:-}
 source_name=${INPUT_SOURCE:-}
+note=${INPUT_NOTE:-}
+newest=${INPUT_NEWEST:-false}
+order=${INPUT_ORDER:-}
+cancel_running=${INPUT_CANCEL_RUNNING:-false}
+superseded_exit=${INPUT_SUPERSEDED_EXIT_CODE:-}
 version=${INPUT_VERSION:-}
 [ -n "$key" ] || usage "the input 'key' is empty"
 case $key in -*) usage "the input 'key' may not start with '-'" ;; esac
@@ -43,6 +48,10 @@ case $key in -*) usage "the input 'key' may not start with '-'" ;; esac
 case $shared in true | false | '') ;; *) usage "the input 'shared' is 'true' or 'false', not '$shared'" ;; esac
 [[ -z $limit || $limit =~ ^[1-9][0-9]*$ ]] || usage "the input 'limit' is a number of holders (1 or more), not '$limit'"
 [[ -z $wait || $wait =~ ^[0-9A-Za-z.]+$ ]] || usage "the input 'wait' is a duration such as 30s or 5m, not '$wait'"
+case $newest in true | false | '') ;; *) usage "the input 'newest' is 'true' or 'false', not '$newest'" ;; esac
+case $cancel_running in true | false | '') ;; *) usage "the input 'cancel-running' is 'true' or 'false', not '$cancel_running'" ;; esac
+[[ -z $order || $order =~ ^[0-9]+$ ]] || usage "the input 'order' is a number that grows with the version (such as github.run_number), not '$order'"
+[[ -z $superseded_exit || $superseded_exit =~ ^[0-9]+$ ]] || usage "the input 'superseded-exit-code' is an exit status (0 to 255), not '$superseded_exit'"
 
 # lc-cli itself: the wheel from PyPI, pinned, in a virtual environment of
 # its own (nothing else of the job's Python changes).
@@ -64,8 +73,11 @@ opts=()
 [ "$shared" = true ] && opts+=(-s)
 [ -n "$limit" ] && opts+=(--limit "$limit")
 [ -n "$source_name" ] && opts+=(--source "$source_name")
-# Planned, once lc-cli has the option: note (a line about the holder that
-# `keys` shows).
+[ -n "$note" ] && opts+=(--note "$note")
+[ "$newest" = true ] && opts+=(--newest)
+[ -n "$order" ] && opts+=(--order "$order")
+[ "$cancel_running" = true ] && opts+=(--cancel-running)
+[ -n "$superseded_exit" ] && opts+=(--superseded-exit-code "$superseded_exit")
 
 # The server in LC_SERVER (an address may carry a password: not in argv);
 # an empty input leaves the job's own LC_SERVER, else lc-cli's default.

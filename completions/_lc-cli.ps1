@@ -38,6 +38,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until KEY is free: take it in turn and release it at once')
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
+            [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Show KEY''s mark (the highest --order that ended with status 0), or clear it')
             [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
@@ -56,6 +57,12 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--expire', '--expire', [CompletionResultType]::ParameterName, 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Why this hold, shown to whoever lists KEY (`keys`, the "held by" line): 1 to 200 bytes of text, no control characters; notes are visible to every client that may list keys, so no secrets')
+            [CompletionResult]::new('--order', '--order', [CompletionResultType]::ParameterName, 'The version this run deploys (a commit time, a pipeline id: it grows with the version, 0 to 2^63-1): KEY remembers the highest order whose COMMAND ended with status 0 (its mark, `lc-cli mark KEY`); a lower order exits 80 without running, when it comes and when its turn comes; an equal order (a re-run) runs')
+            [CompletionResult]::new('--superseded-exit-code', '--superseded-exit-code', [CompletionResultType]::ParameterName, 'Exit status when superseded (79 by default; CI jobs often want 0)')
+            [CompletionResult]::new('--superseded-exit', '--superseded-exit', [CompletionResultType]::ParameterName, 'Exit status when superseded (79 by default; CI jobs often want 0)')
+            [CompletionResult]::new('--outdated-exit-code', '--outdated-exit-code', [CompletionResultType]::ParameterName, 'Exit status when outdated (80 by default)')
+            [CompletionResult]::new('--outdated-exit', '--outdated-exit', [CompletionResultType]::ParameterName, 'Exit status when outdated (80 by default)')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: if KEY is held, exit with the conflict status at once')
@@ -67,6 +74,8 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
+            [CompletionResult]::new('--newest', '--newest', [CompletionResultType]::ParameterName, 'Newest wins: while this request waits, a newer --newest request on KEY (or a waiting one with a higher --order) supersedes it; it then exits 79 without running COMMAND. Never touches the running holder; requests without --newest are neither superseded nor supersede')
+            [CompletionResult]::new('--cancel-running', '--cancel-running', [CompletionResultType]::ParameterName, 'Cancel-in-progress: a holder of KEY that took it with --cancel-running too is stopped (SIGTERM, --kill-after, SIGKILL; it exits 81) when this request comes, and this one gets KEY once its command has ended; a holder without it is never stopped')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -82,6 +91,12 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--expire', '--expire', [CompletionResultType]::ParameterName, 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Why this hold, shown to whoever lists KEY (`keys`, the "held by" line): 1 to 200 bytes of text, no control characters; notes are visible to every client that may list keys, so no secrets')
+            [CompletionResult]::new('--order', '--order', [CompletionResultType]::ParameterName, 'The version this run deploys (a commit time, a pipeline id: it grows with the version, 0 to 2^63-1): KEY remembers the highest order whose COMMAND ended with status 0 (its mark, `lc-cli mark KEY`); a lower order exits 80 without running, when it comes and when its turn comes; an equal order (a re-run) runs')
+            [CompletionResult]::new('--superseded-exit-code', '--superseded-exit-code', [CompletionResultType]::ParameterName, 'Exit status when superseded (79 by default; CI jobs often want 0)')
+            [CompletionResult]::new('--superseded-exit', '--superseded-exit', [CompletionResultType]::ParameterName, 'Exit status when superseded (79 by default; CI jobs often want 0)')
+            [CompletionResult]::new('--outdated-exit-code', '--outdated-exit-code', [CompletionResultType]::ParameterName, 'Exit status when outdated (80 by default)')
+            [CompletionResult]::new('--outdated-exit', '--outdated-exit', [CompletionResultType]::ParameterName, 'Exit status when outdated (80 by default)')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'No line on stderr for a conflict, a timeout, or a hold kept without a command')
@@ -90,6 +105,8 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'An exclusive lock (as flock -x): the default')
+            [CompletionResult]::new('--newest', '--newest', [CompletionResultType]::ParameterName, 'Newest wins: while this request waits, a newer --newest request on KEY (or a waiting one with a higher --order) supersedes it; it then exits 79 without running COMMAND. Never touches the running holder; requests without --newest are neither superseded nor supersede')
+            [CompletionResult]::new('--cancel-running', '--cancel-running', [CompletionResultType]::ParameterName, 'Cancel-in-progress: a holder of KEY that took it with --cancel-running too is stopped (SIGTERM, --kill-after, SIGKILL; it exits 81) when this request comes, and this one gets KEY once its command has ended; a holder without it is never stopped')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -149,6 +166,16 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
+        'lc-cli;mark' {
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
+            [CompletionResult]::new('--clear', '--clear', [CompletionResultType]::ParameterName, 'Clear the mark, so that any --order runs again (after a rollback)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
         'lc-cli;ping' {
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
@@ -195,6 +222,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until KEY is free: take it in turn and release it at once')
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
+            [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Show KEY''s mark (the highest --order that ended with status 0), or clear it')
             [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
@@ -217,6 +245,9 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             break
         }
         'lc-cli;help;keys' {
+            break
+        }
+        'lc-cli;help;mark' {
             break
         }
         'lc-cli;help;ping' {

@@ -28,6 +28,9 @@ _lc__cli() {
             lc__cli,lock)
                 cmd="lc__cli__subcmd__lock"
                 ;;
+            lc__cli,mark)
+                cmd="lc__cli__subcmd__mark"
+                ;;
             lc__cli,ping)
                 cmd="lc__cli__subcmd__ping"
                 ;;
@@ -58,6 +61,9 @@ _lc__cli() {
             lc__cli__subcmd__help,lock)
                 cmd="lc__cli__subcmd__help__subcmd__lock"
                 ;;
+            lc__cli__subcmd__help,mark)
+                cmd="lc__cli__subcmd__help__subcmd__mark"
+                ;;
             lc__cli__subcmd__help,ping)
                 cmd="lc__cli__subcmd__help__subcmd__ping"
                 ;;
@@ -83,7 +89,7 @@ _lc__cli() {
 
     case "${cmd}" in
         lc__cli)
-            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys ping serve completions help"
+            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys mark ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -131,7 +137,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help)
-            opts="lock trylock unlock wait reset keys ping serve completions help"
+            opts="lock trylock unlock wait reset keys mark ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -187,6 +193,20 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help__subcmd__lock)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__help__subcmd__mark)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -311,7 +331,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -361,6 +381,52 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --note)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --order)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --superseded-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --superseded-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --outdated-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --outdated-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__mark)
+            opts="-v -h --clear --server --connect-timeout --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --server)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -499,7 +565,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -534,6 +600,30 @@ _lc__cli() {
                     return 0
                     ;;
                 --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --order)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --superseded-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --superseded-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --outdated-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --outdated-exit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

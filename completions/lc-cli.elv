@@ -35,6 +35,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand wait 'Wait until KEY is free: take it in turn and release it at once'
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
+            cand mark 'Show KEY''s mark (the highest --order that ended with status 0), or clear it'
             cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
@@ -52,6 +53,12 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --expire 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`'
             cand --limit 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
+            cand --note 'Why this hold, shown to whoever lists KEY (`keys`, the "held by" line): 1 to 200 bytes of text, no control characters; notes are visible to every client that may list keys, so no secrets'
+            cand --order 'The version this run deploys (a commit time, a pipeline id: it grows with the version, 0 to 2^63-1): KEY remembers the highest order whose COMMAND ended with status 0 (its mark, `lc-cli mark KEY`); a lower order exits 80 without running, when it comes and when its turn comes; an equal order (a re-run) runs'
+            cand --superseded-exit-code 'Exit status when superseded (79 by default; CI jobs often want 0)'
+            cand --superseded-exit 'Exit status when superseded (79 by default; CI jobs often want 0)'
+            cand --outdated-exit-code 'Exit status when outdated (80 by default)'
+            cand --outdated-exit 'Exit status when outdated (80 by default)'
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -n 'Do not wait: if KEY is held, exit with the conflict status at once'
@@ -63,6 +70,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --shared 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served'
             cand -x 'An exclusive lock (as flock -x): the default'
             cand --exclusive 'An exclusive lock (as flock -x): the default'
+            cand --newest 'Newest wins: while this request waits, a newer --newest request on KEY (or a waiting one with a higher --order) supersedes it; it then exits 79 without running COMMAND. Never touches the running holder; requests without --newest are neither superseded nor supersede'
+            cand --cancel-running 'Cancel-in-progress: a holder of KEY that took it with --cancel-running too is stopped (SIGTERM, --kill-after, SIGKILL; it exits 81) when this request comes, and this one gets KEY once its command has ended; a holder without it is never stopped'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help (see more with ''--help'')'
@@ -77,6 +86,12 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --expire 'Without a command only: the kept hold frees itself DURATION after it is granted (the next waiter gets KEY), unless `unlock` or `reset` ends it first; not on PostgreSQL, nor on ZooKeeper without `zookeeper.extendedTypesEnabled=true`'
             cand --limit 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
+            cand --note 'Why this hold, shown to whoever lists KEY (`keys`, the "held by" line): 1 to 200 bytes of text, no control characters; notes are visible to every client that may list keys, so no secrets'
+            cand --order 'The version this run deploys (a commit time, a pipeline id: it grows with the version, 0 to 2^63-1): KEY remembers the highest order whose COMMAND ended with status 0 (its mark, `lc-cli mark KEY`); a lower order exits 80 without running, when it comes and when its turn comes; an equal order (a re-run) runs'
+            cand --superseded-exit-code 'Exit status when superseded (79 by default; CI jobs often want 0)'
+            cand --superseded-exit 'Exit status when superseded (79 by default; CI jobs often want 0)'
+            cand --outdated-exit-code 'Exit status when outdated (80 by default)'
+            cand --outdated-exit 'Exit status when outdated (80 by default)'
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand -q 'No line on stderr for a conflict, a timeout, or a hold kept without a command'
@@ -85,6 +100,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --shared 'A shared lock (as flock -s): held together with other shared holders, never with an exclusive one; in line with them, first come first served'
             cand -x 'An exclusive lock (as flock -x): the default'
             cand --exclusive 'An exclusive lock (as flock -x): the default'
+            cand --newest 'Newest wins: while this request waits, a newer --newest request on KEY (or a waiting one with a higher --order) supersedes it; it then exits 79 without running COMMAND. Never touches the running holder; requests without --newest are neither superseded nor supersede'
+            cand --cancel-running 'Cancel-in-progress: a holder of KEY that took it with --cancel-running too is stopped (SIGTERM, --kill-after, SIGKILL; it exits 81) when this request comes, and this one gets KEY once its command has ended; a holder without it is never stopped'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help (see more with ''--help'')'
@@ -139,6 +156,15 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'lc-cli;mark'= {
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
+            cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
+            cand --clear 'Clear the mark, so that any --order runs again (after a rollback)'
+            cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'lc-cli;ping'= {
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
@@ -182,6 +208,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand wait 'Wait until KEY is free: take it in turn and release it at once'
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
+            cand mark 'Show KEY''s mark (the highest --order that ended with status 0), or clear it'
             cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
@@ -198,6 +225,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         &'lc-cli;help;reset'= {
         }
         &'lc-cli;help;keys'= {
+        }
+        &'lc-cli;help;mark'= {
         }
         &'lc-cli;help;ping'= {
         }

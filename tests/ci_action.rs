@@ -276,6 +276,98 @@ fn exit_status_passes_through_and_the_token_stays_out() {
     assert!(!out.contains(TOKEN), "{out}");
 }
 
+/// The deploy-queue inputs reach lc-cli: an older `order` than the one
+/// that succeeded exits 80 without running; a waiting `newest` run is
+/// superseded by a newer one, with the status `superseded-exit-code` gives
+/// it; the note shows in `keys`.
+#[test]
+fn deploy_queue_inputs_reach_lc_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path());
+    let log = dir.path().join("log");
+    let run_logged = |name: &str| format!(r#"echo "{name}" >>"$LOG""#);
+    let with_log = |mut cmd: Command| {
+        cmd.env("LOG", &log);
+        cmd
+    };
+    let (status, out) = run(&mut with_log(action(
+        &s,
+        dir.path(),
+        &[("INPUT_ORDER", "5"), ("INPUT_RUN", &run_logged("v5"))],
+    )));
+    assert_eq!(status, 0, "{out}");
+    let (status, out) = run(&mut with_log(action(
+        &s,
+        dir.path(),
+        &[("INPUT_ORDER", "4"), ("INPUT_RUN", &run_logged("v4"))],
+    )));
+    assert_eq!(status, 80, "{out}");
+    assert!(out.contains("outdated"), "{out}");
+
+    // A holder with a note; a newest run waits, a newer one supersedes it.
+    let held = dir.path().join("held");
+    let release = dir.path().join("release");
+    let first_run = format!(
+        r#": >"{}"; for _ in $(seq 400); do [ -e "{}" ] && break; sleep 0.05; done"#,
+        held.display(),
+        release.display()
+    );
+    let first = spawn(
+        action(
+            &s,
+            dir.path(),
+            &[
+                ("INPUT_NOTE", "deploy 1.4 by ci"),
+                ("INPUT_RUN", &first_run),
+            ],
+        ),
+        dir.path(),
+        "first",
+    );
+    assert!(wait_until(Duration::from_secs(20), || held.exists()));
+    let keys = lc_at(&s.addr.to_string(), &["keys"])
+        .env("LC_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&keys.stdout).contains("deploy 1.4 by ci"),
+        "{keys:?}"
+    );
+    let older = spawn(
+        with_log(action(
+            &s,
+            dir.path(),
+            &[
+                ("INPUT_NEWEST", "true"),
+                ("INPUT_SUPERSEDED_EXIT_CODE", "0"),
+                ("INPUT_RUN", &run_logged("older")),
+            ],
+        )),
+        dir.path(),
+        "older",
+    );
+    s.wait_for("queue 'ci/deploy'", 1, Duration::from_secs(20));
+    let newer = spawn(
+        with_log(action(
+            &s,
+            dir.path(),
+            &[
+                ("INPUT_NEWEST", "true"),
+                ("INPUT_RUN", &run_logged("newer")),
+            ],
+        )),
+        dir.path(),
+        "newer",
+    );
+    let (status, out) = finish(older, dir.path(), "older");
+    assert_eq!(status, 0, "superseded, mapped to 0: {out}");
+    assert!(out.contains("superseded"), "{out}");
+    File::create(&release).unwrap();
+    assert_eq!(finish(first, dir.path(), "first").0, 0);
+    assert_eq!(finish(newer, dir.path(), "newer").0, 0);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "v5\nnewer\n");
+}
+
 #[test]
 fn a_wrong_input_is_one_line_and_64() {
     let dir = tempfile::tempdir().unwrap();
@@ -287,6 +379,18 @@ fn a_wrong_input_is_one_line_and_64() {
         ("INPUT_SHARED", "yes", "'shared' is 'true' or 'false'"),
         ("INPUT_LIMIT", "0", "'limit' is a number"),
         ("INPUT_WAIT", "1 m", "'wait' is a duration"),
+        ("INPUT_NEWEST", "yes", "'newest' is 'true' or 'false'"),
+        (
+            "INPUT_CANCEL_RUNNING",
+            "1",
+            "'cancel-running' is 'true' or 'false'",
+        ),
+        ("INPUT_ORDER", "v1.2", "'order' is a number"),
+        (
+            "INPUT_SUPERSEDED_EXIT_CODE",
+            "-1",
+            "'superseded-exit-code' is an exit status",
+        ),
     ] {
         let mut cmd = action(&s, dir.path(), &[("INPUT_RUN", "echo not-run")]);
         cmd.env(name, value);
@@ -334,10 +438,25 @@ fn the_ci_files_agree_with_run_sh_and_lc_cli() {
     let names = inputs(&action_yml, "inputs:", 2);
     assert_eq!(
         names,
-        ["key", "run", "server", "token", "wait", "shared", "limit", "source", "version"]
+        [
+            "key",
+            "run",
+            "server",
+            "token",
+            "wait",
+            "shared",
+            "limit",
+            "source",
+            "note",
+            "newest",
+            "order",
+            "cancel-running",
+            "superseded-exit-code",
+            "version"
+        ]
     );
     for name in &names {
-        let var = format!("INPUT_{}", name.to_uppercase());
+        let var = format!("INPUT_{}", name.to_uppercase().replace('-', "_"));
         assert!(
             action_yml.contains(&format!("{var}: ${{{{ inputs.{name} }}}}")),
             "action.yml does not pass the input {name} as {var}"
@@ -349,8 +468,7 @@ fn the_ci_files_agree_with_run_sh_and_lc_cli() {
         action_yml.contains(&format!("default: \"{VERSION}\"")),
         "action.yml's version is not {VERSION}"
     );
-    // Each option run.sh gives `lc-cli lock` is one lc-cli has; `note` is
-    // planned, not an input, until lc-cli has it.
+    // Each option run.sh gives `lc-cli lock` is one lc-cli has.
     let help = Command::new(BIN).args(["lock", "--help"]).output().unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     for option in [
@@ -358,6 +476,11 @@ fn the_ci_files_agree_with_run_sh_and_lc_cli() {
         "-s, --shared",
         "--limit <N>",
         "--source <NAME>",
+        "--note <TEXT>",
+        "--newest",
+        "--order <N>",
+        "--cancel-running",
+        "--superseded-exit-code <N>",
     ] {
         assert!(help.contains(option), "lc-cli lock has no {option}");
     }
@@ -366,14 +489,14 @@ fn the_ci_files_agree_with_run_sh_and_lc_cli() {
         "opts+=(-s)",
         "opts+=(--limit ",
         "opts+=(--source ",
+        "opts+=(--note ",
+        "opts+=(--newest)",
+        "opts+=(--order ",
+        "opts+=(--cancel-running)",
+        "opts+=(--superseded-exit-code ",
     ] {
         assert!(run_sh.contains(opt), "action/run.sh has no {opt}");
     }
-    assert!(
-        !help.contains("--note"),
-        "lc-cli has --note now: wire the planned input"
-    );
-    assert!(action_yml.contains("Planned inputs") && action_yml.contains("`note`"));
 
     // The GitLab component: the same inputs but the token (a masked variable),
     // each passed on to its job; the same default version; the Jenkins

@@ -16,6 +16,7 @@ mod cli_lock;
 mod cli_options;
 mod cli_ping;
 mod cli_pipes;
+mod cli_queue_options;
 mod cli_reaped;
 mod cli_signals;
 mod cli_status_line;

@@ -75,6 +75,9 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
                 LockLost,
                 Protocol,
                 ModeConflict,
+                Superseded,
+                Outdated,
+                Cancelled,
                 CannotExecute,
                 NotFound,
             ],
@@ -95,6 +98,10 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
             "0 when KEY was released; otherwise:",
             &[Conflict, Usage, Unavailable, Software, Protocol],
         ),
+        "mark" => (
+            "0 when the mark was printed or cleared; otherwise:",
+            &[Conflict, Usage, Unavailable, Software, Protocol],
+        ),
         "reset" | "keys" => (
             "0 on success; otherwise:",
             &[Usage, Unavailable, Software, Protocol],
@@ -110,6 +117,7 @@ fn subcommand_sections(r: &mut Roff, sub: &str) {
     for code in codes {
         let text = match (sub, code) {
             ("unlock", Conflict) => "KEY was not held",
+            ("mark", Conflict) => "KEY has no mark",
             ("serve", Unavailable) => {
                 "an address could not be bound, or the log could not be opened"
             }

@@ -220,6 +220,27 @@ impl FieldList {
         self.0.push((name.to_string(), value.to_string()));
     }
 
+    /// Nothing in it.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every `(name, value)`, in their order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// As a JSON object (the first value of a name repeated), for
+    /// `--json`: every name, known to this build or not.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        for (name, value) in self.iter() {
+            map.entry(name)
+                .or_insert_with(|| serde_json::Value::String(value.to_string()));
+        }
+        serde_json::Value::Object(map)
+    }
+
     /// The first value of `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0

@@ -29,9 +29,11 @@ pub(super) async fn lookup_anew(config: &BackendConfig, key: &str) -> Option<Key
     tokio::time::timeout(limit, ask).await.ok().flatten()
 }
 
-/// `held by 'SOURCE' (peer P) for 3m05s, since 2026-12-01T09:41:46Z`
+/// `held by 'SOURCE' (order 41, note 'v1.4') (peer P) for 3m05s, since
+/// 2026-12-01T09:41:46Z`
 pub(super) fn describe(info: &KeyInfo, now: SystemTime) -> String {
     let mut text = format!("held by '{}'", super::printable(&info.source));
+    text.push_str(&request(info));
     if let Some(peer) = &info.peer {
         text.push_str(&format!(" (peer {})", super::printable(peer)));
     }
@@ -46,9 +48,27 @@ pub(super) fn describe(info: &KeyInfo, now: SystemTime) -> String {
     text
 }
 
-/// `held by 'SOURCE' for 3m05s`, for the status line.
+/// ` (order 41, note 'v1.4')`: the holder's order and note where it gave
+/// them, else "".
+fn request(info: &KeyInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(order) = info.fields.get("order") {
+        parts.push(format!("order {}", super::printable(order)));
+    }
+    if let Some(note) = info.fields.get("note") {
+        parts.push(format!("note '{}'", super::printable(note)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
+/// `held by 'SOURCE' (order 41, note 'v1.4') for 3m05s`, for the status line.
 pub(super) fn short(info: &KeyInfo, now: SystemTime) -> String {
     let mut text = format!("held by '{}'", super::printable(&info.source));
+    text.push_str(&request(info));
     if let Some(since) = info.since {
         let held = now.duration_since(since).unwrap_or_default();
         text.push_str(&format!(" for {}", crate::status_line::format_waited(held)));
@@ -95,5 +115,13 @@ mod tests {
             "held by 'ci-7\\x1b[31m' (peer 10.0.0.5:41000) for 3m05s, since 2027-01-15T07:56:55Z"
         );
         assert_eq!(short(&info, now), "held by 'ci-7\\x1b[31m' for 3m05s");
+        let noted = KeyInfo {
+            fields: crate::backend::fields::FieldList::parse(b"note=v1.4\norder=41\n").unwrap(),
+            ..info
+        };
+        assert_eq!(
+            short(&noted, now),
+            "held by 'ci-7\\x1b[31m' (order 41, note 'v1.4') for 3m05s"
+        );
     }
 }

@@ -21,6 +21,7 @@ fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
         "limit": w.mode.slots().filter(|_| w.mode != LockMode::Exclusive),
         "kept": w.kept,
         "ident": w.identity,
+        "fields": w.fields.to_json(),
     })
 }
 
@@ -66,6 +67,8 @@ pub(crate) fn as_json_with_waiters(
             "waiting": waiters.unwrap_or_default().iter().filter(|w| w.key == key).count(),
             "kept": null,
             "ident": null,
+            "fields": null,
+            "mark": null,
             "mode": null,
             "limit": null,
             "token": null,
@@ -183,6 +186,8 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     time(out, k.expires);
     out.extend_from_slice(b",\"expires_in_ms\":");
     num(out, expires_in(k, now).map(|d| d.as_millis() as u64));
+    out.extend_from_slice(b",\"fields\":");
+    serde_json::to_writer(&mut *out, &k.fields.to_json()).expect("a map");
     out.extend_from_slice(b",\"held_ms\":");
     num(out, held_for(k, now).map(|d| d.as_millis() as u64));
     out.extend_from_slice(b",\"ident\":");
@@ -198,6 +203,8 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     out.extend_from_slice(b",\"limit\":");
     let limit = k.mode.slots().filter(|_| k.mode != LockMode::Exclusive);
     num(out, limit.map(u64::from));
+    out.extend_from_slice(b",\"mark\":");
+    num(out, k.mark);
     out.extend_from_slice(b",\"mode\":");
     text(out, Some(mode_name(k.mode)));
     out.extend_from_slice(b",\"peer\":");

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::backend::fields::FieldList;
 use crate::backend::{KeyInfo, LockMode, WaiterInfo};
 
 pub(super) fn mode_name(mode: LockMode) -> &'static str {
@@ -32,6 +33,14 @@ pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
     if identities {
         header.push("IDENTITY".into());
     }
+    let queued = waiters.iter().any(|w| !request_cell(&w.fields).is_empty());
+    let notes = waiters.iter().any(|w| w.fields.get("note").is_some());
+    if queued {
+        header.push("REQUEST".into());
+    }
+    if notes {
+        header.push("NOTE".into());
+    }
     let mut rows = vec![header];
     for w in waiters {
         let waited = w.since.map_or_else(
@@ -55,12 +64,49 @@ pub(crate) fn waiters_table(waiters: &[WaiterInfo], now: SystemTime) -> String {
             ),
             mode_cell(w.mode),
         ]);
+        let row = rows.last_mut().expect("just pushed");
         if identities {
-            let row = rows.last_mut().expect("just pushed");
             row.push(identity_cell(w.identity.as_deref()));
+        }
+        if queued {
+            row.push(dash_if_empty(request_cell(&w.fields)));
+        }
+        if notes {
+            row.push(note_cell(&w.fields));
         }
     }
     aligned(&rows)
+}
+
+/// A REQUEST cell: the deploy-queue rules a request was made with
+/// (`order 7, newest, cancel-running`), "" for none.
+pub(super) fn request_cell(fields: &FieldList) -> String {
+    let mut parts = Vec::new();
+    if let Some(order) = fields.get("order") {
+        parts.push(format!("order {}", crate::cmd::printable(order)));
+    }
+    if fields.get("newest") == Some("1") {
+        parts.push("newest".to_string());
+    }
+    if fields.get("cancel") == Some("1") {
+        parts.push("cancel-running".to_string());
+    }
+    parts.join(", ")
+}
+
+fn dash_if_empty(cell: String) -> String {
+    if cell.is_empty() {
+        "-".into()
+    } else {
+        cell
+    }
+}
+
+/// A NOTE cell, control characters escaped, or `-`.
+fn note_cell(fields: &FieldList) -> String {
+    fields
+        .get("note")
+        .map_or_else(|| "-".into(), |n| crate::cmd::printable(n).into_owned())
 }
 
 /// An IDENTITY cell: the name, or `-`.
@@ -128,6 +174,11 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     // An IDENTITY column only where the service names holders' tokens
     // (lc-cli's server with --token-file).
     let identities = keys.iter().any(|k| k.identity.is_some());
+    // Deploy queues: the holder's rules, the key's mark, the holder's note
+    // (last: the widest), each only where some row has one.
+    let queued = keys.iter().any(|k| !request_cell(&k.fields).is_empty());
+    let marks = keys.iter().any(|k| k.mark.is_some());
+    let notes = keys.iter().any(|k| k.fields.get("note").is_some());
     let mut header: Vec<String> = ["KEY", "SOURCE", "PEER", "HELD", "HOLD", "WAITING"]
         .map(String::from)
         .to_vec();
@@ -142,6 +193,11 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
     }
     if tokens {
         header.push("TOKEN".into());
+    }
+    for (wanted, name) in [(queued, "REQUEST"), (marks, "MARK"), (notes, "NOTE")] {
+        if wanted {
+            header.push(name.into());
+        }
     }
     let mut rows = vec![header];
     for k in keys {
@@ -169,6 +225,15 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         }
         if tokens {
             row.push(k.token.map_or_else(|| "-".into(), |t| t.to_string()));
+        }
+        if queued {
+            row.push(dash_if_empty(request_cell(&k.fields)));
+        }
+        if marks {
+            row.push(k.mark.map_or_else(|| "-".into(), |m| m.to_string()));
+        }
+        if notes {
+            row.push(note_cell(&k.fields));
         }
         rows.push(row);
     }
@@ -330,6 +395,8 @@ mod tests {
             "ident": k.identity,
             "expires": k.expires.map(|e| humantime::format_rfc3339_millis(e).to_string()),
             "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
+            "fields": k.fields.to_json(),
+            "mark": k.mark,
         });
         format!("{line}\n")
     }
@@ -350,7 +417,11 @@ mod tests {
         shared.mode = LockMode::Shared;
         shared.kept = Some(false);
         shared.expires = Some(now - Duration::from_secs(2));
-        for k in [info("a", 2, 1, now), odd, shared] {
+        let mut queued = info("q", 1, 2, now);
+        queued.fields =
+            FieldList::parse(b"note=deploy \"1.4\"\norder=7\nnewest=1\nfuture=x\n").unwrap();
+        queued.mark = Some(6);
+        for k in [info("a", 2, 1, now), odd, shared, queued] {
             assert_eq!(as_json(std::slice::from_ref(&k), now), json_by_map(&k, now));
         }
     }
@@ -399,6 +470,35 @@ mod tests {
         assert!(lines[2].ends_with("alice     7"), "{t}");
         let v: serde_json::Value = serde_json::from_str(as_json(&[named], now).trim()).unwrap();
         assert_eq!(v["ident"], "alice");
+    }
+
+    #[test]
+    fn deploy_queue_rules_marks_and_notes_have_columns_where_used() {
+        let now = SystemTime::now();
+        let plain = info("a", 0, 5, now);
+        let t = as_table(std::slice::from_ref(&plain), now);
+        assert!(
+            !t.contains("REQUEST") && !t.contains("MARK") && !t.contains("NOTE"),
+            "{t}"
+        );
+        let mut deploy = info("deploy/prod", 2, 5, now);
+        deploy.fields =
+            FieldList::parse(b"note=v1.4 by ci\norder=42\nnewest=1\ncancel=1\n").unwrap();
+        deploy.mark = Some(41);
+        let t = as_table(&[plain, deploy], now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].ends_with("REQUEST                           MARK  NOTE"),
+            "{t}"
+        );
+        assert!(
+            lines[1].ends_with(" -                                 -     -"),
+            "{t}"
+        );
+        assert!(
+            lines[2].ends_with("order 42, newest, cancel-running  41    v1.4 by ci"),
+            "{t}"
+        );
     }
 
     #[test]
