@@ -39,4 +39,5 @@ for t in templates/*.yml; do
   grep -q '^spec:' "$split/$name.spec.yml" || { echo "$t: no spec: header" >&2; exit 1; }
 done
 check-jsonschema --builtin-schema vendor.gitlab-ci "$split"/*.yml examples/ci/gitlab-ci.yml
-echo "CI files checked: ${#workflows[@]} workflow(s) and action.yml (actionlint, zizmor), $(ls templates/*.yml | wc -l) GitLab component(s) and examples/ci/gitlab-ci.yml (GitLab's schema)"
+check-jsonschema --builtin-schema vendor.buildkite examples/ci/buildkite.yml
+echo "CI files checked: ${#workflows[@]} workflow(s) and action.yml (actionlint, zizmor), $(ls templates/*.yml | wc -l) GitLab component(s) and examples/ci/gitlab-ci.yml (GitLab's schema), examples/ci/buildkite.yml (Buildkite's schema)"
