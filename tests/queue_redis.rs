@@ -8,6 +8,7 @@ use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::deploy;
 use common::redis::{lc, quorum_url, RedisServer};
@@ -187,4 +188,61 @@ fn no_extra_round_trip() {
         queued.join("\n")
     );
     assert_eq!(deploy::mark(&at(&node.url()), "k"), Some(7));
+}
+
+/// How soon a `--cancel-running` holder hears of a newer request: from the
+/// newer lc-cli's spawn to the SIGTERM the holder's command logs (printed;
+/// the holder's BLPOP on its cancel list wakes it, no renewal is waited
+/// for: the lease here is the default 30 s, renewed every 10 s).
+#[test]
+fn cancel_notice_is_prompt() {
+    let node = RedisServer::start();
+    let url = node.url();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mut delays = Vec::new();
+    for trial in 0..3 {
+        let tag = format!("old{trial}");
+        let script = format!(
+            "trap 'echo term {tag} $(date +%s%N) >> {0}; exit 0' TERM; echo start {tag} $(date +%s%N) >> {0}; sleep 30 & wait",
+            log.display()
+        );
+        let old = deploy::Request::start(
+            &at(&url),
+            &log,
+            &tag,
+            &[
+                "lock",
+                "--cancel-running",
+                "k",
+                "--source",
+                &tag,
+                "-c",
+                &script,
+            ],
+        );
+        assert!(
+            common::wait_until(Duration::from_secs(10), || deploy::started(&log, &tag)),
+            "{}",
+            old.stderr()
+        );
+        let new = deploy::Request::start(
+            &at(&url),
+            &log,
+            &format!("new{trial}"),
+            &["lock", "--cancel-running", "k", "--", "true"],
+        );
+        assert_eq!(old.status(), Some(deploy::CANCELLED), "{}", old.stderr());
+        assert_eq!(new.status(), Some(0), "{}", new.stderr());
+        let text = std::fs::read_to_string(&log).unwrap();
+        let term: i128 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("term {tag} ")))
+            .expect("the old command got SIGTERM")
+            .trim()
+            .parse()
+            .unwrap();
+        delays.push((term - new.spawned) as f64 / 1e6);
+    }
+    eprintln!("SIGTERM after the newer request's spawn (ms): {delays:.1?}");
 }

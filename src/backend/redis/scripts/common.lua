@@ -6,6 +6,10 @@ local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P
 local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
 local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
 local NEWEST, MARK = P..'newest', P..'mark'
+-- How long the marker of a waiter that left the line (superseded,
+-- outdated) lasts: a day, so that a waiter frozen past its queue timeout
+-- still finds it when it wakes, rather than joining again as if new.
+local MARKER = 86400000
 local OFFER = __OFFER_MS__
 
 local function now_ms()
@@ -40,10 +44,9 @@ local function raise_mark(o)
   local m = redis.call('GET', MARK)
   if not m or order_below(m, o) then redis.call('SET', MARK, o) end
 end
--- Leaves waiter id a marker (`P sup:ID` or `P out:ID`, for its queue
--- timeout) and wakes it.
+-- Leaves waiter id a marker (`P sup:ID` or `P out:ID`) and wakes it.
 local function tell_gone(id, info, what, value)
-  redis.call('SET', P..what..':'..id, value, 'PX', info.q)
+  redis.call('SET', P..what..':'..id, value, 'PX', MARKER)
   redis.call('LPUSH', wake_key(id), what)
   redis.call('PEXPIRE', wake_key(id), info.q)
 end
@@ -339,7 +342,7 @@ local function join(id, info, t, now, indexed)
         redis.call('HDEL', NEWEST, wid)
       elseif wid ~= id then
         if not outranks(info.o, t, id, w.o, tonumber(wt), wid) then
-          redis.call('SET', P..'sup:'..id, rival(w), 'PX', info.q)
+          redis.call('SET', P..'sup:'..id, rival(w), 'PX', MARKER)
           return {6, 0}
         end
         losers[#losers + 1] = {wid, w}
