@@ -42,7 +42,7 @@ else
   if late then return {5, late} end
   local theirs = disagrees(info, now)
   if theirs then return {4, theirs} end
-  local at_once = join(id, info, tonumber(ARGV[6]), now, false)
+  local at_once = join(id, info, tonumber(ARGV[6]), now, false, false)
   if at_once then return at_once end
 end
 return standing(now, id, lease, false)

@@ -331,8 +331,9 @@ end
 -- request supersedes the --newest waiters it outranks (each leaves the
 -- line, told by `P sup:ID` naming it) or, outranked by one, is superseded
 -- at once and does not wait ({6, 0}, its own marker naming that one); a
--- --cancel-running one aims at the holder. Nil when it joined.
-local function join(id, info, t, now, indexed)
+-- --cancel-running one aims at the holder when it arrives (not when a
+-- check puts it back in line). Nil when it joined.
+local function join(id, info, t, now, indexed, arriving)
   if info.nw then
     if t == 0 then t = redis.call('INCR', SEQ) end
     local losers = {}
@@ -355,6 +356,6 @@ local function join(id, info, t, now, indexed)
     redis.call('HSET', NEWEST, id, 1)
   end
   enqueue(id, info, t, now, indexed)
-  if info.c then aim_cancel(id, info) end
+  if info.c and arriving then aim_cancel(id, info) end
   return nil
 end

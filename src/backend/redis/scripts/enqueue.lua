@@ -37,6 +37,6 @@ if ARGV[7] == '1' then
   end
   return {0, 0}
 end
-local at_once = join(id, info, tonumber(ARGV[6]), now, indexed)
+local at_once = join(id, info, tonumber(ARGV[6]), now, indexed, true)
 if at_once then return at_once end
 return standing(now, id, lease, true)
