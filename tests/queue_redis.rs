@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::deploy;
-use common::redis::{lc, quorum_url, RedisServer};
+use common::redis::{lc, quorum_url, RedisServer, Running};
 
 /// lc-cli against `url`, as the scenarios call it.
 fn at(url: &str) -> impl Fn(&[&str]) -> Command + '_ {
@@ -245,4 +245,48 @@ fn cancel_notice_is_prompt() {
         delays.push((term - new.spawned) as f64 / 1e6);
     }
     eprintln!("SIGTERM after the newer request's spawn (ms): {delays:.1?}");
+}
+
+/// A `--newest` waiter frozen (SIGSTOP) while a newer one supersedes it
+/// has left the line all the same: the newer one runs after the holder,
+/// and the frozen one, resumed afterwards, exits superseded without
+/// running (its marker waits for it).
+#[test]
+fn a_frozen_superseded_waiter_never_runs() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let node = RedisServer::start();
+    let url = node.url();
+    let lc = at(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let key = "deploy/prod";
+    let holder = deploy::deploy(&lc, &log, key, "holder", 1.0, 0, &["--newest"]);
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        deploy::started(&log, "holder")
+    }));
+    // Spawned here, not by `deploy::deploy`, for its pid.
+    let script = common::spans::script(&log, "frozen", 0.1);
+    let frozen = Running::spawn(&mut lc(&[
+        "lock", "--newest", key, "--source", "frozen", "-c", &script,
+    ]));
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        deploy::is_waiting(&lc, key, "frozen")
+    }));
+    let pid = Pid::from_raw(frozen.pid());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let newer = deploy::deploy(&lc, &log, key, "newer", 0.1, 0, &["--newest"]);
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+    assert_eq!(newer.status(), Some(0), "{}", newer.stderr());
+    kill(pid, Signal::SIGCONT).unwrap();
+    let said = frozen.expect_exit(deploy::SUPERSEDED, Duration::from_secs(10));
+    assert!(said.contains("'newer'"), "{said}");
+    let spans = deploy::alone(&log);
+    assert_eq!(common::spans::tags(&spans), ["holder", "newer"]);
+}
+
+#[test]
+fn quorum_pipelines_across_a_restart() {
+    let (mut nodes, url) = quorum();
+    deploy::pipelines_across_a_restart(&at(&url), "deploy/prod", &mut || nodes[0].restart());
 }
