@@ -4,13 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 
 use super::node::{NodeError, NodeResult};
 use super::quorum::Quorum;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-
 use crate::backend::{BackendError, Expiry, HeldLock, LockRequest, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
