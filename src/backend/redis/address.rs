@@ -30,10 +30,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: Duration::from_secs(30),
-    caps: Capabilities {
-        queues: Some(crate::backend::fields::NOT_YET),
-        ..Capabilities::ALL
-    },
+    caps: Capabilities::ALL,
     key_problem: crate::backend::any_key,
     usage: Usage {
         address: "[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][/DB]",

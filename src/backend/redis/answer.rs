@@ -22,6 +22,12 @@ pub(super) enum NodeAnswer {
     Disagrees {
         theirs: u32,
     },
+    /// `--order` below the key's mark, on arrival or at its turn.
+    Outdated {
+        mark: u64,
+    },
+    /// A newer `--newest` request took its place (`P sup:ID` names it).
+    Superseded,
 }
 
 impl NodeAnswer {
@@ -40,6 +46,10 @@ impl NodeAnswer {
             4 => NodeAnswer::Disagrees {
                 theirs: value.max(0) as u32,
             },
+            5 => NodeAnswer::Outdated {
+                mark: value.max(0) as u64,
+            },
+            6 => NodeAnswer::Superseded,
             _ => NodeAnswer::Withdrawn,
         })
     }
@@ -118,6 +128,16 @@ mod tests {
         );
         assert_eq!(NodeAnswer::of(&Ok(vec![0, 0])), Some(NodeAnswer::Busy));
         assert_eq!(NodeAnswer::of(&Ok(vec![3, 0])), Some(NodeAnswer::Withdrawn));
+        assert_eq!(
+            NodeAnswer::of(&Ok(vec![5, i64::MAX])),
+            Some(NodeAnswer::Outdated {
+                mark: i64::MAX as u64
+            })
+        );
+        assert_eq!(
+            NodeAnswer::of(&Ok(vec![6, 0])),
+            Some(NodeAnswer::Superseded)
+        );
         assert_eq!(NodeAnswer::of(&Ok(vec![])), None);
         assert_eq!(
             NodeAnswer::of(&Err(NodeError::Transport("down".into()))),

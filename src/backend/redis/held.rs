@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 
 use super::node::{NodeError, NodeResult};
 use super::quorum::Quorum;
-use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LockRequest, LostReason, Result};
 
 /// Keeps the lease alive at a third of the TTL; reports a loss on `lost`.
 /// `valid_until` is when the lease can first run out on a node: the TTL
@@ -87,23 +88,22 @@ pub(super) async fn renew_loop(
 
 /// The arguments of the RENEW script. The fence is also the node's floor:
 /// a node that lost the key (restarted empty) gets it back with a counter
-/// no lower than ours.
+/// no lower than ours, and with the request's field list.
 pub(super) fn renew_args(
-    key: &str,
+    request: &LockRequest,
     id: &str,
     ttl: Duration,
     fence: u64,
-    source: &str,
-    mode: crate::backend::LockMode,
 ) -> Vec<String> {
     let mut args = vec![
-        key.to_string(),
+        request.key.clone(),
         id.to_string(),
         ttl.as_millis().max(1).to_string(),
         fence.to_string(),
-        source.to_string(),
+        request.source.clone(),
     ];
-    args.extend(super::scripts::mode_args(mode));
+    args.extend(super::scripts::mode_args(request.mode));
+    args.extend(super::queue::fields_arg(request));
     args
 }
 
@@ -154,6 +154,12 @@ pub(super) struct RedisHeld {
     /// When the lease can first run out, as of the last confirmed renewal.
     pub(super) valid_until: watch::Receiver<Instant>,
     pub(super) renewer: Option<tokio::task::JoinHandle<()>>,
+    /// `--order`: the release raises the key's mark to it after a status 0.
+    pub(super) order: Option<u64>,
+    /// How the command ended (`command_ended`).
+    pub(super) status: Option<i32>,
+    /// `--cancel-running`: the listeners on `P cancel:ID` and what they hear.
+    pub(super) cancel: Option<(JoinSet<()>, mpsc::Receiver<String>)>,
 }
 
 impl RedisHeld {
@@ -161,6 +167,7 @@ impl RedisHeld {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
+        self.cancel = None;
     }
 }
 
@@ -184,27 +191,47 @@ impl HeldLock for RedisHeld {
         })
     }
 
+    /// A loss the renewals found, or a cancel notice (one node's is
+    /// enough: it only ever names this hold's id).
     async fn lost(&mut self) -> LostReason {
-        loop {
-            if let Some(reason) = self.lost.borrow_and_update().clone() {
-                return reason;
+        let Self { lost, cancel, .. } = self;
+        let cancelled = async {
+            match cancel {
+                Some((_, heard)) => match heard.recv().await {
+                    Some(raw) => LostReason::cancelled(super::queue::rival(&raw)),
+                    None => std::future::pending().await,
+                },
+                None => std::future::pending().await,
             }
-            if self.lost.changed().await.is_err() {
-                return std::future::pending().await;
+        };
+        let renewals = async {
+            loop {
+                if let Some(reason) = lost.borrow_and_update().clone() {
+                    return reason;
+                }
+                if lost.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
             }
+        };
+        tokio::select! {
+            reason = renewals => reason,
+            reason = cancelled => reason,
         }
+    }
+
+    fn command_ended(&mut self, status: i32) {
+        self.status = Some(status);
     }
 
     async fn release(&mut self) -> Result<()> {
         self.stop_renewing();
         let sh = &self.quorum;
-        let answers: Vec<NodeResult<i64>> = sh
-            .script(
-                |s| &s.release,
-                &self.key,
-                vec![self.key.clone(), self.id.clone(), self.source.clone()],
-            )
-            .await;
+        let mut args = vec![self.key.clone(), self.id.clone(), self.source.clone()];
+        if let (Some(0), Some(order)) = (self.status, self.order) {
+            args.push(order.to_string());
+        }
+        let answers: Vec<NodeResult<i64>> = sh.script(|s| &s.release, &self.key, args).await;
         sh.need_quorum(&answers)
     }
 

@@ -17,6 +17,7 @@ use super::answer::{self, ahead_in_line, disagreement, offer_left, NodeAnswer};
 use super::fresh;
 use super::held::{self, renew_loop, RedisHeld};
 use super::node::{Node, NodeResult};
+use super::queue;
 use super::scripts::{self, mode_args};
 use super::RedisBackend;
 use crate::backend::{Acquired, BackendError, HeldLock, LockRequest, Result, WaitProgress};
@@ -35,6 +36,8 @@ struct Waiter<'a> {
 /// What a round of answers means for a waiter (see `read_round`).
 enum AfterRound {
     Held(Box<dyn HeldLock>),
+    /// Outdated or superseded: it has left the line everywhere.
+    Ended(Acquired),
     EnqueuedAgain,
     Waiting {
         ahead: Option<usize>,
@@ -45,8 +48,14 @@ enum AfterRound {
     },
 }
 
-/// Blocks on a waiter's wake-up list on one node, forwarding each push.
-async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender<()>) {
+/// Blocks on a list on one node (a waiter's wake-up list, a holder's
+/// cancel list), forwarding each value pushed.
+pub(super) async fn listen(
+    node: Arc<Node>,
+    wake: String,
+    block: Duration,
+    tx: mpsc::Sender<String>,
+) {
     loop {
         if let Ok(mut conn) = node.blocking_conn().await {
             loop {
@@ -59,8 +68,8 @@ async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender
                 )
                 .await;
                 match popped {
-                    Ok(Ok(Some(_))) => {
-                        let _ = tx.try_send(());
+                    Ok(Ok(Some((_, value)))) => {
+                        let _ = tx.try_send(value);
                     }
                     Ok(Ok(None)) => {}
                     _ => break,
@@ -72,16 +81,23 @@ async fn listen(node: Arc<Node>, wake: String, block: Duration, tx: mpsc::Sender
 }
 
 impl RedisBackend {
-    fn args(&self, request: &LockRequest, id: &str, ticket: u64) -> Vec<String> {
+    /// The arguments of ENQUEUE and CHECK: `flag` is nonblock or refresh.
+    fn args(&self, request: &LockRequest, id: &str, ticket: u64, flag: bool) -> Vec<String> {
         let sh = &self.quorum;
-        vec![
+        let mut args = vec![
             request.key.clone(),
             id.to_string(),
             request.source.clone(),
             sh.ttl_ms().to_string(),
             sh.queue_timeout_ms().to_string(),
             ticket.to_string(),
-        ]
+            if flag { "1" } else { "0" }.to_string(),
+        ];
+        args.extend(mode_args(request.mode));
+        args.push(sh.own_grant_ms().to_string());
+        args.push(sh.offer_window().as_millis().max(1).to_string());
+        args.extend(queue::fields_arg(request));
+        args
     }
 
     /// Gives back whatever `id` has on every node: a hold, a place in line.
@@ -112,14 +128,7 @@ impl RedisBackend {
             .script(
                 |s| &s.renew,
                 &request.key,
-                held::renew_args(
-                    &request.key,
-                    id,
-                    sh.ttl,
-                    fence,
-                    &request.source,
-                    request.mode,
-                ),
+                held::renew_args(request, id, sh.ttl, fence),
             )
             .await;
         let mine = held::Renewal::of(sh, &answers).confirmed;
@@ -142,17 +151,14 @@ impl RedisBackend {
         let (valid_tx, valid_rx) = watch::channel(valid_until);
         let renewer = tokio::spawn(renew_loop(
             self.quorum.clone(),
-            held::renew_args(
-                &request.key,
-                id,
-                self.quorum.ttl,
-                fence,
-                &request.source,
-                request.mode,
-            ),
+            held::renew_args(request, id, self.quorum.ttl, fence),
             valid_tx,
             tx,
         ));
+        let cancel = request
+            .extras
+            .cancel
+            .then(|| queue::cancel_listeners(&self.quorum, &request.key, id));
         Box::new(RedisHeld {
             quorum: self.quorum.clone(),
             key: request.key.clone(),
@@ -162,16 +168,15 @@ impl RedisBackend {
             lost: rx,
             valid_until: valid_rx,
             renewer: Some(renewer),
+            order: request.extras.order,
+            status: None,
+            cancel,
         })
     }
 
     pub(super) async fn try_once(&self, request: &LockRequest, id: &str) -> Result<Acquired> {
         let sh = &self.quorum;
-        let mut args = self.args(request, id, 0);
-        args.push("1".into());
-        args.extend(mode_args(request.mode));
-        args.push(sh.own_grant_ms().to_string());
-        args.push(sh.offer_window().as_millis().max(1).to_string());
+        let args = self.args(request, id, 0, true);
         let sent = Instant::now();
         let answers: Vec<NodeResult<Vec<i64>>> =
             sh.script(|s| &s.enqueue, &request.key, args).await;
@@ -179,6 +184,11 @@ impl RedisBackend {
         if let Some(refused) = disagreement(request, &said) {
             self.leave(&request.key, id).await;
             return Err(refused);
+        }
+        let each: Vec<Option<NodeAnswer>> = answers.iter().map(NodeAnswer::of).collect();
+        if let Some(ending) = queue::ending(sh, &each) {
+            self.leave(&request.key, id).await;
+            return Ok(queue::outcome(sh, &request.key, id, ending).await);
         }
         let granted = answer::grants(sh, &answers);
         if granted.len() >= sh.majority() {
@@ -244,6 +254,7 @@ impl RedisBackend {
                     }
                     return Ok(Acquired::Held(held));
                 }
+                AfterRound::Ended(ended) => return Ok(ended),
                 AfterRound::EnqueuedAgain => continue,
                 AfterRound::Waiting {
                     ahead,
@@ -272,11 +283,7 @@ impl RedisBackend {
                 _ = wake.recv() => {}
                 _ = tokio::time::sleep(poll) => {}
             }
-            let mut args = self.args(request, id, line.ticket);
-            args.push(if sh.is_multi_node() { "0" } else { "1" }.into());
-            args.extend(mode_args(request.mode));
-            args.push(sh.own_grant_ms().to_string());
-            args.push(sh.offer_window().as_millis().max(1).to_string());
+            let args = self.args(request, id, line.ticket, !sh.is_multi_node());
             line.sent = Instant::now();
             line.answers = sh.script(|s| &s.check, &request.key, args).await;
         }
@@ -306,11 +313,7 @@ impl RedisBackend {
     }
 
     async fn send_enqueue(&self, line: &mut Waiter<'_>) {
-        let mut args = self.args(line.request, line.id, line.ticket);
-        args.push("0".into());
-        args.extend(mode_args(line.request.mode));
-        args.push(self.quorum.own_grant_ms().to_string());
-        args.push(self.quorum.offer_window().as_millis().max(1).to_string());
+        let args = self.args(line.request, line.id, line.ticket, false);
         line.sent = Instant::now();
         line.answers = self
             .quorum
@@ -319,7 +322,7 @@ impl RedisBackend {
     }
 
     /// One listener per node on the waiter's wake-up list.
-    fn wake_ups(&self, key: &str, id: &str) -> (JoinSet<()>, mpsc::Receiver<()>) {
+    fn wake_ups(&self, key: &str, id: &str) -> (JoinSet<()>, mpsc::Receiver<String>) {
         let sh = &self.quorum;
         let (tx, wake) = mpsc::channel(8);
         let mut listeners = JoinSet::new();
@@ -335,9 +338,10 @@ impl RedisBackend {
         (listeners, wake)
     }
 
-    /// What the last round's answers mean: withdrawn (an error), granted by
-    /// a majority (held, or given back and enqueued again when confirming
-    /// took too long), out of contact too long (an error), or still waiting.
+    /// What the last round's answers mean: withdrawn (an error), outdated
+    /// or superseded (`queue::ending`), granted by a majority (held, or
+    /// given back and enqueued again when confirming took too long), out of
+    /// contact too long (an error), or still waiting.
     async fn read_round(
         &self,
         line: &mut Waiter<'_>,
@@ -356,6 +360,12 @@ impl RedisBackend {
                 server: sh.server.clone(),
                 reason: format!("the wait for '{key}' was withdrawn by a reset --source"),
             });
+        }
+        let each: Vec<Option<NodeAnswer>> = line.answers.iter().map(NodeAnswer::of).collect();
+        if let Some(ending) = queue::ending(sh, &each) {
+            let ended = queue::outcome(sh, key, id, ending).await;
+            self.leave(key, id).await;
+            return Ok(AfterRound::Ended(ended));
         }
         let granted = answer::grants(sh, &line.answers);
         if granted.len() >= sh.majority() {

@@ -9,13 +9,26 @@ use std::time::{Duration, SystemTime};
 use super::node::NodeResult;
 use super::quorum::Quorum;
 use super::scripts::Scripts;
+use crate::backend::fields::FieldList;
 use crate::backend::{KeyInfo, LockMode, Result, WaiterInfo};
 
 /// One held key as one node sees it: (name, owner token, source, since in
 /// server ms or -1, live waiters, detached: 1 kept, 0 running, -1 unknown).
-/// Then the holder's mode, `x`, `s` or N; last, a kept hold's deadline in
-/// server ms (`--expire`), or -1.
-type NodeKey = (String, String, String, i64, i64, i64, String, i64);
+/// Then the holder's mode, `x`, `s` or N; a kept hold's deadline in
+/// server ms (`--expire`), or -1; last, the holder's field list and the
+/// key's mark (each '' when none).
+type NodeKey = (
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    String,
+    i64,
+    String,
+    String,
+);
 
 /// One node's answer: its clock (ms) and its held keys.
 type NodeListing = (i64, Vec<NodeKey>);
@@ -44,8 +57,8 @@ async fn ask_all<T: redis::FromRedisValue + Send + 'static>(
 }
 
 /// One live waiter as one node sees it: (name, waiter id, source, queued
-/// in server ms or -1, mode `x`/`s`/`l`, N).
-type NodeWaiter = (String, String, String, i64, String, String);
+/// in server ms or -1, mode `x`/`s`/`l`, N, field list or '').
+type NodeWaiter = (String, String, String, i64, String, String, String);
 
 /// One node's answer: its clock (ms) and its waiters, key by key in line order.
 type NodeWaiters = (i64, Vec<NodeWaiter>);
@@ -79,7 +92,7 @@ fn agreed_waiters(
         .collect();
     kept.sort_by_key(|&(name, pos, ..)| (name, pos));
     let mut out: Vec<WaiterInfo> = Vec::with_capacity(kept.len());
-    for (name, _, now_ms, (_, _, source, since_ms, mode, n)) in kept {
+    for (name, _, now_ms, (_, _, source, since_ms, mode, n, fields)) in kept {
         let place = match out.last() {
             Some(prev) if prev.key == name => prev.place + 1,
             _ => 0,
@@ -104,7 +117,7 @@ fn agreed_waiters(
             place,
             kept: None,
             identity: None,
-            fields: Default::default(),
+            fields: field_list(fields),
         });
     }
     out
@@ -128,7 +141,11 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
         .into_values()
         .filter(|(n, _, _)| *n >= majority)
         .map(
-            |(_, now_ms, (name, _, source, since_ms, waiting, detached, mode, expires_ms))| {
+            |(
+                _,
+                now_ms,
+                (name, _, source, since_ms, waiting, detached, mode, expires_ms, fields, mark),
+            )| {
                 KeyInfo {
                     identity: None,
                     mode: match mode.as_str() {
@@ -153,12 +170,18 @@ fn agreed(listings: &[&NodeListing], majority: usize, received: SystemTime) -> V
                     expires: (*expires_ms >= 0).then(|| {
                         received + Duration::from_millis((expires_ms - now_ms).max(0) as u64)
                     }),
-                    fields: Default::default(),
-                    mark: None,
+                    fields: field_list(fields),
+                    mark: mark.parse().ok(),
                 }
             },
         )
         .collect()
+}
+
+/// A field list as a script read it back ('' when none); one that does
+/// not parse shows as none.
+fn field_list(raw: &str) -> FieldList {
+    FieldList::parse(raw.as_bytes()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -175,6 +198,8 @@ mod tests {
             0,
             "x".into(),
             -1,
+            String::new(),
+            String::new(),
         )
     }
 
@@ -227,6 +252,7 @@ mod tests {
                 since,
                 "l".into(),
                 "3".into(),
+                String::new(),
             )
         };
         let n0: NodeWaiters = (
@@ -260,10 +286,14 @@ mod tests {
                 -1,
                 "x".into(),
                 -1,
+                "order=7\nnewest=1\n".into(),
+                "7".into(),
             )],
         );
         let keys = agreed(&[&node], 1, SystemTime::now());
         assert_eq!(keys[0].source, "-");
         assert_eq!(keys[0].kept, None);
+        assert_eq!(keys[0].fields.get("order"), Some("7"));
+        assert_eq!(keys[0].mark, Some(7));
     }
 }

@@ -11,6 +11,8 @@
 //! - [`held`]: a held lock and its renewal.
 //! - [`list`]: `keys`, what a majority of nodes agree is held.
 //! - [`fresh`]: nodes that do not count yet, and why a lock waits for them.
+//! - [`queue`]: deploy queues (`--newest`, `--order`, `--cancel-running`):
+//!   markers, the holder's cancel listener, the key's mark.
 //!
 //! One node is the quorum of one: the same code path, with a majority of 1.
 //!
@@ -37,6 +39,7 @@ mod line;
 mod list;
 mod node;
 mod ping;
+mod queue;
 mod quorum;
 mod scripts;
 
@@ -172,6 +175,14 @@ impl Backend for RedisBackend {
             sh.need_quorum(&answers)?;
         }
         Ok(())
+    }
+
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        queue::mark(&self.quorum, key).await
+    }
+
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        queue::clear_mark(&self.quorum, key).await
     }
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {

@@ -7,12 +7,17 @@
 //! | --- | --- | --- |
 //! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
 //! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold; a kept hold that expires, `--expire`: its deadline) |
-//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires}` |
+//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires,"fl":field list}` |
 //! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits; absent under an exclusive hold with nobody else around (`P lock` without a kind is a lock) |
-//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1); valid only while `P lock` holds the same token |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1), fields (the request's field list, absent when none); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
-//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms,"a":ms it queued}` (mode `x`, `s` or `l`) |
+//! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms,"a":ms it queued,"f":field list,"o":order,"nw":1 with --newest,"c":1 with --cancel-running}` (mode `x`, `s` or `l`; the last four only with fields) |
+//! | `P newest` | hash | the `--newest` waiters (id -> 1): whom a newer `--newest` request compares itself with |
+//! | `P mark` | string | the highest `--order` whose command ended with status 0 (a decimal string); no TTL: it outlives holds, `reset`, and (with AOF) restarts; `lc-cli mark --clear` deletes it |
+//! | `P sup:ID` | string, PX a day | waiter ID was superseded: `{"s":source,"f":field list}` of the newer request |
+//! | `P out:ID` | string, PX a day | waiter ID's turn came with its order below the mark: the mark |
+//! | `P cancel:ID` | list, PX the ttl | holder ID (taken with `--cancel-running`) is asked to stop: the newer request, as in `P sup:ID`; the holder BLPOPs on it |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |

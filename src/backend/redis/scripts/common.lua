@@ -5,6 +5,11 @@ local NAME = ARGV[1]
 local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P..'expiry', P..'waiters'
 local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
 local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
+local NEWEST, MARK = P..'newest', P..'mark'
+-- How long the marker of a waiter that left the line (superseded,
+-- outdated) lasts: a day, so that a waiter frozen past its queue timeout
+-- still finds it when it wakes, rather than joining again as if new.
+local MARKER = 86400000
 local OFFER = __OFFER_MS__
 
 local function now_ms()
@@ -13,6 +18,42 @@ local function now_ms()
 end
 local function wake_key(id) return P..'wake:'..id end
 local function gone_key(id) return P..'gone:'..id end
+-- Deploy queues (docs/request-fields.md): a request's field list is
+-- `name=value` lines; its order a decimal string without leading zeros,
+-- compared as such (exact up to 2^63-1, where a Lua number is not).
+local function field(f, name)
+  if not f then return nil end
+  for n, v in string.gmatch(f, '([a-z]+)=([^\n]*)\n') do
+    if n == name then return v end
+  end
+  return nil
+end
+local function order_below(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+-- The key's mark when order o is below it (the request is outdated), else nil.
+local function outdated(o)
+  if not o then return nil end
+  local m = redis.call('GET', MARK)
+  if m and order_below(o, m) then return m end
+  return nil
+end
+-- After a run of order o ended with status 0: the mark is max(mark, o).
+local function raise_mark(o)
+  local m = redis.call('GET', MARK)
+  if not m or order_below(m, o) then redis.call('SET', MARK, o) end
+end
+-- Leaves waiter id a marker (`P sup:ID` or `P out:ID`) and wakes it.
+local function tell_gone(id, info, what, value)
+  redis.call('SET', P..what..':'..id, value, 'PX', MARKER)
+  redis.call('LPUSH', wake_key(id), what)
+  redis.call('PEXPIRE', wake_key(id), info.q)
+end
+-- A request as a superseded or cancelled one names it.
+local function rival(info)
+  return cjson.encode({s = info.s, f = info.f or ''})
+end
 -- Wakes waiter id with its grant ('g'), unless it is the caller (which
 -- reads the script's answer); the word lasts as long as the waiter may.
 local function tell_granted(id, info, caller)
@@ -35,6 +76,7 @@ local function unqueue(id, info, keep_source)
   redis.call('ZREM', QUEUE, id)
   redis.call('ZREM', EXPIRY, id)
   redis.call('HDEL', WAITERS, id)
+  if not info or info.nw then redis.call('HDEL', NEWEST, id) end
   if info and not keep_source then src_add(info.s, -1) end
 end
 -- Waiters whose entry was not refreshed in time: O(expired), at most 100 a call.
@@ -101,16 +143,22 @@ local function grant_set(id, info, now, caller, lease)
   local f = redis.call('INCR', FENCE)
   local t, o = lease_of(id, info, caller, lease)
   redis.call('ZADD', HOLDERS, now + t, id)
-  local h = {s = info.s, since = now, f = f, d = 0, t = info.t}
+  local h = {s = info.s, since = now, f = f, d = 0, t = info.t, fl = info.f}
   if o == 1 then h.o = 1 end
   redis.call('HSET', HINFO, id, cjson.encode(h))
   tell_granted(id, info, caller)
   return f
 end
--- The owner record of the lock just set to id (offered: 0 or 1); its fence.
-local function own(id, info, now, o)
+-- The owner record of the lock just set to id (offered: 0 or 1), with
+-- the request's field list (fresh: no record was there); its fence.
+local function own(id, info, now, o, fresh)
   local f = redis.call('INCR', FENCE)
   redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
+  if info.f then
+    redis.call('HSET', OWNER, 'fields', info.f)
+  elseif not fresh then
+    redis.call('HDEL', OWNER, 'fields')
+  end
   return f
 end
 -- Gives the (free) lock to waiter id; wakes it unless it is the caller.
@@ -118,7 +166,7 @@ local function grant(id, info, now, caller, lease)
   unqueue(id, info, true)
   local t, o = lease_of(id, info, caller, lease)
   redis.call('SET', LOCK, id, 'PX', t)
-  local f = own(id, info, now, o)
+  local f = own(id, info, now, o, false)
   tell_granted(id, info, caller)
   return f
 end
@@ -130,15 +178,18 @@ local function fits(info, free, held)
 end
 -- Grants the waiters at the head of the line while they fit, first come
 -- first served (an exclusive waiter stops the shared ones behind it; each
--- free slot of a --limit N key goes to the next one). Returns caller when
--- it was granted (for `lease` ms), else false.
+-- free slot of a --limit N key goes to the next one). A head whose order
+-- is below the mark when its turn comes leaves the line instead (told by
+-- `P out:ID`) and the next is served. Returns caller when it was granted
+-- (for `lease` ms), else false; and the mark, when the caller was
+-- outdated so.
 local function promote(now, caller, lease, cleaned)
   if not cleaned then cleanup(now) end
   local free = settle()
   -- Nobody fits beside an exclusive holder (their records are settled once it is gone).
   if not free then return false end
   local held = settle_set(now)
-  local got = false
+  local got, late = false, nil
   for _ = 1, 1000 do
     local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
     if not head then
@@ -146,11 +197,15 @@ local function promote(now, caller, lease, cleaned)
         redis.call('SREM', ALL, NAME)
         redis.call('DEL', KIND)
       end
-      return got
+      return got, late
     end
     local info = waiter(head)
-    if info then
-      if not fits(info, free, held) then return got end
+    local m = info and outdated(info.o)
+    if m then
+      unqueue(head, info, false)
+      if head == caller then late = m else tell_gone(head, info, 'out', m) end
+    elseif info then
+      if not fits(info, free, held) then return got, late end
       if (info.m or 'x') == 'x' then
         grant(head, info, now, caller, lease)
         free = false
@@ -163,7 +218,7 @@ local function promote(now, caller, lease, cleaned)
       unqueue(head, nil, false)
     end
   end
-  return got
+  return got, late
 end
 local function fence_of_owner() return tonumber(redis.call('HGET', OWNER, 'fence') or 0) end
 local function holder_info(id)
@@ -214,9 +269,12 @@ local function offer_left()
   if t < 0 then return -1 end
   return t
 end
--- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left} waiting.
+-- {1, fence} granted to id (for `lease` ms); {2, ahead, offer_left}
+-- waiting; {5, mark} outdated when its turn came.
 local function standing(now, id, lease, cleaned)
-  if promote(now, id, lease, cleaned) == id then return {1, fence_of(id)} end
+  local got, late = promote(now, id, lease, cleaned)
+  if got == id then return {1, fence_of(id)} end
+  if late then return {5, late} end
   local ahead = redis.call('ZRANK', QUEUE, id)
   if ahead == 0 then return {2, 0, offer_left()} end
   return {2, ahead, -1}
@@ -237,5 +295,67 @@ local function info_of(a)
   local info = {s = a[1], t = tonumber(a[2]), q = tonumber(a[3]), m = m}
   if m == 'l' then info.n = tonumber(a[7]) end
   info.w = tonumber(a[8])
+  local f = a[9]
+  if f and f ~= '' then
+    info.f = f
+    info.o = field(f, 'order')
+    if field(f, 'newest') == '1' then info.nw = 1 end
+    if field(f, 'cancel') == '1' then info.c = 1 end
+  end
   return info
+end
+-- Whether request a (order, ticket, id) ranks at or above b: the higher
+-- order where both have one and they differ, else the later arrival (the
+-- larger ticket; equal tickets of a quorum: the larger id, on every node
+-- alike).
+local function outranks(ao, at, aid, bo, bt, bid)
+  if ao and bo and ao ~= bo then return order_below(bo, ao) end
+  if at ~= bt then return at > bt end
+  return aid > bid
+end
+-- A request with --cancel-running joined: the holder that took the key
+-- with it too is told to stop (`P cancel:HOLDER`, a list it BLPOPs on),
+-- unless both have orders and the holder's is higher.
+local function aim_cancel(id, info)
+  local h = redis.call('GET', LOCK)
+  if not h or h == id then return end
+  local o = redis.call('HMGET', OWNER, 'token', 'fields', 'ttl')
+  if o[1] ~= h or field(o[2], 'cancel') ~= '1' then return end
+  local ho = field(o[2], 'order')
+  if info.o and ho and order_below(info.o, ho) then return end
+  local k = P..'cancel:'..h
+  redis.call('LPUSH', k, rival(info))
+  redis.call('PEXPIRE', k, tonumber(o[3]) or info.t)
+end
+-- Puts id in line (as enqueue) under the deploy-queue rules: a --newest
+-- request supersedes the --newest waiters it outranks (each leaves the
+-- line, told by `P sup:ID` naming it) or, outranked by one, is superseded
+-- at once and does not wait ({6, 0}, its own marker naming that one); a
+-- --cancel-running one aims at the holder when it arrives (not when a
+-- check puts it back in line). Nil when it joined.
+local function join(id, info, t, now, indexed, arriving)
+  if info.nw then
+    if t == 0 then t = redis.call('INCR', SEQ) end
+    local losers = {}
+    for _, wid in ipairs(redis.call('HKEYS', NEWEST)) do
+      local wt, w = redis.call('ZSCORE', QUEUE, wid), waiter(wid)
+      if not wt or not w then
+        redis.call('HDEL', NEWEST, wid)
+      elseif wid ~= id then
+        if not outranks(info.o, t, id, w.o, tonumber(wt), wid) then
+          redis.call('SET', P..'sup:'..id, rival(w), 'PX', MARKER)
+          return {6, 0}
+        end
+        losers[#losers + 1] = {wid, w}
+      end
+    end
+    for _, l in ipairs(losers) do
+      unqueue(l[1], l[2], false)
+      tell_gone(l[1], l[2], 'sup', rival(info))
+    end
+    redis.call('HSET', NEWEST, id, 1)
+  end
+  enqueue(id, info, t, now, indexed)
+  if info.c and arriving then aim_cancel(id, info) end
+  return nil
 end

@@ -3,30 +3,36 @@
 -- listed; when nobody waits for it either, its record is settled and it
 -- leaves the index (what a release would have done). Stands alone: no
 -- `KEYS`, no `ARGV`, not prefixed with common.lua.
--- Returns {now_ms, {{name, token, source, since_ms, waiting, detached, mode, expires_ms}, ...}},
+-- Returns {now_ms, {{name, token, source, since_ms, waiting, detached, mode, expires_ms, fields, mark}, ...}},
 -- one entry per holder (mode `x` exclusive, `s` shared, N for --limit N),
 -- where source is '' and since_ms and detached -1 when the owner record does
 -- not match the lock (a lock key written by someone else), detached is 1 for
 -- a kept hold, 0 for a running command's and -1 for an offer not yet
 -- confirmed (its holder is not known to run yet), waiting counts the queue
 -- entries not yet expired, and expires_ms is a kept hold's deadline
--- (`--expire`, server ms) or -1.
+-- (`--expire`, server ms) or -1; fields is the holder's field list and
+-- mark the key's (`--order`), each '' when there is none.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local held = {}
 for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
   local P = 'lc-cli:{'..name..'}:'
   local token = redis.call('GET', P..'lock')
+  local mark
+  local function mark_of()
+    if not mark then mark = redis.call('GET', P..'mark') or '' end
+    return mark
+  end
   if token then
-    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached', 'offered', 'expires')
-    local source, since, detached, expires = '', -1, -1, -1
+    local o = redis.call('HMGET', P..'owner', 'token', 'source', 'since', 'detached', 'offered', 'expires', 'fields')
+    local source, since, detached, expires, fields = '', -1, -1, -1, ''
     if o[1] == token then
-      source, since, detached = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1
+      source, since, detached, fields = o[2] or '', tonumber(o[3]) or -1, tonumber(o[4]) or -1, o[7] or ''
       if o[5] == '1' then detached = -1 end
       if detached == 1 then expires = tonumber(o[6]) or -1 end
     end
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
-    held[#held + 1] = {name, token, source, since, waiting, detached, 'x', expires}
+    held[#held + 1] = {name, token, source, since, waiting, detached, 'x', expires, fields, mark_of()}
   end
   local set = redis.call('ZRANGEBYSCORE', P..'holders', '('..now, '+inf')
   if #set > 0 then
@@ -36,14 +42,14 @@ for _, name in ipairs(redis.call('SMEMBERS', 'lc-cli:keys')) do
     local waiting = redis.call('ZCOUNT', P..'expiry', '('..now, '+inf')
     for _, id in ipairs(set) do
       local raw = redis.call('HGET', P..'hinfo', id)
-      local source, since, detached, expires = '', -1, -1, -1
+      local source, since, detached, expires, fields = '', -1, -1, -1, ''
       if raw then
         local h = cjson.decode(raw)
-        source, since, detached = h.s or '', tonumber(h.since) or -1, tonumber(h.d) or -1
+        source, since, detached, fields = h.s or '', tonumber(h.since) or -1, tonumber(h.d) or -1, h.fl or ''
         if h.o then detached = -1 end
         if detached == 1 and h.e then expires = tonumber(h.e) end
       end
-      held[#held + 1] = {name, id, source, since, waiting, detached, mode, expires}
+      held[#held + 1] = {name, id, source, since, waiting, detached, mode, expires, fields, mark_of()}
     end
   end
   if not token and #set == 0 and redis.call('EXISTS', P..'queue') == 0 then

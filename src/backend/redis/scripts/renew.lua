@@ -5,7 +5,8 @@
 -- still names us (the lock key deleted by hand).
 -- A shared or limited hold (mode `s` or `l`) is renewed in `P holders`,
 -- put back only where the key has room for it and agrees on its kind.
--- ARGV: name, id, ttl_ms, fence_floor, source, mode, N.
+-- ARGV: name, id, ttl_ms, fence_floor, source, mode, N, and the request's
+-- field list (absent when none), kept with a hold put back.
 -- Returns the fence, or -1 when the lock is not ours.
 local id, ttl, floor, src = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local mode = ARGV[6] or 'x'
@@ -18,7 +19,7 @@ if mode ~= 'x' then
     local info = {s = src, t = tonumber(ttl), q = tonumber(ttl), m = mode, n = tonumber(ARGV[7])}
     if disagrees(info, now) or not fits(info, settle(), settle_set(now)) then return -1 end
     redis.call('ZADD', HOLDERS, now + tonumber(ttl), id)
-    redis.call('HSET', HINFO, id, cjson.encode({s = src, since = now, f = floor, d = 0, t = tonumber(ttl)}))
+    redis.call('HSET', HINFO, id, cjson.encode({s = src, since = now, f = floor, d = 0, t = tonumber(ttl), fl = ARGV[8]}))
     src_add(src, 1)
     redis.call('SADD', ALL, NAME)
   end
@@ -42,6 +43,7 @@ else
   settle()
   redis.call('SET', LOCK, id, 'PX', ttl)
   redis.call('HSET', OWNER, 'token', id, 'source', src, 'since', now_ms(), 'fence', floor, 'detached', 0, 'ttl', ttl)
+  if ARGV[8] then redis.call('HSET', OWNER, 'fields', ARGV[8]) else redis.call('HDEL', OWNER, 'fields') end
   src_add(src, 1)
   redis.call('SADD', ALL, NAME)
 end
