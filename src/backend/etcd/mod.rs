@@ -13,6 +13,7 @@
 //! (`held.rs`). Key layout and values: `names.rs`.
 
 pub(crate) mod address;
+mod arrive;
 mod held;
 mod lease;
 mod line;
@@ -20,6 +21,7 @@ mod names;
 mod ping;
 mod queue;
 mod rpc;
+mod rules;
 
 use std::time::Duration;
 
@@ -123,8 +125,9 @@ impl EtcdBackend {
         Ok(resp.succeeded())
     }
 
-    /// Every queue key under the prefix (the whole keyspace without one).
-    async fn scan(&self) -> Result<Vec<etcd_client::KeyValue>> {
+    /// Every queue key under the prefix (the whole keyspace without one),
+    /// and the marks found there by lock name.
+    async fn scan(&self) -> Result<(Vec<etcd_client::KeyValue>, Marks)> {
         let start = names::scan_prefix(&self.prefix);
         let end = names::range_end(start.as_bytes());
         let from = if start.is_empty() {
@@ -140,18 +143,39 @@ impl EtcdBackend {
                 async move { c.get(from, Some(GetOptions::new().with_range(end))).await }
             })
             .await?;
-        Ok(resp
-            .kvs()
-            .iter()
-            .filter(|kv| {
-                kv.key_str()
-                    .is_ok_and(|k| names::lock_name_of(&start, k).is_some())
-                    && (kv.lease() != 0 || KeyData::decode(kv.value()).is_some())
+        let mut marks = Marks::new();
+        let mut queued = Vec::new();
+        for kv in resp.kvs() {
+            let Ok(k) = kv.key_str() else { continue };
+            if let Some(name) = names::mark_owner(&start, k) {
+                if let Some(mark) = names::mark_value(kv.value()) {
+                    marks.insert(name.to_string(), mark);
+                }
+            } else if names::lock_name_of(&start, k).is_some()
+                && (kv.lease() != 0 || KeyData::decode(kv.value()).is_some())
+            {
+                queued.push(kv.clone());
+            }
+        }
+        Ok((queued, marks))
+    }
+
+    /// The key's mark, as `mark` reads it.
+    async fn read_mark(&self, key: &str) -> Result<Option<u64>> {
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let resp = self
+            .rpc
+            .call(&format!("reading {mark}"), |mut c| {
+                let mark = mark.clone();
+                async move { c.get(mark, None).await }
             })
-            .cloned()
-            .collect())
+            .await?;
+        Ok(resp.kvs().first().and_then(|kv| names::mark_value(kv.value())))
     }
 }
+
+/// Marks by lock name.
+type Marks = std::collections::BTreeMap<String, u64>;
 
 /// A queue (oldest first) split into its holders and how many wait.
 fn holding(mut kvs: Vec<etcd_client::KeyValue>) -> (Vec<etcd_client::KeyValue>, usize) {
@@ -173,7 +197,7 @@ fn is_kept(kv: &etcd_client::KeyValue) -> bool {
     kv.lease() == 0 || KeyData::decode(kv.value()).is_some_and(|d| d.detached)
 }
 
-fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
+fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize, mark: Option<u64>) -> KeyInfo {
     let data = KeyData::decode(kv.value());
     KeyInfo {
         identity: None,
@@ -195,8 +219,8 @@ fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
         since: data.as_ref().map(|d| d.since()),
         waiting,
         mode: KeyData::mode_of(kv.value()),
-        fields: Default::default(),
-        mark: None,
+        fields: data.as_ref().map(|d| d.list()).unwrap_or_default(),
+        mark,
     }
 }
 
@@ -228,7 +252,7 @@ impl Backend for EtcdBackend {
     /// Deletes every queue key whose value names `source`: holders and
     /// waiters alike (etcdctl's keys record no source).
     async fn reset_source(&self, source: &str) -> Result<()> {
-        for kv in self.scan().await? {
+        for kv in self.scan().await?.0 {
             if KeyData::decode(kv.value()).is_some_and(|d| d.source == source) {
                 self.delete_exact(&kv).await?;
             }
@@ -236,15 +260,16 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
+    /// The marks come with the scan: every key under the prefix.
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        Ok(self
-            .by_name()
-            .await?
+        let (by_name, marks) = self.by_name().await?;
+        Ok(by_name
             .into_iter()
             .flat_map(|(name, kvs)| {
                 let (held, waiting) = holding(kvs);
+                let mark = marks.get(&name).copied();
                 held.iter()
-                    .map(|kv| info(&name, kv, waiting))
+                    .map(|kv| info(&name, kv, waiting, mark))
                     .collect::<Vec<_>>()
             })
             .collect())
@@ -252,13 +277,30 @@ impl Backend for EtcdBackend {
 
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
         let (held, waiting) = holding(self.queue(key).await?);
-        Ok(held.first().map(|kv| info(key, kv, waiting)))
+        Ok(held.first().map(|kv| info(key, kv, waiting, None)))
+    }
+
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        self.read_mark(key).await
+    }
+
+    /// Deletes the mark; the line and its holder are left as they are.
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let resp = self
+            .rpc
+            .call(&format!("deleting {mark}"), |mut c| {
+                let mark = mark.clone();
+                async move { c.delete(mark, None).await }
+            })
+            .await?;
+        Ok(resp.deleted() > 0)
     }
 
     /// Each lock's keys that do not hold, by create revision (the line).
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
         let mut out = Vec::new();
-        for (name, mut kvs) in self.by_name().await? {
+        for (name, mut kvs) in self.by_name().await?.0 {
             kvs.sort_by_key(|kv| kv.create_revision());
             let modes: Vec<_> = kvs.iter().map(|kv| KeyData::mode_of(kv.value())).collect();
             let holds = line::holders(&modes);
@@ -277,7 +319,7 @@ impl Backend for EtcdBackend {
                     place,
                     kept: None,
                     identity: None,
-                    fields: Default::default(),
+                    fields: data.as_ref().map(|d| d.list()).unwrap_or_default(),
                 });
             }
         }
@@ -286,14 +328,18 @@ impl Backend for EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Every queue key under the prefix, by lock name.
+    /// Every queue key under the prefix, by lock name, and the marks.
     async fn by_name(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>> {
+    ) -> Result<(
+        std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>,
+        Marks,
+    )> {
         let start = names::scan_prefix(&self.prefix);
         let mut by_name: std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>> =
             Default::default();
-        for kv in self.scan().await? {
+        let (kvs, marks) = self.scan().await?;
+        for kv in kvs {
             let Some(name) = kv
                 .key_str()
                 .ok()
@@ -303,6 +349,6 @@ impl EtcdBackend {
             };
             by_name.entry(name.to_string()).or_default().push(kv);
         }
-        Ok(by_name)
+        Ok((by_name, marks))
     }
 }
