@@ -198,7 +198,10 @@ fn etcdctl_does_not_see_the_state() {
         out
     };
     ok(lc(&["lock", "--order", "5", "--newest", KEY, "-c", "true"]));
-    assert_eq!(e.keys(&format!("{KEY}.lc-cli/")), [format!("{KEY}.lc-cli/mark")]);
+    assert_eq!(
+        e.keys(&format!("{KEY}.lc-cli/")),
+        [format!("{KEY}.lc-cli/mark")]
+    );
     assert!(e.keys(&format!("{KEY}/")).is_empty());
     let t = Instant::now();
     let mut ctl = e.ctl(&["lock", KEY, "true"]);
@@ -215,7 +218,10 @@ fn etcdctl_does_not_see_the_state() {
     .spawn()
     .unwrap();
     let value = || {
-        let out = e.ctl(&["get", "--prefix", &format!("{KEY}/")]).output().unwrap();
+        let out = e
+            .ctl(&["get", "--prefix", &format!("{KEY}/")])
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     assert!(
@@ -308,7 +314,11 @@ fn round_trips_of_an_uncontended_lock() {
             .map(|(_, n)| n)
             .sum::<u64>()
     };
-    assert_eq!(unary(&queued), unary(&plain), "plain {plain:?}, queued {queued:?}");
+    assert_eq!(
+        unary(&queued),
+        unary(&plain),
+        "plain {plain:?}, queued {queued:?}"
+    );
     let out = e.lc("", &["mark", KEY]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
 }

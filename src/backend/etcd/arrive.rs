@@ -53,9 +53,7 @@ impl Rules {
 
     /// The read of the mark, for a request with an order.
     pub(super) fn mark_read(&self) -> Option<TxnOp> {
-        self.extras
-            .order
-            .map(|_| TxnOp::get(self.mark_key(), None))
+        self.extras.order.map(|_| TxnOp::get(self.mark_key(), None))
     }
 
     /// The read of our superseded notice, for a `--newest` request.

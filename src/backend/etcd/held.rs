@@ -35,6 +35,10 @@ pub(super) struct EtcdHeld {
     rules: Option<(Rules, MarkSeen)>,
     /// The command's exit status (`command_ended`).
     status: Option<i32>,
+    /// The cancel notice is watched from after this revision: our key's
+    /// creation (any notice on our lease is for us), or the last direct
+    /// read of it after the history was compacted.
+    notice_seen: i64,
 }
 
 /// How long without renewal the command may run on: two thirds of the TTL.
@@ -70,12 +74,14 @@ impl EtcdHeld {
             released: false,
             rules: None,
             status: None,
+            notice_seen: 0,
         }
     }
 
     /// With the request's fields and the mark its grant read.
     pub(super) fn with_rules(mut self, rules: Rules, mark: MarkSeen) -> Self {
         self.rules = Some((rules, mark));
+        self.notice_seen = self.place.rev;
         self
     }
 
@@ -90,19 +96,21 @@ impl EtcdHeld {
     }
 
     /// The notice, if one is there (after a watch lost its history).
-    async fn read_cancel(&self) -> Option<LostReason> {
-        let key = self.cancel_key()?;
+    async fn read_cancel(&self) -> Result<Option<LostReason>> {
+        let Some(key) = self.cancel_key() else {
+            return Ok(None);
+        };
         let resp = self
             .rpc
             .call("reading the cancel notice", |mut c| {
                 let key = key.clone();
                 async move { c.get(key, None).await }
             })
-            .await
-            .ok()?;
-        resp.kvs()
+            .await?;
+        Ok(resp
+            .kvs()
             .first()
-            .map(|kv| LostReason::cancelled(names::notice_rival(kv.value())))
+            .map(|kv| LostReason::cancelled(names::notice_rival(kv.value()))))
     }
 
     /// The mark to write on release: Some((order, mark seen)) after a
@@ -262,7 +270,7 @@ impl HeldLock for EtcdHeld {
                 // Any notice ever left on our lease is for us: from our
                 // key's creation on.
                 let notice = self.cancel_key();
-                let since = WatchOptions::new().with_start_revision(self.place.rev + 1);
+                let since = WatchOptions::new().with_start_revision(self.notice_seen + 1);
                 let arm = |mut c: etcd_client::Client| {
                     let (key, options, notice, since) =
                         (key.clone(), options.clone(), notice.clone(), since.clone());
@@ -312,8 +320,11 @@ impl HeldLock for EtcdHeld {
                             if let Ok(false) = self.still_ours().await {
                                 return self.deleted().await;
                             }
-                            if let Some(cancelled) = self.read_cancel().await {
-                                return cancelled;
+                            let before = self.seen_rev;
+                            match self.read_cancel().await {
+                                Ok(Some(cancelled)) => return cancelled,
+                                Ok(None) => self.notice_seen = self.notice_seen.max(before),
+                                Err(_) => {}
                             }
                         }
                     }

@@ -170,7 +170,10 @@ impl EtcdBackend {
                 async move { c.get(mark, None).await }
             })
             .await?;
-        Ok(resp.kvs().first().and_then(|kv| names::mark_value(kv.value())))
+        Ok(resp
+            .kvs()
+            .first()
+            .and_then(|kv| names::mark_value(kv.value())))
     }
 }
 
@@ -275,9 +278,27 @@ impl Backend for EtcdBackend {
             .collect())
     }
 
+    /// The queue and the mark, read in one transaction.
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
-        let (held, waiting) = holding(self.queue(key).await?);
-        Ok(held.first().map(|kv| info(key, kv, waiting, None)))
+        let queue = names::queue_prefix(&self.prefix, key);
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let txn = Txn::new().and_then([
+            TxnOp::get(queue.as_str(), Some(queue::by_create())),
+            TxnOp::get(mark, None),
+        ]);
+        let resp = self
+            .rpc
+            .call(&format!("reading {queue}"), |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        let ops = resp.op_responses();
+        let mark = queue::got(ops.get(1))
+            .first()
+            .and_then(|kv| names::mark_value(kv.value()));
+        let (held, waiting) = holding(queue::got(ops.first()));
+        Ok(held.first().map(|kv| info(key, kv, waiting, mark)))
     }
 
     async fn mark(&self, key: &str) -> Result<Option<u64>> {

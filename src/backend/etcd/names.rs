@@ -276,14 +276,24 @@ mod tests {
         assert!(key_problem("a.b-c").is_none());
         assert!(key_problem("a.lc-cli").is_some());
         assert_eq!(state_prefix("", "job"), "job.lc-cli/");
-        assert_eq!(mark_key(&state_prefix("locks", "job")), "locks/job.lc-cli/mark");
-        assert_eq!(superseded_key("job.lc-cli/", 0x1f), "job.lc-cli/superseded.1f");
+        assert_eq!(
+            mark_key(&state_prefix("locks", "job")),
+            "locks/job.lc-cli/mark"
+        );
+        assert_eq!(
+            superseded_key("job.lc-cli/", 0x1f),
+            "job.lc-cli/superseded.1f"
+        );
         assert_eq!(cancel_key("job.lc-cli/", 0x1f), "job.lc-cli/cancel.1f");
     }
 
     #[test]
     fn state_keys_are_no_queue_keys() {
-        for key in ["job.lc-cli/mark", "job.lc-cli/superseded.1f", "job.lc-cli/cancel.1f"] {
+        for key in [
+            "job.lc-cli/mark",
+            "job.lc-cli/superseded.1f",
+            "job.lc-cli/cancel.1f",
+        ] {
             assert_eq!(lock_name_of("", key), None, "{key}");
             assert!(!key.starts_with(&queue_prefix("", "job")));
         }
@@ -323,9 +333,11 @@ mod tests {
         let d = KeyData::new("b", LockMode::Exclusive, false).with_fields("order=3\n".into());
         assert_eq!(KeyData::decode(&d.encode()), Some(d.clone()));
         assert_eq!(d.list().get("order"), Some("3"));
-        assert!(!String::from_utf8(KeyData::new("b", LockMode::Exclusive, false).encode())
-            .unwrap()
-            .contains("fields"));
+        assert!(
+            !String::from_utf8(KeyData::new("b", LockMode::Exclusive, false).encode())
+                .unwrap()
+                .contains("fields")
+        );
         assert_eq!(KeyData::mode_of(b""), LockMode::Exclusive);
         let old = br#"{"lc-cli":1,"source":"a","since_ms":1,"detached":false}"#;
         assert_eq!(KeyData::mode_of(old), LockMode::Exclusive);

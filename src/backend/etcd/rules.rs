@@ -127,17 +127,28 @@ mod tests {
         // A lower order is superseded at once by the waiting higher one.
         let low = req(Some(5), true, false);
         assert_eq!(
-            on_arrival(&low, None, &[other(Some(4), true, false), other(Some(6), true, false)]),
+            on_arrival(
+                &low,
+                None,
+                &[other(Some(4), true, false), other(Some(6), true, false)]
+            ),
             Arrival::Superseded(1)
         );
         // Equal orders: the later arrival wins; no order: the later wins.
-        assert!(ranks(&req(Some(6), true, false), &req(Some(6), true, false)));
+        assert!(ranks(
+            &req(Some(6), true, false),
+            &req(Some(6), true, false)
+        ));
         assert!(ranks(&req(None, true, false), &req(Some(9), true, false)));
         assert!(ranks(&req(Some(1), true, false), &req(None, true, false)));
         // Without --newest, nobody is superseded either way.
         let plain = req(Some(9), false, false);
         assert_eq!(
-            on_arrival(&plain, None, &[other(None, false, false), other(Some(1), true, false)]),
+            on_arrival(
+                &plain,
+                None,
+                &[other(None, false, false), other(Some(1), true, false)]
+            ),
             Arrival::Join {
                 victims: vec![],
                 cancel: vec![]
@@ -172,7 +183,11 @@ mod tests {
         );
         // A waiter with the flag is not cancelled (it runs in turn).
         assert_eq!(
-            on_arrival(&mine, None, &[other(None, false, false), other(None, false, true)]),
+            on_arrival(
+                &mine,
+                None,
+                &[other(None, false, false), other(None, false, true)]
+            ),
             Arrival::Join {
                 victims: vec![],
                 cancel: vec![]
