@@ -322,3 +322,64 @@ fn round_trips_of_an_uncontended_lock() {
     let out = e.lc("", &["mark", KEY]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
 }
+
+/// A superseded waiter leaves the line even when its lc-cli is frozen: the
+/// newer request deletes its key, so it is never granted; woken, it exits
+/// superseded (79), naming the newer one, without running its command.
+#[test]
+fn a_frozen_superseded_waiter_never_runs() {
+    use nix::sys::signal::{kill, Signal};
+    let e = Etcd::start();
+    let lc = |args: &[&str]| e.lc("", args);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let holder = deploy::deploy(&lc, &log, KEY, "holder", 1.5, 0, &["--newest"]);
+    assert!(wait_until(Duration::from_secs(10), || deploy::started(
+        &log, "holder"
+    )));
+    let stderr = dir.path().join("w.stderr");
+    let script = common::spans::script(&log, "w", 0.1);
+    let mut w = lc(&["lock", "--newest", KEY, "--source", "w", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || deploy::is_waiting(
+        &lc, KEY, "w"
+    )));
+    let pid = nix::unistd::Pid::from_raw(w.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let n = deploy::deploy(&lc, &log, KEY, "n", 0.1, 0, &["--newest"]);
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+    assert_eq!(n.status(), Some(0), "{}", n.stderr());
+    kill(pid, Signal::SIGCONT).unwrap();
+    let status = w.wait().unwrap().code();
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert_eq!(status, Some(deploy::SUPERSEDED), "{said}");
+    assert!(said.contains("'n'"), "{said}");
+    let spans = deploy::alone(&log);
+    assert_eq!(common::spans::tags(&spans), ["holder", "n"]);
+}
+
+/// A `--newest` waiter whose key is deleted by `reset --source` (no
+/// notice) is told apart from a superseded one: it exits 76, not 79.
+#[test]
+fn a_reset_waiter_is_not_superseded() {
+    let e = Etcd::start();
+    let lc = |args: &[&str]| e.lc("", args);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let holder = deploy::deploy(&lc, &log, KEY, "holder", 1.5, 0, &["--newest"]);
+    assert!(wait_until(Duration::from_secs(10), || deploy::started(
+        &log, "holder"
+    )));
+    let w = deploy::deploy(&lc, &log, KEY, "w", 0.1, 0, &["--newest"]);
+    deploy::until_waiting(&lc, &log, KEY, &w);
+    let out = lc(&["reset", "--source", "w"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (status, _) = w.wait(Duration::from_secs(10));
+    assert_eq!(status, Some(76), "{}", w.stderr());
+    assert!(!w.stderr().contains("superseded"), "{}", w.stderr());
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+    assert!(!deploy::started(&log, "w"));
+}
