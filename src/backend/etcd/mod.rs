@@ -10,7 +10,9 @@
 //! deletion of the key that keeps it waiting, then looks again, each look
 //! checking its own key (`queue.rs`). A hold that outlives the process
 //! (`lock KEY` without a command) is the same key taken off the lease
-//! (`held.rs`). Key layout and values: `names.rs`.
+//! (`held.rs`). Key layout and values: `names.rs`. The deploy-queue rules
+//! (issue 44): what a request does on arrival (`rules.rs`, `arrive.rs`),
+//! the mark and the notices beside the queue (`names.rs`).
 
 pub(crate) mod address;
 mod arrive;

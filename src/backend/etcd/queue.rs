@@ -5,7 +5,9 @@
 //! again. Every look is a transaction that first compares our own key's
 //! create revision and lease, so the look that finds our turn also proves
 //! our key still held at that revision (the check Jepsen found missing in
-//! etcd's recipe).
+//! etcd's recipe). With deploy-queue fields, the put also reads the mark,
+//! the arrival applies the rules (`arrive.rs`), a `--newest` waiter also
+//! watches its own key, and the look that shows our turn checks the mark.
 
 use async_trait::async_trait;
 use etcd_client::{
