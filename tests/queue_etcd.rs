@@ -383,3 +383,39 @@ fn a_reset_waiter_is_not_superseded() {
     assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
     assert!(!deploy::started(&log, "w"));
 }
+
+/// The partition test of plain locks (`etcd_loss`), with `--newest
+/// --order`: the holder's path to etcd goes silent; its command is gone
+/// before the next request (a newer order, straight to etcd) starts its
+/// own, whatever the command does with SIGTERM.
+#[test]
+fn a_frozen_network_stops_a_newest_holder_before_the_next_runs() {
+    use common::partition::{trial, trials};
+    use common::proxy::Proxy;
+    use common::timeline::OnTerm;
+    let e = Etcd::start();
+    let direct = format!("etcd://{}", e.endpoint());
+    let kinds = [OnTerm::LogAndExit, OnTerm::SlowExit, OnTerm::Ignore];
+    trials("etcd ttl 4s, --newest --order", &kinds, |n, kind| {
+        let key = format!("part{n}");
+        let proxy = Proxy::start(e.port);
+        let through_proxy = format!("etcd://{}?ttl=4s", proxy.addr());
+        trial(
+            &proxy,
+            kind,
+            |script| {
+                common::lc_at(
+                    &through_proxy,
+                    &["lock", "--newest", "--order", "1", &key, "-c", script],
+                )
+            },
+            |script| {
+                common::lc_at(
+                    &direct,
+                    &["lock", "--newest", "--order", "2", &key, "-c", script],
+                )
+            },
+            || e.keys(&format!("{key}/")).len() == 2,
+        )
+    });
+}
