@@ -341,7 +341,7 @@ async fn wait_turn(
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Turn> {
     let mut ahead = first;
-    let look = || async {
+    let look_again = || async {
         tokio::select! {
             r = look(rpc, lease, place, rules) => r.map(Some),
             _ = cancel.cancelled() => Ok(None),
@@ -354,7 +354,7 @@ async fn wait_turn(
         let modes = ahead.modes();
         if line::granted(mode, &modes) {
             // The enqueue's answer did not check our lease: look once more.
-            let last = match look().await? {
+            let last = match look_again().await? {
                 None => return Ok(Turn::Left),
                 Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
                 Some(Looked::Line(last)) => last,
@@ -415,7 +415,7 @@ async fn wait_turn(
                 _ = cancel.cancelled() => return Ok(Turn::Left),
             }
         }
-        ahead = match look().await? {
+        ahead = match look_again().await? {
             None => return Ok(Turn::Left),
             Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
             Some(Looked::Line(a)) => a,
