@@ -45,6 +45,7 @@ mod pg_killed_holder;
 mod pg_limit;
 mod pg_queue;
 mod pg_tls;
+mod queue_etcd;
 mod queue_position;
 mod queue_redis;
 mod readme_quick_start;

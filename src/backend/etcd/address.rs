@@ -32,10 +32,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     // etcdctl lock's session TTL.
     default_ttl: Duration::from_secs(10),
-    caps: Capabilities {
-        queues: Some(crate::backend::fields::NOT_YET),
-        ..Capabilities::ALL
-    },
+    caps: Capabilities::ALL,
     key_problem: super::names::key_problem,
     usage: Usage {
         address: "[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]",

@@ -1,14 +1,18 @@
 //! A key we hold: the keys older than ours let it hold (`line.rs`).
 //! Lost when the lease is gone (revoked, expired, or not renewed for too
-//! long) or our key is deleted from outside.
+//! long) or our key is deleted from outside. A hold taken with
+//! `--cancel-running` also watches the notice a newer such request leaves
+//! on its lease; one with `--order` raises the key's mark on a release
+//! after a command that ended with status 0.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
 
+use super::arrive::{MarkSeen, Rules};
 use super::lease::{Lease, LeaseEnd};
-use super::names::{KeyData, OwnKey};
+use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
 use crate::backend::{BackendError, Expiry, HeldLock, LockMode, LostReason, Result};
 
@@ -27,6 +31,14 @@ pub(super) struct EtcdHeld {
     /// Changes up to this revision have been seen.
     seen_rev: i64,
     released: bool,
+    /// The request's fields, and the mark as the grant read it.
+    rules: Option<(Rules, MarkSeen)>,
+    /// The command's exit status (`command_ended`).
+    status: Option<i32>,
+    /// The cancel notice is watched from after this revision: our key's
+    /// creation (any notice on our lease is for us), or the last direct
+    /// read of it after the history was compacted.
+    notice_seen: i64,
 }
 
 /// How long without renewal the command may run on: two thirds of the TTL.
@@ -60,7 +72,93 @@ impl EtcdHeld {
             source,
             watch: None,
             released: false,
+            rules: None,
+            status: None,
+            notice_seen: 0,
         }
+    }
+
+    /// With the request's fields and the mark its grant read.
+    pub(super) fn with_rules(mut self, rules: Rules, mark: MarkSeen) -> Self {
+        self.rules = Some((rules, mark));
+        self.notice_seen = self.place.rev;
+        self
+    }
+
+    /// The notice a newer `--cancel-running` request leaves us, when we
+    /// took the key with `--cancel-running`.
+    fn cancel_key(&self) -> Option<String> {
+        let (rules, _) = self.rules.as_ref()?;
+        rules
+            .extras
+            .cancel
+            .then(|| names::cancel_key(&rules.state, self.lease.id))
+    }
+
+    /// The notice, if one is there (after a watch lost its history).
+    async fn read_cancel(&self) -> Result<Option<LostReason>> {
+        let Some(key) = self.cancel_key() else {
+            return Ok(None);
+        };
+        let resp = self
+            .rpc
+            .call("reading the cancel notice", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| LostReason::cancelled(names::notice_rival(kv.value()))))
+    }
+
+    /// The mark to write on release: Some((order, mark seen)) after a
+    /// command with an order that ended with status 0.
+    fn raise(&self) -> Option<(u64, MarkSeen)> {
+        let (rules, seen) = self.rules.as_ref()?;
+        match (rules.extras.order, self.status) {
+            (Some(order), Some(0)) => Some((order, *seen)),
+            _ => None,
+        }
+    }
+
+    /// Deletes our key and raises the mark to our order, in one
+    /// transaction that holds while the mark is as last read; read again
+    /// and retried when it was changed (`mark --clear`) in between.
+    async fn release_raising(&mut self, order: u64, mut seen: MarkSeen) -> Result<()> {
+        let (rules, _) = self.rules.as_ref().expect("raise() had rules");
+        let mark = rules.mark_key();
+        let key = self.place.key.clone();
+        for _ in 0..10 {
+            let mut ops = vec![TxnOp::delete(key.as_str(), None)];
+            if seen.value.is_none_or(|m| m < order) {
+                ops.push(TxnOp::put(mark.as_str(), order.to_string(), None));
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    mark.as_str(),
+                    CompareOp::Equal,
+                    seen.mod_rev,
+                )])
+                .and_then(ops)
+                .or_else([TxnOp::get(mark.as_str(), None)]);
+            let resp = self
+                .rpc
+                .call(&format!("deleting {key} and raising the mark"), |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+            seen = MarkSeen::of(&super::queue::got(resp.op_responses().first()));
+        }
+        Err(BackendError::Unavailable {
+            server: self.rpc.server.clone(),
+            reason: format!("the mark {mark} kept changing; the key is still held"),
+        })
     }
 
     fn kill_by(&self) -> std::time::Instant {
@@ -169,8 +267,23 @@ impl HeldLock for EtcdHeld {
             if self.watch.is_none() {
                 let key = self.place.key.clone();
                 let options = WatchOptions::new().with_start_revision(self.seen_rev + 1);
+                // Any notice ever left on our lease is for us: from our
+                // key's creation on.
+                let notice = self.cancel_key();
+                let since = WatchOptions::new().with_start_revision(self.notice_seen + 1);
+                let arm = |mut c: etcd_client::Client| {
+                    let (key, options, notice, since) =
+                        (key.clone(), options.clone(), notice.clone(), since.clone());
+                    async move {
+                        let mut w = c.watch(key, Some(options)).await?;
+                        if let Some(notice) = notice {
+                            w.watch(notice, Some(since)).await?;
+                        }
+                        Ok(w)
+                    }
+                };
                 let armed = tokio::select! {
-                    w = self.rpc.call("watching our key", |mut c| { let key = key.clone(); let options = options.clone(); async move { c.watch(key, Some(options)).await } }) => w,
+                    w = self.rpc.call("watching our key", arm) => w,
                     gone = self.lease.until_gone() => return self.gone(gone),
                     _ = tokio::time::sleep_until(look_again) => continue,
                 };
@@ -191,14 +304,27 @@ impl HeldLock for EtcdHeld {
                         if let Some(h) = m.header() {
                             self.seen_rev = self.seen_rev.max(h.revision());
                         }
-                        if m.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                            return self.deleted().await;
+                        let ours = self.place.key.as_bytes();
+                        for e in m.events() {
+                            let Some(kv) = e.kv() else { continue };
+                            if kv.key() == ours && e.event_type() == EventType::Delete {
+                                return self.deleted().await;
+                            }
+                            if kv.key() != ours && e.event_type() == EventType::Put {
+                                return LostReason::cancelled(names::notice_rival(kv.value()));
+                            }
                         }
                         if m.canceled() || m.compact_revision() > 0 {
-                            // History we asked for is gone: look at the key itself.
+                            // History we asked for is gone: look at the keys themselves.
                             self.watch = None;
                             if let Ok(false) = self.still_ours().await {
                                 return self.deleted().await;
+                            }
+                            let before = self.seen_rev;
+                            match self.read_cancel().await {
+                                Ok(Some(cancelled)) => return cancelled,
+                                Ok(None) => self.notice_seen = self.notice_seen.max(before),
+                                Err(_) => {}
                             }
                         }
                     }
@@ -210,8 +336,17 @@ impl HeldLock for EtcdHeld {
         }
     }
 
+    fn command_ended(&mut self, status: i32) {
+        self.status = Some(status);
+    }
+
     async fn release(&mut self) -> Result<()> {
         if !self.released {
+            if let Some((order, seen)) = self.raise() {
+                self.release_raising(order, seen).await?;
+                self.released = true;
+                return self.lease.revoke().await;
+            }
             let key = self.place.key.clone();
             let txn = Txn::new()
                 .when([Compare::create_revision(
@@ -240,7 +375,9 @@ impl HeldLock for EtcdHeld {
     /// holds (as after a crashed holder).
     async fn detach(mut self: Box<Self>, expire: Option<Duration>) -> Result<()> {
         let key = self.place.key.clone();
-        let mut data = KeyData::new(&self.source, self.mode, true);
+        let fields = self.rules.as_ref().map(|(r, _)| r.fields.clone());
+        let mut data =
+            KeyData::new(&self.source, self.mode, true).with_fields(fields.unwrap_or_default());
         let mut put = None;
         let mut bare = None;
         if let Some(ttl) = expire {

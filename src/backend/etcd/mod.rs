@@ -10,9 +10,12 @@
 //! deletion of the key that keeps it waiting, then looks again, each look
 //! checking its own key (`queue.rs`). A hold that outlives the process
 //! (`lock KEY` without a command) is the same key taken off the lease
-//! (`held.rs`). Key layout and values: `names.rs`.
+//! (`held.rs`). Key layout and values: `names.rs`. The deploy-queue rules
+//! (issue 44): what a request does on arrival (`rules.rs`, `arrive.rs`),
+//! the mark and the notices beside the queue (`names.rs`).
 
 pub(crate) mod address;
+mod arrive;
 mod held;
 mod lease;
 mod line;
@@ -20,6 +23,7 @@ mod names;
 mod ping;
 mod queue;
 mod rpc;
+mod rules;
 
 use std::time::Duration;
 
@@ -123,8 +127,9 @@ impl EtcdBackend {
         Ok(resp.succeeded())
     }
 
-    /// Every queue key under the prefix (the whole keyspace without one).
-    async fn scan(&self) -> Result<Vec<etcd_client::KeyValue>> {
+    /// Every queue key under the prefix (the whole keyspace without one),
+    /// and the marks found there by lock name.
+    async fn scan(&self) -> Result<(Vec<etcd_client::KeyValue>, Marks)> {
         let start = names::scan_prefix(&self.prefix);
         let end = names::range_end(start.as_bytes());
         let from = if start.is_empty() {
@@ -140,18 +145,42 @@ impl EtcdBackend {
                 async move { c.get(from, Some(GetOptions::new().with_range(end))).await }
             })
             .await?;
+        let mut marks = Marks::new();
+        let mut queued = Vec::new();
+        for kv in resp.kvs() {
+            let Ok(k) = kv.key_str() else { continue };
+            if let Some(name) = names::mark_owner(&start, k) {
+                if let Some(mark) = names::mark_value(kv.value()) {
+                    marks.insert(name.to_string(), mark);
+                }
+            } else if names::lock_name_of(&start, k).is_some()
+                && (kv.lease() != 0 || KeyData::decode(kv.value()).is_some())
+            {
+                queued.push(kv.clone());
+            }
+        }
+        Ok((queued, marks))
+    }
+
+    /// The key's mark, as `mark` reads it.
+    async fn read_mark(&self, key: &str) -> Result<Option<u64>> {
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let resp = self
+            .rpc
+            .call(&format!("reading {mark}"), |mut c| {
+                let mark = mark.clone();
+                async move { c.get(mark, None).await }
+            })
+            .await?;
         Ok(resp
             .kvs()
-            .iter()
-            .filter(|kv| {
-                kv.key_str()
-                    .is_ok_and(|k| names::lock_name_of(&start, k).is_some())
-                    && (kv.lease() != 0 || KeyData::decode(kv.value()).is_some())
-            })
-            .cloned()
-            .collect())
+            .first()
+            .and_then(|kv| names::mark_value(kv.value())))
     }
 }
+
+/// Marks by lock name.
+type Marks = std::collections::BTreeMap<String, u64>;
 
 /// A queue (oldest first) split into its holders and how many wait.
 fn holding(mut kvs: Vec<etcd_client::KeyValue>) -> (Vec<etcd_client::KeyValue>, usize) {
@@ -173,7 +202,7 @@ fn is_kept(kv: &etcd_client::KeyValue) -> bool {
     kv.lease() == 0 || KeyData::decode(kv.value()).is_some_and(|d| d.detached)
 }
 
-fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
+fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize, mark: Option<u64>) -> KeyInfo {
     let data = KeyData::decode(kv.value());
     KeyInfo {
         identity: None,
@@ -195,8 +224,8 @@ fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize) -> KeyInfo {
         since: data.as_ref().map(|d| d.since()),
         waiting,
         mode: KeyData::mode_of(kv.value()),
-        fields: Default::default(),
-        mark: None,
+        fields: data.as_ref().map(|d| d.list()).unwrap_or_default(),
+        mark,
     }
 }
 
@@ -228,7 +257,7 @@ impl Backend for EtcdBackend {
     /// Deletes every queue key whose value names `source`: holders and
     /// waiters alike (etcdctl's keys record no source).
     async fn reset_source(&self, source: &str) -> Result<()> {
-        for kv in self.scan().await? {
+        for kv in self.scan().await?.0 {
             if KeyData::decode(kv.value()).is_some_and(|d| d.source == source) {
                 self.delete_exact(&kv).await?;
             }
@@ -236,29 +265,65 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
+    /// The marks come with the scan: every key under the prefix.
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        Ok(self
-            .by_name()
-            .await?
+        let (by_name, marks) = self.by_name().await?;
+        Ok(by_name
             .into_iter()
             .flat_map(|(name, kvs)| {
                 let (held, waiting) = holding(kvs);
+                let mark = marks.get(&name).copied();
                 held.iter()
-                    .map(|kv| info(&name, kv, waiting))
+                    .map(|kv| info(&name, kv, waiting, mark))
                     .collect::<Vec<_>>()
             })
             .collect())
     }
 
+    /// The queue and the mark, read in one transaction.
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
-        let (held, waiting) = holding(self.queue(key).await?);
-        Ok(held.first().map(|kv| info(key, kv, waiting)))
+        let queue = names::queue_prefix(&self.prefix, key);
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let txn = Txn::new().and_then([
+            TxnOp::get(queue.as_str(), Some(queue::by_create())),
+            TxnOp::get(mark, None),
+        ]);
+        let resp = self
+            .rpc
+            .call(&format!("reading {queue}"), |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        let ops = resp.op_responses();
+        let mark = queue::got(ops.get(1))
+            .first()
+            .and_then(|kv| names::mark_value(kv.value()));
+        let (held, waiting) = holding(queue::got(ops.first()));
+        Ok(held.first().map(|kv| info(key, kv, waiting, mark)))
+    }
+
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        self.read_mark(key).await
+    }
+
+    /// Deletes the mark; the line and its holder are left as they are.
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        let mark = names::mark_key(&names::state_prefix(&self.prefix, key));
+        let resp = self
+            .rpc
+            .call(&format!("deleting {mark}"), |mut c| {
+                let mark = mark.clone();
+                async move { c.delete(mark, None).await }
+            })
+            .await?;
+        Ok(resp.deleted() > 0)
     }
 
     /// Each lock's keys that do not hold, by create revision (the line).
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
         let mut out = Vec::new();
-        for (name, mut kvs) in self.by_name().await? {
+        for (name, mut kvs) in self.by_name().await?.0 {
             kvs.sort_by_key(|kv| kv.create_revision());
             let modes: Vec<_> = kvs.iter().map(|kv| KeyData::mode_of(kv.value())).collect();
             let holds = line::holders(&modes);
@@ -277,7 +342,7 @@ impl Backend for EtcdBackend {
                     place,
                     kept: None,
                     identity: None,
-                    fields: Default::default(),
+                    fields: data.as_ref().map(|d| d.list()).unwrap_or_default(),
                 });
             }
         }
@@ -286,14 +351,18 @@ impl Backend for EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Every queue key under the prefix, by lock name.
+    /// Every queue key under the prefix, by lock name, and the marks.
     async fn by_name(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>> {
+    ) -> Result<(
+        std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>,
+        Marks,
+    )> {
         let start = names::scan_prefix(&self.prefix);
         let mut by_name: std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>> =
             Default::default();
-        for kv in self.scan().await? {
+        let (kvs, marks) = self.scan().await?;
+        for kv in kvs {
             let Some(name) = kv
                 .key_str()
                 .ok()
@@ -303,6 +372,6 @@ impl EtcdBackend {
             };
             by_name.entry(name.to_string()).or_default().push(kv);
         }
-        Ok(by_name)
+        Ok((by_name, marks))
     }
 }

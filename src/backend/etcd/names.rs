@@ -9,10 +9,19 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::backend::LockMode;
+use crate::backend::fields::FieldList;
+use crate::backend::{LockMode, Rival};
+
+/// The end of the name of a key's state range (beside its queue).
+const STATE: &str = ".lc-cli";
 
 /// Why a lock name cannot be used on etcd (`None` when it can).
 pub(super) fn key_problem(key: &str) -> Option<String> {
+    if key.ends_with(STATE) {
+        return Some(format!(
+            "an etcd lock name must not end in '{STATE}': 'NAME{STATE}/' keeps the mark and notices of the lock NAME"
+        ));
+    }
     if key.contains('/') {
         return Some(
             "an etcd lock name must not contain '/' (the queue of 'a' is every key under 'a/', \
@@ -37,6 +46,59 @@ pub(super) fn queue_prefix(prefix: &str, key: &str) -> String {
 /// concurrency.Mutex names it.
 pub(super) fn own_key(queue_prefix: &str, lease: i64) -> String {
     format!("{queue_prefix}{lease:x}")
+}
+
+/// The state range of `key` (its mark and notices): `PREFIX/KEY.lc-cli/`.
+pub(super) fn state_prefix(prefix: &str, key: &str) -> String {
+    let queue = queue_prefix(prefix, key);
+    format!("{}{STATE}/", &queue[..queue.len() - 1])
+}
+
+/// The key's mark: the highest order whose command ended with status 0.
+pub(super) fn mark_key(state: &str) -> String {
+    format!("{state}mark")
+}
+
+/// The notice that the waiter on `lease` was superseded (and by whom).
+pub(super) fn superseded_key(state: &str, lease: i64) -> String {
+    format!("{state}superseded.{lease:x}")
+}
+
+/// The notice that the holder on `lease` is to stop its command.
+pub(super) fn cancel_key(state: &str, lease: i64) -> String {
+    format!("{state}cancel.{lease:x}")
+}
+
+/// A mark found by a scan: the lock name it belongs to (below the prefix).
+pub(super) fn mark_owner<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a str> {
+    let name = key
+        .strip_prefix(scan_prefix)?
+        .strip_suffix("/mark")?
+        .strip_suffix(STATE)?;
+    (!name.is_empty() && !name.contains('/')).then_some(name)
+}
+
+/// A mark's value: the decimal order.
+pub(super) fn mark_value(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// A notice's value: who left it, as a [`Rival`].
+pub(super) fn notice(source: &str, fields: &str) -> Vec<u8> {
+    serde_json::json!({"lc-cli": 1, "source": source, "fields": fields})
+        .to_string()
+        .into_bytes()
+}
+
+/// The request a notice names; an unreadable one names nobody.
+pub(super) fn notice_rival(value: &[u8]) -> Rival {
+    let v: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
+    let text = |name: &str| v.get(name).and_then(|s| s.as_str()).unwrap_or_default();
+    Rival {
+        source: text("source").to_string(),
+        identity: None,
+        fields: FieldList::parse(text("fields").as_bytes()).unwrap_or_default(),
+    }
 }
 
 /// Our key in a queue, as the wait found it and the hold keeps it.
@@ -101,6 +163,9 @@ pub(super) struct KeyData {
     /// The deadline of a kept hold that expires (ms since the epoch, the
     /// writer's clock); absent otherwise.
     pub expires_ms: Option<u64>,
+    /// The request's field list (docs/request-fields.md), `"fields"`;
+    /// empty (and not written) without any.
+    pub fields: String,
 }
 
 impl KeyData {
@@ -115,6 +180,27 @@ impl KeyData {
             since_ms,
             detached,
             expires_ms: None,
+            fields: String::new(),
+        }
+    }
+
+    /// With the request's field list.
+    pub(super) fn with_fields(mut self, fields: String) -> KeyData {
+        self.fields = fields;
+        self
+    }
+
+    /// The field list as read (an unreadable one is empty).
+    pub(super) fn list(&self) -> FieldList {
+        FieldList::parse(self.fields.as_bytes()).unwrap_or_default()
+    }
+
+    /// The request a key stands for, as a notice or an outcome names it.
+    pub(super) fn rival(&self) -> Rival {
+        Rival {
+            source: self.source.clone(),
+            identity: None,
+            fields: self.list(),
         }
     }
 
@@ -136,6 +222,9 @@ impl KeyData {
         if let Some(at) = self.expires_ms {
             v["expires_ms"] = at.into();
         }
+        if !self.fields.is_empty() {
+            v["fields"] = self.fields.as_str().into();
+        }
         v.to_string().into_bytes()
     }
 
@@ -155,6 +244,11 @@ impl KeyData {
             since_ms: v.get("since_ms")?.as_u64()?,
             detached: v.get("detached")?.as_bool()?,
             expires_ms: v.get("expires_ms").and_then(|e| e.as_u64()),
+            fields: v
+                .get("fields")
+                .and_then(|f| f.as_str())
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 
@@ -180,6 +274,36 @@ mod tests {
         assert_eq!(own_key("job/", 0x694d9a3c2b1e0a0f), "job/694d9a3c2b1e0a0f");
         assert!(key_problem("a/b").is_some());
         assert!(key_problem("a.b-c").is_none());
+        assert!(key_problem("a.lc-cli").is_some());
+        assert_eq!(state_prefix("", "job"), "job.lc-cli/");
+        assert_eq!(
+            mark_key(&state_prefix("locks", "job")),
+            "locks/job.lc-cli/mark"
+        );
+        assert_eq!(
+            superseded_key("job.lc-cli/", 0x1f),
+            "job.lc-cli/superseded.1f"
+        );
+        assert_eq!(cancel_key("job.lc-cli/", 0x1f), "job.lc-cli/cancel.1f");
+    }
+
+    #[test]
+    fn state_keys_are_no_queue_keys() {
+        for key in [
+            "job.lc-cli/mark",
+            "job.lc-cli/superseded.1f",
+            "job.lc-cli/cancel.1f",
+        ] {
+            assert_eq!(lock_name_of("", key), None, "{key}");
+            assert!(!key.starts_with(&queue_prefix("", "job")));
+        }
+        assert_eq!(mark_owner("", "job.lc-cli/mark"), Some("job"));
+        assert_eq!(mark_owner("locks/", "locks/job.lc-cli/mark"), Some("job"));
+        assert_eq!(mark_owner("", "job/mark"), None);
+        assert_eq!(mark_value(b"42"), Some(42));
+        let r = notice_rival(&notice("b-7", "order=7\nnewest=1\n"));
+        assert_eq!(r.source, "b-7");
+        assert_eq!(r.fields.get("order"), Some("7"));
     }
 
     #[test]
@@ -206,6 +330,14 @@ mod tests {
             assert_eq!(KeyData::decode(&d.encode()), Some(d.clone()));
             assert_eq!(KeyData::mode_of(&d.encode()), mode);
         }
+        let d = KeyData::new("b", LockMode::Exclusive, false).with_fields("order=3\n".into());
+        assert_eq!(KeyData::decode(&d.encode()), Some(d.clone()));
+        assert_eq!(d.list().get("order"), Some("3"));
+        assert!(
+            !String::from_utf8(KeyData::new("b", LockMode::Exclusive, false).encode())
+                .unwrap()
+                .contains("fields")
+        );
         assert_eq!(KeyData::mode_of(b""), LockMode::Exclusive);
         let old = br#"{"lc-cli":1,"source":"a","since_ms":1,"detached":false}"#;
         assert_eq!(KeyData::mode_of(old), LockMode::Exclusive);

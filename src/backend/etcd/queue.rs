@@ -5,7 +5,9 @@
 //! again. Every look is a transaction that first compares our own key's
 //! create revision and lease, so the look that finds our turn also proves
 //! our key still held at that revision (the check Jepsen found missing in
-//! etcd's recipe).
+//! etcd's recipe). With deploy-queue fields, the put also reads the mark,
+//! the arrival applies the rules (`arrive.rs`), a `--newest` waiter also
+//! watches its own key, and the look that shows our turn checks the mark.
 
 use async_trait::async_trait;
 use etcd_client::{
@@ -14,14 +16,15 @@ use etcd_client::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::arrive::{arrive, MarkSeen, Rules, Step};
 use super::held::EtcdHeld;
 use super::lease::{Lease, LeaseEnd};
-use super::line;
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
+use super::{line, rules};
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
-    Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
+    Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, Rival, WaitProgress,
 };
 
 pub(super) async fn acquire(
@@ -34,8 +37,11 @@ pub(super) async fn acquire(
 ) -> Result<Acquired> {
     let mut lease = Lease::grant(rpc, ttl).await?;
     let queue = names::queue_prefix(prefix, &request.key);
-    let data = KeyData::new(&request.source, request.mode, false).encode();
-    let (place, first) = match enqueue(rpc, &lease, &queue, data).await {
+    let rules = Rules::new(request, prefix, lease.id);
+    let data = KeyData::new(&request.source, request.mode, false)
+        .with_fields(rules.fields.clone())
+        .encode();
+    let (place, first) = match enqueue(rpc, &lease, &queue, data, &rules).await {
         Ok(v) => v,
         Err(e) => {
             let _ = lease.revoke().await;
@@ -43,23 +49,60 @@ pub(super) async fn acquire(
         }
     };
     let mode = request.mode;
-    let outcome = match line::conflict(&request.key, mode, &first.modes()) {
-        Err(e) => Err(e),
-        Ok(()) if line::granted(mode, &first.modes()) => {
+    let outcome = async {
+        line::conflict(&request.key, mode, &first.modes())?;
+        let ahead = match arrive(rpc, &lease, &place, &rules, first).await? {
+            Step::Wait(ahead) => ahead,
+            Step::Done(turn) => return Ok(turn),
+        };
+        if line::granted(mode, &ahead.modes()) {
             progress(WaitProgress { ahead: Some(0) });
-            Ok(Some(first.header_rev))
+            return Ok(Turn::Granted(ahead.grant()));
         }
-        Ok(()) if request.nonblock => Ok(None),
-        Ok(()) => wait_turn(rpc, &lease, &place, mode, first, &cancel, progress).await,
-    };
-    let entry = Entry {
+        if request.nonblock {
+            return Ok(Turn::Left);
+        }
+        wait_turn(rpc, &lease, &place, &rules, mode, ahead, &cancel, progress).await
+    }
+    .await;
+    let mut entry = Entry {
         rpc: rpc.clone(),
         lease,
         place,
         source: request.source.clone(),
         mode,
+        rules,
     };
-    settle(entry, outcome, &cancel).await
+    match outcome {
+        // Our key is gone or about to be: the lease takes whatever is left.
+        Ok(Turn::Superseded(by)) => {
+            let _ = entry.lease.revoke().await;
+            Ok(Acquired::Superseded(by))
+        }
+        Ok(Turn::Outdated(mark)) => {
+            let _ = entry.lease.revoke().await;
+            Ok(Acquired::Outdated { mark })
+        }
+        Ok(Turn::Granted(grant)) => settle(entry, Ok(Some(grant)), &cancel).await,
+        Ok(Turn::Left) => settle(entry, Ok(None), &cancel).await,
+        Err(e) => settle(entry, Err(e), &cancel).await,
+    }
+}
+
+/// How a wait ended.
+pub(super) enum Turn {
+    Granted(Grant),
+    /// Cancelled, or busy with `nonblock`.
+    Left,
+    Superseded(Rival),
+    Outdated(u64),
+}
+
+/// The answer that showed us our turn: its revision, and the key's mark
+/// as it read it (the release raises it from there).
+pub(super) struct Grant {
+    header_rev: i64,
+    mark: MarkSeen,
 }
 
 /// Our key and its lease, while the wait is settled; a grant is the
@@ -70,25 +113,29 @@ struct Entry {
     place: OwnKey,
     source: String,
     mode: LockMode,
+    rules: Rules,
 }
 
 #[async_trait]
 impl QueueEntry for Entry {
-    type Grant = i64;
+    type Grant = Grant;
 
-    fn hold(self, header_rev: i64) -> Box<dyn HeldLock> {
-        Box::new(EtcdHeld::new(
-            self.rpc,
-            self.lease,
-            self.place,
-            header_rev,
-            self.source,
-            self.mode,
-        ))
+    fn hold(self, grant: Grant) -> Box<dyn HeldLock> {
+        Box::new(
+            EtcdHeld::new(
+                self.rpc,
+                self.lease,
+                self.place,
+                grant.header_rev,
+                self.source,
+                self.mode,
+            )
+            .with_rules(self.rules, grant.mark),
+        )
     }
 
     /// Revoking the lease deletes our key even if the delete was not sent.
-    async fn give_back(self, _: i64) -> Result<()> {
+    async fn give_back(self, _: Grant) -> Result<()> {
         self.withdraw().await;
         Ok(())
     }
@@ -110,10 +157,12 @@ fn older_than(rev: i64) -> GetOptions {
     by_create().with_max_create_revision(rev - 1)
 }
 
-/// The keys ahead of ours, as one answer showed them.
-struct Ahead {
-    kvs: Vec<KeyValue>,
-    header_rev: i64,
+/// The keys ahead of ours, as one answer showed them, with the key's mark
+/// when our request has an order.
+pub(super) struct Ahead {
+    pub kvs: Vec<KeyValue>,
+    pub header_rev: i64,
+    pub mark: MarkSeen,
 }
 
 impl Ahead {
@@ -123,37 +172,57 @@ impl Ahead {
             .map(|kv| KeyData::mode_of(kv.value()))
             .collect()
     }
+
+    fn grant(&self) -> Grant {
+        Grant {
+            header_rev: self.header_rev,
+            mark: self.mark,
+        }
+    }
 }
 
-fn header_rev(h: Option<&etcd_client::ResponseHeader>) -> i64 {
+pub(super) fn header_rev(h: Option<&etcd_client::ResponseHeader>) -> i64 {
     h.map(|h| h.revision()).unwrap_or(0)
 }
 
-fn got(op: Option<&TxnOpResponse>) -> Vec<KeyValue> {
+pub(super) fn got(op: Option<&TxnOpResponse>) -> Vec<KeyValue> {
     match op {
         Some(TxnOpResponse::Get(g)) => g.kvs().to_vec(),
         _ => Vec::new(),
     }
 }
 
-/// Puts our key unless it exists (a retried request), reading the queue in
-/// the same transaction. Returns our place and the keys ahead of it.
-async fn enqueue(rpc: &Rpc, lease: &Lease, queue: &str, data: Vec<u8>) -> Result<(OwnKey, Ahead)> {
+/// Puts our key unless it exists (a retried request), reading the queue
+/// (and the mark, with an order) in the same transaction. Returns our place
+/// and the keys ahead of it.
+async fn enqueue(
+    rpc: &Rpc,
+    lease: &Lease,
+    queue: &str,
+    data: Vec<u8>,
+    rules: &Rules,
+) -> Result<(OwnKey, Ahead)> {
     let key = names::own_key(queue, lease.id);
+    let mut put = vec![
+        TxnOp::put(
+            key.as_str(),
+            data,
+            Some(PutOptions::new().with_lease(lease.id)),
+        ),
+        TxnOp::get(queue, Some(by_create())),
+    ];
+    let mut found = vec![
+        TxnOp::get(key.as_str(), None),
+        TxnOp::get(queue, Some(by_create())),
+    ];
+    if let Some(mark) = rules.mark_read() {
+        put.push(mark.clone());
+        found.push(mark);
+    }
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put(
-                key.as_str(),
-                data,
-                Some(PutOptions::new().with_lease(lease.id)),
-            ),
-            TxnOp::get(queue, Some(by_create())),
-        ])
-        .or_else([
-            TxnOp::get(key.as_str(), None),
-            TxnOp::get(queue, Some(by_create())),
-        ]);
+        .and_then(put)
+        .or_else(found);
     let resp = rpc
         .call(&format!("putting {key}"), |mut c| {
             let txn = txn.clone();
@@ -180,37 +249,62 @@ async fn enqueue(rpc: &Rpc, lease: &Lease, queue: &str, data: Vec<u8>) -> Result
             rev,
             queue: queue.to_string(),
         },
-        Ahead { kvs, header_rev },
+        Ahead {
+            kvs,
+            header_rev,
+            mark: MarkSeen::of(&got(ops.get(2))),
+        },
     ))
 }
 
-fn unexpected(rpc: &Rpc, reason: &str) -> BackendError {
+pub(super) fn unexpected(rpc: &Rpc, reason: &str) -> BackendError {
     BackendError::Protocol {
         server: rpc.server.clone(),
         reason: reason.to_string(),
     }
 }
 
-/// Reads the keys ahead of ours in a transaction that holds only while our
-/// key is still the one we put (its create revision) on our lease.
-async fn look(rpc: &Rpc, lease: &Lease, place: &OwnKey) -> Result<Ahead> {
+/// What a look found.
+pub(super) enum Looked {
+    Line(Ahead),
+    /// Our key was deleted by a newer `--newest` request (its notice).
+    Superseded(Rival),
+}
+
+/// Reads the keys ahead of ours (and the mark, with an order) in a
+/// transaction that holds only while our key is still the one we put (its
+/// create revision) on our lease; else it reads the notice a superseding
+/// request leaves (`--newest`).
+pub(super) async fn look(
+    rpc: &Rpc,
+    lease: &Lease,
+    place: &OwnKey,
+    rules: &Rules,
+) -> Result<Looked> {
     let key = place.key.as_str();
+    let mut then = vec![TxnOp::get(
+        place.queue.as_str(),
+        Some(older_than(place.rev)),
+    )];
+    then.extend(rules.mark_read());
     let txn = Txn::new()
         .when([
             Compare::create_revision(key, CompareOp::Equal, place.rev),
             Compare::lease(key, CompareOp::Equal, lease.id),
         ])
-        .and_then([TxnOp::get(
-            place.queue.as_str(),
-            Some(older_than(place.rev)),
-        )]);
+        .and_then(then)
+        .or_else(rules.notice_read());
     let resp = rpc
         .call("reading the queue", |mut c| {
             let txn = txn.clone();
             async move { c.txn(txn).await }
         })
         .await?;
+    let ops = resp.op_responses();
     if !resp.succeeded() {
+        if let Some(notice) = got(ops.first()).first() {
+            return Ok(Looked::Superseded(names::notice_rival(notice.value())));
+        }
         return Err(if lease.is_expired() {
             lease_gone(rpc, LeaseEnd::Expired, lease)
         } else {
@@ -223,38 +317,53 @@ async fn look(rpc: &Rpc, lease: &Lease, place: &OwnKey) -> Result<Ahead> {
             }
         });
     }
-    Ok(Ahead {
-        kvs: got(resp.op_responses().first()),
+    Ok(Looked::Line(Ahead {
+        kvs: got(ops.first()),
         header_rev: header_rev(resp.header()),
-    })
+        mark: MarkSeen::of(&got(ops.get(1))),
+    }))
 }
 
-/// waitDeletes: until the keys ahead let ours hold. Some(revision of the
-/// answer that showed it, our key checked in it) once they do; None when
-/// cancelled. `first` is what the enqueue saw.
+/// waitDeletes: until the keys ahead let ours hold. The grant (the answer
+/// that showed it, our key checked in it) once they do, unless our order is
+/// then below the mark; Left when cancelled. `first` is what the arrival
+/// saw. A `--newest` waiter also watches its own key: a newer request
+/// deletes it, leaving a notice.
+#[allow(clippy::too_many_arguments)]
 async fn wait_turn(
     rpc: &Rpc,
     lease: &Lease,
     place: &OwnKey,
+    rules: &Rules,
     mode: LockMode,
     first: Ahead,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
-) -> Result<Option<i64>> {
+) -> Result<Turn> {
     let mut ahead = first;
+    let look_again = || async {
+        tokio::select! {
+            r = look(rpc, lease, place, rules) => r.map(Some),
+            _ = cancel.cancelled() => Ok(None),
+        }
+    };
     loop {
         if cancel.is_cancelled() {
-            return Ok(None);
+            return Ok(Turn::Left);
         }
         let modes = ahead.modes();
         if line::granted(mode, &modes) {
             // The enqueue's answer did not check our lease: look once more.
-            let last = tokio::select! {
-                r = look(rpc, lease, place) => r?,
-                _ = cancel.cancelled() => return Ok(None),
+            let last = match look_again().await? {
+                None => return Ok(Turn::Left),
+                Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
+                Some(Looked::Line(last)) => last,
             };
             if line::granted(mode, &last.modes()) {
-                return Ok(Some(last.header_rev));
+                if let Some(mark) = rules::outdated(&rules.extras, last.mark.value) {
+                    return Ok(Turn::Outdated(mark));
+                }
+                return Ok(Turn::Granted(last.grant()));
             }
             ahead = last;
             continue;
@@ -266,13 +375,30 @@ async fn wait_turn(
         let options = WatchOptions::new()
             .with_start_revision(ahead.header_rev + 1)
             .with_filters([WatchFilterType::NoPut]);
-        let (watched, options) = match line::blocker(mode, &modes) {
-            Some(i) => (ahead.kvs[i].key().to_vec(), options),
-            None => (place.queue.clone().into_bytes(), options.with_prefix()),
+        let (watched, key_options) = match line::blocker(mode, &modes) {
+            Some(i) => (ahead.kvs[i].key().to_vec(), options.clone()),
+            None => (
+                place.queue.clone().into_bytes(),
+                options.clone().with_prefix(),
+            ),
         };
+        let own = rules.extras.newest.then(|| place.key.clone());
+        let armed = rpc.call("watching the key ahead", |mut c| {
+            let k = watched.clone();
+            let key_options = key_options.clone();
+            let own = own.clone();
+            let options = options.clone();
+            async move {
+                let mut stream = c.watch(k, Some(key_options)).await?;
+                if let Some(own) = own {
+                    stream.watch(own, Some(options)).await?;
+                }
+                Ok(stream)
+            }
+        });
         let mut stream = tokio::select! {
-            w = rpc.call("watching the key ahead", |mut c| { let k = watched.clone(); let options = options.clone(); async move { c.watch(k, Some(options)).await } }) => w?,
-            _ = cancel.cancelled() => return Ok(None),
+            w = armed => w?,
+            _ = cancel.cancelled() => return Ok(Turn::Left),
         };
         loop {
             tokio::select! {
@@ -286,12 +412,13 @@ async fn wait_turn(
                     _ => break,
                 },
                 gone = lease.until_gone() => return Err(lease_gone(rpc, gone, lease)),
-                _ = cancel.cancelled() => return Ok(None),
+                _ = cancel.cancelled() => return Ok(Turn::Left),
             }
         }
-        ahead = tokio::select! {
-            r = look(rpc, lease, place) => r?,
-            _ = cancel.cancelled() => return Ok(None),
+        ahead = match look_again().await? {
+            None => return Ok(Turn::Left),
+            Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
+            Some(Looked::Line(a)) => a,
         };
     }
 }
