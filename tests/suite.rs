@@ -45,6 +45,7 @@ mod pg_limit;
 mod pg_queue;
 mod pg_tls;
 mod queue_position;
+mod queue_zk;
 mod readme_quick_start;
 mod redis_auth;
 mod redis_backend;
