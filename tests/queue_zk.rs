@@ -9,8 +9,11 @@ use crate::common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::curator::{self, Recipe};
 use common::deploy;
+use common::spans;
 use common::zk::Zk;
+use common::{expect_status, wait_until};
 
 /// Sessions of 10 s (the server allows 2 to 20 ticks of 500 ms), so a
 /// holder's command rides out a restart of the JVM on a busy machine: its
@@ -22,10 +25,15 @@ const SESSION: &str = "10s";
 /// `Zk::lc_session` starts it, without borrowing the server (a restart
 /// needs it mutably).
 fn at(url: &str) -> impl Fn(&[&str]) -> Command + '_ {
+    with_query(url, "")
+}
+
+/// `at` with more query parameters (`&recipe=rwlock`).
+fn with_query<'a>(url: &'a str, query: &'a str) -> impl Fn(&[&str]) -> Command + 'a {
     move |args: &[&str]| {
         let mut cmd = Command::new(common::BIN);
         cmd.arg("--server")
-            .arg(format!("{url}?session-timeout={SESSION}"))
+            .arg(format!("{url}?session-timeout={SESSION}{query}"))
             .args(["--connect-timeout", "10s"])
             .args(args);
         cmd.env_remove("LC_SERVER").env_remove("LC_SOURCE");
@@ -102,4 +110,106 @@ fn no_cancel_without_the_flag() {
 fn pipelines_across_a_restart() {
     let (mut zk, url) = start();
     deploy::pipelines_across_a_restart(&at(&url), "deploy/prod", &mut || restart(&mut zk));
+}
+
+/// What the queue rules add beside a key's queue (the mark, a superseded
+/// and a cancel marker) is no contender for Curator: a Curator
+/// `InterProcessReadWriteLock` writer queued between two lc-cli writers
+/// (`recipe=rwlock`, `--newest --order`) takes its turn between them, none
+/// at once with another; the mark rises to the last order.
+#[test]
+fn curator_writer_ignores_the_mark_and_the_markers() {
+    let zk = Zk::start_with_tick(TICK_MS);
+    let url = zk.url("/q");
+    let lc = with_query(&url, "&recipe=rwlock");
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    expect_status(&mut lc(&["lock", "--order", "5", "k", "--", "true"]), 0);
+    assert!(zk.children("/q/k").contains(&"_c_lc-mark".to_string()));
+    // Markers as a newer request leaves them (their targets long gone).
+    let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+    for marker in [
+        format!("/q/k/_c_lc-superseded-{uuid}-0000000090"),
+        format!("/q/k/_c_lc-cancel-{uuid}-0000000091"),
+    ] {
+        zk.with_client(move |c| {
+            Box::pin(async move {
+                let options = zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all());
+                c.create(&marker, b"lc-cli 1\nsource=x", &options)
+                    .await
+                    .expect("create a marker");
+            })
+        });
+    }
+    let script = |tag: &str, secs: f64| spans::script(&log, tag, secs);
+    let first = lc(&["lock", "--newest", "--order", "6", "k", "--source", "a", "-c", &script("a", 4.0)])
+        .spawn()
+        .unwrap();
+    let mut kids = spans::Kids(vec![first]);
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "a")));
+    let mut java = curator::peer(&zk.hosts(), "/q/k", Recipe::Write, 300, &log, "j");
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(java.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "waiting");
+    }
+    kids.0.push(java);
+    // Queued behind `a` (or, on a slow machine, past it already).
+    assert!(
+        wait_until(Duration::from_secs(30), || zk
+            .children("/q/k")
+            .iter()
+            .filter(|c| c.contains("__WRIT__"))
+            .count()
+            == 2
+            || deploy::started(&log, "j")),
+        "the Curator writer did not queue: {:?}",
+        zk.children("/q/k")
+    );
+    kids.0.push(
+        lc(&["lock", "--newest", "--order", "7", "k", "--source", "b", "-c", &script("b", 0.2)])
+            .spawn()
+            .unwrap(),
+    );
+    kids.all_succeed(Duration::from_secs(60));
+    let spans = deploy::alone(&log);
+    assert_eq!(spans::tags(&spans), ["a", "j", "b"], "{spans:#?}");
+    assert_eq!(deploy::mark(&lc, "k"), Some(7));
+}
+
+/// The requests ZooKeeper receives (`mntr`'s `zk_packets_received`) for an
+/// uncontended `lock --newest --order N k -- true` and a plain `lock k --
+/// true`, the fewest of 5 rounds each: the queue rules add the two reads
+/// of the mark, each sent with a listing the lock makes anyway (so no
+/// round trip is added), and nothing else.
+#[test]
+fn round_trips_of_an_uncontended_lock() {
+    let (zk, url) = start();
+    let lc = at(&url);
+    let received = || zk.mntr()["zk_packets_received"];
+    assert!(wait_until(Duration::from_secs(20), || zk
+        .mntr()
+        .contains_key("zk_packets_received")));
+    let count = |args: &[&str]| {
+        let before = received();
+        expect_status(&mut lc(args), 0);
+        received() - before
+    };
+    count(&["lock", "k", "--", "true"]);
+    let (mut plain, mut queued, mut cancel) = (f64::MAX, f64::MAX, f64::MAX);
+    for n in 1..=5 {
+        plain = plain.min(count(&["lock", "k", "--", "true"]));
+        let order = n.to_string();
+        let args = ["lock", "--newest", "--order", &order, "k", "--", "true"];
+        queued = queued.min(count(&args));
+        let args = ["lock", "--cancel-running", "--newest", "--order", &order, "k", "--", "true"];
+        cancel = cancel.min(count(&args));
+    }
+    eprintln!("requests: plain {plain}, --newest --order {queued}, with --cancel-running {cancel}");
+    assert_eq!(queued - plain, 2.0, "plain {plain}, queued {queued}");
+    assert_eq!(cancel - plain, 3.0, "plain {plain}, with --cancel-running {cancel}");
 }
