@@ -213,3 +213,68 @@ fn round_trips_of_an_uncontended_lock() {
     assert_eq!(queued - plain, 2.0, "plain {plain}, queued {queued}");
     assert_eq!(cancel - plain, 3.0, "plain {plain}, with --cancel-running {cancel}");
 }
+
+/// The queue node of `tag` under `dir` (lc-cli's data names its source).
+fn node_of(zk: &Zk, dir: &str, tag: &str) -> Option<String> {
+    zk.queue(dir).into_iter().find(|n| {
+        zk.node(&format!("{dir}/{n}"))
+            .is_some_and(|(data, _)| String::from_utf8_lossy(&data).ends_with(&format!("source={tag}")))
+    })
+}
+
+/// A superseded waiter whose lc-cli is frozen (SIGSTOP) leaves the line
+/// all the same: its node is deleted by the newer request, which runs after
+/// the holder; thawed while that one still runs, it exits superseded
+/// without running. A `--newest` waiter whose node is deleted from outside
+/// (reset by source) says so and does not call itself superseded.
+#[test]
+fn frozen_and_reset_waiters() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let (zk, url) = start();
+    let lc = at(&url);
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let newest = ["--newest"];
+    let holder = deploy::deploy(&lc, &log, "k", "holder", 1.5, 0, &newest);
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "holder")));
+    let frozen = deploy::deploy(&lc, &log, "k", "frozen", 0.1, 0, &newest);
+    deploy::until_waiting(&lc, &log, "k", &frozen);
+    let pid = Pid::from_raw(frozen_pid(&zk, "frozen"));
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let newer = deploy::deploy(&lc, &log, "k", "newer", 2.0, 0, &newest);
+    assert!(
+        wait_until(Duration::from_secs(20), || node_of(&zk, "/q/k", "frozen").is_none()),
+        "the frozen waiter's node is still in line"
+    );
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "newer")));
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert_eq!(frozen.status(), Some(deploy::SUPERSEDED), "{}", frozen.stderr());
+    assert!(frozen.stderr().contains("'newer'"), "{}", frozen.stderr());
+    assert_eq!(newer.status(), Some(0), "{}", newer.stderr());
+    assert_eq!(spans::tags(&deploy::alone(&log)), ["holder", "newer"]);
+
+    // Reset by source: not superseded.
+    let holder = deploy::deploy(&lc, &log, "k", "holder2", 1.5, 0, &newest);
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "holder2")));
+    let waiter = deploy::deploy(&lc, &log, "k", "gone", 0.1, 0, &newest);
+    deploy::until_waiting(&lc, &log, "k", &waiter);
+    expect_status(&mut lc(&["reset", "--source", "gone"]), 0);
+    let status = waiter.status();
+    assert_ne!(status, Some(deploy::SUPERSEDED), "{}", waiter.stderr());
+    assert_ne!(status, Some(0), "{}", waiter.stderr());
+    assert!(waiter.stderr().contains("was deleted"), "{}", waiter.stderr());
+    assert!(!deploy::started(&log, "gone"));
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+}
+
+/// The pid lc-cli wrote into the node of `tag` (its data's `pid=` line).
+fn frozen_pid(zk: &Zk, tag: &str) -> i32 {
+    let node = node_of(zk, "/q/k", tag).expect("the waiter's node");
+    let (data, _) = zk.node(&format!("/q/k/{node}")).unwrap();
+    String::from_utf8_lossy(&data)
+        .lines()
+        .find_map(|l| l.strip_prefix("pid=").map(|p| p.parse().unwrap()))
+        .expect("a pid line")
+}
