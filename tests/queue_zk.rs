@@ -84,7 +84,12 @@ fn orders_across_a_restart() {
 #[test]
 fn orders_with_newest_across_a_restart() {
     let (mut zk, url) = start();
-    deploy::orders(&at(&url), "deploy/prod", true, Some(&mut || restart(&mut zk)));
+    deploy::orders(
+        &at(&url),
+        "deploy/prod",
+        true,
+        Some(&mut || restart(&mut zk)),
+    );
 }
 
 #[test]
@@ -143,11 +148,23 @@ fn curator_writer_ignores_the_mark_and_the_markers() {
         });
     }
     let script = |tag: &str, secs: f64| spans::script(&log, tag, secs);
-    let first = lc(&["lock", "--newest", "--order", "6", "k", "--source", "a", "-c", &script("a", 4.0)])
-        .spawn()
-        .unwrap();
+    let first = lc(&[
+        "lock",
+        "--newest",
+        "--order",
+        "6",
+        "k",
+        "--source",
+        "a",
+        "-c",
+        &script("a", 4.0),
+    ])
+    .spawn()
+    .unwrap();
     let mut kids = spans::Kids(vec![first]);
-    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "a")));
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(
+        &log, "a"
+    )));
     let mut java = curator::peer(&zk.hosts(), "/q/k", Recipe::Write, 300, &log, "j");
     {
         use std::io::BufRead;
@@ -171,9 +188,19 @@ fn curator_writer_ignores_the_mark_and_the_markers() {
         zk.children("/q/k")
     );
     kids.0.push(
-        lc(&["lock", "--newest", "--order", "7", "k", "--source", "b", "-c", &script("b", 0.2)])
-            .spawn()
-            .unwrap(),
+        lc(&[
+            "lock",
+            "--newest",
+            "--order",
+            "7",
+            "k",
+            "--source",
+            "b",
+            "-c",
+            &script("b", 0.2),
+        ])
+        .spawn()
+        .unwrap(),
     );
     kids.all_succeed(Duration::from_secs(60));
     let spans = deploy::alone(&log);
@@ -206,19 +233,33 @@ fn round_trips_of_an_uncontended_lock() {
         let order = n.to_string();
         let args = ["lock", "--newest", "--order", &order, "k", "--", "true"];
         queued = queued.min(count(&args));
-        let args = ["lock", "--cancel-running", "--newest", "--order", &order, "k", "--", "true"];
+        let args = [
+            "lock",
+            "--cancel-running",
+            "--newest",
+            "--order",
+            &order,
+            "k",
+            "--",
+            "true",
+        ];
         cancel = cancel.min(count(&args));
     }
     eprintln!("requests: plain {plain}, --newest --order {queued}, with --cancel-running {cancel}");
     assert_eq!(queued - plain, 2.0, "plain {plain}, queued {queued}");
-    assert_eq!(cancel - plain, 3.0, "plain {plain}, with --cancel-running {cancel}");
+    assert_eq!(
+        cancel - plain,
+        3.0,
+        "plain {plain}, with --cancel-running {cancel}"
+    );
 }
 
 /// The queue node of `tag` under `dir` (lc-cli's data names its source).
 fn node_of(zk: &Zk, dir: &str, tag: &str) -> Option<String> {
     zk.queue(dir).into_iter().find(|n| {
-        zk.node(&format!("{dir}/{n}"))
-            .is_some_and(|(data, _)| String::from_utf8_lossy(&data).ends_with(&format!("source={tag}")))
+        zk.node(&format!("{dir}/{n}")).is_some_and(|(data, _)| {
+            String::from_utf8_lossy(&data).ends_with(&format!("source={tag}"))
+        })
     })
 }
 
@@ -237,34 +278,50 @@ fn frozen_and_reset_waiters() {
     let log = tmp.path().join("log");
     let newest = ["--newest"];
     let holder = deploy::deploy(&lc, &log, "k", "holder", 1.5, 0, &newest);
-    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "holder")));
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(
+        &log, "holder"
+    )));
     let frozen = deploy::deploy(&lc, &log, "k", "frozen", 0.1, 0, &newest);
     deploy::until_waiting(&lc, &log, "k", &frozen);
     let pid = Pid::from_raw(frozen_pid(&zk, "frozen"));
     kill(pid, Signal::SIGSTOP).unwrap();
     let newer = deploy::deploy(&lc, &log, "k", "newer", 2.0, 0, &newest);
     assert!(
-        wait_until(Duration::from_secs(20), || node_of(&zk, "/q/k", "frozen").is_none()),
+        wait_until(Duration::from_secs(20), || node_of(&zk, "/q/k", "frozen")
+            .is_none()),
         "the frozen waiter's node is still in line"
     );
     assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
-    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "newer")));
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(
+        &log, "newer"
+    )));
     kill(pid, Signal::SIGCONT).unwrap();
-    assert_eq!(frozen.status(), Some(deploy::SUPERSEDED), "{}", frozen.stderr());
+    assert_eq!(
+        frozen.status(),
+        Some(deploy::SUPERSEDED),
+        "{}",
+        frozen.stderr()
+    );
     assert!(frozen.stderr().contains("'newer'"), "{}", frozen.stderr());
     assert_eq!(newer.status(), Some(0), "{}", newer.stderr());
     assert_eq!(spans::tags(&deploy::alone(&log)), ["holder", "newer"]);
 
     // Reset by source: not superseded.
     let holder = deploy::deploy(&lc, &log, "k", "holder2", 1.5, 0, &newest);
-    assert!(wait_until(Duration::from_secs(20), || deploy::started(&log, "holder2")));
+    assert!(wait_until(Duration::from_secs(20), || deploy::started(
+        &log, "holder2"
+    )));
     let waiter = deploy::deploy(&lc, &log, "k", "gone", 0.1, 0, &newest);
     deploy::until_waiting(&lc, &log, "k", &waiter);
     expect_status(&mut lc(&["reset", "--source", "gone"]), 0);
     let status = waiter.status();
     assert_ne!(status, Some(deploy::SUPERSEDED), "{}", waiter.stderr());
     assert_ne!(status, Some(0), "{}", waiter.stderr());
-    assert!(waiter.stderr().contains("was deleted"), "{}", waiter.stderr());
+    assert!(
+        waiter.stderr().contains("was deleted"),
+        "{}",
+        waiter.stderr()
+    );
     assert!(!deploy::started(&log, "gone"));
     assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
 }

@@ -31,7 +31,8 @@ use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 const BATCH: usize = 256;
 
 /// A request already sent, its answer to come.
-pub(super) type Reply<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, zk::Error>> + Send + 'a>>;
+pub(super) type Reply<'a, T> =
+    Pin<Box<dyn Future<Output = std::result::Result<T, zk::Error>> + Send + 'a>>;
 
 fn send_list<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, Vec<String>> {
     Box::pin(c.list_children(path))
@@ -137,7 +138,11 @@ pub(super) async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
             .into_iter()
             .map(|got| got.and_then(|(data, _)| names::parse_mark(&data)));
         for (lock, got) in batch.iter().zip(data) {
-            let mark = if lock.mark { marks.next().flatten() } else { None };
+            let mark = if lock.mark {
+                marks.next().flatten()
+            } else {
+                None
+            };
             let key = &lock.dir[root.len() + 1..];
             let found = match got {
                 Some((data, stat)) => Some((data, stat, lock.queue.len() - 1)),

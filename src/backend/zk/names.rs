@@ -444,7 +444,10 @@ mod tests {
         assert_eq!(NodeData::decode(b"127.0.0.1"), None);
         let d = NodeData::new(Mode::Queue, "ci").with_fields("note=a%0Ab\norder=7\nnewest=1\n");
         let text = String::from_utf8(d.encode()).unwrap();
-        assert!(text.contains("\nnote=a%0Ab\norder=7\nnewest=1\nsource=ci"), "{text}");
+        assert!(
+            text.contains("\nnote=a%0Ab\norder=7\nnewest=1\nsource=ci"),
+            "{text}"
+        );
         let back = NodeData::decode(text.as_bytes()).unwrap();
         assert_eq!(back.fields.get("order"), Some("7"));
         assert_eq!(back.fields.get("note"), Some("a\nb"));

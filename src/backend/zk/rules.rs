@@ -319,7 +319,13 @@ impl Rules {
 /// Supersedes the waiter at `target`: the marker and the deletion in one
 /// transaction that checks `head` still exists. True when the queue
 /// moved (the head left) or the outcome is unknown: list again.
-async fn supersede(s: &Session, data: &[u8], head: &str, marker: &str, target: &str) -> Result<bool> {
+async fn supersede(
+    s: &Session,
+    data: &[u8],
+    head: &str,
+    marker: &str,
+    target: &str,
+) -> Result<bool> {
     let client = s.client()?;
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(s.acls);
     let mut multi = client.new_multi_writer();
