@@ -335,3 +335,40 @@ fn frozen_pid(zk: &Zk, tag: &str) -> i32 {
         .find_map(|l| l.strip_prefix("pid=").map(|p| p.parse().unwrap()))
         .expect("a pid line")
 }
+
+/// `zk_partition`'s trials with `--newest --order` on both sides (the
+/// holder order 1, the waiter order 2): the holder cut off from ZooKeeper
+/// stops its command before its session can expire and the waiter's
+/// starts; never two at once.
+#[test]
+fn partitioned_holder_with_newest_and_order() {
+    use common::partition::{trial, trials};
+    use common::proxy::Proxy;
+    use common::timeline::OnTerm;
+    // tickTime 300 ms: sessions of 0.6 s to 6 s.
+    let zk = Zk::start_with_tick(300);
+    let session = "4s";
+    let kinds = [OnTerm::LogAndExit, OnTerm::Ignore];
+    let rules = ["--newest", "--order"];
+    trials("--newest --order, session 4s", &kinds, |n, kind| {
+        let root = format!("/p{n}");
+        let proxy = Proxy::start(zk.port);
+        let through_proxy = format!("zk://{}{root}?session-timeout={session}", proxy.addr());
+        trial(
+            &proxy,
+            kind,
+            |script| {
+                let mut cmd = common::lc_at(&through_proxy, &["--connect-timeout", "10s"]);
+                cmd.arg("lock").args(rules).args(["1", "k", "-c", script]);
+                cmd
+            },
+            |script| {
+                let mut args = vec!["lock"];
+                args.extend(rules);
+                args.extend(["2", "k", "-c", script]);
+                zk.lc_session(&root, session, &args)
+            },
+            || zk.queue(&format!("{root}/k")).len() == 2,
+        )
+    });
+}
