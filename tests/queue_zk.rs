@@ -265,8 +265,8 @@ fn node_of(zk: &Zk, dir: &str, tag: &str) -> Option<String> {
 
 /// A superseded waiter whose lc-cli is frozen (SIGSTOP) leaves the line
 /// all the same: its node is deleted by the newer request, which runs after
-/// the holder; thawed while that one still runs, it exits superseded
-/// without running. A `--newest` waiter whose node is deleted from outside
+/// the holder; thawed once that one has ended, it exits superseded without
+/// running, and deletes its marker. A `--newest` waiter whose node is deleted from outside
 /// (reset by source) says so and does not call itself superseded.
 #[test]
 fn frozen_and_reset_waiters() {
@@ -285,16 +285,16 @@ fn frozen_and_reset_waiters() {
     deploy::until_waiting(&lc, &log, "k", &frozen);
     let pid = Pid::from_raw(frozen_pid(&zk, "frozen"));
     kill(pid, Signal::SIGSTOP).unwrap();
-    let newer = deploy::deploy(&lc, &log, "k", "newer", 2.0, 0, &newest);
+    let newer = deploy::deploy(&lc, &log, "k", "newer", 1.0, 0, &newest);
     assert!(
         wait_until(Duration::from_secs(20), || node_of(&zk, "/q/k", "frozen")
             .is_none()),
         "the frozen waiter's node is still in line"
     );
     assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
-    assert!(wait_until(Duration::from_secs(20), || deploy::started(
-        &log, "newer"
-    )));
+    assert_eq!(newer.status(), Some(0), "{}", newer.stderr());
+    // Thawed after the newer request ended (within its own session
+    // timeout): the marker is still there to say who.
     kill(pid, Signal::SIGCONT).unwrap();
     assert_eq!(
         frozen.status(),
@@ -303,7 +303,13 @@ fn frozen_and_reset_waiters() {
         frozen.stderr()
     );
     assert!(frozen.stderr().contains("'newer'"), "{}", frozen.stderr());
-    assert_eq!(newer.status(), Some(0), "{}", newer.stderr());
+    assert!(
+        !zk.children("/q/k")
+            .iter()
+            .any(|c| c.starts_with("_c_lc-superseded-")),
+        "the superseded waiter left its marker: {:?}",
+        zk.children("/q/k")
+    );
     assert_eq!(spans::tags(&deploy::alone(&log)), ["holder", "newer"]);
 
     // Reset by source: not superseded.

@@ -248,6 +248,9 @@ pub(super) async fn wait_turn(
     let Some((stat, mut own_watch)) = s.watch_own(node).await? else {
         return left(s, node, rules).await;
     };
+    if let Some(r) = rules.as_deref_mut() {
+        r.born_ms = stat.ctime;
+    }
     loop {
         if cancel.is_cancelled() {
             return Ok(None);

@@ -15,10 +15,12 @@
 //!   Outranked by one of them, it leaves at once; else each older `--newest`
 //!   waiter gets, in one transaction that also checks that the head of the
 //!   queue still exists (so that waiter cannot be holding), a marker naming
-//!   the newer request (`_c_lc-superseded-<its id>`, ephemeral, the newer
+//!   the newer request (`_c_lc-superseded-<its id>`, persistent, the newer
 //!   request's data) and the deletion of its node. A waiter watches its own
-//!   node: deleted with a marker it is superseded; without, it was reset
-//!   (or its session is gone).
+//!   node: deleted with a marker it is superseded (it deletes the marker);
+//!   without, it was reset (or its session is gone). A marker left over (its
+//!   waiter died first) is deleted by a later `--newest` request that sees
+//!   it, once 10 minutes old.
 //! - Cancel: a `--cancel-running` request that finds a holder taken with it
 //!   creates `_c_lc-cancel-<holder's id>` (ephemeral, its own data); every
 //!   `--cancel-running` request sets an existence watch on its own such path
@@ -47,6 +49,15 @@ fn value(found: Found) -> Option<u64> {
 /// How many times a request lists again to settle its supersede and
 /// cancel notices when the queue moved under them.
 const PASSES: u32 = 5;
+
+/// A superseded marker this old (by the server's clock) is left over: its
+/// waiter read it long ago or its session is over (no session outlives
+/// its timeout without contact), so the next `--newest` request deletes it.
+const STALE_MS: i64 = 10 * 60 * 1000;
+
+fn send_delete<'a>(c: &'a zk::Client, path: &'a str) -> super::keys::Reply<'a, ()> {
+    Box::pin(c.delete(path, None))
+}
 
 /// The path of `dir`'s mark.
 pub(super) fn mark_path(dir: &str) -> String {
@@ -148,6 +159,10 @@ pub(super) struct Rules {
     mark: String,
     /// The supersede and cancel notices are done.
     joined: bool,
+    /// When our node was made, by the server's clock (ms).
+    pub born_ms: i64,
+    /// The superseded markers the last listing showed.
+    markers: Vec<String>,
     passes: u32,
     /// The mark as the last listing read it: the grant's, for the
     /// release's compare-and-set (no read then).
@@ -169,6 +184,8 @@ impl Rules {
             name: name.to_string(),
             mark: mark_path(dir),
             joined: false,
+            born_ms: 0,
+            markers: Vec::new(),
             passes: 0,
             seen: None,
             outcome: None,
@@ -195,6 +212,12 @@ impl Rules {
             list(s, &self.dir, mark.as_deref(), watch.as_deref()).await?;
         self.seen = mark;
         let mark = value(mark);
+        let prefix = format!("{}superseded-", names::EXTRA_PREFIX);
+        self.markers = children
+            .iter()
+            .filter(|c| c.starts_with(&prefix))
+            .map(|c| format!("{}/{c}", self.dir))
+            .collect();
         if let (Some(path), Some((exists, watch))) = (watch, watched) {
             self.cancel = Some(CancelWatch {
                 path,
@@ -226,11 +249,30 @@ impl Rules {
         // The holders ahead (a cancel notice's target) and the waiters
         // ahead (a supersede's), as lc-cli's nodes say.
         let ahead: Vec<usize> = (0..ours).collect();
-        let paths: Vec<String> = ahead
+        let mut paths: Vec<String> = ahead
             .iter()
             .map(|&i| format!("{}/{}", self.dir, queue[i]))
             .collect();
-        let read = super::keys::pipelined(s, &paths, super::keys::send_get, "reading").await?;
+        // With them, the superseded markers a `--newest` request sees, for
+        // their age: a left-over one is deleted.
+        let markers = match self.extras.newest {
+            true => std::mem::take(&mut self.markers),
+            false => Vec::new(),
+        };
+        paths.extend(markers.iter().cloned());
+        let mut read = super::keys::pipelined(s, &paths, super::keys::send_get, "reading").await?;
+        let stale: Vec<String> = markers
+            .into_iter()
+            .zip(read.split_off(ahead.len()))
+            .filter_map(|(m, got)| {
+                let (_, stat) = got?;
+                (self.born_ms - stat.ctime > STALE_MS).then_some(m)
+            })
+            .collect();
+        if !stale.is_empty() {
+            let _ = super::keys::pipelined(s, &stale, send_delete, "deleting").await;
+        }
+        paths.truncate(ahead.len());
         let mut holders = Vec::new();
         let mut waiters = Vec::new();
         for ((&i, path), got) in ahead.iter().zip(&paths).zip(read) {
@@ -327,11 +369,11 @@ async fn supersede(
     target: &str,
 ) -> Result<bool> {
     let client = s.client()?;
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(s.acls);
+    let persistent = zk::CreateMode::Persistent.with_acls(s.acls);
     let mut multi = client.new_multi_writer();
     let added = multi
         .add_check_version(head, -1)
-        .and_then(|_| multi.add_create(marker, data, &ephemeral))
+        .and_then(|_| multi.add_create(marker, data, &persistent))
         .and_then(|_| multi.add_delete(target, None));
     if let Err(e) = added {
         return Err(s.error(&format!("superseding {target}"), e));
