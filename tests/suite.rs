@@ -48,6 +48,7 @@ mod pg_tls;
 mod queue_etcd;
 mod queue_position;
 mod queue_redis;
+mod queue_zk;
 mod readme_quick_start;
 mod redis_auth;
 mod redis_backend;

@@ -23,7 +23,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     default_ttl: crate::backend::DEFAULT_TTL,
     caps: Capabilities {
-        queues: Some(crate::backend::fields::NOT_YET),
+        queues: None,
         ..Capabilities::ALL
     },
     key_problem: super::names::key_problem,

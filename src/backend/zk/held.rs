@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use zookeeper_client as zk;
 
 use super::names::{self, Mode, NodeData};
+use super::rules::{self, CancelWatch};
 use super::session::{OwnWatch, Session, SessionEnd};
-use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
+use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result, Rival};
 
 pub(super) struct ZkHeld {
     s: Arc<Session>,
@@ -18,6 +19,14 @@ pub(super) struct ZkHeld {
     /// cancelled and called again without losing the watch.
     own_watch: Option<OwnWatch>,
     source: String,
+    /// The request's field list, kept by a detached hold.
+    pub(super) fields: String,
+    /// `--order`: what raises the key's mark.
+    pub(super) order: Option<rules::Raise>,
+    /// `--cancel-running`: the watch on our cancel marker.
+    pub(super) cancel: Option<CancelWatch>,
+    /// The command's exit status (`command_ended`).
+    status: Option<i32>,
     released: bool,
 }
 
@@ -35,6 +44,10 @@ impl ZkHeld {
             czxid,
             own_watch: Some(own_watch),
             source,
+            fields: String::new(),
+            order: None,
+            cancel: None,
+            status: None,
             released: false,
         }
     }
@@ -94,6 +107,15 @@ pub(super) fn term_after_contact(session_timeout: Duration) -> Duration {
 /// us last; a twentieth is left for the kill to land.
 pub(super) fn kill_after_contact(session_timeout: Duration) -> Duration {
     session_timeout - session_timeout / 20
+}
+
+/// Resolves when a newer `--cancel-running` request asks us to stop:
+/// never without the flag.
+async fn cancel_notice(cancel: Option<&mut CancelWatch>, s: &Session) -> Rival {
+    match cancel {
+        Some(c) => c.notice(s).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Our node is gone: deleted from outside, or by the server expiring our
@@ -164,15 +186,32 @@ impl HeldLock for ZkHeld {
                     }
                 }
                 gone = self.s.until_gone() => return self.gone(gone),
+                by = cancel_notice(self.cancel.as_mut(), &self.s) => return LostReason::cancelled(by),
                 _ = tokio::time::sleep_until(look_again) => {}
             }
         }
     }
 
+    fn command_ended(&mut self, status: i32) {
+        self.status = Some(status);
+    }
+
     /// Ok once the server confirmed our node gone (deleted, or with our
     /// session expired): only then is the key free. Unconfirmed, an
     /// `Unavailable` error that the caller retries.
+    /// After a command that ended with status 0, with `--order`: the mark
+    /// raised with the deletion of our node (`rules::raise_mark`).
     async fn release(&mut self) -> Result<()> {
+        if !self.released {
+            if let Some(c) = &mut self.cancel {
+                c.clear(&self.s).await;
+            }
+            if let (Some(raise), Some(0)) = (&mut self.order, self.status) {
+                self.released = rules::raise_mark(&self.s, raise, &self.node).await?;
+                // Raised or not needed: not again.
+                self.status = None;
+            }
+        }
         if !self.released {
             self.s.delete_confirmed(&self.node).await?;
             self.released = true;
@@ -199,7 +238,7 @@ impl HeldLock for ZkHeld {
         };
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
-        let mut data = NodeData::new(Mode::Detached, &self.source);
+        let mut data = NodeData::new(Mode::Detached, &self.source).with_fields(&self.fields);
         let mut options = zk::CreateMode::Persistent.with_acls(self.s.acls);
         if let Some(ttl) = expire {
             // ZooKeeper's TTLs are whole ms, at least 1.

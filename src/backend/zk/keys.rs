@@ -31,13 +31,14 @@ use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 const BATCH: usize = 256;
 
 /// A request already sent, its answer to come.
-type Reply<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, zk::Error>> + Send + 'a>>;
+pub(super) type Reply<'a, T> =
+    Pin<Box<dyn Future<Output = std::result::Result<T, zk::Error>> + Send + 'a>>;
 
 fn send_list<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, Vec<String>> {
     Box::pin(c.list_children(path))
 }
 
-fn send_get<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, (Vec<u8>, zk::Stat)> {
+pub(super) fn send_get<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, (Vec<u8>, zk::Stat)> {
     Box::pin(c.get_data(path))
 }
 
@@ -45,6 +46,8 @@ fn send_get<'a>(c: &'a zk::Client, path: &'a str) -> Reply<'a, (Vec<u8>, zk::Sta
 struct Lock {
     dir: String,
     queue: Vec<String>,
+    /// It has a mark (`names::MARK`).
+    mark: bool,
 }
 
 /// The lock nodes under the root: mutexes, read-write locks (several may
@@ -71,9 +74,12 @@ async fn walk(s: &Session, root: &str) -> Result<Walk> {
                 let Some(children) = children else { continue };
                 let semaphore = dir != root && names::semaphore_parts(&children);
                 let mut queue = Vec::new();
+                let mark = children.iter().any(|c| c == names::MARK);
                 for child in children {
                     if names::sequence_of(&child).is_some() {
                         queue.push(child);
+                    } else if names::is_extra(&child) {
+                        // The mark and the markers: no keys under them.
                     } else if !(semaphore
                         && (child == names::SEMAPHORE_LEASES || child == names::SEMAPHORE_LOCKS))
                     {
@@ -88,6 +94,7 @@ async fn walk(s: &Session, root: &str) -> Result<Walk> {
                     let lock = Lock {
                         dir: dir.clone(),
                         queue: names::queue(queue),
+                        mark,
                     };
                     if names::read_write_in_use(&lock.queue) {
                         shared.push(lock);
@@ -120,7 +127,22 @@ pub(super) async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
             .map(|l| format!("{}/{}", l.dir, l.queue[0]))
             .collect();
         let data = pipelined(s, &heads, send_get, "reading").await?;
+        // The marks, sent after the holders' reads: no more round trips.
+        let marks: Vec<String> = batch
+            .iter()
+            .filter(|l| l.mark)
+            .map(|l| super::rules::mark_path(&l.dir))
+            .collect();
+        let mut marks = pipelined(s, &marks, send_get, "reading")
+            .await?
+            .into_iter()
+            .map(|got| got.and_then(|(data, _)| names::parse_mark(&data)));
         for (lock, got) in batch.iter().zip(data) {
+            let mark = if lock.mark {
+                marks.next().flatten()
+            } else {
+                None
+            };
             let key = &lock.dir[root.len() + 1..];
             let found = match got {
                 Some((data, stat)) => Some((data, stat, lock.queue.len() - 1)),
@@ -128,7 +150,9 @@ pub(super) async fn list(s: &Session, root: &str) -> Result<Vec<KeyInfo>> {
                 None => holder_of(s, &lock.dir).await?,
             };
             if let Some((data, stat, waiting)) = found {
-                out.push(holder_info(key, &data, stat.ctime, waiting));
+                let mut info = holder_info(key, &data, stat.ctime, waiting);
+                info.mark = mark;
+                out.push(info);
             }
         }
     }
@@ -213,6 +237,7 @@ fn waiter_info(
     mode: LockMode,
     place: usize,
 ) -> WaiterInfo {
+    let fields = NodeData::decode(data).map(|d| d.fields).unwrap_or_default();
     let (source, since_ms, kept, mode) = match NodeData::decode(data) {
         Some(d) => {
             let mode = match (mode, d.limit) {
@@ -242,7 +267,7 @@ fn waiter_info(
         place,
         kept,
         identity: None,
-        fields: Default::default(),
+        fields,
     }
 }
 
@@ -320,7 +345,7 @@ async fn semaphore_holders(s: &Session, root: &str, dir: &str) -> Result<Vec<Key
 /// Sends one request per path at once, then collects the answers in order:
 /// None for a node that does not exist. A request lost with the connection
 /// is sent again (as [`Session::retry`] does).
-async fn pipelined<T>(
+pub(super) async fn pipelined<T>(
     s: &Session,
     paths: &[String],
     send: for<'a> fn(&'a zk::Client, &'a str) -> Reply<'a, T>,
@@ -379,6 +404,7 @@ async fn holder_of(s: &Session, dir: &str) -> Result<Option<(Vec<u8>, zk::Stat, 
 fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo {
     // A Curator client's node carries no mode: held by a live session, but
     // whether it runs a command is not known.
+    let fields = NodeData::decode(data).map(|d| d.fields).unwrap_or_default();
     let expires = NodeData::decode(data)
         .and_then(|d| d.expires_ms)
         .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
@@ -405,7 +431,7 @@ fn holder_info(key: &str, data: &[u8], ctime_ms: i64, waiting: usize) -> KeyInfo
         mode: crate::backend::LockMode::Exclusive,
         token: None,
         expires,
-        fields: Default::default(),
+        fields,
         mark: None,
     }
 }

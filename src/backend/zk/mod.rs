@@ -19,6 +19,7 @@ mod keys;
 mod names;
 mod ping;
 mod queue;
+mod rules;
 mod semaphore;
 mod session;
 
@@ -252,6 +253,9 @@ impl Backend for ZkBackend {
             };
             for child in children {
                 let path = format!("{dir}/{child}");
+                if names::is_extra(&child) {
+                    continue;
+                }
                 if names::sequence_of(&child).is_none() {
                     dirs.push(path);
                     continue;
@@ -271,6 +275,17 @@ impl Backend for ZkBackend {
             }
         }
         Ok(())
+    }
+
+    /// The persistent child `_c_lc-mark` of the key's lock node (`rules.rs`).
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        let dir = names::lock_dir(&self.root, key);
+        rules::read_mark(&self.session, &rules::mark_path(&dir)).await
+    }
+
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        let dir = names::lock_dir(&self.root, key);
+        rules::clear_mark(&self.session, &rules::mark_path(&dir)).await
     }
 
     /// Walks the tree under the root: see `keys.rs` for what is asked and

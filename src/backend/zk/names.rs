@@ -3,6 +3,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::backend::fields::FieldList;
+
 /// What a queue node stands for, told by the lock name in it (each followed
 /// by the 10-digit sequence number), as Curator's recipes name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,51 @@ impl NodeKind {
 /// mutex its acquirers queue on, and the leases.
 pub(super) const SEMAPHORE_LOCKS: &str = "locks";
 pub(super) const SEMAPHORE_LEASES: &str = "leases";
+
+/// The children lc-cli keeps beside a key's queue for deploy queues (the
+/// mark, the markers) start with this: `_c_`, which no key segment may
+/// start with (`key_problem`), and no lock name, so neither lc-cli nor a
+/// Curator recipe takes them for contenders (Curator sorts a child without
+/// its lock name by its whole name: after every sequence number, since `_`
+/// sorts after the digits).
+pub(super) const EXTRA_PREFIX: &str = "_c_lc-";
+
+/// The key's mark (`--order`): a persistent child of the lock node whose
+/// data is the highest order whose command ended with status 0, in decimal.
+pub(super) const MARK: &str = "_c_lc-mark";
+
+/// Whether a child of a lock node is one of lc-cli's extra nodes.
+pub(super) fn is_extra(child: &str) -> bool {
+    child.starts_with(EXTRA_PREFIX)
+}
+
+/// What a marker tells the node it is aimed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Marker {
+    /// A newer `--newest` request deleted the waiting node: it is superseded.
+    Superseded,
+    /// A newer `--cancel-running` request asks the holder to stop.
+    Cancel,
+}
+
+/// The marker aimed at the queue node `node` (its unique part and sequence,
+/// without its lock name): `_c_lc-superseded-<uuid>-0000000012`.
+pub(super) fn marker(kind: Marker, node: &str) -> Option<String> {
+    let (k, _) = parse(node)?;
+    let at = node.rfind(k.lock_name())?;
+    let unique = node[..at].strip_prefix("_c_").unwrap_or(&node[..at]);
+    let digits = &node[at + k.lock_name().len()..];
+    let what = match kind {
+        Marker::Superseded => "superseded",
+        Marker::Cancel => "cancel",
+    };
+    Some(format!("{EXTRA_PREFIX}{what}-{unique}{digits}"))
+}
+
+/// A mark node's value (None: not a number, as if there were none).
+pub(super) fn parse_mark(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
 
 /// Why a key cannot be a znode path under the root (`None` when it can).
 pub(super) fn key_problem(key: &str) -> Option<String> {
@@ -206,6 +253,10 @@ pub(super) struct NodeData {
     /// the epoch (the server deletes the node once it is that old, at its
     /// next check).
     pub expires_ms: Option<u64>,
+    /// The request's field list (`--note`, `--order`, `--newest`,
+    /// `--cancel-running`), as lines before `source=`; empty for a request
+    /// without fields, whose data is then what it always was.
+    pub fields: FieldList,
     /// Last, so it may contain anything.
     pub source: String,
 }
@@ -223,8 +274,15 @@ impl NodeData {
             pid: std::process::id(),
             limit: None,
             expires_ms: None,
+            fields: FieldList::default(),
             source: source.to_string(),
         }
+    }
+
+    /// With the request's field list (as `Extras::encode` wrote it).
+    pub(super) fn with_fields(mut self, list: &str) -> Self {
+        self.fields = FieldList::parse(list.as_bytes()).unwrap_or_default();
+        self
     }
 
     pub(super) fn with_limit(mut self, limit: Option<u32>) -> Self {
@@ -245,8 +303,8 @@ impl NodeData {
             limit.push_str(&format!("expires={at}\n"));
         }
         format!(
-            "{MAGIC}mode={mode}\nsince={}\npid={}\n{limit}source={}",
-            self.since_ms, self.pid, self.source
+            "{MAGIC}mode={mode}\nsince={}\npid={}\n{limit}{}source={}",
+            self.since_ms, self.pid, self.fields, self.source
         )
         .into_bytes()
     }
@@ -261,11 +319,15 @@ impl NodeData {
             pid: 0,
             limit: None,
             expires_ms: None,
+            fields: FieldList::default(),
             source: String::new(),
         };
+        // The lines that are not the node's own: the request's fields.
+        let mut fields = String::new();
         loop {
             if let Some(source) = rest.strip_prefix("source=") {
                 out.source = source.to_string();
+                out.fields = FieldList::parse(fields.as_bytes()).unwrap_or_default();
                 return Some(out);
             }
             let (line, tail) = rest.split_once('\n')?;
@@ -277,7 +339,10 @@ impl NodeData {
                 ("pid", v) => out.pid = v.parse().ok()?,
                 ("limit", v) => out.limit = Some(v.parse().ok()?),
                 ("expires", v) => out.expires_ms = Some(v.parse().ok()?),
-                _ => {}
+                _ => {
+                    fields.push_str(line);
+                    fields.push('\n');
+                }
             }
         }
     }
@@ -377,5 +442,42 @@ mod tests {
         let d = NodeData::new(Mode::Queue, "h").with_limit(Some(3));
         assert_eq!(NodeData::decode(&d.encode()).unwrap().limit, Some(3));
         assert_eq!(NodeData::decode(b"127.0.0.1"), None);
+        let d = NodeData::new(Mode::Queue, "ci").with_fields("note=a%0Ab\norder=7\nnewest=1\n");
+        let text = String::from_utf8(d.encode()).unwrap();
+        assert!(
+            text.contains("\nnote=a%0Ab\norder=7\nnewest=1\nsource=ci"),
+            "{text}"
+        );
+        let back = NodeData::decode(text.as_bytes()).unwrap();
+        assert_eq!(back.fields.get("order"), Some("7"));
+        assert_eq!(back.fields.get("note"), Some("a\nb"));
+        assert_eq!(back, d);
+        // Without fields, the data is what it always was.
+        let plain = String::from_utf8(NodeData::new(Mode::Queue, "h").encode()).unwrap();
+        assert!(plain.ends_with("\nsource=h"));
+        assert!(!plain.contains("order"));
+    }
+
+    #[test]
+    fn markers_are_no_contenders() {
+        let node = "_c_0f8fad5b-d9cb-469f-a165-70867728950e-lock-0000000012";
+        let m = marker(Marker::Superseded, node).unwrap();
+        assert_eq!(
+            m,
+            "_c_lc-superseded-0f8fad5b-d9cb-469f-a165-70867728950e-0000000012"
+        );
+        let c = marker(Marker::Cancel, "_c_x-__WRIT__0000000003").unwrap();
+        assert_eq!(c, "_c_lc-cancel-x-0000000003");
+        for extra in [m.as_str(), c.as_str(), MARK] {
+            assert!(is_extra(extra));
+            assert_eq!(parse(extra), None, "{extra}");
+            assert!(!extra.contains("lock-") && !extra.contains("__READ__"));
+            assert!(!extra.contains("__WRIT__") && !extra.contains("lease-"));
+            // Curator sorts it by its whole name: after every sequence.
+            assert!(extra > "9999999999");
+            assert!(key_problem(extra).is_some());
+        }
+        assert_eq!(parse_mark(b"42"), Some(42));
+        assert_eq!(parse_mark(b"x"), None);
     }
 }

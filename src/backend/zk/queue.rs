@@ -13,6 +13,7 @@ use zookeeper_client as zk;
 
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData, NodeKind, Turn};
+use super::rules::{self, Rules, Step};
 use super::session::{OwnWatch, Session, SessionEnd};
 use super::Recipe;
 use crate::backend::settle::{settle, QueueEntry};
@@ -20,7 +21,8 @@ use crate::backend::{
     Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, WaitProgress,
 };
 
-/// An exclusive or shared request (`--limit N` is `semaphore.rs`).
+/// An exclusive or shared request (`--limit N` is `semaphore.rs`); with
+/// queue rules (`--order`, `--newest`, `--cancel-running`), `rules.rs`.
 pub(super) async fn acquire(
     s: &Arc<Session>,
     root: &str,
@@ -30,9 +32,20 @@ pub(super) async fn acquire(
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Acquired> {
     let dir = names::lock_dir(root, &request.key);
-    let data = NodeData::new(Mode::Queue, &request.source).encode();
-    let created = match kind_for(s, &dir, request.mode, recipe).await {
-        Ok(kind) => create_node(s, &dir, &data, kind).await,
+    let fields = request.extras.encode();
+    let data = NodeData::new(Mode::Queue, &request.source)
+        .with_fields(&fields)
+        .encode();
+    // The arrival check, with the listing that picks our node's kind:
+    // below the mark, no node is made.
+    let order = request.extras.order;
+    let created = match kind_for(s, &dir, request.mode, recipe, order.is_some()).await {
+        Ok((_, mark)) if rules::outdated(order, mark).is_some() => {
+            s.close().await;
+            let mark = mark.unwrap_or_default();
+            return Ok(Acquired::Outdated { mark });
+        }
+        Ok((kind, _)) => create_node(s, &dir, &data, kind).await,
         Err(e) => Err(e),
     };
     let name = match created {
@@ -42,13 +55,30 @@ pub(super) async fn acquire(
             return Err(e);
         }
     };
+    let mut rules = Rules::new(&request.extras, &data, &dir, &name);
     let place = QueueNode::new(dir, name);
     let check = Some((request.key.as_str(), request.mode));
-    let waited = wait_turn(s, &place, request.nonblock, &cancel, progress, check).await;
+    let waited = wait_turn(
+        s,
+        &place,
+        request.nonblock,
+        &cancel,
+        progress,
+        check,
+        rules.as_mut(),
+    )
+    .await;
+    if let Some(outcome) = rules.as_mut().and_then(|r| r.outcome.take()) {
+        // Superseded (our node is gone already) or outdated: we leave.
+        withdraw(s, &place.path).await;
+        return Ok(outcome);
+    }
     let entry = Entry {
         s: s.clone(),
         node: place.path,
         source: request.source.clone(),
+        fields,
+        rules,
     };
     settle(entry, waited, &cancel).await
 }
@@ -58,6 +88,8 @@ struct Entry {
     s: Arc<Session>,
     node: String,
     source: String,
+    fields: String,
+    rules: Option<Rules>,
 }
 
 #[async_trait]
@@ -65,13 +97,13 @@ impl QueueEntry for Entry {
     type Grant = (i64, OwnWatch);
 
     fn hold(self, (czxid, own_watch): (i64, OwnWatch)) -> Box<dyn HeldLock> {
-        Box::new(ZkHeld::new(
-            self.s,
-            self.node,
-            czxid,
-            own_watch,
-            self.source,
-        ))
+        let mut held = ZkHeld::new(self.s, self.node, czxid, own_watch, self.source);
+        held.fields = self.fields;
+        if let Some(mut rules) = self.rules {
+            held.order = rules.order();
+            held.cancel = rules.cancel.take();
+        }
+        Box::new(held)
     }
 
     /// Said so when not confirmed: the key may still be held.
@@ -98,19 +130,36 @@ impl QueueEntry for Entry {
 /// exclusive one, a read-write lock's writer with `recipe=rwlock` or where
 /// readers or writers queue (so Curator's read-write lock sees it), else a
 /// mutex node as Curator's `InterProcessMutex` (and lc-cli before shared
-/// locks) names it.
-async fn kind_for(s: &Session, dir: &str, mode: LockMode, recipe: Recipe) -> Result<NodeKind> {
-    if mode == LockMode::Shared {
-        return Ok(NodeKind::Read);
+/// locks) names it. With `mark`, the key's mark too, read with the listing
+/// (one round trip; a request of `recipe=rwlock` reads it alone).
+async fn kind_for(
+    s: &Session,
+    dir: &str,
+    mode: LockMode,
+    recipe: Recipe,
+    mark: bool,
+) -> Result<(NodeKind, Option<u64>)> {
+    let mark_path = rules::mark_path(dir);
+    if mode == LockMode::Shared || recipe == Recipe::RwLock {
+        let mark = match mark {
+            true => rules::read_mark(s, &mark_path).await?,
+            false => None,
+        };
+        // Decided before any node exists: a Curator reader arriving at an
+        // empty key must see us as a writer.
+        let kind = match mode {
+            LockMode::Shared => NodeKind::Read,
+            _ => NodeKind::Write,
+        };
+        return Ok((kind, mark));
     }
-    // Decided before any node exists: a Curator reader arriving at an
-    // empty key must see us as a writer.
-    if recipe == Recipe::RwLock {
-        return Ok(NodeKind::Write);
-    }
-    match s.retry(|c| async move { c.list_children(dir).await }).await {
-        Ok(children) if names::read_write_in_use(&children) => Ok(NodeKind::Write),
-        Ok(_) | Err(zk::Error::NoNode) => Ok(NodeKind::Mutex),
+    let m = mark.then_some(mark_path.as_str());
+    match rules::list(s, dir, m, None).await {
+        Ok((children, mark, _)) if names::read_write_in_use(&children) => {
+            Ok((NodeKind::Write, mark.and_then(|(v, _)| v)))
+        }
+        Ok((_, mark, _)) => Ok((NodeKind::Mutex, mark.and_then(|(v, _)| v))),
+        Err(zk::Error::NoNode) => Ok((NodeKind::Mutex, None)),
         Err(e) => Err(s.error(&format!("listing {dir}"), e)),
     }
 }
@@ -184,7 +233,8 @@ impl QueueNode {
 /// Waits until our node holds (`names::turn`). Some((czxid, own watch))
 /// when it does; None when we must leave (cancelled, or `nonblock` and it
 /// does not hold). With `check` (the key and our mode), the first listing
-/// also refuses a key that a semaphore uses.
+/// also refuses a key that a semaphore uses. With `rules` (`rules.rs`),
+/// None also when the request left by them (`rules.outcome` says why).
 pub(super) async fn wait_turn(
     s: &Session,
     place: &QueueNode,
@@ -192,18 +242,29 @@ pub(super) async fn wait_turn(
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
     mut check: Option<(&str, LockMode)>,
+    mut rules: Option<&mut Rules>,
 ) -> Result<Option<(i64, OwnWatch)>> {
     let (dir, name, node) = (place.dir.as_str(), place.name.as_str(), place.path.as_str());
     let Some((stat, mut own_watch)) = s.watch_own(node).await? else {
-        return Err(gone(s, node));
+        return left(s, node, rules).await;
     };
+    if let Some(r) = rules.as_deref_mut() {
+        r.born_ms = stat.ctime;
+    }
     loop {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        let children = match s.retry(|c| async move { c.list_children(dir).await }).await {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => return Err(gone(s, node)),
+        let listed = match rules.as_deref_mut() {
+            Some(r) => r.list(s).await,
+            None => s
+                .retry(|c| async move { c.list_children(dir).await })
+                .await
+                .map(|children| (children, None)),
+        };
+        let (children, mark) = match listed {
+            Ok(listed) => listed,
+            Err(zk::Error::NoNode) => return left(s, node, rules).await,
             Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
         };
         // After our node exists: of two disagreeing requests that race,
@@ -215,12 +276,19 @@ pub(super) async fn wait_turn(
         }
         let queue = names::queue(children);
         let Some(ours) = queue.iter().position(|n| n == name) else {
-            return Err(gone(s, node));
+            return left(s, node, rules).await;
         };
         let kinds: Vec<NodeKind> = queue
             .iter()
             .map(|n| names::parse(n).map_or(NodeKind::Mutex, |(k, _)| k))
             .collect();
+        if let Some(r) = rules.as_deref_mut() {
+            match r.on_listing(s, &queue, &kinds, ours, mark).await? {
+                Step::Go => {}
+                Step::Left => return Ok(None),
+                Step::Relist => continue,
+            }
+        }
         let watch = match names::turn(&kinds, ours) {
             Turn::Holds => {
                 progress(WaitProgress { ahead: Some(0) });
@@ -254,11 +322,11 @@ pub(super) async fn wait_turn(
             }
             event = &mut own_watch => {
                 match event.event_type {
-                    zk::EventType::NodeDeleted => return Err(gone(s, node)),
+                    zk::EventType::NodeDeleted => return left(s, node, rules).await,
                     zk::EventType::Session => return Err(expired(s)),
                     _ => match s.watch_own(node).await? {
                         Some((_, w)) => own_watch = w,
-                        None => return Err(gone(s, node)),
+                        None => return left(s, node, rules).await,
                     },
                 }
             }
@@ -299,6 +367,18 @@ async fn refuse_if_semaphore(s: &Session, dir: &str, key: &str, mode: LockMode) 
         });
     }
     Ok(())
+}
+
+/// Our node is gone while we wait: superseded (a marker says so: we
+/// leave, `rules.outcome` set), else reset or our session's end.
+async fn left<T>(s: &Session, node: &str, rules: Option<&mut Rules>) -> Result<Option<T>> {
+    if let Some(r) = rules {
+        if let Some(by) = r.superseded(s).await {
+            r.outcome = Some(Acquired::Superseded(by));
+            return Ok(None);
+        }
+    }
+    Err(gone(s, node))
 }
 
 pub(super) fn gone(s: &Session, node: &str) -> BackendError {

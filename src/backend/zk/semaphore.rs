@@ -43,6 +43,7 @@ pub(super) async fn acquire(
     let locks = format!("{dir}/{}", names::SEMAPHORE_LOCKS);
     let data = NodeData::new(Mode::Queue, &request.source)
         .with_limit(Some(n))
+        .with_fields(&request.extras.encode())
         .encode();
     let name = match create_node(s, &locks, &data, NodeKind::Mutex).await {
         Ok(name) => name,
@@ -105,7 +106,7 @@ async fn in_turn(
     refuse_if_lock(s, dir, key, n).await?;
     check_limit(s, &leases, key, n).await?;
     check_limit(s, &mutex.dir, key, n).await?;
-    if wait_turn(s, mutex, request.nonblock, cancel, progress, None)
+    if wait_turn(s, mutex, request.nonblock, cancel, progress, None, None)
         .await?
         .is_none()
     {
