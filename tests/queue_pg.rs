@@ -188,6 +188,61 @@ fn refused_without_the_create_privilege() {
     );
 }
 
+/// A superseded waiter whose session the newer request may not signal
+/// (another role, without `pg_signal_backend`) is marked all the same: it
+/// is not interrupted, and leaves without running when its turn comes.
+#[test]
+fn a_waiter_of_another_role_leaves_at_its_turn() {
+    let pg = PgServer::start();
+    let key = "deploy/prod";
+    // The tables, made by the superuser, then opened to two roles.
+    let out = pg
+        .lc(&["lock", "--order", "1", "warm", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for role in ["ci_a", "ci_b"] {
+        pg.sql(&format!(
+            "create role {role} login password 'pw'; grant usage on schema lc_cli to {role}; \
+             grant select, insert, update, delete on all tables in schema lc_cli to {role}; \
+             grant usage on all sequences in schema lc_cli to {role}"
+        ));
+    }
+    let as_role = |role: &str| {
+        lc_at(format!(
+            "postgres://{role}:pw@127.0.0.1:{}/postgres",
+            pg.port
+        ))
+    };
+    let (a, b) = (as_role("ci_a"), as_role("ci_b"));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let holder = deploy(&a, &log, key, "h", 1.5, 0, &[]);
+    assert!(wait_until(Duration::from_secs(30), || deploy::started(
+        &log, "h"
+    )));
+    let old = deploy(&a, &log, key, "old", 0.1, 0, &["--newest"]);
+    until_waiting(&a, &log, key, &old);
+    let new = deploy(&b, &log, key, "new", 0.1, 0, &["--newest"]);
+    until_waiting(&b, &log, key, &new);
+    assert_eq!(
+        pg.sql(
+            "select source || ' by ' || by_source from lc_cli.requests where by_pid is not null"
+        ),
+        "old by new"
+    );
+    assert_eq!(holder.status(), Some(0), "{}", holder.stderr());
+    assert_eq!(old.status(), Some(deploy::SUPERSEDED), "{}", old.stderr());
+    assert!(old.stderr().contains("'new'"), "{}", old.stderr());
+    assert_eq!(new.status(), Some(0), "{}", new.stderr());
+    let spans = deploy::alone(&log);
+    assert_eq!(common::spans::tags(&spans), ["h", "new"]);
+}
+
 /// A TCP relay to `to` that counts the client's flights: each time the
 /// client sends after the server last did (or first), one round trip.
 fn counting_relay(to: u16) -> (u16, Arc<AtomicUsize>) {
