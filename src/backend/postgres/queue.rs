@@ -72,7 +72,9 @@ fn missing(e: &tokio_postgres::Error) -> bool {
     .any(|c| e.code() == Some(c))
 }
 
-async fn prepare_all(
+/// Prepares a request's statements (no round trip of its own when run
+/// alongside the session's naming).
+pub(super) async fn prepare(
     s: &Session,
     shared: bool,
     nonblock: bool,
@@ -115,16 +117,6 @@ async fn prepare_all(
     })
 }
 
-/// Prepares a request's statements (no round trip of its own when run
-/// alongside the session's naming).
-pub(super) async fn prepare(
-    s: &Session,
-    shared: bool,
-    nonblock: bool,
-) -> std::result::Result<Statements, tokio_postgres::Error> {
-    prepare_all(s, shared, nonblock).await
-}
-
 /// The statements `first` prepared or, where lc-cli's tables are missing,
 /// creates them (once: any request with fields does) and prepares again;
 /// a role that may not create them, or use them, is refused with one line
@@ -163,7 +155,7 @@ pub(super) async fn ready(
                         a.db
                     )));
                 }
-                got = prepare_all(s, shared, request.nonblock).await;
+                got = prepare(s, shared, request.nonblock).await;
             }
             Err(e) => return Err(may_not_use(s, a, request, &e)),
         }
@@ -233,8 +225,7 @@ async fn leave(s: &Session, bound: Duration) {
 }
 
 /// The arrival, the interrupts and the lock call, pipelined; then, once
-/// granted, the grant's check. `check` is the key's agreement check,
-/// run once granted (the caller gives the lock back if it fails).
+/// granted, the grant's check (the caller then checks the key's mode).
 pub(super) async fn acquire(
     s: &Session,
     a: &PgAddress,
