@@ -46,6 +46,7 @@ mod pg_limit;
 mod pg_queue;
 mod pg_tls;
 mod queue_etcd;
+mod queue_pg;
 mod queue_position;
 mod queue_redis;
 mod queue_zk;

@@ -42,7 +42,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
         limit: true,
         // A hold is the session's: it ends with lc-cli.
         kept_holds: false,
-        queues: Some(crate::backend::fields::NOT_YET),
+        queues: None,
         why: "",
     },
     // Any text hashes.

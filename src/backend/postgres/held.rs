@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::queue;
 use super::session::Session;
 use crate::backend::{BackendError, HeldLock, LostReason, Result};
 
@@ -21,6 +22,22 @@ pub(super) enum Release {
     All(i64),
 }
 
+/// A hold taken with fields (`queue.rs`): its row goes with the release,
+/// which raises the key's mark after a command that ended with status 0.
+pub(super) struct Queued {
+    pub st: queue::Statements,
+    /// The lock id.
+    pub id: i64,
+    /// The request's id, which a cancel notice names, and our backend pid.
+    pub rid: i64,
+    pub pid: i32,
+    pub order: Option<u64>,
+    /// Taken with `--cancel-running`: it listens for a newer one.
+    pub cancel: bool,
+    /// The command's exit status, once told.
+    pub status: Option<i32>,
+}
+
 pub(super) struct PgHeld {
     s: Session,
     key: String,
@@ -31,6 +48,7 @@ pub(super) struct PgHeld {
     last_ok: Instant,
     /// The connection is given up: nothing more is sent on it.
     gone: bool,
+    queued: Option<Queued>,
 }
 
 /// How often the held session is pinged: a fifth of the keepalive.
@@ -64,6 +82,7 @@ impl PgHeld {
         token: Option<u64>,
         keepalive: Duration,
         release: Release,
+        queued: Option<Queued>,
     ) -> Self {
         PgHeld {
             s,
@@ -73,7 +92,14 @@ impl PgHeld {
             release,
             last_ok: Instant::now(),
             gone: false,
+            queued,
         }
+    }
+
+    /// A newer `--cancel-running` request's notice to this hold, if one came.
+    fn cancelled(&self) -> Option<LostReason> {
+        let q = self.queued.as_ref().filter(|q| q.cancel)?;
+        queue::cancel_notice(&self.s, q.pid, q.rid).map(LostReason::cancelled)
     }
 
     /// The connection ended: the server ended the session (a restart, a
@@ -117,6 +143,9 @@ impl HeldLock for PgHeld {
     /// when the connection ends or no ping is answered for half of it.
     async fn lost(&mut self) -> LostReason {
         loop {
+            if let Some(lost) = self.cancelled() {
+                return lost;
+            }
             let deadline = self.last_ok + silent_after(self.keepalive);
             let sent = Instant::now();
             let answer: std::result::Result<_, String> = {
@@ -140,9 +169,16 @@ impl HeldLock for PgHeld {
                 Ok(None) => return self.silent(),
                 Err(why) => return self.ended(why),
             }
-            tokio::select! {
-                why = self.s.ended() => return self.ended(why),
-                _ = tokio::time::sleep(ping_every(self.keepalive)) => {}
+            let next = Instant::now() + ping_every(self.keepalive);
+            loop {
+                tokio::select! {
+                    why = self.s.ended() => return self.ended(why),
+                    _ = tokio::time::sleep_until(next) => break,
+                    _ = self.s.notified() => match self.cancelled() {
+                        Some(lost) => return lost,
+                        None => continue,
+                    },
+                }
             }
         }
     }
@@ -151,9 +187,38 @@ impl HeldLock for PgHeld {
     /// head of the line), then the connection is closed. A session whose
     /// connection has ended holds nothing: the server ends it, and with it
     /// the lock.
+    fn command_ended(&mut self, status: i32) {
+        if let Some(q) = &mut self.queued {
+            q.status = Some(status);
+        }
+    }
+
     async fn release(&mut self) -> Result<()> {
         if self.gone || self.s.is_ended() {
             return Ok(());
+        }
+        if let Some(q) = &self.queued {
+            // The mark rises only after a command that ended with status 0.
+            let mark = q.order.filter(|_| q.status == Some(0));
+            let done = queue::release(&self.s, &q.st, &self.key, q.id, mark);
+            return match tokio::time::timeout(silent_after(self.keepalive), done).await {
+                Ok(Ok(None)) => Ok(()),
+                Ok(Ok(Some(why))) => {
+                    self.gone = true;
+                    eprintln!(
+                        "lc-cli: released '{}', but its mark could not be raised to {}: {why}",
+                        self.key,
+                        mark.unwrap_or_default()
+                    );
+                    Ok(())
+                }
+                Ok(Err(_)) if self.s.is_ended() => Ok(()),
+                Ok(Err(e)) => Err(self.s.error(&format!("releasing '{}'", self.key), e)),
+                Err(_) => Err(BackendError::Unavailable {
+                    server: self.s.server.clone(),
+                    reason: format!("no answer to the release of '{}'", self.key),
+                }),
+            };
         }
         let (sql, id, word) = match self.release {
             Release::Exclusive(id) => ("SELECT pg_advisory_unlock($1)::text", id, None),

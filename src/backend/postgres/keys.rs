@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use super::limit;
 use super::session::Session;
+use crate::backend::fields::FieldList;
 use crate::backend::{BackendError, KeyInfo, LockMode, Result, WaiterInfo};
 
 /// The application name of an lc-cli session: its source after this, cut
@@ -134,16 +135,25 @@ pub(super) async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
     let locks = read_locks(s).await?;
     let held = holders(&locks);
     let names = names(s, held.iter().map(|h| h.named).collect()).await?;
+    let (fields, marks) = super::queue::decorations(
+        s,
+        held.iter().map(|h| h.lock.pid).collect(),
+        names.values().cloned().collect(),
+    )
+    .await?;
     Ok(held
         .into_iter()
         .map(|h| {
             let l = h.lock;
+            let key = names
+                .get(&h.named)
+                .cloned()
+                .unwrap_or_else(|| format!("id:{}", h.named));
             KeyInfo {
                 identity: None,
-                key: names
-                    .get(&h.named)
-                    .cloned()
-                    .unwrap_or_else(|| format!("id:{}", h.named)),
+                fields: fields_of(&fields, l),
+                mark: marks.get(&key).copied(),
+                key,
                 source: source_of(l.app.as_deref(), l.pid),
                 peer: peer_of(l),
                 since: l
@@ -160,8 +170,6 @@ pub(super) async fn list(s: &Session) -> Result<Vec<KeyInfo>> {
                 mode: h.mode,
                 token: None,
                 expires: None,
-                fields: Default::default(),
-                mark: None,
             }
         })
         .collect())
@@ -225,6 +233,8 @@ pub(super) async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
     let locks = read_locks(s).await?;
     let waiting = waiting(&locks);
     let names = names(s, waiting.iter().map(|w| w.0).collect()).await?;
+    let pids = waiting.iter().map(|w| w.1.pid).collect();
+    let (fields, _) = super::queue::decorations(s, pids, Vec::new()).await?;
     let mut out: Vec<WaiterInfo> = Vec::with_capacity(waiting.len());
     for (id, l, mode, since) in waiting {
         let key = names
@@ -247,10 +257,18 @@ pub(super) async fn waiters(s: &Session) -> Result<Vec<WaiterInfo>> {
             // No hold outlives its session here.
             kept: None,
             identity: None,
-            fields: Default::default(),
+            fields: fields_of(&fields, l),
         });
     }
     Ok(out)
+}
+
+/// The field list lc-cli keeps for the session of `l`, for that lock.
+fn fields_of(fields: &HashMap<i32, (i64, String)>, l: &Lock) -> FieldList {
+    match fields.get(&l.pid) {
+        Some((id, list)) if *id == l.id => FieldList::parse(list.as_bytes()).unwrap_or_default(),
+        _ => FieldList::default(),
+    }
 }
 
 fn peer_of(l: &Lock) -> Option<String> {

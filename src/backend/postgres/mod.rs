@@ -24,6 +24,7 @@ mod held;
 mod keys;
 mod limit;
 mod ping;
+mod queue;
 mod session;
 mod tls;
 
@@ -39,7 +40,7 @@ use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
     WaitProgress,
 };
-use held::PgHeld;
+use held::{PgHeld, Queued};
 use session::Session;
 
 pub(crate) struct PgBackend {
@@ -164,6 +165,62 @@ impl PgBackend {
         let _ = tokio::time::timeout(self.connect_timeout, free).await;
     }
 
+    /// A `-x`/`-s` request with fields (`queue.rs`), its statements
+    /// prepared.
+    async fn acquire_queued(
+        &self,
+        s: Session,
+        st: queue::Statements,
+        request: &LockRequest,
+        ids: limit::Ids,
+        pid: i32,
+        cancel: &CancellationToken,
+    ) -> Result<Acquired> {
+        let key = request.key.as_str();
+        let got = queue::acquire(
+            &s,
+            &self.address,
+            &st,
+            request,
+            ids.lock,
+            self.connect_timeout,
+            cancel,
+        )
+        .await?;
+        let (rid, token) = match got {
+            queue::Outcome::Held { rid, token } => (rid, token),
+            queue::Outcome::Busy => return Ok(Acquired::Busy),
+            queue::Outcome::Cancelled => return Ok(Acquired::Cancelled),
+            queue::Outcome::Superseded(by) => return Ok(Acquired::Superseded(by)),
+            queue::Outcome::Outdated(mark) => return Ok(Acquired::Outdated { mark }),
+        };
+        if let Err(e) = limit::check_lock(&s, key, request.mode, ids).await {
+            self.give_back(&s).await;
+            return Err(e);
+        }
+        let release = match request.mode {
+            LockMode::Shared => held::Release::Shared(ids.lock),
+            _ => held::Release::Exclusive(ids.lock),
+        };
+        let queued = Queued {
+            st,
+            id: ids.lock,
+            rid,
+            pid,
+            order: request.extras.order,
+            cancel: request.extras.cancel,
+            status: None,
+        };
+        Ok(Acquired::Held(Box::new(PgHeld::new(
+            s,
+            key.to_string(),
+            token,
+            self.address.keepalive,
+            release,
+            Some(queued),
+        ))))
+    }
+
     /// The grant's token, or None where lc-cli may not keep its sequence.
     async fn token(s: &Session, id: i64, key: &str) -> Result<Option<u64>> {
         for attempt in 0..2 {
@@ -207,6 +264,15 @@ impl Backend for PgBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
         if let LockMode::Limit(n) = request.mode {
+            if !request.extras.is_empty() {
+                return Err(BackendError::Unsupported {
+                    server: self.address.to_string(),
+                    reason: format!(
+                        "lc-cli's PostgreSQL backend keeps no {} with --limit",
+                        request.extras.options()
+                    ),
+                });
+            }
             if n.get() > limit::MAX_N {
                 return Err(BackendError::Unsupported {
                     server: self.address.to_string(),
@@ -237,11 +303,23 @@ impl Backend for PgBackend {
                 String::new()
             }
         );
-        let row = s
-            .client
-            .query_one(sql.as_str(), &[&key, &app])
-            .await
-            .map_err(|e| s.error("naming the session", e))?;
+        // A request with fields prepares its statements alongside.
+        let naming_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &app];
+        let naming = s.client.query_one(sql.as_str(), &naming_params);
+        let (row, statements) = match request.extras.is_empty() {
+            true => (naming.await, None),
+            false => {
+                let shared = request.mode == LockMode::Shared;
+                let prepared = queue::prepare(&s, shared, request.nonblock);
+                let (row, st) = tokio::join!(naming, prepared);
+                (row, Some(st))
+            }
+        };
+        let row = row.map_err(|e| s.error("naming the session", e))?;
+        let statements = match statements {
+            Some(st) => Some(queue::ready(&s, &self.address, request, st).await?),
+            None => None,
+        };
         let ids = limit::Ids::from_hashes(row.get(0), row.get(1));
         let release = match request.mode {
             LockMode::Limit(n) => {
@@ -270,6 +348,10 @@ impl Backend for PgBackend {
             }
             mode => {
                 let shared = mode == LockMode::Shared;
+                if let Some(st) = statements {
+                    let pid: i32 = row.get(3);
+                    return self.acquire_queued(s, st, request, ids, pid, &cancel).await;
+                }
                 if !self
                     .lock(&s, key, ids.lock, shared, request.nonblock, &cancel)
                     .await?
@@ -304,6 +386,7 @@ impl Backend for PgBackend {
             token,
             self.address.keepalive,
             release,
+            None,
         ))))
     }
 
@@ -325,6 +408,14 @@ impl Backend for PgBackend {
 
     async fn reset_source(&self, source: &str) -> Result<()> {
         keys::reset_source(self.admin().await?, source).await
+    }
+
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        queue::mark(self.admin().await?, key).await
+    }
+
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        queue::clear_mark(self.admin().await?, key).await
     }
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {

@@ -24,6 +24,8 @@ pub(super) struct Session {
     ended: watch::Receiver<Option<String>>,
     /// Woken by each notification the server sends (a `LISTEN` of ours).
     notified: Arc<Notify>,
+    /// The cancel notices received (`queue.rs`): channel and payload.
+    notes: Arc<std::sync::Mutex<Vec<(String, String)>>>,
     /// The displayed address, for errors.
     pub server: String,
     host_port: String,
@@ -99,6 +101,9 @@ fn server_options(keepalive: Duration) -> String {
         k * 1000
     )
 }
+
+/// The most cancel notices kept unread (a holder reads the first).
+const MAX_NOTES: usize = 16;
 
 /// The first pause before trying again a server that is starting up; it
 /// doubles up to the last (the refused connection's rule, in `tcp`).
@@ -176,11 +181,21 @@ impl Session {
         let (tx, ended) = watch::channel(None);
         let notified = Arc::new(Notify::new());
         let wake = notified.clone();
+        let notes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = notes.clone();
         tokio::spawn(async move {
             let mut connection = connection;
             let why = loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(AsyncMessage::Notification(_))) => wake.notify_one(),
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        if n.channel().starts_with(super::queue::CANCEL_CHANNEL) {
+                            let mut notes = kept.lock().unwrap();
+                            if notes.len() < MAX_NOTES {
+                                notes.push((n.channel().to_string(), n.payload().to_string()));
+                            }
+                        }
+                        wake.notify_one()
+                    }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => break describe(&e),
                     None => break "the server closed the connection".to_string(),
@@ -192,6 +207,7 @@ impl Session {
             client,
             ended,
             notified,
+            notes,
             server,
             host_port: host_port(a),
             connect_timeout,
@@ -234,6 +250,14 @@ impl Session {
     /// the last call).
     pub(super) async fn notified(&self) {
         self.notified.notified().await
+    }
+
+    /// The payloads of the notices received on `channel` so far, taken.
+    pub(super) fn take_notes(&self, channel: &str) -> Vec<String> {
+        let mut notes = self.notes.lock().unwrap();
+        let (ours, others) = notes.drain(..).partition(|(c, _)| c == channel);
+        *notes = others;
+        ours.into_iter().map(|(_, p)| p).collect()
     }
 
     pub(super) fn is_ended(&self) -> bool {
