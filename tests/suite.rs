@@ -44,6 +44,7 @@ mod pg_killed_holder;
 mod pg_limit;
 mod pg_queue;
 mod pg_tls;
+mod queue_builtin;
 mod queue_position;
 mod readme_quick_start;
 mod redis_auth;

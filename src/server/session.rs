@@ -45,16 +45,29 @@ pub(super) async fn hold(
     key: Vec<u8>,
     id: GrantId,
     mut link: LinkEnd,
+    queues: bool,
 ) {
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
-    // Heartbeats and one SessionRelease frame: action, key, token field.
-    let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
+    // Heartbeats and one SessionRelease frame: action, key, token field
+    // (with the command's status and order).
+    let mut buf = [0u8; 3 + proto::MAX_FIELD + 20];
     let mut len = 0;
     let mut connected = true;
     let mut failures = 0;
+    let mut cancel_told = false;
     loop {
         tokio::select! {
+            told = &mut link.cancel, if !cancel_told => {
+                cancel_told = true;
+                // Err: the hold ended (the arm above sees to it).
+                if told.is_ok() && connected && queues {
+                    if let Some(by) = shared.table.cancel_notice(&key, id) {
+                        let notice = proto::rival_answer(proto::CANCEL_NOTICE, &by);
+                        let _ = Box::pin(stream.write_all(&notice)).await;
+                    }
+                }
+            }
             _ = &mut link.changed => {
                 if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
                     // Taken away (a reset, someone's Unlock): say so.
@@ -89,14 +102,14 @@ pub(super) async fn hold(
                 let request =
                     Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
                 match request {
-                    Some(Next::Release { key: k, token }) => {
+                    Some(Next::Release { key: k, token, ended }) => {
                         // With tokens, the holds of this session's token only.
                         let owner = shared.table.owner_of(&key, id);
                         let whose = match (&shared.tokens, &owner) {
                             (Some(_), Some(o)) => Whose::Only(o.fingerprint),
                             _ => Whose::Any,
                         };
-                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref())).await;
+                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref(), ended)).await;
                         let _ = match answer {
                             Ok(answer) => stream.write_all(&[answer.byte()]).await,
                             Err(NotYours) => stream.write_all(&proto::not_allowed(tokens::NOT_YOURS)).await,
@@ -123,6 +136,7 @@ enum Next {
     Release {
         key: Vec<u8>,
         token: u64,
+        ended: Option<proto::Ended>,
     },
     /// Anything but a SessionRelease ends the connection's part in the
     /// session: it is not the protocol.
@@ -155,9 +169,10 @@ async fn take_requests(
             Request::Release {
                 key,
                 kind: ReleaseKind::Token(token),
+                ended,
             },
             _,
-        )) => Some(Next::Release { key, token }),
+        )) => Some(Next::Release { key, token, ended }),
         Ok(Decoded::Incomplete) if *len < buf.len() => None,
         _ => Some(Next::Stop),
     }
@@ -298,7 +313,7 @@ pub(super) async fn reclaim(
     };
     let _ = stream.write_all(&answer).await;
     if let Some(link) = g.link {
-        spawn_hold(stream, peer, shared, key, g.id, link);
+        spawn_hold(stream, peer, shared, key, g.id, link, greeted.queues);
     }
 }
 
@@ -310,10 +325,11 @@ pub(super) fn spawn_hold(
     key: Vec<u8>,
     id: GrantId,
     link: LinkEnd,
+    queues: bool,
 ) {
     // The connection stays counted against the limits while its hold runs.
     let tracked = shared.limits.again(peer);
-    let work = hold(stream, peer, shared.clone(), key, id, link);
+    let work = hold(stream, peer, shared.clone(), key, id, link, queues);
     tokio::spawn(async move {
         let _tracked = tracked;
         work.await
@@ -356,11 +372,13 @@ mod tests {
             &super::super::ServerOptions::default(),
         ));
         let (_tx, rx) = tokio::sync::oneshot::channel();
+        let (_cancel_tx, cancel) = tokio::sync::oneshot::channel();
         let link = super::LinkEnd {
             gen: 0,
             changed: rx,
+            cancel,
         };
-        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link);
+        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link, false);
         let size = std::mem::size_of_val(&f);
         eprintln!("hold future: {size} bytes");
         assert!(size <= 700, "the session future is {size} bytes");

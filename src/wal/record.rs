@@ -13,6 +13,8 @@
 //!   digest]`: the owner is its token's fingerprint and name, never the
 //!   token; the secret's digest, never the secret
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
+//! - Mark    `[10][keyLen][key][set:u8][mark:u64le]` (version 6, issue 44):
+//!   the key's mark is now `mark` (set 1), or has none (set 0: cleared)
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
 //!   records it removes)
@@ -42,6 +44,12 @@ const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
 const TAG_GRANT_EXPIRING: u8 = 7;
 const TAG_GRANT_OWNED: u8 = 8;
+const TAG_MARK: u8 = 10;
+
+/// Whether a framed record (a valid one) is a Mark.
+pub fn is_mark(frame: &[u8]) -> bool {
+    frame.get(HEADER) == Some(&TAG_MARK)
+}
 
 /// Whose a hold is, as its Grant records it (tag 8; none in tags 1 to 7):
 /// its token's fingerprint (0: none) and name, and the digest of its
@@ -112,13 +120,17 @@ pub enum Record {
     Release { key: Vec<u8>, token: Option<u64> },
     /// Every token given so far is at most `token`.
     Floor { token: u64 },
+    /// The key's mark is now `mark` (None: cleared).
+    Mark { key: Vec<u8>, mark: Option<u64> },
 }
 
 impl Record {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            Record::Grant { key, .. } | Record::Release { key, .. } => key,
+            Record::Grant { key, .. } | Record::Release { key, .. } | Record::Mark { key, .. } => {
+                key
+            }
             Record::Floor { .. } => &[],
         }
     }
@@ -155,13 +167,19 @@ pub enum RecordRef<'a> {
     Floor {
         token: u64,
     },
+    Mark {
+        key: &'a [u8],
+        mark: Option<u64>,
+    },
 }
 
 impl RecordRef<'_> {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            RecordRef::Grant { key, .. } | RecordRef::Release { key, .. } => key,
+            RecordRef::Grant { key, .. }
+            | RecordRef::Release { key, .. }
+            | RecordRef::Mark { key, .. } => key,
             RecordRef::Floor { .. } => &[],
         }
     }
@@ -213,6 +231,14 @@ impl RecordRef<'_> {
             RecordRef::Floor { token } => {
                 out.push(TAG_FLOOR);
                 out.extend_from_slice(&token.to_le_bytes());
+            }
+            RecordRef::Mark { key, mark } => {
+                let key = &key[..key.len().min(255)];
+                out.push(TAG_MARK);
+                out.push(key.len() as u8);
+                out.extend_from_slice(key);
+                out.push(u8::from(mark.is_some()));
+                out.extend_from_slice(&mark.unwrap_or(0).to_le_bytes());
             }
             RecordRef::Release { key, token } => {
                 let key = &key[..key.len().min(255)];
@@ -268,6 +294,10 @@ impl RecordRef<'_> {
                 token,
             },
             RecordRef::Floor { token } => Record::Floor { token },
+            RecordRef::Mark { key, mark } => Record::Mark {
+                key: key.to_vec(),
+                mark,
+            },
         }
     }
 }
@@ -299,6 +329,7 @@ impl Record {
             },
             Record::Release { key, token } => RecordRef::Release { key, token: *token },
             Record::Floor { token } => RecordRef::Floor { token: *token },
+            Record::Mark { key, mark } => RecordRef::Mark { key, mark: *mark },
         }
     }
 }
@@ -308,7 +339,14 @@ impl Record {
 pub fn is_current(frame: &[u8]) -> bool {
     matches!(
         frame.get(HEADER),
-        Some(&(TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED | TAG_RELEASE | TAG_FLOOR))
+        Some(
+            &(TAG_GRANT
+                | TAG_GRANT_EXPIRING
+                | TAG_GRANT_OWNED
+                | TAG_RELEASE
+                | TAG_FLOOR
+                | TAG_MARK)
+        )
     )
 }
 
@@ -440,6 +478,17 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
             return Some(RecordRef::Floor {
                 token: u64::from_le_bytes(token),
             });
+        }
+        TAG_MARK => {
+            let key = field()?;
+            let (&set, mark) = cur.split_first()?;
+            let mark = u64::from_le_bytes(mark.try_into().ok()?);
+            let mark = match set {
+                0 => None,
+                1 => Some(mark),
+                _ => return None,
+            };
+            RecordRef::Mark { key, mark }
         }
         TAG_RELEASE_ALL | TAG_RELEASE => {
             let key = field()?;

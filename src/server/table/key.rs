@@ -31,6 +31,11 @@ pub(crate) struct Ask {
     /// (whole seconds, rounded up: it fits in the padding of this struct,
     /// which every waiter keeps).
     pub expire: Option<NonZeroU32>,
+    /// Its field list (an ExtendedLock, issue 44), `ticket=` taken out.
+    pub fields: Option<Arc<[u8]>>,
+    /// The place in line it had before a restart of the server (the
+    /// ticket its wait was handed), shown again to take it back.
+    pub ticket: Option<u64>,
 }
 
 impl Ask {
@@ -70,6 +75,8 @@ pub(crate) struct Holder {
     /// The digest of a session hold's secret ([`secret_digest`]), if it
     /// has one: a reclaim must show the secret.
     pub secret: Option<Secret>,
+    /// Its request's field list (issue 44), if it had one.
+    pub fields: Option<Arc<[u8]>>,
 }
 
 /// The live end of a session hold.
@@ -80,6 +87,9 @@ pub(super) struct Link {
     /// Dropped when the hold ends or moves to another connection, which
     /// wakes the task holding the receiver.
     _changed: oneshot::Sender<()>,
+    /// Fired when a newer `--cancel-running` request asks the hold to
+    /// stop (the task then tells its holder `>`).
+    pub cancel: Option<oneshot::Sender<()>>,
 }
 
 /// What the task serving a session hold keeps.
@@ -88,6 +98,9 @@ pub(crate) struct LinkEnd {
     pub gen: u64,
     /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
     pub changed: oneshot::Receiver<()>,
+    /// Resolves with `Ok` when a newer `--cancel-running` request asks the
+    /// hold to stop ([`super::Table::cancel_notice`] says who).
+    pub cancel: oneshot::Receiver<()>,
 }
 
 impl Link {
@@ -104,12 +117,21 @@ impl Link {
 
     pub(super) fn new(gen: u64) -> (Link, LinkEnd) {
         let (tx, rx) = oneshot::channel();
+        let (cancel_tx, cancel) = oneshot::channel();
         let link = Link {
             gen,
             heard: Instant::now(),
             _changed: tx,
+            cancel: Some(cancel_tx),
         };
-        (link, LinkEnd { gen, changed: rx })
+        (
+            link,
+            LinkEnd {
+                gen,
+                changed: rx,
+                cancel,
+            },
+        )
     }
 }
 
@@ -150,6 +172,10 @@ pub(super) struct Rare {
     pub expires: Option<SystemTime>,
     pub link: Option<Link>,
     pub secret: Option<Secret>,
+    /// The request's field list (issue 44).
+    pub fields: Option<Arc<[u8]>>,
+    /// A newer `--cancel-running` request asked the hold to stop: who.
+    pub cancelled_by: Option<Box<crate::proto::RivalWire>>,
 }
 
 /// One hold of a key, as the table keeps it: 80 bytes (a held key's
@@ -174,11 +200,14 @@ impl Hold {
             expires: h.expires,
             link,
             secret: h.secret,
+            fields: h.fields.clone(),
+            cancelled_by: None,
         };
         let any = rare.owner.is_some()
             || rare.expires.is_some()
             || rare.link.is_some()
-            || rare.secret.is_some();
+            || rare.secret.is_some()
+            || rare.fields.is_some();
         Hold {
             id: h.id,
             token: h.token,
@@ -207,6 +236,30 @@ impl Hold {
             owner: self.owner().cloned(),
             expires: self.expires(),
             secret: self.secret(),
+            fields: self.fields().cloned(),
+        }
+    }
+
+    /// The request's field list, if it had one.
+    pub(super) fn fields(&self) -> Option<&Arc<[u8]>> {
+        self.rare.as_ref().and_then(|r| r.fields.as_ref())
+    }
+
+    /// Who asked this hold to stop (`--cancel-running`), if anyone did.
+    pub(super) fn cancelled_by(&self) -> Option<&crate::proto::RivalWire> {
+        self.rare.as_ref().and_then(|r| r.cancelled_by.as_deref())
+    }
+
+    /// Records that `by` asks the hold to stop, and tells the task serving
+    /// it (once: later askers change nothing).
+    pub(super) fn cancel(&mut self, by: crate::proto::RivalWire) {
+        let rare = self.rare_mut();
+        if rare.cancelled_by.is_some() {
+            return;
+        }
+        rare.cancelled_by = Some(Box::new(by));
+        if let Some(tx) = rare.link.as_mut().and_then(|l| l.cancel.take()) {
+            let _ = tx.send(());
         }
     }
 
@@ -246,7 +299,13 @@ impl Hold {
         self.rare_mut().owner = Some(owner);
     }
 
-    pub(super) fn set_link(&mut self, link: Link) {
+    pub(super) fn set_link(&mut self, mut link: Link) {
+        // A stop asked for while the holder was away is told again.
+        if self.cancelled_by().is_some() {
+            if let Some(tx) = link.cancel.take() {
+                let _ = tx.send(());
+            }
+        }
         self.rare_mut().link = Some(link);
     }
 }
@@ -341,6 +400,8 @@ pub(super) struct QueuedAsk {
     secret: bool,
     pub(super) owner: Option<Owner>,
     expire: Option<NonZeroU32>,
+    /// Its field list (issue 44).
+    pub(super) fields: Option<Arc<[u8]>>,
 }
 
 impl QueuedAsk {
@@ -353,6 +414,7 @@ impl QueuedAsk {
             secret: ask.secret,
             owner: ask.owner.clone(),
             expire: ask.expire,
+            fields: ask.fields.clone(),
         }
     }
 
@@ -370,6 +432,8 @@ impl QueuedAsk {
             owner: self.owner.clone(),
             secret: self.secret,
             expire: self.expire,
+            fields: self.fields.clone(),
+            ticket: None,
         }
     }
 }
@@ -404,6 +468,16 @@ impl Line {
         self.0
             .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)))
             .push_back(w);
+    }
+
+    /// Puts `w` before the first waiter that joined after `since` (a
+    /// waiter taking its place back after a restart).
+    pub(super) fn insert_by_since(&mut self, w: Waiter) {
+        let q = self
+            .0
+            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)));
+        let at = q.iter().position(|o| o.since > w.since).unwrap_or(q.len());
+        q.insert(at, w);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<Waiter> {
@@ -526,6 +600,7 @@ mod tests {
             owner: None,
             expires: None,
             secret: None,
+            fields: None,
         };
         let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
         let mut holds = Holds::default();

@@ -113,6 +113,7 @@ impl Inner {
             owner,
             expires: held.expires,
             secret: held.ownership.secret,
+            fields: None,
         };
         let source = self.sources.intern(held.source);
         (Hold::new(&holder, source, link), end)
