@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::grant;
 use super::metrics::Counters;
-use super::table::{Ask, GrantId, LockOutcome, Notice, Withdrawal};
+use super::table::{Ask, GrantId, Left, LockOutcome, Notice, Withdrawal};
 use super::Shared;
 use crate::proto::{self, Hold};
 
@@ -152,6 +152,7 @@ impl Parked {
             shared,
             names,
             answer,
+            id,
             ..
         } = self;
         let (key, source) = names.split();
@@ -161,19 +162,24 @@ impl Parked {
                 shared.events.grant(key, source, peer, g.owner.as_ref());
                 grant::hand_over(stream, peer, &shared, key.to_vec(), *g, answer).await
             }
-            Ok(Notice::Superseded(by)) => {
-                shared.events.superseded(key, source, peer, &by.source);
-                let _ = stream
-                    .write_all(&proto::rival_answer(proto::SUPERSEDED, &by))
-                    .await;
-            }
-            Ok(Notice::Outdated(mark)) => {
-                shared.events.outdated(key, source, peer, mark);
-                let _ = stream
-                    .write_all(&proto::with_u64(proto::OUTDATED, mark))
-                    .await;
-            }
-            Ok(Notice::Withdrawn) | Err(_) => {
+            Ok(Notice::Withdrawn) => match shared.table.take_left(id) {
+                Some(Left::Superseded(by)) => {
+                    shared.events.superseded(key, source, peer, &by.source);
+                    let _ = stream
+                        .write_all(&proto::rival_answer(proto::SUPERSEDED, &by))
+                        .await;
+                }
+                Some(Left::Outdated(mark)) => {
+                    shared.events.outdated(key, source, peer, mark);
+                    let _ = stream
+                        .write_all(&proto::with_u64(proto::OUTDATED, mark))
+                        .await;
+                }
+                None => {
+                    let _ = stream.write_all(&[answer.hold.refused()]).await;
+                }
+            },
+            Err(_) => {
                 let _ = stream.write_all(&[answer.hold.refused()]).await;
             }
         }

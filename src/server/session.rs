@@ -55,20 +55,23 @@ pub(super) async fn hold(
     let mut len = 0;
     let mut connected = true;
     let mut failures = 0;
-    let mut cancel_told = false;
     loop {
         tokio::select! {
-            told = &mut link.cancel, if !cancel_told => {
-                cancel_told = true;
-                // Err: the hold ended (the arm above sees to it).
-                if told.is_ok() && connected && queues {
-                    if let Some(by) = shared.table.cancel_notice(&key, id) {
-                        let notice = proto::rival_answer(proto::CANCEL_NOTICE, &by);
-                        let _ = Box::pin(stream.write_all(&notice)).await;
+            changed = &mut link.changed => {
+                if changed.is_ok() {
+                    // A newer `--cancel-running` request asks the command
+                    // to stop: told, and the hold goes on.
+                    if connected && queues {
+                        Box::pin(tell_cancel(&mut stream, &shared, &key, id)).await;
+                    }
+                    match shared.table.rearm(&key, id, link.gen) {
+                        Some(rx) => {
+                            link.changed = rx;
+                            continue;
+                        }
+                        None => return,
                     }
                 }
-            }
-            _ = &mut link.changed => {
                 if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
                     // Taken away (a reset, someone's Unlock): say so.
                     let _ = Box::pin(stream.write_all(&[SESSION_LOST])).await;
@@ -127,6 +130,15 @@ pub(super) async fn hold(
                 }
             }
         }
+    }
+}
+
+/// Tells the holder of hold `id` that a newer `--cancel-running` request
+/// asks its command to stop: `>` and who (boxed by the caller: rare).
+async fn tell_cancel(stream: &mut Stream, shared: &Shared, key: &[u8], id: GrantId) {
+    if let Some(by) = shared.table.cancel_notice(key, id) {
+        let notice = proto::rival_answer(proto::CANCEL_NOTICE, &by);
+        let _ = stream.write_all(&notice).await;
     }
 }
 
@@ -344,7 +356,14 @@ pub(super) async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut l
     let mut failures = 0;
     loop {
         tokio::select! {
-            _ = &mut link.changed => return,
+            changed = &mut link.changed => match changed {
+                // A cancel notice: its holder hears it when it reclaims.
+                Ok(()) => match shared.table.rearm(&key, id, link.gen) {
+                    Some(rx) => link.changed = rx,
+                    None => return,
+                },
+                Err(_) => return,
+            },
             _ = tokio::time::sleep_until(due.into()) => {
                 match check_expiry(&shared, &key, id, link.gen, &mut failures).await {
                     Some(at) => due = at,
@@ -372,11 +391,9 @@ mod tests {
             &super::super::ServerOptions::default(),
         ));
         let (_tx, rx) = tokio::sync::oneshot::channel();
-        let (_cancel_tx, cancel) = tokio::sync::oneshot::channel();
         let link = super::LinkEnd {
             gen: 0,
             changed: rx,
-            cancel,
         };
         let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link, false);
         let size = std::mem::size_of_val(&f);

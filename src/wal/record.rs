@@ -12,6 +12,9 @@
 //!   [owner:u64le, 0 none][nameLen][name][secretLen: 0 or 16][secret
 //!   digest]`: the owner is its token's fingerprint and name, never the
 //!   token; the secret's digest, never the secret
+//! - Grant with a field list (version 6, issue 44: `--order`,
+//!   `--newest`, `--cancel-running`, `--note`): `[9]` as 8, then
+//!   `[fieldsLen:u16le][field list]`
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Mark    `[10][keyLen][key][set:u8][mark:u64le]` (version 6, issue 44):
 //!   the key's mark is now `mark` (set 1), or has none (set 0: cleared)
@@ -29,9 +32,13 @@ use crate::mode::LockMode;
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
-/// token, session flag, mode, deadline, and an owned hold's owner, name
-/// and secret digest).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST;
+/// token, session flag, mode, deadline, an owned hold's owner, name and
+/// secret digest, and a field list).
+pub const MAX_PAYLOAD: usize =
+    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS;
+
+/// The longest field list a Grant keeps (docs/request-fields.md).
+pub const MAX_FIELDS: usize = 1024;
 
 /// The bytes of a session hold's secret digest.
 pub const SECRET_DIGEST: usize = 16;
@@ -44,6 +51,7 @@ const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
 const TAG_GRANT_EXPIRING: u8 = 7;
 const TAG_GRANT_OWNED: u8 = 8;
+const TAG_GRANT_FIELDS: u8 = 9;
 const TAG_MARK: u8 = 10;
 
 /// Whether a framed record (a valid one) is a Mark.
@@ -59,6 +67,8 @@ pub struct Ownership {
     pub fingerprint: u64,
     pub name: Vec<u8>,
     pub secret: Option<[u8; SECRET_DIGEST]>,
+    /// The request's field list (tag 9; empty: none).
+    pub fields: Vec<u8>,
 }
 
 /// An [`Ownership`] read in place.
@@ -67,6 +77,7 @@ pub struct OwnershipRef<'a> {
     pub fingerprint: u64,
     pub name: &'a [u8],
     pub secret: Option<[u8; SECRET_DIGEST]>,
+    pub fields: &'a [u8],
 }
 
 impl Ownership {
@@ -75,6 +86,7 @@ impl Ownership {
             fingerprint: self.fingerprint,
             name: &self.name,
             secret: self.secret,
+            fields: &self.fields,
         }
     }
 }
@@ -90,6 +102,7 @@ impl OwnershipRef<'_> {
             fingerprint: self.fingerprint,
             name: self.name.to_vec(),
             secret: self.secret,
+            fields: self.fields.to_vec(),
         }
     }
 }
@@ -200,11 +213,13 @@ impl RecordRef<'_> {
                 expires_ms,
                 ownership,
             } => {
-                let owned = !ownership.is_none();
-                out.push(match (owned, expires_ms) {
-                    (true, _) => TAG_GRANT_OWNED,
-                    (false, Some(_)) => TAG_GRANT_EXPIRING,
-                    (false, None) => TAG_GRANT,
+                let with_fields = !ownership.fields.is_empty();
+                let owned = !ownership.is_none() || with_fields;
+                out.push(match (with_fields, owned, expires_ms) {
+                    (true, _, _) => TAG_GRANT_FIELDS,
+                    (false, true, _) => TAG_GRANT_OWNED,
+                    (false, false, Some(_)) => TAG_GRANT_EXPIRING,
+                    (false, false, None) => TAG_GRANT,
                 });
                 for field in [key, source, peer] {
                     let field = &field[..field.len().min(255)];
@@ -224,6 +239,11 @@ impl RecordRef<'_> {
                     let secret = ownership.secret.as_ref().map_or(&[][..], |s| &s[..]);
                     out.push(secret.len() as u8);
                     out.extend_from_slice(secret);
+                    if with_fields {
+                        let fields = &ownership.fields[..ownership.fields.len().min(MAX_FIELDS)];
+                        out.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+                        out.extend_from_slice(fields);
+                    }
                 } else if let Some(at) = expires_ms {
                     out.extend_from_slice(&at.to_le_bytes());
                 }
@@ -343,6 +363,7 @@ pub fn is_current(frame: &[u8]) -> bool {
             &(TAG_GRANT
                 | TAG_GRANT_EXPIRING
                 | TAG_GRANT_OWNED
+                | TAG_GRANT_FIELDS
                 | TAG_RELEASE
                 | TAG_FLOOR
                 | TAG_MARK)
@@ -408,13 +429,14 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED => {
+        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED
+        | TAG_GRANT_FIELDS => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
             let mut expires_ms = None;
             let mut ownership = OwnershipRef::default();
-            if tag == TAG_GRANT_OWNED {
+            if tag == TAG_GRANT_OWNED || tag == TAG_GRANT_FIELDS {
                 let (fixed, rest) = (cur.get(..37)?, &cur[37..]);
                 let (at, fingerprint) = (&fixed[21..29], &fixed[29..37]);
                 let at = u64::from_le_bytes(at.try_into().ok()?);
@@ -422,13 +444,24 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                 ownership.fingerprint = u64::from_le_bytes(fingerprint.try_into().ok()?);
                 let (&n, rest) = rest.split_first()?;
                 ownership.name = rest.get(..n as usize)?;
-                let (&m, secret) = rest[n as usize..].split_first()?;
-                ownership.secret = match (m, secret.len()) {
-                    (0, 0) => None,
-                    (16, 16) => Some(secret.try_into().ok()?),
+                let (&m, after) = rest[n as usize..].split_first()?;
+                let (secret, tail) = after.split_at_checked(m as usize)?;
+                if tag == TAG_GRANT_FIELDS {
+                    let (len, fields) = tail.split_at_checked(2)?;
+                    let len = u16::from_le_bytes(len.try_into().ok()?) as usize;
+                    if fields.len() != len || len == 0 || len > MAX_FIELDS {
+                        return None;
+                    }
+                    ownership.fields = fields;
+                } else if !tail.is_empty() {
+                    return None;
+                }
+                ownership.secret = match m {
+                    0 => None,
+                    16 => Some(secret.try_into().ok()?),
                     _ => return None,
                 };
-                if ownership.is_none() {
+                if ownership.is_none() && tag == TAG_GRANT_OWNED {
                     return None;
                 }
                 cur = &cur[..21];
@@ -441,7 +474,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                     cur[16],
                     LockMode::Exclusive,
                 ),
-                (TAG_GRANT | TAG_GRANT_OWNED, 21) => (
+                (TAG_GRANT | TAG_GRANT_OWNED | TAG_GRANT_FIELDS, 21) => (
                     &cur[..8],
                     cur[8..16].try_into().ok()?,
                     cur[16],

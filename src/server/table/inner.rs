@@ -35,6 +35,9 @@ pub(super) struct Inner {
     pub(super) marks: BTreeMap<Box<[u8]>, u64>,
     /// The last waiter's place given ([`Inner::fresh_ticket`]).
     pub(super) last_ticket: u64,
+    /// Why each waiter a deploy-queue rule took out of its line left,
+    /// until its task reads it ([`super::Notice::Withdrawn`]).
+    pub(super) left: std::collections::HashMap<GrantId, super::Left>,
 }
 
 /// Every holder's source, kept once: a hold keeps a pointer to it. A source
@@ -161,6 +164,10 @@ impl Inner {
                     .as_ref()
                     .map_or_else(Vec::new, |o| o.name.as_bytes().to_vec()),
                 secret: holder.secret,
+                fields: holder
+                    .fields
+                    .as_deref()
+                    .map_or_else(Vec::new, <[u8]>::to_vec),
             },
         };
         Durable(vec![wal.append(&held.record())])

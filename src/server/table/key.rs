@@ -85,22 +85,21 @@ pub(super) struct Link {
     pub gen: u64,
     pub heard: Instant,
     /// Dropped when the hold ends or moves to another connection, which
-    /// wakes the task holding the receiver.
-    _changed: oneshot::Sender<()>,
-    /// Fired when a newer `--cancel-running` request asks the hold to
-    /// stop (the task then tells its holder `>`).
-    pub cancel: Option<oneshot::Sender<()>>,
+    /// wakes the task holding the receiver; fired (`Ok`) when a newer
+    /// `--cancel-running` request asks the hold to stop (the task then
+    /// tells its holder `>` and takes a new receiver,
+    /// [`super::Table::rearm`]).
+    pub changed: Option<oneshot::Sender<()>>,
 }
 
 /// What the task serving a session hold keeps.
 #[derive(Debug)]
 pub(crate) struct LinkEnd {
     pub gen: u64,
-    /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
+    /// Resolves with an error when the hold ends or is reclaimed
+    /// elsewhere; with `Ok` when a newer `--cancel-running` request asks
+    /// the hold to stop ([`super::Table::cancel_notice`] says who).
     pub changed: oneshot::Receiver<()>,
-    /// Resolves with `Ok` when a newer `--cancel-running` request asks the
-    /// hold to stop ([`super::Table::cancel_notice`] says who).
-    pub cancel: oneshot::Receiver<()>,
 }
 
 impl Link {
@@ -117,21 +116,12 @@ impl Link {
 
     pub(super) fn new(gen: u64) -> (Link, LinkEnd) {
         let (tx, rx) = oneshot::channel();
-        let (cancel_tx, cancel) = oneshot::channel();
         let link = Link {
             gen,
             heard: Instant::now(),
-            _changed: tx,
-            cancel: Some(cancel_tx),
+            changed: Some(tx),
         };
-        (
-            link,
-            LinkEnd {
-                gen,
-                changed: rx,
-                cancel,
-            },
-        )
+        (link, LinkEnd { gen, changed: rx })
     }
 }
 
@@ -258,7 +248,7 @@ impl Hold {
             return;
         }
         rare.cancelled_by = Some(Box::new(by));
-        if let Some(tx) = rare.link.as_mut().and_then(|l| l.cancel.take()) {
+        if let Some(tx) = rare.link.as_mut().and_then(|l| l.changed.take()) {
             let _ = tx.send(());
         }
     }
@@ -302,7 +292,7 @@ impl Hold {
     pub(super) fn set_link(&mut self, mut link: Link) {
         // A stop asked for while the holder was away is told again.
         if self.cancelled_by().is_some() {
-            if let Some(tx) = link.cancel.take() {
+            if let Some(tx) = link.changed.take() {
                 let _ = tx.send(());
             }
         }
@@ -398,10 +388,16 @@ pub(super) struct QueuedAsk {
     pub mode: LockMode,
     /// A session grant carries a secret (see [`Ask::secret`]).
     secret: bool,
-    pub(super) owner: Option<Owner>,
     expire: Option<NonZeroU32>,
-    /// Its field list (issue 44).
-    pub(super) fields: Option<Arc<[u8]>>,
+    /// Its token's owner and its field list, where it has either: boxed,
+    /// so a waiter without them pays 8 bytes for both.
+    rare: Option<Box<AskRare>>,
+}
+
+/// What few waiters have (see [`QueuedAsk`]).
+struct AskRare {
+    owner: Option<Owner>,
+    fields: Option<Arc<[u8]>>,
 }
 
 impl QueuedAsk {
@@ -412,10 +408,24 @@ impl QueuedAsk {
             session: ask.session,
             mode: ask.mode,
             secret: ask.secret,
-            owner: ask.owner.clone(),
             expire: ask.expire,
-            fields: ask.fields.clone(),
+            rare: (ask.owner.is_some() || ask.fields.is_some()).then(|| {
+                Box::new(AskRare {
+                    owner: ask.owner.clone(),
+                    fields: ask.fields.clone(),
+                })
+            }),
         }
+    }
+
+    /// Its token's owner (`--token-file`).
+    pub(super) fn owner(&self) -> Option<&Owner> {
+        self.rare.as_ref().and_then(|r| r.owner.as_ref())
+    }
+
+    /// Its field list (issue 44).
+    pub(super) fn fields(&self) -> Option<&[u8]> {
+        self.rare.as_ref().and_then(|r| r.fields.as_deref())
     }
 
     pub(super) fn peer(&self) -> SocketAddr {
@@ -429,10 +439,10 @@ impl QueuedAsk {
             peer: self.peer(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner.clone(),
+            owner: self.owner().cloned(),
             secret: self.secret,
             expire: self.expire,
-            fields: self.fields.clone(),
+            fields: self.rare.as_ref().and_then(|r| r.fields.clone()),
             ticket: None,
         }
     }

@@ -172,10 +172,8 @@ fn push_listed(
                 since: w.since,
                 mode: w.ask.mode,
                 session: w.ask.session,
-                identity: w.ask.owner.as_ref().map_or(&[][..], |o| o.name.as_bytes()),
-                fields: what
-                    .fields
-                    .then(|| w.ask.fields.as_deref().unwrap_or_default()),
+                identity: w.ask.owner().map_or(&[][..], |o| o.name.as_bytes()),
+                fields: what.fields.then(|| w.ask.fields().unwrap_or_default()),
             },
         );
     }

@@ -136,10 +136,18 @@ pub(crate) enum Notice {
     /// It is now a holder, once its grant is durable. Boxed: every queued
     /// waiter's channel has room for a notice, and only one is sent.
     Granted(Box<Grant>),
-    /// A reset by its source removed it from the queue.
+    /// A reset by its source removed it from the queue; or a deploy-queue
+    /// rule did, and why is kept for it in the table
+    /// ([`Table::take_left`]): a notice stays one pointer (every parked
+    /// waiter's task keeps room for one).
     Withdrawn,
+}
+
+/// Why a deploy-queue rule took a waiter out of its line.
+#[derive(Debug)]
+pub(crate) enum Left {
     /// `--newest`: a newer request superseded it (who).
-    Superseded(Box<crate::proto::RivalWire>),
+    Superseded(crate::proto::RivalWire),
     /// `--order`: its turn came with its order below the key's mark.
     Outdated(u64),
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::inner::Inner;
 use super::key::{Ask, KeyState, Waiter};
-use super::{Durable, LockOutcome, Notice, Table};
+use super::{Durable, Left, LockOutcome, Notice, Table};
 use crate::backend::fields::FieldList;
 use crate::proto::RivalWire;
 use crate::wal::Record;
@@ -101,18 +101,22 @@ impl Inner {
         if rules.newest {
             let me = (rules.order, since);
             let above = state.waiters.iter().find(|w| {
-                let r = Rules::of(w.ask.fields.as_deref());
+                let r = Rules::of(w.ask.fields());
                 r.newest && !w.notify.is_closed() && !ranks_at_or_above(me, (r.order, w.since))
             });
             if let Some(w) = above {
                 return Joined::Done(LockOutcome::Superseded(rival_of_waiter(w)));
             }
             let by = rival_of(ask);
+            let left = &mut self.left;
             state.waiters.retain_mut(|w| {
-                if !Rules::of(w.ask.fields.as_deref()).newest {
+                if !Rules::of(w.ask.fields()).newest {
                     return true;
                 }
-                super::reset::tell(w, Notice::Superseded(Box::new(by.clone())));
+                left.insert(w.id, Left::Superseded(by.clone()));
+                if !super::reset::tell(w, Notice::Withdrawn) {
+                    left.remove(&w.id);
+                }
                 false
             });
         }
@@ -132,14 +136,15 @@ impl Inner {
             return;
         };
         while let Some(w) = state.waiters.front() {
-            let below = Rules::of(w.ask.fields.as_deref())
-                .order
-                .is_some_and(|o| o < mark);
+            let below = Rules::of(w.ask.fields()).order.is_some_and(|o| o < mark);
             if !below {
                 return;
             }
             let w = state.waiters.pop_front().expect("just seen");
-            let _ = w.notify.send(Notice::Outdated(mark));
+            self.left.insert(w.id, Left::Outdated(mark));
+            if w.notify.send(Notice::Withdrawn).is_err() {
+                self.left.remove(&w.id);
+            }
         }
     }
 
@@ -200,6 +205,28 @@ impl Table {
     /// A mark the log had (start-up).
     pub(crate) fn restore_mark(&self, key: &[u8], mark: u64) {
         self.lock_inner().marks.insert(key.into(), mark);
+    }
+
+    /// Why waiter `id` was taken out of its line by a deploy-queue rule
+    /// (its [`Notice::Withdrawn`]), once.
+    pub(crate) fn take_left(&self, id: super::GrantId) -> Option<Left> {
+        self.lock_inner().left.remove(&id)
+    }
+
+    /// A new receiver for the task of connection `gen` serving hold `id`,
+    /// after it read a cancel notice on its last; None if the hold ended
+    /// or moved meanwhile.
+    pub(crate) fn rearm(
+        &self,
+        key: &[u8],
+        id: super::GrantId,
+        gen: u64,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let mut inner = self.lock_inner();
+        let link = inner.link_mut(key, id, gen)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        link.changed = Some(tx);
+        Some(rx)
     }
 
     /// Who asked hold `id` of `key` to stop, if anyone did.

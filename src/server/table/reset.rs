@@ -54,7 +54,7 @@ impl Table {
                 if *w.ask.source != *source {
                     return true;
                 }
-                tell(w, Notice::Withdrawn);
+                let _ = tell(w, Notice::Withdrawn);
                 false
             });
             if state.waiters.len() != before {
@@ -92,9 +92,10 @@ impl Table {
     }
 }
 
-/// Tells a waiter leaving the line `notice` (its entry is dropped anyway).
-pub(super) fn tell(w: &mut Waiter, notice: Notice) {
+/// Tells a waiter leaving the line `notice` (its entry is dropped
+/// anyway); false if its task is gone.
+pub(super) fn tell(w: &mut Waiter, notice: Notice) -> bool {
     let (dummy, _) = oneshot::channel();
     let notify = std::mem::replace(&mut w.notify, dummy);
-    let _ = notify.send(notice);
+    notify.send(notice).is_ok()
 }

@@ -150,6 +150,7 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
             fingerprint: 7,
             name: b"alice",
             secret: Some(digest),
+            fields: b"",
         },
     };
     let t = Table::new();
