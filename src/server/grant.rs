@@ -38,7 +38,7 @@ pub(super) async fn hand_over(
         expiry::spawn(shared, key.clone(), g.id);
     }
     if let (true, Some(link)) = (delivered, g.link) {
-        session::spawn_hold(stream, peer, shared, key, g.id, link, answering.queues);
+        session::spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }
 

@@ -45,7 +45,6 @@ pub(super) async fn hold(
     key: Vec<u8>,
     id: GrantId,
     mut link: LinkEnd,
-    queues: bool,
 ) {
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
@@ -60,8 +59,10 @@ pub(super) async fn hold(
             changed = &mut link.changed => {
                 if changed.is_ok() {
                     // A newer `--cancel-running` request asks the command
-                    // to stop: told, and the hold goes on.
-                    if connected && queues {
+                    // to stop: told, and the hold goes on. (Only a hold
+                    // asked with an ExtendedLock can be asked to stop: its
+                    // client took the feature `queues`, and reads `>`.)
+                    if connected {
                         Box::pin(tell_cancel(&mut stream, &shared, &key, id)).await;
                     }
                     match shared.table.rearm(&key, id, link.gen) {
@@ -105,7 +106,8 @@ pub(super) async fn hold(
                 let request =
                     Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
                 match request {
-                    Some(Next::Release { key: k, token, ended }) => {
+                    Some(Next::Release(asked)) => {
+                        let Released { key: k, token, ended } = *asked;
                         // With tokens, the holds of this session's token only.
                         let owner = shared.table.owner_of(&key, id);
                         let whose = match (&shared.tokens, &owner) {
@@ -142,14 +144,19 @@ async fn tell_cancel(stream: &mut Stream, shared: &Shared, key: &[u8], id: Grant
     }
 }
 
+/// A SessionRelease on a session's connection: the key, the token, and
+/// how the command ended (feature `queues`).
+struct Released {
+    key: Vec<u8>,
+    token: u64,
+    ended: Option<proto::Ended>,
+}
+
 /// What a session's connection asks after its heartbeats (kept small: it is
 /// part of every held session's future).
 enum Next {
-    Release {
-        key: Vec<u8>,
-        token: u64,
-        ended: Option<proto::Ended>,
-    },
+    /// Boxed: rare, and this is part of every held session's future.
+    Release(Box<Released>),
     /// Anything but a SessionRelease ends the connection's part in the
     /// session: it is not the protocol.
     Stop,
@@ -184,7 +191,7 @@ async fn take_requests(
                 ended,
             },
             _,
-        )) => Some(Next::Release { key, token, ended }),
+        )) => Some(Next::Release(Box::new(Released { key, token, ended }))),
         Ok(Decoded::Incomplete) if *len < buf.len() => None,
         _ => Some(Next::Stop),
     }
@@ -325,7 +332,7 @@ pub(super) async fn reclaim(
     };
     let _ = stream.write_all(&answer).await;
     if let Some(link) = g.link {
-        spawn_hold(stream, peer, shared, key, g.id, link, greeted.queues);
+        spawn_hold(stream, peer, shared, key, g.id, link);
     }
 }
 
@@ -337,11 +344,10 @@ pub(super) fn spawn_hold(
     key: Vec<u8>,
     id: GrantId,
     link: LinkEnd,
-    queues: bool,
 ) {
     // The connection stays counted against the limits while its hold runs.
     let tracked = shared.limits.again(peer);
-    let work = hold(stream, peer, shared.clone(), key, id, link, queues);
+    let work = hold(stream, peer, shared.clone(), key, id, link);
     tokio::spawn(async move {
         let _tracked = tracked;
         work.await
@@ -395,7 +401,7 @@ mod tests {
             gen: 0,
             changed: rx,
         };
-        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link, false);
+        let f = super::hold(c, addr, shared, b"k".to_vec(), 1, link);
         let size = std::mem::size_of_val(&f);
         eprintln!("hold future: {size} bytes");
         assert!(size <= 700, "the session future is {size} bytes");
