@@ -134,7 +134,7 @@ impl Change {
             // whatever happens to them.
             Change::Grant { exclusive } => {
                 if exclusive {
-                    keep(holds, |f| is_mark(f));
+                    keep(holds, is_mark);
                 }
                 holds.extend_from_slice(framed);
             }

@@ -24,6 +24,10 @@ use super::LcBackend;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
+/// The longest answer to a lock request: a superseded request's rival
+/// (two short fields and a field list).
+const MAX_ANSWER: usize = 6 + 2 * proto::MAX_FIELD + proto::request::MAX_FIELDS;
+
 /// A `-` followed by nothing for this long is a whole answer.
 const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
 
@@ -473,9 +477,7 @@ pub(super) async fn read_grant_noting(
     stream: &mut LcStream,
     ticket: &mut Option<u64>,
 ) -> Option<Granted> {
-    // The longest answer: a superseded request's rival (two short fields
-    // and a field list).
-    let mut buf = [0u8; 6 + 2 * proto::MAX_FIELD + proto::request::MAX_FIELDS];
+    let mut buf = [0u8; MAX_ANSWER];
     let mut len = 0;
     loop {
         let only_dash = buf[..len] == [b'-'];
@@ -521,58 +523,52 @@ pub(super) async fn read_grant_noting(
 /// needed.
 fn judge(stream: &LcStream, buf: &[u8]) -> Option<Granted> {
     let len = buf.len();
+    let foreign = || Some(Granted::Foreign(buf.to_vec()));
     match buf[0] {
         proto::SESSION_GRANTED => {
             // The Hello's answer (read before these bytes) said whether
             // a secret field follows.
             let secret = stream.took_secret();
-            match proto::session_grant_len(&buf, secret) {
-                Some(whole) if whole > buf.len() => return Some(Granted::Foreign(buf.to_vec())),
+            match proto::session_grant_len(buf, secret) {
+                Some(whole) if whole > MAX_ANSWER => return foreign(),
                 Some(whole) if len >= whole => {}
                 _ => return None,
             }
             let parsed = match secret {
-                true => proto::parse_session_grant_with_secret(&buf),
-                false => proto::parse_session_grant(&buf).map(|(t, d)| (t, d, None)),
+                true => proto::parse_session_grant_with_secret(buf),
+                false => proto::parse_session_grant(buf).map(|(t, d)| (t, d, None)),
             };
-            return Some(match parsed {
-                Some((token, timeout, secret)) => Granted::Session(token, timeout, secret),
-                None => Granted::Foreign(buf.to_vec()),
-            });
-        }
-        proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => return None,
-        proto::MODE_CONFLICT => {
-            return Some(match proto::parse_mode_conflict(&buf) {
-                Some(theirs) => Granted::Conflict(theirs),
-                None => Granted::Foreign(buf.to_vec()),
-            })
-        }
-        proto::NOT_ALLOWED => match proto::parse_hello(&buf, false) {
-            None => return None,
-            Some((proto::HelloAnswer::Refused(reason), _)) => {
-                return Some(Granted::NotAllowed(reason))
+            match parsed {
+                Some((token, timeout, secret)) => Some(Granted::Session(token, timeout, secret)),
+                None => foreign(),
             }
-            Some(_) => return Some(Granted::Foreign(buf.to_vec())),
-        },
-        proto::TICKET | proto::OUTDATED if len < proto::TICKET_LEN => return None,
-        proto::TICKET | proto::OUTDATED => {
-            let lead = buf[0];
-            return Some(match proto::parse_u64(&buf, lead) {
-                Some(n) if lead == proto::TICKET => Granted::Ticket(n),
-                Some(n) => Granted::Outdated(n),
-                None => Granted::Foreign(buf.to_vec()),
-            });
         }
-        proto::SUPERSEDED => match proto::parse_rival(&buf) {
-            None => return None,
-            Some(Ok((by, used))) if used == len => return Some(Granted::Superseded(by)),
-            Some(_) => return Some(Granted::Foreign(buf.to_vec())),
+        proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => None,
+        proto::MODE_CONFLICT => match proto::parse_mode_conflict(buf) {
+            Some(theirs) => Some(Granted::Conflict(theirs)),
+            None => foreign(),
         },
-        SESSION_LOST if len == 1 => return Some(Granted::Lost),
-        b'#' if len == 1 => return Some(Granted::Busy),
+        proto::NOT_ALLOWED => match proto::parse_hello(buf, false) {
+            None => None,
+            Some((proto::HelloAnswer::Refused(reason), _)) => Some(Granted::NotAllowed(reason)),
+            Some(_) => foreign(),
+        },
+        proto::TICKET | proto::OUTDATED if len < proto::TICKET_LEN => None,
+        proto::TICKET | proto::OUTDATED => match proto::parse_u64(buf, buf[0]) {
+            Some(n) if buf[0] == proto::TICKET => Some(Granted::Ticket(n)),
+            Some(n) => Some(Granted::Outdated(n)),
+            None => foreign(),
+        },
+        proto::SUPERSEDED => match proto::parse_rival(buf) {
+            None => None,
+            Some(Ok((by, used))) if used == len => Some(Granted::Superseded(by)),
+            Some(_) => foreign(),
+        },
+        SESSION_LOST if len == 1 => Some(Granted::Lost),
+        b'#' if len == 1 => Some(Granted::Busy),
         // A reference server closes after its `-`: wait for the close,
         // so a `-ERR ...` line is not taken for it.
-        b'-' if len == 1 => return None,
-        _ => return Some(Granted::Foreign(buf.to_vec())),
+        b'-' if len == 1 => None,
+        _ => foreign(),
     }
 }
