@@ -32,6 +32,7 @@
 
 mod inner;
 mod key;
+mod line;
 mod listing;
 mod owner;
 mod queue;
