@@ -25,6 +25,8 @@
 //! | Hello              | `[16][len][client version][len][token]` (lc-cli extension) |
 //! | Keys               | `[17][len][key or empty][len][flags]` (lc-cli extension) |
 //! | ExpiringLock       | `[18]` as 12, then `[8][ttl_ms:u64be][1][wait:u8 0\|1]` (lc-cli extension) |
+//! | ExtendedLock       | `[19]`, a whole frame of 8, 9, 12 to 15 or 18, then `[len:u16be][field list]` (lc-cli extension, issue 44) |
+//! | Mark               | `[20][keySize][key][1][clear:u8 0\|1]` (lc-cli extension, issue 44) |
 //!
 //! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
 //! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
@@ -68,7 +70,7 @@ pub(crate) mod request;
 pub(crate) use answer::*;
 pub(crate) use printable::printable;
 pub(crate) use request::{check_key, check_source, decode, encode, Decoded, FrameError};
-pub(crate) use request::{Hold, Request};
+pub(crate) use request::{Ended, Hold, Request};
 
 pub(crate) const MAX_FIELD: usize = 127;
 
@@ -82,6 +84,13 @@ pub(crate) const SECRET_LEN: usize = 16;
 /// takes it: session grants on that connection then carry the hold's
 /// secret (`=`, token, grace, `[len][secret]`).
 pub(crate) const FEATURE_SECRET: &str = "secret";
+
+/// The feature word of deploy queues (issue 44): the server takes
+/// ExtendedLock (19) and Mark (20), answers a superseded or outdated
+/// request `^` or `<`, tells a holder `>` when a newer `--cancel-running`
+/// request asks it to stop, hands a queued waiter its ticket (`@`), and
+/// takes a SessionRelease that says how the command ended.
+pub(crate) const FEATURE_QUEUES: &str = "queues";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;
@@ -117,6 +126,14 @@ pub(crate) const ACTION_KEYS: u8 = 17;
 /// `ttl_ms` after its grant (`lock KEY --expire`); `wait` 0 is a try.
 /// Answered as 14 and 15.
 pub(crate) const ACTION_EXPIRING_LOCK: u8 = 18;
+/// lc-cli's extension (issue 44): a lock request with a field list
+/// (docs/request-fields.md): `[19]`, the whole frame of a lock action of
+/// lc-cli's (8, 9, 12 to 15, 18), then `[len:u16be][field list]`. Sent
+/// only to a server whose Hello answer named [`FEATURE_QUEUES`].
+pub(crate) const ACTION_EXTENDED_LOCK: u8 = 19;
+/// lc-cli's extension (issue 44): `[20][keySize][key][1][clear]`, a key's
+/// mark read (0) or cleared (1): `+[mark:u64be]`, or `#` none.
+pub(crate) const ACTION_MARK: u8 = 20;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it

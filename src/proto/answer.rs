@@ -495,3 +495,93 @@ mod tests {
         }
     }
 }
+
+/// `^`: a waiting `--newest` request was superseded by a newer one (or a
+/// waiting one ranked above it when it came): `^` and the rival.
+pub(crate) const SUPERSEDED: u8 = b'^';
+/// `<` and the key's mark (u64be): the request's `--order` is below it.
+pub(crate) const OUTDATED: u8 = b'<';
+/// `>` and the rival, on a holder's connection (after its grant, between
+/// the heartbeats' echoes): a newer `--cancel-running` request asks the
+/// hold's command to stop. The hold is still its holder's.
+pub(crate) const CANCEL_NOTICE: u8 = b'>';
+/// `@` and a ticket (u64be), on a waiter's connection right after it
+/// joined the line (a connection that took the feature `queues`): its
+/// place, which it shows again (`ticket=` in an ExtendedLock) to take it
+/// back after a restart of the server.
+pub(crate) const TICKET: u8 = b'@';
+pub(crate) const TICKET_LEN: usize = 9;
+
+/// Another request, as `^` and `>` name it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RivalWire {
+    pub source: Vec<u8>,
+    pub identity: Vec<u8>,
+    pub fields: Vec<u8>,
+}
+
+/// `lead` and the rival: `[len][source][len][identity][len:u16be][fields]`.
+pub(crate) fn rival_answer(lead: u8, r: &RivalWire) -> Vec<u8> {
+    let mut out = vec![lead];
+    push_field(&mut out, &r.source[..r.source.len().min(MAX_FIELD)]);
+    push_field(&mut out, &r.identity[..r.identity.len().min(MAX_FIELD)]);
+    let fields = &r.fields[..r.fields.len().min(super::request::MAX_FIELDS)];
+    out.extend_from_slice(&(fields.len() as u16).to_be_bytes());
+    out.extend_from_slice(fields);
+    out
+}
+
+/// A whole `^` or `>` answer at the start of `bytes` and its length; None
+/// while incomplete. Err: not one (a field too long).
+pub(crate) fn parse_rival(bytes: &[u8]) -> Option<Result<(RivalWire, usize), ()>> {
+    let mut pos = 1;
+    let mut short = |bytes: &[u8]| -> Option<Result<Vec<u8>, ()>> {
+        let &len = bytes.get(pos)?;
+        if len as usize > MAX_FIELD {
+            return Some(Err(()));
+        }
+        let field = bytes.get(pos + 1..pos + 1 + len as usize)?.to_vec();
+        pos += 1 + len as usize;
+        Some(Ok(field))
+    };
+    let source = match short(bytes)? {
+        Ok(s) => s,
+        Err(()) => return Some(Err(())),
+    };
+    let identity = match short(bytes)? {
+        Ok(s) => s,
+        Err(()) => return Some(Err(())),
+    };
+    let len = bytes.get(pos..pos + 2)?;
+    let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+    if len > super::request::MAX_FIELDS {
+        return Some(Err(()));
+    }
+    let fields = bytes.get(pos + 2..pos + 2 + len)?.to_vec();
+    Some(Ok((
+        RivalWire {
+            source,
+            identity,
+            fields,
+        },
+        pos + 2 + len,
+    )))
+}
+
+/// `lead` (`<`, `@`, or a Mark's `+`) and a u64be.
+pub(crate) fn with_u64(lead: u8, n: u64) -> [u8; 9] {
+    let mut out = [0u8; 9];
+    out[0] = lead;
+    out[1..].copy_from_slice(&n.to_be_bytes());
+    out
+}
+
+/// The u64 of a whole 9-byte answer led by `lead`.
+pub(crate) fn parse_u64(bytes: &[u8], lead: u8) -> Option<u64> {
+    match bytes.split_first() {
+        Some((&b, rest)) if b == lead && rest.len() == 8 => {
+            Some(u64::from_be_bytes(rest.try_into().ok()?))
+        }
+        _ => None,
+    }
+}

@@ -51,6 +51,8 @@ pub(crate) struct WaiterReport {
     pub session: bool,
     /// Its token's identity (`--token-file`), where the server says.
     pub identity: Option<Vec<u8>>,
+    /// Its field list (a listing of version 2).
+    pub fields: Option<Vec<u8>>,
 }
 
 /// One record of a listing.
@@ -141,6 +143,8 @@ pub(crate) struct HoldView<'a> {
     pub expires: Option<SystemTime>,
     /// Empty: none.
     pub identity: &'a [u8],
+    /// A listing of version 2: the hold's field list and its key's mark.
+    pub extra: Option<(&'a [u8], Option<u64>)>,
 }
 
 /// A waiter's fields, borrowed (as [`HoldView`]).
@@ -154,6 +158,8 @@ pub(crate) struct WaiterView<'a> {
     pub session: bool,
     /// Empty: none.
     pub identity: &'a [u8],
+    /// A listing of version 2: the waiter's field list.
+    pub fields: Option<&'a [u8]>,
 }
 
 fn push_peer(out: &mut Vec<u8>, peer: PeerText<'_>) {
@@ -219,6 +225,7 @@ pub(crate) fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
             mode: r.mode.unwrap_or(LockMode::Exclusive),
             expires: r.expires,
             identity: r.identity.as_deref().unwrap_or_default(),
+            extra: r.fields.as_deref().map(|f| (f, r.mark)),
         },
     );
 }
@@ -236,6 +243,11 @@ pub(crate) fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
         out.extend_from_slice(&h.mode.word().to_be_bytes());
         out.extend_from_slice(&h.expires.map_or(0, unix_ms).to_be_bytes());
         push_short(out, h.identity);
+        if let Some((fields, mark)) = h.extra {
+            push_long(out, fields);
+            out.push(u8::from(mark.is_some()));
+            out.extend_from_slice(&mark.unwrap_or(0).to_be_bytes());
+        }
     });
 }
 
@@ -252,6 +264,7 @@ pub(crate) fn push_waiter(out: &mut Vec<u8>, w: &WaiterReport) {
             mode: w.mode,
             session: w.session,
             identity: w.identity.as_deref().unwrap_or_default(),
+            fields: w.fields.as_deref(),
         },
     );
 }
@@ -266,7 +279,17 @@ pub(crate) fn push_waiter_view(out: &mut Vec<u8>, w: &WaiterView<'_>) {
         out.extend_from_slice(&w.mode.word().to_be_bytes());
         out.push(u8::from(w.session));
         push_short(out, w.identity);
+        if let Some(fields) = w.fields {
+            push_long(out, fields);
+        }
     });
+}
+
+/// A field list: `[len:u16be][bytes]` (at most 1,024 bytes).
+fn push_long(out: &mut Vec<u8>, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(super::request::MAX_FIELDS)];
+    out.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+    out.extend_from_slice(bytes);
 }
 
 /// Appends the end record.
@@ -321,7 +344,14 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
             // Absent from a server before expiring holds.
             let expires = cur.i64().filter(|&ms| ms != 0).map(from_unix_ms);
             // Absent from a server before identities, empty for none.
-            let identity = cur.short().filter(|i| !i.is_empty());
+            let identity = cur.short();
+            // A listing of version 2: the field list and the key's mark.
+            let fields = cur.long();
+            let mark = match cur.flag() {
+                Some(true) => cur.u64(),
+                _ => None,
+            };
+            let identity = identity.filter(|i| !i.is_empty());
             Entry::Hold(KeyReport {
                 key,
                 source,
@@ -334,6 +364,8 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 mode: Some(LockMode::from_word(mode)),
                 expires,
                 identity,
+                fields,
+                mark,
             })
         }
         WAITER => {
@@ -351,6 +383,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 mode: LockMode::from_word(mode),
                 session,
                 identity: cur.short().filter(|i| !i.is_empty()),
+                fields: cur.long(),
             })
         }
         _ => return Ok(Step::Skip(used)),
@@ -440,6 +473,13 @@ impl<'a> Reader<'a> {
     fn short(&mut self) -> Option<Vec<u8>> {
         let len = *self.take(1)?.first()? as usize;
         Some(self.take(len)?.to_vec())
+    }
+
+    /// A field list, `[len:u16be][bytes]`.
+    fn long(&mut self) -> Option<Vec<u8>> {
+        let len = self.take(2)?;
+        let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+        self.take(len).map(<[u8]>::to_vec)
     }
 
     fn flag(&mut self) -> Option<bool> {

@@ -58,6 +58,10 @@ pub(crate) struct KeyReport {
     /// The holder's token's identity (`serve --token-file`): in Keys'
     /// listing only (lc-cli's action 17), never on the manager port.
     pub identity: Option<Vec<u8>>,
+    /// The hold's field list and its key's mark (issue 44): in a listing
+    /// of version 2 only (Keys with flags bit 1).
+    pub fields: Option<Vec<u8>>,
+    pub mark: Option<u64>,
 }
 
 /// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
@@ -183,6 +187,8 @@ pub(crate) fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             mode,
             expires,
             identity: None,
+            fields: None,
+            mark: None,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -233,6 +239,8 @@ mod tests {
             mode: Some(LockMode::limit(3)),
             expires: None,
             identity: None,
+            fields: None,
+            mark: None,
         }
     }
 

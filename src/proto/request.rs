@@ -35,9 +35,13 @@ pub(crate) enum Request {
         wait: bool,
     },
     /// Actions 2, 6 and 11: the same release, answered as `kind` says.
+    /// A SessionRelease may say how the hold's command ended (`ended`, on
+    /// a connection that took the feature `queues`): its token field is
+    /// then 20 bytes, `[token:u64be][status:i32be][order:u64be]`.
     Release {
         key: Vec<u8>,
         kind: ReleaseKind,
+        ended: Option<Ended>,
     },
     /// Takes a session hold back on a new connection (10), showing the
     /// hold's secret if its grant carried one.
@@ -76,12 +80,47 @@ pub(crate) enum Request {
     Keys {
         key: Vec<u8>,
         waiters: bool,
+        /// Flags bit 1: the holds' and waiters' field lists and the keys'
+        /// marks too (a listing of version 2).
+        fields: bool,
+    },
+    /// A lock request with a field list (19): `lock` is a [`Request::Lock`]
+    /// of lc-cli's (not a classic one) or a [`Request::ExpiringLock`].
+    Extended {
+        lock: Box<Request>,
+        fields: Vec<u8>,
+    },
+    /// A key's mark (20): read, or cleared with `clear`.
+    Mark {
+        key: Vec<u8>,
+        clear: bool,
     },
 }
+
+/// How a hold's command ended, as its SessionRelease tells it: its exit
+/// status, and its `--order` (the server raises the key's mark to it when
+/// the status is 0; [`NO_ORDER`] on the wire when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    pub status: i32,
+    pub order: Option<u64>,
+}
+
+/// The order field of an [`Ended`] without an order.
+pub(crate) const NO_ORDER: u64 = u64::MAX;
+
+/// The longest field list (docs/request-fields.md).
+pub(crate) const MAX_FIELDS: usize = 1024;
+
+/// The bytes of a SessionRelease's token field that says how the command
+/// ended: token, status, order.
+const ENDED_TOKEN_FIELD: usize = 8 + 4 + 8;
 
 /// The bits of Keys' flags field (its first byte; a missing field or byte
 /// is 0, unknown bits are ignored).
 pub(crate) const KEYS_WITH_WAITERS: u8 = 1;
+/// Keys' flags bit 1: field lists and marks (version 2 of the listing).
+pub(crate) const KEYS_WITH_FIELDS: u8 = 2;
 
 impl Request {
     /// The action byte this request is sent as.
@@ -111,6 +150,8 @@ impl Request {
             Request::Ping => ACTION_PING,
             Request::Hello { .. } => ACTION_HELLO,
             Request::Keys { .. } => ACTION_KEYS,
+            Request::Extended { .. } => ACTION_EXTENDED_LOCK,
+            Request::Mark { .. } => ACTION_MARK,
         }
     }
 
@@ -142,6 +183,9 @@ pub(crate) enum FrameError {
     BadMode(u8),
     /// A TTL field that is not 8 bytes, or a wait flag not 1 byte of 0 or 1.
     BadExpiry(u8),
+    /// An ExtendedLock around a frame that is not one of lc-cli's locks,
+    /// or with a field list over [`MAX_FIELDS`] bytes.
+    BadExtended,
 }
 
 impl fmt::Display for FrameError {
@@ -152,6 +196,10 @@ impl fmt::Display for FrameError {
             FrameError::EmptyKey => write!(f, "empty key"),
             FrameError::BadToken(n) => write!(f, "a token of {n} byte(s), not 8"),
             FrameError::BadMode(n) => write!(f, "a mode of {n} byte(s), not 4"),
+            FrameError::BadExtended => write!(
+                f,
+                "an extended lock around no lock of lc-cli's, or with a field list over {MAX_FIELDS} bytes"
+            ),
             FrameError::BadExpiry(n) => {
                 write!(
                     f,
@@ -234,15 +282,46 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 ACTION_UNLOCK => ReleaseKind::Unlock,
                 _ => ReleaseKind::Release,
             };
-            Request::Release { key, kind }
+            Request::Release {
+                key,
+                kind,
+                ended: None,
+            }
         }
         ACTION_SESSION_RELEASE => {
             let key = need!(cur.key());
-            let token = need!(cur.token());
+            let (token, ended) = need!(cur.token_and_end());
             Request::Release {
                 key,
                 kind: ReleaseKind::Token(token),
+                ended,
             }
+        }
+        ACTION_EXTENDED_LOCK => {
+            let inner = match decode(&buf[1..]) {
+                Ok(Decoded::Frame(lock, used)) => {
+                    cur.pos += used;
+                    lock
+                }
+                Ok(Decoded::Incomplete) => return Ok(Decoded::Incomplete),
+                Err(FrameError::UnknownAction(_)) => return Err(FrameError::BadExtended),
+                Err(e) => return Err(e),
+            };
+            match &inner {
+                Request::Lock { hold, .. } if *hold != Hold::Classic => {}
+                Request::ExpiringLock { .. } => {}
+                _ => return Err(FrameError::BadExtended),
+            }
+            let fields = need!(cur.long_field());
+            Request::Extended {
+                lock: Box::new(inner),
+                fields,
+            }
+        }
+        ACTION_MARK => {
+            let key = need!(cur.key());
+            let clear = need!(cur.flag());
+            Request::Mark { key, clear }
         }
         ACTION_RECLAIM => {
             let key = need!(cur.key());
@@ -272,6 +351,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
             Request::Keys {
                 key,
                 waiters: bits & KEYS_WITH_WAITERS != 0,
+                fields: bits & KEYS_WITH_FIELDS != 0,
             }
         }
         // Unknown: `-`, as the reference answers an action it does not know.
@@ -349,6 +429,42 @@ impl Cursor<'_> {
         }
     }
 
+    /// A field list: `[len:u16be][bytes]`, at most [`MAX_FIELDS`].
+    fn long_field(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let Some(len) = self.buf.get(self.pos..self.pos + 2) else {
+            return Ok(None);
+        };
+        let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+        if len > MAX_FIELDS {
+            return Err(FrameError::BadExtended);
+        }
+        let start = self.pos + 2;
+        let Some(bytes) = self.buf.get(start..start + len) else {
+            return Ok(None);
+        };
+        self.pos = start + len;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// A SessionRelease's field: the token (8 bytes), or the token, the
+    /// command's status and its order (20).
+    fn token_and_end(&mut self) -> Result<Option<(u64, Option<Ended>)>, FrameError> {
+        match self.buf.get(self.pos) {
+            Some(&n) if n != 8 && n as usize != ENDED_TOKEN_FIELD => Err(FrameError::BadToken(n)),
+            _ => Ok(self.field()?.map(|b| {
+                let token = u64::from_be_bytes(b[..8].try_into().unwrap());
+                let ended = (b.len() == ENDED_TOKEN_FIELD).then(|| {
+                    let order = u64::from_be_bytes(b[12..20].try_into().unwrap());
+                    Ended {
+                        status: i32::from_be_bytes(b[8..12].try_into().unwrap()),
+                        order: (order != NO_ORDER).then_some(order),
+                    }
+                });
+                (token, ended)
+            })),
+        }
+    }
+
     fn token(&mut self) -> Result<Option<u64>, FrameError> {
         match self.buf.get(self.pos) {
             Some(&n) if n != 8 => Err(FrameError::BadToken(n)),
@@ -359,154 +475,8 @@ impl Cursor<'_> {
     }
 }
 
-/// Why a request cannot be encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EncodeError {
-    EmptyKey,
-    TooLong {
-        what: &'static str,
-        len: usize,
-    },
-    /// The reference's Lock and TryLock have no mode field.
-    ClassicMode(LockMode),
-}
-
-impl fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EncodeError::EmptyKey => write!(f, "the key is empty"),
-            EncodeError::TooLong { what, len } => {
-                write!(
-                    f,
-                    "the {what} is {len} bytes long, at most {MAX_FIELD} are allowed"
-                )
-            }
-            EncodeError::ClassicMode(mode) => write!(
-                f,
-                "the reference protocol's Lock is exclusive only, not {mode:?}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for EncodeError {}
-
-/// Checks a key the way the server will, so a client can refuse it before
-/// opening any connection.
-pub(crate) fn check_key(key: &[u8]) -> Result<(), EncodeError> {
-    if key.is_empty() {
-        return Err(EncodeError::EmptyKey);
-    }
-    check_len("key", key)
-}
-
-pub(crate) fn check_source(source: &[u8]) -> Result<(), EncodeError> {
-    check_len("source", source)
-}
-
-fn check_len(what: &'static str, bytes: &[u8]) -> Result<(), EncodeError> {
-    if bytes.len() > MAX_FIELD {
-        return Err(EncodeError::TooLong {
-            what,
-            len: bytes.len(),
-        });
-    }
-    Ok(())
-}
-
-/// Encodes a request exactly as the reference clients send it.
-pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
-    let mut out = Vec::with_capacity(3 + 2 * MAX_FIELD);
-    let action = request.action();
-    match request {
-        Request::Lock {
-            key,
-            source,
-            mode,
-            hold,
-            ..
-        } => {
-            check_key(key)?;
-            check_source(source)?;
-            if *hold == Hold::Classic && *mode != LockMode::Exclusive {
-                return Err(EncodeError::ClassicMode(*mode));
-            }
-            out.push(action);
-            push_field(&mut out, key);
-            push_field(&mut out, source);
-            if action >= ACTION_MODE_SESSION_LOCK {
-                push_field(&mut out, &mode.word().to_be_bytes());
-            }
-        }
-        Request::ExpiringLock {
-            key,
-            source,
-            mode,
-            ttl_ms,
-            wait,
-        } => {
-            check_key(key)?;
-            check_source(source)?;
-            out.push(action);
-            push_field(&mut out, key);
-            push_field(&mut out, source);
-            push_field(&mut out, &mode.word().to_be_bytes());
-            push_field(&mut out, &ttl_ms.to_be_bytes());
-            push_field(&mut out, &[u8::from(*wait)]);
-        }
-        Request::Release { key, kind } => {
-            check_key(key)?;
-            out.push(action);
-            push_field(&mut out, key);
-            if let ReleaseKind::Token(token) = kind {
-                push_field(&mut out, &token.to_be_bytes());
-            }
-        }
-        Request::Reclaim { key, token, secret } => {
-            check_key(key)?;
-            out.push(action);
-            push_field(&mut out, key);
-            let mut field = token.to_be_bytes().to_vec();
-            if let Some(secret) = secret {
-                field.extend_from_slice(secret);
-            }
-            push_field(&mut out, &field);
-        }
-        Request::ResetByKey { key } => {
-            check_key(key)?;
-            out.push(action);
-            push_field(&mut out, key);
-        }
-        Request::ResetBySource { source } => {
-            check_source(source)?;
-            out.push(action);
-            push_field(&mut out, source);
-        }
-        Request::Ping => out.extend_from_slice(&PING_FRAME),
-        Request::Hello { client, token } => {
-            check_len("client version", client)?;
-            check_len("token", token)?;
-            out.push(action);
-            push_field(&mut out, client);
-            push_field(&mut out, token);
-        }
-        Request::Keys { key, waiters } => {
-            check_len("key", key)?;
-            out.push(action);
-            push_field(&mut out, key);
-            match waiters {
-                true => push_field(&mut out, &[KEYS_WITH_WAITERS]),
-                false => push_field(&mut out, &[]),
-            }
-        }
-    }
-    Ok(out)
-}
-
-pub(super) fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(bytes.len() as u8);
-    out.extend_from_slice(bytes);
-}
+mod encode;
+pub(crate) use encode::*;
 
 #[cfg(test)]
 mod tests;

@@ -28,12 +28,13 @@ use super::hello::Greeted;
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
 use super::tokens::{self, Caller, Permit, Role};
-use super::{hello, keys, lock, reset, session, tls, trylock, unlock, Shared};
+use super::{hello, keys, lock, mark, reset, session, tls, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields, and an
-/// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes).
-const MAX_FRAME: usize = 3 + 2 * MAX_FIELD + 16;
+/// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes),
+/// in an ExtendedLock (its action byte and its field list).
+const MAX_FRAME: usize = 1 + 3 + 2 * MAX_FIELD + 16 + 2 + proto::request::MAX_FIELDS;
 
 /// Serves one accepted connection, from the TLS handshake (`serve
 /// --tls-cert`) to its end; `tracked` counts it open until then.
@@ -95,6 +96,18 @@ async fn serve(
             return None;
         }
     };
+    // An ExtendedLock: the lock inside, with its field list (a ticket in
+    // it taken out: a waiter's place, shown again after a restart).
+    let (request, fields, ticket) = match request {
+        Request::Extended { lock, fields } => match queue_fields(&fields) {
+            Some((fields, ticket)) => (*lock, fields, ticket),
+            None => {
+                reply(stream, async { Answer::Fail }).await;
+                return None;
+            }
+        },
+        other => (other, None, None),
+    };
     let (key, source, mode, hold, wait, expire) = match request {
         Request::Lock {
             key,
@@ -126,11 +139,14 @@ async fn serve(
         owner: caller.map(|c| c.owner.clone()),
         secret: greeted.secret && hold == Hold::Session,
         expire,
+        fields,
+        ticket,
     };
     // The grant's answer carries a secret field (the feature `secret`).
     let answer = lock::Answering {
         hold,
         secret: greeted.secret,
+        queues: greeted.queues,
     };
     if wait {
         lock::serve(stream, shared, key, ask, answer).await
@@ -138,6 +154,23 @@ async fn serve(
         trylock::serve(stream, shared, key, ask, answer).await;
         None
     }
+}
+
+/// An ExtendedLock's field list, checked (None: it does not parse), as
+/// the table keeps it (None when empty), and the ticket it showed.
+#[allow(clippy::type_complexity)]
+fn queue_fields(bytes: &[u8]) -> Option<(Option<Arc<[u8]>>, Option<u64>)> {
+    let list = crate::backend::fields::FieldList::parse(bytes).ok()?;
+    let ticket = list.get("ticket").and_then(|t| t.parse().ok());
+    // Its lines but the ticket's, as sent (a line is `name=value\n`).
+    let kept: Vec<u8> = bytes
+        .split_inclusive(|&b| b == b'\n')
+        .filter(|line| !line.starts_with(b"ticket="))
+        .flatten()
+        .copied()
+        .collect();
+    let fields = (!kept.is_empty()).then(|| Arc::from(kept));
+    Some((fields, ticket))
 }
 
 /// The reference's rule: a request without a source is the peer's address.
@@ -161,9 +194,16 @@ async fn serve_short(
     let caller = greeted.caller.as_ref();
     let by = caller.map(|c| &c.owner);
     match request {
-        Request::Lock { .. } | Request::ExpiringLock { .. } => unreachable!("served by serve"),
-        Request::Release { key, kind } => {
-            match unlock::release_by(shared, peer, &key, kind, whose, by).await {
+        Request::Lock { .. } | Request::ExpiringLock { .. } | Request::Extended { .. } => {
+            unreachable!("served by serve")
+        }
+        Request::Mark { key, clear } => {
+            let answer = mark::serve(shared, peer, by, &key, clear).await;
+            let mut stream = stream;
+            let _ = Box::pin(stream.write_all(&answer)).await;
+        }
+        Request::Release { key, kind, ended } => {
+            match unlock::release_by(shared, peer, &key, kind, whose, by, ended).await {
                 Ok(answer) => reply(stream, async { answer }).await,
                 Err(NotYours) => not_allowed(stream, peer, shared, caller, tokens::NOT_YOURS).await,
             }
@@ -185,13 +225,18 @@ async fn serve_short(
         // A client checking it talks to a lock server (lc-cli's extension).
         Request::Ping => reply(stream, async { Answer::Ok }).await,
         Request::Hello { .. } => hello::serve(stream, greeted).await,
-        Request::Keys { key, waiters } => {
+        Request::Keys {
+            key,
+            waiters,
+            fields,
+        } => {
             // A lock token sees the fencing tokens of its own holds only.
             let viewer = match caller {
                 Some(c) if c.role == Role::Lock => Whose::Only(c.owner.fingerprint),
                 _ => Whose::Any,
             };
-            keys::serve(stream, shared, key, waiters, viewer).await
+            let what = keys::What { waiters, fields };
+            keys::serve(stream, shared, key, what, viewer).await
         }
     }
 }

@@ -156,6 +156,30 @@ impl Events {
         self.event("queue", key, source, peer, owner, None);
     }
 
+    /// `--newest`: a request left the line (or never joined it) for a
+    /// newer one, `by` its source.
+    pub(crate) fn superseded(&self, key: &[u8], source: &[u8], peer: SocketAddr, by: &[u8]) {
+        if self.verbose {
+            self.line(format_args!(
+                "superseded '{}' source '{}' peer {peer} by '{}'",
+                printable(key),
+                printable(source),
+                printable(by)
+            ));
+        }
+    }
+
+    /// `--order`: a request below the key's mark left the line.
+    pub(crate) fn outdated(&self, key: &[u8], source: &[u8], peer: SocketAddr, mark: u64) {
+        if self.verbose {
+            self.line(format_args!(
+                "outdated '{}' source '{}' peer {peer} (mark {mark})",
+                printable(key),
+                printable(source)
+            ));
+        }
+    }
+
     /// The release of `owner`'s hold, asked by `by` (from `peer`).
     pub(crate) fn release(
         &self,

@@ -36,24 +36,37 @@ pub(super) struct Greeted {
     pub hello: bool,
     /// Its session grants carry the hold's secret (the feature `secret`).
     pub secret: bool,
+    /// It takes the answers of deploy queues (the feature `queues`): a
+    /// waiter's ticket, a holder's cancel notice.
+    pub queues: bool,
     pub caller: Option<Caller>,
 }
 
 /// Whether the client field of a Hello (`VERSION [FEATURE...]`) names
 /// the feature `secret`.
 pub(super) fn asks_secret(client: &[u8]) -> bool {
+    asks(client, proto::FEATURE_SECRET)
+}
+
+/// Whether the client field of a Hello names `feature`.
+fn asks(client: &[u8], feature: &str) -> bool {
     client
         .split(|b| b.is_ascii_whitespace())
-        .any(|word| word == proto::FEATURE_SECRET.as_bytes())
+        .any(|word| word == feature.as_bytes())
 }
 
 /// The answer to a Hello of `caller` (None: the server has no tokens);
 /// `secret`: it took that feature, named after the version.
-fn welcome(caller: Option<&Caller>, secret: bool) -> Vec<u8> {
-    let version = match secret {
-        true => format!("{VERSION} {}", proto::FEATURE_SECRET),
-        false => VERSION.to_string(),
-    };
+fn welcome(caller: Option<&Caller>, secret: bool, queues: bool) -> Vec<u8> {
+    let mut version = VERSION.to_string();
+    if secret {
+        version = format!("{version} {}", proto::FEATURE_SECRET);
+    }
+    // Named when asked: the client reads it before the answer to the
+    // ExtendedLock behind the Hello, and so knows what that answer is.
+    if queues {
+        version = format!("{version} {}", proto::FEATURE_QUEUES);
+    }
     match caller {
         None => proto::hello_answer(version.as_bytes()),
         Some(c) => proto::hello_accepted(version.as_bytes(), c.role.name().as_bytes()),
@@ -72,19 +85,24 @@ pub(super) async fn greet(
     token: &[u8],
 ) -> Option<Greeted> {
     let secret = asks_secret(client);
+    let queues = asks(client, proto::FEATURE_QUEUES);
     let Some(tokens) = &shared.tokens else {
-        let _ = stream.write_all(&welcome(None, secret)).await;
+        let _ = stream.write_all(&welcome(None, secret, queues)).await;
         return Some(Greeted {
             hello: true,
             secret,
+            queues,
             caller: None,
         });
     };
     if let Some(caller) = tokens.check(token) {
-        let _ = stream.write_all(&welcome(Some(&caller), secret)).await;
+        let _ = stream
+            .write_all(&welcome(Some(&caller), secret, queues))
+            .await;
         return Some(Greeted {
             hello: true,
             secret,
+            queues,
             caller: Some(caller),
         });
     }
@@ -138,7 +156,11 @@ pub(super) async fn refuse_unannounced(
 /// as the first was, and the connection ends.
 pub(super) async fn serve(mut stream: Stream, greeted: &Greeted) {
     let _ = stream
-        .write_all(&welcome(greeted.caller.as_ref(), greeted.secret))
+        .write_all(&welcome(
+            greeted.caller.as_ref(),
+            greeted.secret,
+            greeted.queues,
+        ))
         .await;
 }
 

@@ -28,11 +28,14 @@ use crate::proto::listing;
 /// A part of the listing made and written at once.
 const PIECE: usize = 64 * 1024;
 
+/// What a Keys request asks for besides the holds.
+pub(crate) use super::table::What;
+
 pub(super) async fn serve(
     mut stream: Stream,
     shared: &Shared,
     key: Vec<u8>,
-    waiters: bool,
+    waiters: What,
     viewer: Whose,
 ) {
     let limit = shared.read_timeout.max(Duration::from_secs(1));

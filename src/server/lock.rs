@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 
 use super::grant;
 use super::metrics::Counters;
-use super::table::{Ask, GrantId, LockOutcome, Notice, Withdrawal};
+use super::table::{Ask, GrantId, Left, LockOutcome, Notice, Withdrawal};
 use super::Shared;
-use crate::proto::Hold;
+use crate::proto::{self, Hold};
 
 /// How a lock request's grant is answered: by its hold, and with the
 /// hold's secret field when its connection took the feature `secret`.
@@ -25,6 +25,9 @@ use crate::proto::Hold;
 pub(super) struct Answering {
     pub hold: Hold,
     pub secret: bool,
+    /// The connection took the feature `queues`: a queued request is
+    /// told its ticket (`@`).
+    pub queues: bool,
 }
 
 /// Serves a Lock up to its wait: a grant at once or a refusal is answered
@@ -45,10 +48,15 @@ pub(super) async fn serve(
             grant::hand_over(stream, peer, shared, key, g, answer).await;
             None
         }
-        LockOutcome::Queued(id, notice) => {
+        LockOutcome::Queued(id, notice, ticket) => {
             shared
                 .events
                 .queued(&key, &ask.source, peer, ask.owner.as_ref());
+            if answer.queues {
+                let _ = stream
+                    .write_all(&proto::with_u64(proto::TICKET, ticket))
+                    .await;
+            }
             Some(Parked {
                 stream,
                 shared: shared.clone(),
@@ -60,6 +68,22 @@ pub(super) async fn serve(
         }
         LockOutcome::Conflict(theirs) => {
             let _ = stream.write_all(&answer.hold.conflict(theirs)).await;
+            None
+        }
+        LockOutcome::Superseded(by) => {
+            shared
+                .events
+                .superseded(&key, &ask.source, peer, &by.source);
+            let _ = stream
+                .write_all(&proto::rival_answer(proto::SUPERSEDED, &by))
+                .await;
+            None
+        }
+        LockOutcome::Outdated(mark) => {
+            shared.events.outdated(&key, &ask.source, peer, mark);
+            let _ = stream
+                .write_all(&proto::with_u64(proto::OUTDATED, mark))
+                .await;
             None
         }
     }
@@ -128,6 +152,7 @@ impl Parked {
             shared,
             names,
             answer,
+            id,
             ..
         } = self;
         let (key, source) = names.split();
@@ -137,7 +162,24 @@ impl Parked {
                 shared.events.grant(key, source, peer, g.owner.as_ref());
                 grant::hand_over(stream, peer, &shared, key.to_vec(), *g, answer).await
             }
-            Ok(Notice::Withdrawn) | Err(_) => {
+            Ok(Notice::Withdrawn) => match shared.table.take_left(id) {
+                Some(Left::Superseded(by)) => {
+                    shared.events.superseded(key, source, peer, &by.source);
+                    let _ = stream
+                        .write_all(&proto::rival_answer(proto::SUPERSEDED, &by))
+                        .await;
+                }
+                Some(Left::Outdated(mark)) => {
+                    shared.events.outdated(key, source, peer, mark);
+                    let _ = stream
+                        .write_all(&proto::with_u64(proto::OUTDATED, mark))
+                        .await;
+                }
+                None => {
+                    let _ = stream.write_all(&[answer.hold.refused()]).await;
+                }
+            },
+            Err(_) => {
                 let _ = stream.write_all(&[answer.hold.refused()]).await;
             }
         }

@@ -13,6 +13,7 @@ mod keys;
 pub(crate) mod limits;
 mod lock;
 pub(crate) mod manager_port;
+mod mark;
 pub(crate) mod metrics;
 mod refuse;
 mod reset;
@@ -233,6 +234,9 @@ impl Server {
         })?;
         table.attach_wal(wal);
         table.raise_token_floor(recovery.token_floor);
+        for (key, mark) in &recovery.marks {
+            table.restore_mark(key, *mark);
+        }
         if let Some(version) = recovery.upgraded {
             events.info(format_args!(
                 "{}: log of format version {version} upgraded to version {} in place",

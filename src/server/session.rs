@@ -48,14 +48,31 @@ pub(super) async fn hold(
 ) {
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
-    // Heartbeats and one SessionRelease frame: action, key, token field.
-    let mut buf = [0u8; 3 + proto::MAX_FIELD + 8];
+    // Heartbeats and one SessionRelease frame: action, key, token field
+    // (with the command's status and order).
+    let mut buf = [0u8; 3 + proto::MAX_FIELD + 20];
     let mut len = 0;
     let mut connected = true;
     let mut failures = 0;
     loop {
         tokio::select! {
-            _ = &mut link.changed => {
+            changed = &mut link.changed => {
+                if changed.is_ok() {
+                    // A newer `--cancel-running` request asks the command
+                    // to stop: told, and the hold goes on. (Only a hold
+                    // asked with an ExtendedLock can be asked to stop: its
+                    // client took the feature `queues`, and reads `>`.)
+                    if connected {
+                        Box::pin(tell_cancel(&mut stream, &shared, &key, id)).await;
+                    }
+                    match shared.table.rearm(&key, id, link.gen) {
+                        Some(rx) => {
+                            link.changed = rx;
+                            continue;
+                        }
+                        None => return,
+                    }
+                }
                 if shared.table.link_state(&key, id, link.gen) != LinkState::Moved && connected {
                     // Taken away (a reset, someone's Unlock): say so.
                     let _ = Box::pin(stream.write_all(&[SESSION_LOST])).await;
@@ -89,14 +106,15 @@ pub(super) async fn hold(
                 let request =
                     Box::pin(take_requests(&mut stream, &shared, &key, id, link.gen, &mut buf, &mut len)).await;
                 match request {
-                    Some(Next::Release { key: k, token }) => {
+                    Some(Next::Release(asked)) => {
+                        let Released { key: k, token, ended } = *asked;
                         // With tokens, the holds of this session's token only.
                         let owner = shared.table.owner_of(&key, id);
                         let whose = match (&shared.tokens, &owner) {
                             (Some(_), Some(o)) => Whose::Only(o.fingerprint),
                             _ => Whose::Any,
                         };
-                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref())).await;
+                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref(), ended)).await;
                         let _ = match answer {
                             Ok(answer) => stream.write_all(&[answer.byte()]).await,
                             Err(NotYours) => stream.write_all(&proto::not_allowed(tokens::NOT_YOURS)).await,
@@ -117,13 +135,28 @@ pub(super) async fn hold(
     }
 }
 
+/// Tells the holder of hold `id` that a newer `--cancel-running` request
+/// asks its command to stop: `>` and who (boxed by the caller: rare).
+async fn tell_cancel(stream: &mut Stream, shared: &Shared, key: &[u8], id: GrantId) {
+    if let Some(by) = shared.table.cancel_notice(key, id) {
+        let notice = proto::rival_answer(proto::CANCEL_NOTICE, &by);
+        let _ = stream.write_all(&notice).await;
+    }
+}
+
+/// A SessionRelease on a session's connection: the key, the token, and
+/// how the command ended (feature `queues`).
+struct Released {
+    key: Vec<u8>,
+    token: u64,
+    ended: Option<proto::Ended>,
+}
+
 /// What a session's connection asks after its heartbeats (kept small: it is
 /// part of every held session's future).
 enum Next {
-    Release {
-        key: Vec<u8>,
-        token: u64,
-    },
+    /// Boxed: rare, and this is part of every held session's future.
+    Release(Box<Released>),
     /// Anything but a SessionRelease ends the connection's part in the
     /// session: it is not the protocol.
     Stop,
@@ -155,9 +188,10 @@ async fn take_requests(
             Request::Release {
                 key,
                 kind: ReleaseKind::Token(token),
+                ended,
             },
             _,
-        )) => Some(Next::Release { key, token }),
+        )) => Some(Next::Release(Box::new(Released { key, token, ended }))),
         Ok(Decoded::Incomplete) if *len < buf.len() => None,
         _ => Some(Next::Stop),
     }
@@ -328,7 +362,14 @@ pub(super) async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut l
     let mut failures = 0;
     loop {
         tokio::select! {
-            _ = &mut link.changed => return,
+            changed = &mut link.changed => match changed {
+                // A cancel notice: its holder hears it when it reclaims.
+                Ok(()) => match shared.table.rearm(&key, id, link.gen) {
+                    Some(rx) => link.changed = rx,
+                    None => return,
+                },
+                Err(_) => return,
+            },
             _ = tokio::time::sleep_until(due.into()) => {
                 match check_expiry(&shared, &key, id, link.gen, &mut failures).await {
                     Some(at) => due = at,

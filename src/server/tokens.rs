@@ -393,6 +393,8 @@ pub(crate) fn allowed(role: Role, request: &Request) -> Permit {
         // token too: it shows sources and fencing tokens, never a token.
         Request::Lock { .. }
         | Request::ExpiringLock { .. }
+        | Request::Extended { .. }
+        | Request::Mark { clear: false, .. }
         | Request::Ping
         | Request::Hello { .. }
         | Request::Keys { .. } => Permit::Yes,
@@ -400,6 +402,11 @@ pub(crate) fn allowed(role: Role, request: &Request) -> Permit {
         // shows: the owner is checked too.
         Request::Release { .. } | Request::Reclaim { .. } if admin => Permit::Yes,
         Request::Release { .. } | Request::Reclaim { .. } => Permit::OwnHolds,
+        // Clearing a mark lets an older version run again: an admin's.
+        Request::Mark { clear: true, .. } if admin => Permit::Yes,
+        Request::Mark { clear: true, .. } => {
+            Permit::No("token role 'lock' may not clear a mark; an admin token can")
+        }
         Request::ResetByKey { .. } | Request::ResetBySource { .. } if admin => Permit::Yes,
         Request::ResetByKey { .. } | Request::ResetBySource { .. } => {
             Permit::No("token role 'lock' may not reset; an admin token can")
@@ -509,6 +516,7 @@ mod tests {
         let release = Request::Release {
             key: b"k".to_vec(),
             kind: crate::proto::ReleaseKind::Release,
+            ended: None,
         };
         assert_eq!(allowed(Role::Admin, &reset), Permit::Yes);
         assert!(matches!(allowed(Role::Lock, &reset), Permit::No(_)));

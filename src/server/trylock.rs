@@ -30,6 +30,12 @@ pub(super) async fn serve(
             let _ = stream.write_all(&answer.hold.conflict(theirs)).await;
             return;
         }
+        TryOutcome::Outdated(mark) => {
+            let _ = stream
+                .write_all(&crate::proto::with_u64(crate::proto::OUTDATED, mark))
+                .await;
+            return;
+        }
     };
     shared
         .events

@@ -27,8 +27,12 @@ pub(super) async fn release_by(
     kind: ReleaseKind,
     whose: Whose,
     by: Option<&Owner>,
+    ended: Option<crate::proto::Ended>,
 ) -> Result<Answer, NotYours> {
-    let Some((id, durable)) = shared.table.begin_release_by(key, kind.token(), whose)? else {
+    let Some((id, durable)) = shared
+        .table
+        .begin_release_by(key, kind.token(), whose, ended)?
+    else {
         return Ok(kind.not_held());
     };
     if let Err(e) = durable.wait().await {

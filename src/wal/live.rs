@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
-use super::record::{decode_ref, Next, RecordRef, HEADER};
+use super::record::{decode_ref, is_mark, Next, RecordRef, HEADER};
 use crate::mode::LockMode;
 
 #[derive(Debug, Default, Clone)]
@@ -105,6 +105,8 @@ pub(super) enum Change {
     Grant { exclusive: bool },
     /// The hold under that token ends (every hold, without one).
     Release(Option<u64>),
+    /// The key's mark is set (or cleared): its one Mark record replaced.
+    Mark { set: bool },
 }
 
 impl Change {
@@ -115,6 +117,9 @@ impl Change {
                 exclusive: mode == LockMode::Exclusive,
             }),
             RecordRef::Release { token, .. } => Some(Change::Release(token)),
+            RecordRef::Mark { mark, .. } => Some(Change::Mark {
+                set: mark.is_some(),
+            }),
             RecordRef::Floor { .. } => None,
         }
     }
@@ -125,22 +130,37 @@ impl Change {
         match self {
             // An exclusive hold is its key's only one (and a grant of a
             // log before modes replaces the key's holder).
+            // The key's Mark record (issue 44) is kept with its holds,
+            // whatever happens to them.
             Change::Grant { exclusive } => {
                 if exclusive {
-                    holds.clear();
+                    keep(holds, is_mark);
                 }
                 holds.extend_from_slice(framed);
             }
             Change::Release(token) => {
-                let kept: Vec<u8> = Frames(holds)
-                    .filter(|f| token.is_some_and(|t| t != token_of(f)))
-                    .flatten()
-                    .copied()
-                    .collect();
-                *holds = kept;
+                keep(holds, |f| {
+                    is_mark(f) || token.is_some_and(|t| t != token_of(f))
+                });
+            }
+            Change::Mark { set } => {
+                keep(holds, |f| !is_mark(f));
+                if set {
+                    holds.extend_from_slice(framed);
+                }
             }
         }
     }
+}
+
+/// Keeps the frames of `holds` that `wanted` says.
+fn keep(holds: &mut Vec<u8>, wanted: impl Fn(&[u8]) -> bool) {
+    let kept: Vec<u8> = Frames(holds)
+        .filter(|f| wanted(f))
+        .flatten()
+        .copied()
+        .collect();
+    *holds = kept;
 }
 
 impl Live {
@@ -151,7 +171,7 @@ impl Live {
             return;
         };
         let earlier = self.keys.take(record.key());
-        if earlier.is_none() && matches!(change, Change::Release(_)) {
+        if earlier.is_none() && matches!(change, Change::Release(_) | Change::Mark { set: false }) {
             return;
         }
         let mut all = Vec::new();

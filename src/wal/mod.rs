@@ -172,6 +172,8 @@ pub struct Recovery {
     pub token_floor: u64,
     /// A log of this earlier format version now has this build's header.
     pub upgraded: Option<u32>,
+    /// Each key's mark (issue 44), by key.
+    pub marks: Vec<(Vec<u8>, u64)>,
 }
 
 /// Counters since start-up.
@@ -316,6 +318,7 @@ impl Wal {
             }
             Record::Release { .. } => st.pending_releases += 1,
             Record::Floor { token } => st.max_token = st.max_token.max(*token),
+            Record::Mark { .. } => {}
         }
         let ticket = Ticket(st.batch.subscribe());
         if start == 0 {

@@ -12,7 +12,12 @@
 //!   [owner:u64le, 0 none][nameLen][name][secretLen: 0 or 16][secret
 //!   digest]`: the owner is its token's fingerprint and name, never the
 //!   token; the secret's digest, never the secret
+//! - Grant with a field list (version 6, issue 44: `--order`,
+//!   `--newest`, `--cancel-running`, `--note`): `[9]` as 8, then
+//!   `[fieldsLen:u16le][field list]`
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
+//! - Mark    `[10][keyLen][key][set:u8][mark:u64le]` (version 6, issue 44):
+//!   the key's mark is now `mark` (set 1), or has none (set 0: cleared)
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
 //!   records it removes)
@@ -27,9 +32,13 @@ use crate::mode::LockMode;
 /// Header bytes before each payload.
 pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
-/// token, session flag, mode, deadline, and an owned hold's owner, name
-/// and secret digest).
-pub const MAX_PAYLOAD: usize = 1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST;
+/// token, session flag, mode, deadline, an owned hold's owner, name and
+/// secret digest, and a field list).
+pub const MAX_PAYLOAD: usize =
+    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS;
+
+/// The longest field list a Grant keeps (docs/request-fields.md).
+pub const MAX_FIELDS: usize = 1024;
 
 /// The bytes of a session hold's secret digest.
 pub const SECRET_DIGEST: usize = 16;
@@ -42,6 +51,13 @@ const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
 const TAG_GRANT_EXPIRING: u8 = 7;
 const TAG_GRANT_OWNED: u8 = 8;
+const TAG_GRANT_FIELDS: u8 = 9;
+const TAG_MARK: u8 = 10;
+
+/// Whether a framed record (a valid one) is a Mark.
+pub fn is_mark(frame: &[u8]) -> bool {
+    frame.get(HEADER) == Some(&TAG_MARK)
+}
 
 /// Whose a hold is, as its Grant records it (tag 8; none in tags 1 to 7):
 /// its token's fingerprint (0: none) and name, and the digest of its
@@ -51,6 +67,8 @@ pub struct Ownership {
     pub fingerprint: u64,
     pub name: Vec<u8>,
     pub secret: Option<[u8; SECRET_DIGEST]>,
+    /// The request's field list (tag 9; empty: none).
+    pub fields: Vec<u8>,
 }
 
 /// An [`Ownership`] read in place.
@@ -59,6 +77,7 @@ pub struct OwnershipRef<'a> {
     pub fingerprint: u64,
     pub name: &'a [u8],
     pub secret: Option<[u8; SECRET_DIGEST]>,
+    pub fields: &'a [u8],
 }
 
 impl Ownership {
@@ -67,6 +86,7 @@ impl Ownership {
             fingerprint: self.fingerprint,
             name: &self.name,
             secret: self.secret,
+            fields: &self.fields,
         }
     }
 }
@@ -82,6 +102,7 @@ impl OwnershipRef<'_> {
             fingerprint: self.fingerprint,
             name: self.name.to_vec(),
             secret: self.secret,
+            fields: self.fields.to_vec(),
         }
     }
 }
@@ -112,13 +133,17 @@ pub enum Record {
     Release { key: Vec<u8>, token: Option<u64> },
     /// Every token given so far is at most `token`.
     Floor { token: u64 },
+    /// The key's mark is now `mark` (None: cleared).
+    Mark { key: Vec<u8>, mark: Option<u64> },
 }
 
 impl Record {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            Record::Grant { key, .. } | Record::Release { key, .. } => key,
+            Record::Grant { key, .. } | Record::Release { key, .. } | Record::Mark { key, .. } => {
+                key
+            }
             Record::Floor { .. } => &[],
         }
     }
@@ -155,13 +180,19 @@ pub enum RecordRef<'a> {
     Floor {
         token: u64,
     },
+    Mark {
+        key: &'a [u8],
+        mark: Option<u64>,
+    },
 }
 
 impl RecordRef<'_> {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            RecordRef::Grant { key, .. } | RecordRef::Release { key, .. } => key,
+            RecordRef::Grant { key, .. }
+            | RecordRef::Release { key, .. }
+            | RecordRef::Mark { key, .. } => key,
             RecordRef::Floor { .. } => &[],
         }
     }
@@ -182,11 +213,13 @@ impl RecordRef<'_> {
                 expires_ms,
                 ownership,
             } => {
-                let owned = !ownership.is_none();
-                out.push(match (owned, expires_ms) {
-                    (true, _) => TAG_GRANT_OWNED,
-                    (false, Some(_)) => TAG_GRANT_EXPIRING,
-                    (false, None) => TAG_GRANT,
+                let with_fields = !ownership.fields.is_empty();
+                let owned = !ownership.is_none() || with_fields;
+                out.push(match (with_fields, owned, expires_ms) {
+                    (true, _, _) => TAG_GRANT_FIELDS,
+                    (false, true, _) => TAG_GRANT_OWNED,
+                    (false, false, Some(_)) => TAG_GRANT_EXPIRING,
+                    (false, false, None) => TAG_GRANT,
                 });
                 for field in [key, source, peer] {
                     let field = &field[..field.len().min(255)];
@@ -206,6 +239,11 @@ impl RecordRef<'_> {
                     let secret = ownership.secret.as_ref().map_or(&[][..], |s| &s[..]);
                     out.push(secret.len() as u8);
                     out.extend_from_slice(secret);
+                    if with_fields {
+                        let fields = &ownership.fields[..ownership.fields.len().min(MAX_FIELDS)];
+                        out.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+                        out.extend_from_slice(fields);
+                    }
                 } else if let Some(at) = expires_ms {
                     out.extend_from_slice(&at.to_le_bytes());
                 }
@@ -213,6 +251,14 @@ impl RecordRef<'_> {
             RecordRef::Floor { token } => {
                 out.push(TAG_FLOOR);
                 out.extend_from_slice(&token.to_le_bytes());
+            }
+            RecordRef::Mark { key, mark } => {
+                let key = &key[..key.len().min(255)];
+                out.push(TAG_MARK);
+                out.push(key.len() as u8);
+                out.extend_from_slice(key);
+                out.push(u8::from(mark.is_some()));
+                out.extend_from_slice(&mark.unwrap_or(0).to_le_bytes());
             }
             RecordRef::Release { key, token } => {
                 let key = &key[..key.len().min(255)];
@@ -268,6 +314,10 @@ impl RecordRef<'_> {
                 token,
             },
             RecordRef::Floor { token } => Record::Floor { token },
+            RecordRef::Mark { key, mark } => Record::Mark {
+                key: key.to_vec(),
+                mark,
+            },
         }
     }
 }
@@ -299,6 +349,7 @@ impl Record {
             },
             Record::Release { key, token } => RecordRef::Release { key, token: *token },
             Record::Floor { token } => RecordRef::Floor { token: *token },
+            Record::Mark { key, mark } => RecordRef::Mark { key, mark: *mark },
         }
     }
 }
@@ -308,7 +359,15 @@ impl Record {
 pub fn is_current(frame: &[u8]) -> bool {
     matches!(
         frame.get(HEADER),
-        Some(&(TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED | TAG_RELEASE | TAG_FLOOR))
+        Some(
+            &(TAG_GRANT
+                | TAG_GRANT_EXPIRING
+                | TAG_GRANT_OWNED
+                | TAG_GRANT_FIELDS
+                | TAG_RELEASE
+                | TAG_FLOOR
+                | TAG_MARK)
+        )
     )
 }
 
@@ -370,13 +429,14 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
         Some(bytes)
     };
     let record = match tag {
-        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED => {
+        TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED
+        | TAG_GRANT_FIELDS => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
             let mut expires_ms = None;
             let mut ownership = OwnershipRef::default();
-            if tag == TAG_GRANT_OWNED {
+            if tag == TAG_GRANT_OWNED || tag == TAG_GRANT_FIELDS {
                 let (fixed, rest) = (cur.get(..37)?, &cur[37..]);
                 let (at, fingerprint) = (&fixed[21..29], &fixed[29..37]);
                 let at = u64::from_le_bytes(at.try_into().ok()?);
@@ -384,13 +444,24 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                 ownership.fingerprint = u64::from_le_bytes(fingerprint.try_into().ok()?);
                 let (&n, rest) = rest.split_first()?;
                 ownership.name = rest.get(..n as usize)?;
-                let (&m, secret) = rest[n as usize..].split_first()?;
-                ownership.secret = match (m, secret.len()) {
-                    (0, 0) => None,
-                    (16, 16) => Some(secret.try_into().ok()?),
+                let (&m, after) = rest[n as usize..].split_first()?;
+                let (secret, tail) = after.split_at_checked(m as usize)?;
+                if tag == TAG_GRANT_FIELDS {
+                    let (len, fields) = tail.split_at_checked(2)?;
+                    let len = u16::from_le_bytes(len.try_into().ok()?) as usize;
+                    if fields.len() != len || len == 0 || len > MAX_FIELDS {
+                        return None;
+                    }
+                    ownership.fields = fields;
+                } else if !tail.is_empty() {
+                    return None;
+                }
+                ownership.secret = match m {
+                    0 => None,
+                    16 => Some(secret.try_into().ok()?),
                     _ => return None,
                 };
-                if ownership.is_none() {
+                if ownership.is_none() && tag == TAG_GRANT_OWNED {
                     return None;
                 }
                 cur = &cur[..21];
@@ -403,7 +474,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                     cur[16],
                     LockMode::Exclusive,
                 ),
-                (TAG_GRANT | TAG_GRANT_OWNED, 21) => (
+                (TAG_GRANT | TAG_GRANT_OWNED | TAG_GRANT_FIELDS, 21) => (
                     &cur[..8],
                     cur[8..16].try_into().ok()?,
                     cur[16],
@@ -440,6 +511,17 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
             return Some(RecordRef::Floor {
                 token: u64::from_le_bytes(token),
             });
+        }
+        TAG_MARK => {
+            let key = field()?;
+            let (&set, mark) = cur.split_first()?;
+            let mark = u64::from_le_bytes(mark.try_into().ok()?);
+            let mark = match set {
+                0 => None,
+                1 => Some(mark),
+                _ => return None,
+            };
+            RecordRef::Mark { key, mark }
         }
         TAG_RELEASE_ALL | TAG_RELEASE => {
             let key = field()?;

@@ -116,6 +116,13 @@ impl Wal {
 
         // The set is by key; a key's holds are in log order, put in token
         // order here (the same but for logs before tokens).
+        recovery.marks = live
+            .frames()
+            .filter_map(|f| match decode_ref(f) {
+                Next::Record(RecordRef::Mark { key, mark: Some(m) }, _) => Some((key.to_vec(), m)),
+                _ => None,
+            })
+            .collect();
         let mut one_key: Vec<HeldRef<'_>> = Vec::new();
         for h in live.frames().filter_map(HeldRef::from_frame) {
             if one_key.last().is_some_and(|last| last.key != h.key) {
@@ -180,7 +187,7 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
                     RecordRef::Grant { token, .. } | RecordRef::Floor { token } => {
                         max_token = max_token.max(token)
                     }
-                    RecordRef::Release { .. } => {}
+                    RecordRef::Release { .. } | RecordRef::Mark { .. } => {}
                 }
                 if let Some(change) = Change::of(&record) {
                     let framed = match record::is_current(rest) {

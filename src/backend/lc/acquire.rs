@@ -61,8 +61,25 @@ impl LcBackend {
     }
 
     /// The frame of a request with lc-cli's actions: a session lock (8, 9)
-    /// for an exclusive hold of a command, else a mode lock (12 to 15).
-    fn extended_frame(request: &LockRequest) -> Request {
+    /// for an exclusive hold of a command, else a mode lock (12 to 15);
+    /// with fields (issue 44), or a ticket to show again, inside an
+    /// ExtendedLock (19).
+    fn extended_frame(request: &LockRequest, ticket: Option<u64>) -> Request {
+        let lock = Self::lock_frame(request);
+        if request.extras.is_empty() && ticket.is_none() {
+            return lock;
+        }
+        let mut fields = request.extras.encode();
+        if let Some(t) = ticket {
+            fields.push_str(&format!("ticket={t}\n"));
+        }
+        Request::Extended {
+            lock: Box::new(lock),
+            fields: fields.into_bytes(),
+        }
+    }
+
+    fn lock_frame(request: &LockRequest) -> Request {
         let key = request.key.as_bytes().to_vec();
         let source = request.source.as_bytes().to_vec();
         if let (true, Some(ttl)) = (request.detached, request.expire) {
@@ -96,7 +113,7 @@ impl LcBackend {
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Option<Acquired>> {
         let started = std::time::Instant::now();
-        let lock = Self::extended_frame(request);
+        let lock = Self::extended_frame(request, None);
         if request.nonblock {
             let mut stream = self.send(&lock).await?;
             let limit = self.connect_timeout + started.elapsed();
@@ -110,18 +127,42 @@ impl LcBackend {
             _ = cancel.cancelled() => return Ok(Some(Acquired::Cancelled)),
         };
         progress(WaitProgress::default());
-        let budget = self.connect_timeout + started.elapsed();
-        // Our place in line, at a terminal (the status line shows it).
-        let us = stream
-            .local_addr()
-            .filter(|_| crate::terminal::stderr_is_terminal());
-        let answer = tokio::select! {
-            e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
-            never = self.watch_place(&request.key, us, progress) => match never {},
-            a = session::read_grant(&mut stream) => a,
-            _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
-        };
-        self.session_answer(answer, stream, request)
+        let mut budget = self.connect_timeout + started.elapsed();
+        // Our place in line, handed to us when we joined it (a server
+        // that took the feature `queues`).
+        let mut ticket = None;
+        loop {
+            // Our place in line, at a terminal (the status line shows it).
+            let us = stream
+                .local_addr()
+                .filter(|_| crate::terminal::stderr_is_terminal());
+            let answer = tokio::select! {
+                e = probe::watch(&self.dialer, probe::PROBE_AFTER.min(budget / 4), budget) => return Err(e),
+                never = self.watch_place(&request.key, us, progress) => match never {},
+                a = session::read_grant_noting(&mut stream, &mut ticket) => a,
+                _ = cancel.cancelled() => return self.withdraw_session(stream, &request.key).await.map(Some),
+            };
+            // The server went away while we waited (a restart): our place
+            // is taken back with the ticket, on a new connection, within
+            // the connect timeout (issue 44, item 7).
+            if let (None, Some(t)) = (&answer, ticket) {
+                let rejoin = Self::extended_frame(request, Some(t));
+                let again = std::time::Instant::now();
+                stream = tokio::select! {
+                    s = self.send(&rejoin) => s?,
+                    _ = cancel.cancelled() => return Ok(Some(Acquired::Cancelled)),
+                };
+                budget = self.connect_timeout + again.elapsed();
+                if self.verbose {
+                    eprintln!(
+                        "lc-cli: the connection to {} ended while waiting for '{}': asked again for our place in line (ticket {t})",
+                        self.addr, request.key
+                    );
+                }
+                continue;
+            }
+            return self.session_answer(answer, stream, request);
+        }
     }
 
     /// Tells `progress` our place in `key`'s line every
@@ -166,7 +207,22 @@ impl LcBackend {
     ) -> Result<Option<Acquired>> {
         use session::Granted;
         let key = &request.key;
+        // A request with fields that the server did not take: one line.
+        if !request.extras.is_empty()
+            && matches!(answer, Some(Granted::Unknown) | Some(Granted::Foreign(_)))
+        {
+            return Err(BackendError::Unsupported {
+                server: self.addr.clone(),
+                reason: format!(
+                    "this server takes no --newest/--order/--cancel-running/--note (asked for {}; it answered '-', as a reference Locking-Center server or an lc-cli serve before deploy queues does)",
+                    request.extras.options()
+                ),
+            });
+        }
         match answer {
+            Some(Granted::Superseded(by)) => Ok(Some(Acquired::Superseded(super::rival(by)))),
+            Some(Granted::Outdated(mark)) => Ok(Some(Acquired::Outdated { mark })),
+            Some(Granted::Ticket(_)) => Err(self.protocol("a ticket where an answer was due")),
             // A kept hold's grant carries its token too.
             Some(Granted::Session(token, _, _)) if request.detached => {
                 Ok(Some(Acquired::Held(self.held(key, Some(token)))))
@@ -182,6 +238,7 @@ impl LcBackend {
                     key,
                     stream,
                     grant,
+                    request.extras.order,
                 )))))
             }
             Some(Granted::Busy) => Ok(Some(Acquired::Busy)),

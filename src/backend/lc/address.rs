@@ -40,10 +40,9 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_ttl: crate::backend::DEFAULT_TTL,
     // A reference server may still answer '-' to shared or limited
     // requests: the backend then refuses them with `REFERENCE_CAPS`.
-    caps: Capabilities {
-        queues: Some(crate::backend::fields::NOT_YET),
-        ..Capabilities::ALL
-    },
+    // A reference server answers '-' to the fields of deploy queues: the
+    // backend then refuses them (76), as for the modes.
+    caps: Capabilities::ALL,
     key_problem: crate::backend::any_key,
     usage: Usage {
         address: "[:TOKEN@]HOST:PORT",
@@ -58,7 +57,7 @@ pub(crate) const REFERENCE_CAPS: Capabilities = Capabilities {
     shared: false,
     limit: false,
     kept_holds: true,
-    queues: Some(crate::backend::fields::NOT_YET),
+    queues: Some("a reference Locking-Center server keeps no fields or marks"),
     why: "; it answered '-', as a reference Locking-Center server does",
 };
 

@@ -64,9 +64,10 @@ impl Greeting {
         // `secret` after it: session grants carry the hold's secret, which
         // our reclaims show.
         let client = format!(
-            "{} {}\r\n",
+            "{} {} {}\r\n",
             env!("CARGO_PKG_VERSION"),
-            proto::FEATURE_SECRET
+            proto::FEATURE_SECRET,
+            proto::FEATURE_QUEUES
         );
         let frame = proto::encode(&Request::Hello {
             client: client.into_bytes(),
@@ -111,6 +112,11 @@ impl Greeting {
 
     pub(super) fn has_token(&self) -> bool {
         self.has_token
+    }
+
+    /// Whether the server's last Hello answer named `feature`.
+    pub(super) fn named(&self, feature: &str) -> bool {
+        self.answer().is_some_and(|a| names(&a, feature))
     }
 
     /// Hellos are still sent (the server has not answered one `-`).
@@ -256,6 +262,7 @@ impl Dialer {
                 })
             }),
             secret: false,
+            queues: false,
         })
     }
 
@@ -302,6 +309,8 @@ pub(super) struct LcStream {
     /// The server took the feature `secret` (its Hello answer named it):
     /// session grants on this connection carry the hold's secret.
     secret: bool,
+    /// The server took the feature `queues` (issue 44).
+    queues: bool,
 }
 
 /// Plain or TLS, as the server has it too (`crate::tls_stream`); its read
@@ -319,6 +328,12 @@ impl LcStream {
     /// (known once its first bytes after the Hello's answer are read).
     pub(super) fn took_secret(&self) -> bool {
         self.secret
+    }
+
+    /// Whether the server took the feature `queues` on this connection
+    /// (known once its first bytes after the Hello's answer are read).
+    pub(super) fn took_queues(&self) -> bool {
+        self.queues
     }
 }
 
@@ -428,7 +443,8 @@ impl AsyncRead for LcStream {
                 // Not an answer to a Hello: the caller judges the bytes.
                 HelloAnswer::Foreign => {}
                 HelloAnswer::Unchecked { .. } | HelloAnswer::Accepted { .. } => {
-                    this.secret = names_secret(&answer);
+                    this.secret = names(&answer, proto::FEATURE_SECRET);
+                    this.queues = names(&answer, proto::FEATURE_QUEUES);
                     h.greeting.record(answer);
                     h.got.drain(..used);
                 }
@@ -440,7 +456,7 @@ impl AsyncRead for LcStream {
 
 /// Whether a server's Hello answer names the feature `secret` after its
 /// version (a server before it names none).
-fn names_secret(answer: &HelloAnswer) -> bool {
+fn names(answer: &HelloAnswer, feature: &str) -> bool {
     let version = match answer {
         HelloAnswer::Unchecked { version } | HelloAnswer::Accepted { version, .. } => version,
         _ => return false,
@@ -448,7 +464,7 @@ fn names_secret(answer: &HelloAnswer) -> bool {
     version
         .split_ascii_whitespace()
         .skip(1)
-        .any(|w| w == proto::FEATURE_SECRET)
+        .any(|w| w == feature)
 }
 
 /// `Poll` as an option, so the arms above read as a match on the result.

@@ -77,6 +77,8 @@ pub(super) async fn ask(
     let frame = proto::encode(&Request::Keys {
         key: key.unwrap_or_default().as_bytes().to_vec(),
         waiters,
+        // Field lists and marks: a server before them ignores the bit.
+        fields: true,
     })
     .map_err(|e| BackendError::Other(e.to_string()))?;
     let started = Instant::now();
@@ -235,9 +237,17 @@ pub(super) fn key_info(r: KeyReport) -> KeyInfo {
         token: r.token,
         expires: r.expires,
         mode: r.mode.unwrap_or(LockMode::Exclusive),
-        fields: Default::default(),
-        mark: None,
+        fields: field_list(r.fields),
+        mark: r.mark,
     }
+}
+
+/// A field list as a listing carries it (a list that does not parse is
+/// shown as none).
+fn field_list(bytes: Option<Vec<u8>>) -> crate::backend::fields::FieldList {
+    bytes
+        .and_then(|b| crate::backend::fields::FieldList::parse(&b).ok())
+        .unwrap_or_default()
 }
 
 /// The bytes as text, moved (not copied) when they are UTF-8, as nearly
@@ -267,7 +277,7 @@ pub(super) fn waiter_infos(waiters: Vec<WaiterReport>) -> Vec<WaiterInfo> {
                 .identity
                 .filter(|i| !i.is_empty())
                 .map(|i| String::from_utf8_lossy(&i).into_owned()),
-            fields: Default::default(),
+            fields: field_list(w.fields),
         });
     }
     out
@@ -294,6 +304,7 @@ mod tests {
             mode: LockMode::Exclusive,
             session: true,
             identity: None,
+            fields: None,
         }
     }
 

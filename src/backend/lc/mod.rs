@@ -203,6 +203,7 @@ impl LcBackend {
             .call(Request::Release {
                 key: key_bytes.clone(),
                 kind: ReleaseKind::Release,
+                ended: None,
             })
             .await?
         {
@@ -213,6 +214,7 @@ impl LcBackend {
         let unlock = Request::Release {
             key: key_bytes,
             kind: ReleaseKind::Unlock,
+            ended: None,
         };
         match self.call(unlock).await? {
             Answer::Ok => Ok(true),
@@ -319,6 +321,16 @@ impl Backend for LcBackend {
         .await
     }
 
+    async fn mark(&self, key: &str) -> Result<Option<u64>> {
+        self.guarded(|| self.mark_call(key, false)).await
+    }
+
+    async fn clear_mark(&self, key: &str) -> Result<bool> {
+        self.guarded(|| self.mark_call(key, true))
+            .await
+            .map(|had| had.is_some())
+    }
+
     async fn reset_source(&self, source: &str) -> Result<()> {
         check_source(source)?;
         self.guarded(|| {
@@ -337,6 +349,7 @@ impl LcBackend {
         let release = Request::Release {
             key: key.as_bytes().to_vec(),
             kind: ReleaseKind::Token(token),
+            ended: None,
         };
         match self.call(release).await? {
             Answer::Ok | Answer::Busy => Ok(()),
@@ -349,6 +362,39 @@ impl LcBackend {
         }
     }
 
+    /// Mark (action 20): the key's mark, read or cleared (the mark it had).
+    async fn mark_call(&self, key: &str, clear: bool) -> Result<Option<u64>> {
+        let request = Request::Mark {
+            key: key.as_bytes().to_vec(),
+            clear,
+        };
+        let started = std::time::Instant::now();
+        let mut stream = self.send(&request).await?;
+        let limit = self.connect_timeout + started.elapsed();
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(limit, stream.read_to_end(&mut buf)).await;
+        if read.is_err() {
+            return Err(probe::silent(&self.addr, limit));
+        }
+        if let Some(reason) = proto::parse_not_allowed(&buf) {
+            return Err(self.refused(reason));
+        }
+        match buf.as_slice() {
+            [b'#'] => Ok(None),
+            [b'-'] if clear => Err(self.refused(format!(
+                "the clear of the mark of '{key}' could not be recorded, or this server keeps no marks (it answered '-')"
+            ))),
+            [b'-'] | [] => Err(BackendError::Unsupported {
+                server: self.addr.clone(),
+                reason: "this server keeps no marks (it answered '-', as a reference Locking-Center server or an lc-cli serve before deploy queues does)".into(),
+            }),
+            bytes => match proto::parse_u64(bytes, b'+') {
+                Some(m) => Ok(Some(m)),
+                None => Err(probe::foreign(&self.addr, bytes)),
+            },
+        }
+    }
+
     async fn expect_ok(&self, request: Request) -> Result<()> {
         match self.call(request).await? {
             Answer::Ok => Ok(()),
@@ -357,6 +403,16 @@ impl LcBackend {
                 reason: format!("answered '{}'", other.byte() as char),
             }),
         }
+    }
+}
+
+/// A request the server named (superseded us, or asks our hold to stop).
+fn rival(r: proto::RivalWire) -> super::Rival {
+    super::Rival {
+        source: String::from_utf8_lossy(&r.source).into_owned(),
+        identity: (!r.identity.is_empty())
+            .then(|| String::from_utf8_lossy(&r.identity).into_owned()),
+        fields: super::fields::FieldList::parse(&r.fields).unwrap_or_default(),
     }
 }
 

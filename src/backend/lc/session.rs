@@ -24,6 +24,10 @@ use super::LcBackend;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
+/// The longest answer to a lock request: a superseded request's rival
+/// (two short fields and a field list).
+const MAX_ANSWER: usize = 6 + 2 * proto::MAX_FIELD + proto::request::MAX_FIELDS;
+
 /// A `-` followed by nothing for this long is a whole answer.
 const UNKNOWN_AFTER: Duration = Duration::from_millis(300);
 
@@ -64,8 +68,12 @@ pub(super) struct LcSession {
     /// The keeper's `contact`, for [`HeldLock::expiry`].
     contact: watch::Receiver<Instant>,
     timeout: Duration,
-    asks: mpsc::Sender<ReleaseAsk>,
+    asks: mpsc::Sender<(Option<proto::Ended>, ReleaseAsk)>,
     keeper: tokio::task::JoinHandle<()>,
+    /// How the command ended, for the release (the server raises the
+    /// key's mark on a 0); with the request's `--order`.
+    ended: Option<proto::Ended>,
+    order: Option<u64>,
 }
 
 impl LcSession {
@@ -76,6 +84,7 @@ impl LcSession {
         key: &str,
         stream: LcStream,
         grant: SessionGrant,
+        order: Option<u64>,
     ) -> LcSession {
         let SessionGrant {
             token,
@@ -99,6 +108,7 @@ impl LcSession {
             contact: contact_tx,
             ping_sent: None,
             lost: lost_tx,
+            notice: Vec::new(),
         };
         LcSession {
             backend,
@@ -109,6 +119,8 @@ impl LcSession {
             timeout,
             asks,
             keeper: tokio::spawn(keeper.run(ask_rx)),
+            ended: None,
+            order,
         }
     }
 }
@@ -145,9 +157,16 @@ impl HeldLock for LcSession {
         }
     }
 
+    fn command_ended(&mut self, status: i32) {
+        self.ended = Some(proto::Ended {
+            status,
+            order: self.order,
+        });
+    }
+
     async fn release(&mut self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        let here = match self.asks.send(tx).await {
+        let here = match self.asks.send((self.ended, tx)).await {
             Ok(()) => rx.await.ok().flatten(),
             Err(_) => None,
         };
@@ -158,6 +177,9 @@ impl HeldLock for LcSession {
                     .call(Request::Release {
                         key: self.key.as_bytes().to_vec(),
                         kind: ReleaseKind::Token(self.token),
+                        ended: self.ended.filter(|_| {
+                            self.backend.dialer.greeting().named(proto::FEATURE_QUEUES)
+                        }),
                     })
                     .await?
             }
@@ -196,10 +218,12 @@ struct Keeper {
     /// The send time of the oldest heartbeat not yet echoed.
     ping_sent: Option<Instant>,
     lost: watch::Sender<Option<LostReason>>,
+    /// A cancel notice (`>`) read in part.
+    notice: Vec<u8>,
 }
 
 impl Keeper {
-    async fn run(mut self, mut asks: mpsc::Receiver<ReleaseAsk>) {
+    async fn run(mut self, mut asks: mpsc::Receiver<(Option<proto::Ended>, ReleaseAsk)>) {
         let every = self.timeout / 4;
         let mut next_ping = Instant::now();
         let mut reconnect_at = Instant::now();
@@ -209,8 +233,8 @@ impl Keeper {
             let connected = self.stream.is_some();
             tokio::select! {
                 ask = asks.recv() => {
-                    if let Some(ask) = ask {
-                        let _ = ask.send(self.release_here().await);
+                    if let Some((ended, ask)) = ask {
+                        let _ = ask.send(self.release_here(ended).await);
                     }
                     return;
                 }
@@ -238,7 +262,7 @@ impl Keeper {
         }
         // Lost: nothing more to keep; a release goes on a new connection.
         self.stream = None;
-        if let Some(ask) = asks.recv().await {
+        if let Some((_, ask)) = asks.recv().await {
             let _ = ask.send(None);
         }
     }
@@ -283,8 +307,16 @@ impl Keeper {
     }
 
     fn heard(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+        if !self.notice.is_empty() {
+            self.notice.extend_from_slice(bytes);
+            return self.take_notice();
+        }
+        for (i, &b) in bytes.iter().enumerate() {
             match b {
+                proto::CANCEL_NOTICE => {
+                    self.notice.extend_from_slice(&bytes[i..]);
+                    return self.take_notice();
+                }
                 HEARTBEAT => {
                     if let Some(sent) = self.ping_sent.take() {
                         self.heard_at(sent);
@@ -300,6 +332,23 @@ impl Keeper {
                     self.stream = None;
                     return;
                 }
+            }
+        }
+    }
+
+    /// A whole cancel notice: a newer `--cancel-running` request asks the
+    /// command to stop (the hold is still ours, released as usual).
+    fn take_notice(&mut self) {
+        match proto::parse_rival(&self.notice) {
+            None => {}
+            Some(Ok((by, _))) => {
+                self.notice.clear();
+                self.lose(LostReason::cancelled(super::rival(by)));
+            }
+            Some(Err(())) => {
+                // Not the protocol: drop the connection and reclaim.
+                self.notice.clear();
+                self.stream = None;
             }
         }
     }
@@ -353,11 +402,12 @@ impl Keeper {
     }
 
     /// The release, on the session's connection if it has one.
-    async fn release_here(&mut self) -> Option<Result<Answer>> {
+    async fn release_here(&mut self, ended: Option<proto::Ended>) -> Option<Result<Answer>> {
         let stream = self.stream.as_mut()?;
         let frame = proto::encode(&Request::Release {
             key: self.key.clone(),
             kind: ReleaseKind::Token(self.token),
+            ended: ended.filter(|_| stream.took_queues()),
         })
         .expect("the key was checked before the grant");
         stream.write_all(&frame).await.ok()?;
@@ -407,12 +457,27 @@ pub(super) enum Granted {
     Refused(String),
     /// `%`: the token's role may not (a reclaim of another token's hold).
     NotAllowed(String),
+    /// `^`: `--newest`, superseded by a newer request (who).
+    Superseded(proto::RivalWire),
+    /// `<`: `--order` below the key's mark (the mark).
+    Outdated(u64),
+    /// `@`: queued, with this ticket (the answer is still to come).
+    Ticket(u64),
 }
 
 /// Reads the answer to a session or mode frame; None if the connection
 /// ended or broke first.
 pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
-    let mut buf = [0u8; 2 + proto::MAX_FIELD];
+    read_grant_noting(stream, &mut None).await
+}
+
+/// [`read_grant`], a waiter's ticket (`@`, before its answer) noted in
+/// `ticket` on the way.
+pub(super) async fn read_grant_noting(
+    stream: &mut LcStream,
+    ticket: &mut Option<u64>,
+) -> Option<Granted> {
+    let mut buf = [0u8; MAX_ANSWER];
     let mut len = 0;
     loop {
         let only_dash = buf[..len] == [b'-'];
@@ -439,47 +504,71 @@ pub(super) async fn read_grant(stream: &mut LcStream) -> Option<Granted> {
             };
         }
         len += n;
-        match buf[0] {
-            proto::SESSION_GRANTED => {
-                // The Hello's answer (read before these bytes) said whether
-                // a secret field follows.
-                let secret = stream.took_secret();
-                match proto::session_grant_len(&buf[..len], secret) {
-                    Some(whole) if whole > buf.len() => {
-                        return Some(Granted::Foreign(buf[..len].to_vec()))
-                    }
-                    Some(whole) if len >= whole => {}
-                    _ => continue,
-                }
-                let parsed = match secret {
-                    true => proto::parse_session_grant_with_secret(&buf[..len]),
-                    false => proto::parse_session_grant(&buf[..len]).map(|(t, d)| (t, d, None)),
-                };
-                return Some(match parsed {
-                    Some((token, timeout, secret)) => Granted::Session(token, timeout, secret),
-                    None => Granted::Foreign(buf[..len].to_vec()),
-                });
-            }
-            proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => continue,
-            proto::MODE_CONFLICT => {
-                return Some(match proto::parse_mode_conflict(&buf[..len]) {
-                    Some(theirs) => Granted::Conflict(theirs),
-                    None => Granted::Foreign(buf[..len].to_vec()),
-                })
-            }
-            proto::NOT_ALLOWED => match proto::parse_hello(&buf[..len], false) {
-                None => continue,
-                Some((proto::HelloAnswer::Refused(reason), _)) => {
-                    return Some(Granted::NotAllowed(reason))
-                }
-                Some(_) => return Some(Granted::Foreign(buf[..len].to_vec())),
-            },
-            SESSION_LOST if len == 1 => return Some(Granted::Lost),
-            b'#' if len == 1 => return Some(Granted::Busy),
-            // A reference server closes after its `-`: wait for the close,
-            // so a `-ERR ...` line is not taken for it.
-            b'-' if len == 1 => continue,
-            _ => return Some(Granted::Foreign(buf[..len].to_vec())),
+        // The ticket first: noted, and the bytes after it are the answer.
+        if len >= proto::TICKET_LEN && buf[0] == proto::TICKET {
+            *ticket = proto::parse_u64(&buf[..proto::TICKET_LEN], proto::TICKET);
+            buf.copy_within(proto::TICKET_LEN..len, 0);
+            len -= proto::TICKET_LEN;
         }
+        if len == 0 || (buf[0] == proto::TICKET) {
+            continue;
+        }
+        if let Some(answer) = judge(stream, &buf[..len]) {
+            return Some(answer);
+        }
+    }
+}
+
+/// The answer `buf` (the bytes read so far) is, or None while more are
+/// needed.
+fn judge(stream: &LcStream, buf: &[u8]) -> Option<Granted> {
+    let len = buf.len();
+    let foreign = || Some(Granted::Foreign(buf.to_vec()));
+    match buf[0] {
+        proto::SESSION_GRANTED => {
+            // The Hello's answer (read before these bytes) said whether
+            // a secret field follows.
+            let secret = stream.took_secret();
+            match proto::session_grant_len(buf, secret) {
+                Some(whole) if whole > MAX_ANSWER => return foreign(),
+                Some(whole) if len >= whole => {}
+                _ => return None,
+            }
+            let parsed = match secret {
+                true => proto::parse_session_grant_with_secret(buf),
+                false => proto::parse_session_grant(buf).map(|(t, d)| (t, d, None)),
+            };
+            match parsed {
+                Some((token, timeout, secret)) => Some(Granted::Session(token, timeout, secret)),
+                None => foreign(),
+            }
+        }
+        proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => None,
+        proto::MODE_CONFLICT => match proto::parse_mode_conflict(buf) {
+            Some(theirs) => Some(Granted::Conflict(theirs)),
+            None => foreign(),
+        },
+        proto::NOT_ALLOWED => match proto::parse_hello(buf, false) {
+            None => None,
+            Some((proto::HelloAnswer::Refused(reason), _)) => Some(Granted::NotAllowed(reason)),
+            Some(_) => foreign(),
+        },
+        proto::TICKET | proto::OUTDATED if len < proto::TICKET_LEN => None,
+        proto::TICKET | proto::OUTDATED => match proto::parse_u64(buf, buf[0]) {
+            Some(n) if buf[0] == proto::TICKET => Some(Granted::Ticket(n)),
+            Some(n) => Some(Granted::Outdated(n)),
+            None => foreign(),
+        },
+        proto::SUPERSEDED => match proto::parse_rival(buf) {
+            None => None,
+            Some(Ok((by, used))) if used == len => Some(Granted::Superseded(by)),
+            Some(_) => foreign(),
+        },
+        SESSION_LOST if len == 1 => Some(Granted::Lost),
+        b'#' if len == 1 => Some(Granted::Busy),
+        // A reference server closes after its `-`: wait for the close,
+        // so a `-ERR ...` line is not taken for it.
+        b'-' if len == 1 => None,
+        _ => foreign(),
     }
 }

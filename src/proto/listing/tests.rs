@@ -12,6 +12,8 @@ fn hold(key: &str) -> KeyReport {
         mode: Some(LockMode::limit(3)),
         expires: None,
         identity: Some(b"alice".to_vec()),
+        fields: None,
+        mark: None,
     }
 }
 
@@ -24,6 +26,7 @@ fn waiter(key: &str, source: &str) -> WaiterReport {
         mode: LockMode::Shared,
         session: false,
         identity: None,
+        fields: None,
     }
 }
 
@@ -129,4 +132,31 @@ fn unknown_kinds_and_longer_bodies_are_skipped() {
     push_end(&mut bytes);
     let got = decode(&bytes).unwrap().unwrap();
     assert_eq!(got.waiters, vec![waiter("k", "s")]);
+}
+
+/// A listing of version 2 carries the field lists and the key's mark; a
+/// reader of version 1 skips them, and a listing without them reads as
+/// none.
+#[test]
+fn fields_and_marks_round_trip() {
+    let holds = vec![KeyReport {
+        fields: Some(b"order=7\nnewest=1\n".to_vec()),
+        mark: Some(6),
+        ..hold("a")
+    }];
+    let waiters = vec![WaiterReport {
+        fields: Some(b"note=x\n".to_vec()),
+        ..waiter("a", "w1")
+    }];
+    let bytes = encode(&holds, &waiters);
+    let got = decode(&bytes).unwrap().unwrap();
+    assert_eq!(got.holds, holds);
+    assert_eq!(got.waiters, waiters);
+    let plain = encode(&[hold("a")], &[waiter("a", "w1")]);
+    let got = decode(&plain).unwrap().unwrap();
+    assert_eq!(
+        (got.holds[0].fields.clone(), got.holds[0].mark),
+        (None, None)
+    );
+    assert_eq!(got.waiters[0].fields, None);
 }

@@ -29,6 +29,7 @@ fn release(key: &[u8], kind: ReleaseKind) -> Request {
     Request::Release {
         key: key.to_vec(),
         kind,
+        ended: None,
     }
 }
 
@@ -101,6 +102,7 @@ fn each_request_knows_its_action() {
         Request::Keys {
             key: vec![],
             waiters: false,
+            fields: false,
         },
     ]
     .iter()
@@ -289,25 +291,28 @@ fn keys_frames() {
     let all = Request::Keys {
         key: vec![],
         waiters: false,
+        fields: false,
     };
     assert_eq!(encode(&all).unwrap(), [17, 0, 0]);
     let one = Request::Keys {
         key: b"k".to_vec(),
         waiters: true,
+        fields: false,
     };
     assert_eq!(encode(&one).unwrap(), [17, 1, b'k', 1, 1]);
     roundtrip(all);
     roundtrip(one.clone());
     // Unknown flag bits and bytes are ignored; a missing flags field waits.
     assert_eq!(
-        decode(&[17, 1, b'k', 2, 0xff, 9]),
+        decode(&[17, 1, b'k', 2, 0xfd, 9]),
         Ok(Decoded::Frame(one, 6))
     );
     assert_eq!(decode(&[17, 1, b'k']), Ok(Decoded::Incomplete));
     assert_eq!(decode(&[17, 0x80]), Err(FrameError::NegativeSize(0x80)));
     assert!(encode(&Request::Keys {
         key: vec![b'k'; 128],
-        waiters: false
+        waiters: false,
+        fields: false,
     })
     .is_err());
 }

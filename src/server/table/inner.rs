@@ -30,6 +30,14 @@ pub(super) struct Inner {
     /// Grants are counted here, where every one of them (hand-offs included)
     /// happens.
     pub(super) counters: Arc<Counters>,
+    /// Each key's mark (issue 44): the highest `--order` whose command
+    /// ended with status 0; kept while the key is unused.
+    pub(super) marks: BTreeMap<Box<[u8]>, u64>,
+    /// The last waiter's place given ([`Inner::fresh_ticket`]).
+    pub(super) last_ticket: u64,
+    /// Why each waiter a deploy-queue rule took out of its line left,
+    /// until its task reads it ([`super::Notice::Withdrawn`]).
+    pub(super) left: std::collections::HashMap<GrantId, super::Left>,
 }
 
 /// Every holder's source, kept once: a hold keeps a pointer to it. A source
@@ -99,6 +107,7 @@ impl Inner {
             owner: ask.owner.clone(),
             expires,
             secret: secret.as_ref().map(secret_digest),
+            fields: ask.fields.clone(),
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);
@@ -155,6 +164,10 @@ impl Inner {
                     .as_ref()
                     .map_or_else(Vec::new, |o| o.name.as_bytes().to_vec()),
                 secret: holder.secret,
+                fields: holder
+                    .fields
+                    .as_deref()
+                    .map_or_else(Vec::new, <[u8]>::to_vec),
             },
         };
         Durable(vec![wal.append(&held.record())])
@@ -233,6 +246,8 @@ impl Inner {
     pub(super) fn promote(&mut self, key: &[u8], after: &Durable) -> Vec<Holder> {
         let mut next = Vec::new();
         loop {
+            // Its turn came below the mark: outdated, it never holds.
+            self.drop_outdated_head(key);
             let Some(state) = self.keys.get_mut(key) else {
                 return next;
             };

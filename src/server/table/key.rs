@@ -1,7 +1,7 @@
 //! One key's state and the rules of its line: who may hold it together,
 //! and who is next.
 
-use std::collections::VecDeque;
+use super::line::Line;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::num::NonZeroU32;
 use std::ops::{Deref, DerefMut};
@@ -31,6 +31,11 @@ pub(crate) struct Ask {
     /// (whole seconds, rounded up: it fits in the padding of this struct,
     /// which every waiter keeps).
     pub expire: Option<NonZeroU32>,
+    /// Its field list (an ExtendedLock, issue 44), `ticket=` taken out.
+    pub fields: Option<Arc<[u8]>>,
+    /// The place in line it had before a restart of the server (the
+    /// ticket its wait was handed), shown again to take it back.
+    pub ticket: Option<u64>,
 }
 
 impl Ask {
@@ -70,6 +75,8 @@ pub(crate) struct Holder {
     /// The digest of a session hold's secret ([`secret_digest`]), if it
     /// has one: a reclaim must show the secret.
     pub secret: Option<Secret>,
+    /// Its request's field list (issue 44), if it had one.
+    pub fields: Option<Arc<[u8]>>,
 }
 
 /// The live end of a session hold.
@@ -78,15 +85,20 @@ pub(super) struct Link {
     pub gen: u64,
     pub heard: Instant,
     /// Dropped when the hold ends or moves to another connection, which
-    /// wakes the task holding the receiver.
-    _changed: oneshot::Sender<()>,
+    /// wakes the task holding the receiver; fired (`Ok`) when a newer
+    /// `--cancel-running` request asks the hold to stop (the task then
+    /// tells its holder `>` and takes a new receiver,
+    /// [`super::Table::rearm`]).
+    pub changed: Option<oneshot::Sender<()>>,
 }
 
 /// What the task serving a session hold keeps.
 #[derive(Debug)]
 pub(crate) struct LinkEnd {
     pub gen: u64,
-    /// Resolves (with an error) when the hold ends or is reclaimed elsewhere.
+    /// Resolves with an error when the hold ends or is reclaimed
+    /// elsewhere; with `Ok` when a newer `--cancel-running` request asks
+    /// the hold to stop ([`super::Table::cancel_notice`] says who).
     pub changed: oneshot::Receiver<()>,
 }
 
@@ -107,7 +119,7 @@ impl Link {
         let link = Link {
             gen,
             heard: Instant::now(),
-            _changed: tx,
+            changed: Some(tx),
         };
         (link, LinkEnd { gen, changed: rx })
     }
@@ -150,6 +162,10 @@ pub(super) struct Rare {
     pub expires: Option<SystemTime>,
     pub link: Option<Link>,
     pub secret: Option<Secret>,
+    /// The request's field list (issue 44).
+    pub fields: Option<Arc<[u8]>>,
+    /// A newer `--cancel-running` request asked the hold to stop: who.
+    pub cancelled_by: Option<Box<crate::proto::RivalWire>>,
 }
 
 /// One hold of a key, as the table keeps it: 80 bytes (a held key's
@@ -174,11 +190,14 @@ impl Hold {
             expires: h.expires,
             link,
             secret: h.secret,
+            fields: h.fields.clone(),
+            cancelled_by: None,
         };
         let any = rare.owner.is_some()
             || rare.expires.is_some()
             || rare.link.is_some()
-            || rare.secret.is_some();
+            || rare.secret.is_some()
+            || rare.fields.is_some();
         Hold {
             id: h.id,
             token: h.token,
@@ -207,6 +226,30 @@ impl Hold {
             owner: self.owner().cloned(),
             expires: self.expires(),
             secret: self.secret(),
+            fields: self.fields().cloned(),
+        }
+    }
+
+    /// The request's field list, if it had one.
+    pub(super) fn fields(&self) -> Option<&Arc<[u8]>> {
+        self.rare.as_ref().and_then(|r| r.fields.as_ref())
+    }
+
+    /// Who asked this hold to stop (`--cancel-running`), if anyone did.
+    pub(super) fn cancelled_by(&self) -> Option<&crate::proto::RivalWire> {
+        self.rare.as_ref().and_then(|r| r.cancelled_by.as_deref())
+    }
+
+    /// Records that `by` asks the hold to stop, and tells the task serving
+    /// it (once: later askers change nothing).
+    pub(super) fn cancel(&mut self, by: crate::proto::RivalWire) {
+        let rare = self.rare_mut();
+        if rare.cancelled_by.is_some() {
+            return;
+        }
+        rare.cancelled_by = Some(Box::new(by));
+        if let Some(tx) = rare.link.as_mut().and_then(|l| l.changed.take()) {
+            let _ = tx.send(());
         }
     }
 
@@ -246,7 +289,13 @@ impl Hold {
         self.rare_mut().owner = Some(owner);
     }
 
-    pub(super) fn set_link(&mut self, link: Link) {
+    pub(super) fn set_link(&mut self, mut link: Link) {
+        // A stop asked for while the holder was away is told again.
+        if self.cancelled_by().is_some() {
+            if let Some(tx) = link.changed.take() {
+                let _ = tx.send(());
+            }
+        }
         self.rare_mut().link = Some(link);
     }
 }
@@ -339,8 +388,16 @@ pub(super) struct QueuedAsk {
     pub mode: LockMode,
     /// A session grant carries a secret (see [`Ask::secret`]).
     secret: bool,
-    pub(super) owner: Option<Owner>,
     expire: Option<NonZeroU32>,
+    /// Its token's owner and its field list, where it has either: boxed,
+    /// so a waiter without them pays 8 bytes for both.
+    rare: Option<Box<AskRare>>,
+}
+
+/// What few waiters have (see [`QueuedAsk`]).
+struct AskRare {
+    owner: Option<Owner>,
+    fields: Option<Arc<[u8]>>,
 }
 
 impl QueuedAsk {
@@ -351,9 +408,24 @@ impl QueuedAsk {
             session: ask.session,
             mode: ask.mode,
             secret: ask.secret,
-            owner: ask.owner.clone(),
             expire: ask.expire,
+            rare: (ask.owner.is_some() || ask.fields.is_some()).then(|| {
+                Box::new(AskRare {
+                    owner: ask.owner.clone(),
+                    fields: ask.fields.clone(),
+                })
+            }),
         }
+    }
+
+    /// Its token's owner (`--token-file`).
+    pub(super) fn owner(&self) -> Option<&Owner> {
+        self.rare.as_ref().and_then(|r| r.owner.as_ref())
+    }
+
+    /// Its field list (issue 44).
+    pub(super) fn fields(&self) -> Option<&[u8]> {
+        self.rare.as_ref().and_then(|r| r.fields.as_deref())
     }
 
     pub(super) fn peer(&self) -> SocketAddr {
@@ -367,67 +439,11 @@ impl QueuedAsk {
             peer: self.peer(),
             session: self.session,
             mode: self.mode,
-            owner: self.owner.clone(),
+            owner: self.owner().cloned(),
             secret: self.secret,
             expire: self.expire,
-        }
-    }
-}
-
-/// A key's line of waiters, in arrival order: a pointer while nobody waits
-/// (most held keys), the queue once someone does (freed again when empty).
-// Boxed on purpose: 8 bytes in every key's state where a `VecDeque` is 32.
-#[allow(clippy::box_collection)]
-#[derive(Default)]
-pub(super) struct Line(Option<Box<VecDeque<Waiter>>>);
-
-impl Line {
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.as_ref().is_none_or(|q| q.is_empty())
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |q| q.len())
-    }
-
-    pub(super) fn front(&self) -> Option<&Waiter> {
-        self.0.as_ref()?.front()
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Waiter> {
-        self.0.iter().flat_map(|q| q.iter())
-    }
-
-    pub(super) fn push_back(&mut self, w: Waiter) {
-        // Room for one at first: most lines are one waiter long, and an empty
-        // `VecDeque` grows to four at its first push.
-        self.0
-            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)))
-            .push_back(w);
-    }
-
-    pub(super) fn pop_front(&mut self) -> Option<Waiter> {
-        let w = self.0.as_mut()?.pop_front();
-        self.free_if_empty();
-        w
-    }
-
-    pub(super) fn remove(&mut self, pos: usize) -> Option<Waiter> {
-        let w = self.0.as_mut()?.remove(pos);
-        self.free_if_empty();
-        w
-    }
-
-    pub(super) fn retain_mut(&mut self, keep: impl FnMut(&mut Waiter) -> bool) {
-        if let Some(q) = &mut self.0 {
-            q.retain_mut(keep);
-        }
-        self.free_if_empty();
-    }
-
-    fn free_if_empty(&mut self) {
-        if self.is_empty() {
-            self.0 = None;
+            fields: self.rare.as_ref().and_then(|r| r.fields.clone()),
+            ticket: None,
         }
     }
 }
@@ -526,6 +542,7 @@ mod tests {
             owner: None,
             expires: None,
             secret: None,
+            fields: None,
         };
         let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
         let mut holds = Holds::default();

@@ -2,6 +2,7 @@
 //! or in parts under a budget), the manager's KEYX report, and the gauges a
 //! metrics scrape reads.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::time::SystemTime;
 
@@ -18,6 +19,14 @@ pub(crate) struct Gauges {
     pub waiting: usize,
     /// When the longest-standing hold began.
     pub oldest_since: Option<SystemTime>,
+}
+
+/// What a listing carries besides the holds: the waiters (flags bit 0),
+/// and the field lists and marks (bit 1, version 2 of the listing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct What {
+    pub waiters: bool,
+    pub fields: bool,
 }
 
 impl Table {
@@ -47,7 +56,7 @@ impl Table {
     pub(crate) fn listing_into(
         &self,
         key: Option<&[u8]>,
-        waiters: bool,
+        waiters: What,
         viewer: Whose,
         out: &mut Vec<u8>,
     ) {
@@ -58,7 +67,7 @@ impl Table {
             None => Box::new(inner.keys.iter()),
         };
         for (k, s) in keys {
-            push_listed(out, k, s, waiters, viewer);
+            push_listed(out, k, s, waiters, viewer, &inner.marks);
         }
     }
 
@@ -72,7 +81,7 @@ impl Table {
     pub(crate) fn listing_part(
         &self,
         after: Option<&[u8]>,
-        waiters: bool,
+        waiters: What,
         viewer: Whose,
         out: &mut Vec<u8>,
         budget: usize,
@@ -81,7 +90,7 @@ impl Table {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut keys = inner.keys.range::<[u8], _>((from, Bound::Unbounded));
         for (k, s) in keys.by_ref() {
-            push_listed(out, k, s, waiters, viewer);
+            push_listed(out, k, s, waiters, viewer, &inner.marks);
             if out.len() >= budget {
                 // More to come only if a key follows.
                 return keys.next().is_some().then(|| k.clone());
@@ -113,7 +122,18 @@ type Entry<'a> = (&'a Box<[u8]>, &'a Box<KeyState>);
 /// Appends the records of key `k` (state `s`): its holds oldest first and,
 /// with `waiters`, its live waiters in line order; the tokens of the holds
 /// `viewer` may release.
-fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool, viewer: Whose) {
+fn push_listed(
+    out: &mut Vec<u8>,
+    k: &[u8],
+    s: &KeyState,
+    what: What,
+    viewer: Whose,
+    marks: &BTreeMap<Box<[u8]>, u64>,
+) {
+    let mark = match what.fields {
+        true => marks.get(k).copied(),
+        false => None,
+    };
     let waiting = s.waiters.len().min(u32::MAX as usize) as u32;
     for h in s.holds.iter() {
         listing::push_hold_view(
@@ -132,10 +152,13 @@ fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool, viewer:
                 mode: h.mode,
                 expires: h.expires(),
                 identity: h.owner().map_or(&[][..], |o| o.name.as_bytes()),
+                extra: what
+                    .fields
+                    .then(|| (h.fields().map_or(&[][..], |f| &f[..]), mark)),
             },
         );
     }
-    if !waiters {
+    if !what.waiters {
         return;
     }
     // A waiter whose client is gone is no longer in line.
@@ -149,7 +172,8 @@ fn push_listed(out: &mut Vec<u8>, k: &[u8], s: &KeyState, waiters: bool, viewer:
                 since: w.since,
                 mode: w.ask.mode,
                 session: w.ask.session,
-                identity: w.ask.owner.as_ref().map_or(&[][..], |o| o.name.as_bytes()),
+                identity: w.ask.owner().map_or(&[][..], |o| o.name.as_bytes()),
+                fields: what.fields.then(|| w.ask.fields().unwrap_or_default()),
             },
         );
     }
@@ -168,5 +192,7 @@ fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {
         mode: Some(h.mode),
         expires: h.expires(),
         identity: None,
+        fields: None,
+        mark: None,
     }
 }

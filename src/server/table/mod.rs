@@ -32,20 +32,24 @@
 
 mod inner;
 mod key;
+mod line;
 mod listing;
 mod owner;
+mod queue;
+mod reset;
 mod restore;
 #[cfg(test)]
 mod tests;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
 use self::inner::Inner;
 pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours};
 use self::key::{Link, QueuedAsk, Waiter};
+pub(crate) use self::listing::What;
 #[cfg(test)]
 pub(crate) use self::owner::SECRET_LEN;
 pub(crate) use self::owner::{secret_digest, Fingerprint, Identity, Owner, Secret, Whose};
@@ -133,15 +137,32 @@ pub(crate) enum Notice {
     /// It is now a holder, once its grant is durable. Boxed: every queued
     /// waiter's channel has room for a notice, and only one is sent.
     Granted(Box<Grant>),
-    /// A reset by its source removed it from the queue.
+    /// A reset by its source removed it from the queue; or a deploy-queue
+    /// rule did, and why is kept for it in the table
+    /// ([`Table::take_left`]): a notice stays one pointer (every parked
+    /// waiter's task keeps room for one).
     Withdrawn,
+}
+
+/// Why a deploy-queue rule took a waiter out of its line.
+#[derive(Debug)]
+pub(crate) enum Left {
+    /// `--newest`: a newer request superseded it (who).
+    Superseded(crate::proto::RivalWire),
+    /// `--order`: its turn came with its order below the key's mark.
+    Outdated(u64),
 }
 
 pub(crate) enum LockOutcome {
     Granted(Grant),
-    Queued(GrantId, oneshot::Receiver<Notice>),
+    /// Queued, with its ticket (its place, shown again after a restart).
+    Queued(GrantId, oneshot::Receiver<Notice>, u64),
     /// The key is held or waited for in a mode this one cannot join.
     Conflict(LockMode),
+    /// `--newest`: a waiting request ranks above it (who); it does not wait.
+    Superseded(crate::proto::RivalWire),
+    /// `--order` below the key's mark (the mark).
+    Outdated(u64),
 }
 
 /// What a TryLock found.
@@ -150,6 +171,8 @@ pub(crate) enum TryOutcome {
     /// Held (or waited for) by others: it would have to queue.
     Busy,
     Conflict(LockMode),
+    /// `--order` below the key's mark (the mark).
+    Outdated(u64),
 }
 
 /// What became of a request whose client hung up.
@@ -232,6 +255,18 @@ impl Table {
                 return LockOutcome::Conflict(theirs);
             }
         }
+        // Its place: a ticket shown again (a waiter back after a restart),
+        // else a fresh one.
+        let since = match ask.ticket {
+            Some(t) => UNIX_EPOCH + Duration::from_nanos(t),
+            None => inner.fresh_ticket(),
+        };
+        if ask.fields.is_some() {
+            if let queue::Joined::Done(outcome) = inner.join(key, ask, since) {
+                return outcome;
+            }
+        }
+        let state = inner.keys.get(key);
         let free = state.is_none_or(|s| s.waiters.is_empty() && s.admits(ask.mode));
         let id = inner.fresh_id();
         if free {
@@ -239,18 +274,31 @@ impl Table {
         }
         let (tx, rx) = oneshot::channel();
         let state = inner.keys.get_mut(key).expect("held, so present");
-        state.waiters.push_back(Waiter {
+        let waiter = Waiter {
             id,
             ask: QueuedAsk::new(ask),
-            since: SystemTime::now(),
+            since,
             notify: tx,
-        });
-        LockOutcome::Queued(id, rx)
+        };
+        match ask.ticket {
+            Some(_) => state.waiters.insert_by_since(waiter),
+            None => state.waiters.push_back(waiter),
+        }
+        let ticket = since
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        LockOutcome::Queued(id, rx, ticket)
     }
 
     /// Takes the key only if `ask` may hold it now and nobody waits for it.
     pub(crate) fn try_lock(&self, key: &[u8], ask: &Ask) -> TryOutcome {
         let mut inner = self.lock_inner();
+        let order = queue::Rules::of(ask.fields.as_deref()).order;
+        if let (Some(order), Some(&mark)) = (order, inner.marks.get(key)) {
+            if order < mark {
+                return TryOutcome::Outdated(mark);
+            }
+        }
         if let Some(state) = inner.keys.get(key) {
             if let Some(theirs) = state.mode().filter(|&m| !ask.mode.agrees(m)) {
                 return TryOutcome::Conflict(theirs);
@@ -416,7 +464,9 @@ impl Table {
         key: &[u8],
         token: Option<Token>,
     ) -> Option<(GrantId, Durable)> {
-        self.begin_release_by(key, token, Whose::Any).ok().flatten()
+        self.begin_release_by(key, token, Whose::Any, None)
+            .ok()
+            .flatten()
     }
 
     /// As [`Table::begin_release`], among the holds `whose` may release:
@@ -427,8 +477,9 @@ impl Table {
         key: &[u8],
         token: Option<Token>,
         whose: Whose,
+        ended: Option<crate::proto::Ended>,
     ) -> Result<Option<(GrantId, Durable)>, NotYours> {
-        let inner = self.lock_inner();
+        let mut inner = self.lock_inner();
         let Some(state) = inner.keys.get(key) else {
             return Ok(None);
         };
@@ -445,7 +496,19 @@ impl Table {
         if !whose.may_release(h.owner()) {
             return Err(NotYours);
         }
-        Ok(Some((h.id, inner.record_release(key, h.token))))
+        let (id, token) = (h.id, h.token);
+        // The command ended with 0: the key's mark rises to its order (the
+        // hold's, else the one the release names: a hold restored from a
+        // log of an earlier release has none), before the release.
+        let order = queue::Rules::of(h.fields().map(|f| &f[..])).order;
+        let mut durable = Durable::default();
+        if let Some(e) = ended.filter(|e| e.status == 0) {
+            if let Some(order) = order.or(e.order) {
+                durable = inner.raise_mark(key, order);
+            }
+        }
+        durable.add(inner.record_release(key, token));
+        Ok(Some((id, durable)))
     }
 
     /// Second half, once the release is durable: ends hold `id` in memory
@@ -460,93 +523,6 @@ impl Table {
     /// Ends hold `id` of the key, if it is still there.
     pub(crate) fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
         self.lock_inner().release(key, id, true).is_some()
-    }
-
-    /// The client of request `id` hung up. A waiter leaving the head of the
-    /// line may let the ones behind it in (shared requests behind an
-    /// exclusive one): they are returned with it.
-    pub(crate) fn withdraw(&self, key: &[u8], id: GrantId) -> (Withdrawal, Vec<Holder>) {
-        let mut inner = self.lock_inner();
-        let Some(state) = inner.keys.get_mut(key) else {
-            return (Withdrawal::Gone, Vec::new());
-        };
-        let place = state.waiters.iter().position(|w| w.id == id);
-        if let Some(pos) = place {
-            state.waiters.remove(pos);
-            let next = inner.promote(key, &Durable::default());
-            return (Withdrawal::Dequeued, next);
-        }
-        if state.hold(id).is_some() {
-            let next = inner
-                .release(key, id, true)
-                .map(|(_, next, _)| next)
-                .unwrap_or_default();
-            return (Withdrawal::Released, next);
-        }
-        (Withdrawal::Gone, Vec::new())
-    }
-
-    /// Ends every hold of the key; the waiters at the head of the line that
-    /// may hold together get it, the rest keep their places.
-    pub(crate) fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
-        let mut inner = self.lock_inner();
-        let ids: Vec<GrantId> = inner.keys.get(key)?.holds.iter().map(|h| h.id).collect();
-        inner.release_each(key, &ids)
-    }
-
-    /// Ends every hold of `source` (each key passes to its next waiters)
-    /// and withdraws that source's waiters. Returns the keys released and
-    /// how many waiters were withdrawn.
-    pub(crate) fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
-        let mut inner = self.lock_inner();
-        let mut withdrawn = 0;
-        let mut touched = Vec::new();
-        // Withdraw first, so a released key never goes to a waiter of the
-        // source being cleared.
-        for (key, state) in inner.keys.iter_mut() {
-            let before = state.waiters.len();
-            state.waiters.retain_mut(|w| {
-                if *w.ask.source != *source {
-                    return true;
-                }
-                // Swap the sender out to notify; the entry is dropped anyway.
-                let (dummy, _) = oneshot::channel();
-                let notify = std::mem::replace(&mut w.notify, dummy);
-                let _ = notify.send(Notice::Withdrawn);
-                false
-            });
-            if state.waiters.len() != before {
-                withdrawn += before - state.waiters.len();
-                touched.push(key.clone());
-            }
-        }
-        let holds: Vec<(Box<[u8]>, Vec<GrantId>)> = inner
-            .keys
-            .iter()
-            .filter_map(|(k, s)| {
-                let ids: Vec<GrantId> = s
-                    .holds
-                    .iter()
-                    .filter(|h| *h.source == *source)
-                    .map(|h| h.id)
-                    .collect();
-                (!ids.is_empty()).then(|| (k.clone(), ids))
-            })
-            .collect();
-        let mut released = Vec::with_capacity(holds.len());
-        let mut durable = Durable::default();
-        for (key, ids) in holds {
-            if let Some((r, d)) = inner.release_each(&key, &ids) {
-                durable.add(d);
-                released.push(r);
-            }
-        }
-        // A withdrawn waiter may have stood in front of ones who can hold
-        // now: they get the key.
-        for key in touched {
-            inner.promote(&key, &durable);
-        }
-        (released, withdrawn, durable)
     }
 
     /// The event counters of this table's server (grants are bumped here).

@@ -113,6 +113,8 @@ impl Inner {
             owner,
             expires: held.expires,
             secret: held.ownership.secret,
+            fields: (!held.ownership.fields.is_empty())
+                .then(|| std::sync::Arc::from(held.ownership.fields)),
         };
         let source = self.sources.intern(held.source);
         (Hold::new(&holder, source, link), end)

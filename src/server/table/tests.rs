@@ -12,6 +12,11 @@ fn peer() -> SocketAddr {
     "127.0.0.1:1".parse().unwrap()
 }
 
+const WAITERS: super::What = super::What {
+    waiters: true,
+    fields: false,
+};
+
 fn ask(source: &[u8], session: bool) -> Ask {
     in_mode(source, session, LockMode::Exclusive)
 }
@@ -25,6 +30,8 @@ fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
         owner: None,
         secret: false,
         expire: None,
+        fields: None,
+        ticket: None,
     }
 }
 
@@ -36,7 +43,7 @@ fn fifo_handoff() {
     };
     let mut rxs = Vec::new();
     for _ in 0..3 {
-        let LockOutcome::Queued(id, rx) = t.lock(b"k", &ask(b"b", false)) else {
+        let LockOutcome::Queued(id, rx, _) = t.lock(b"k", &ask(b"b", false)) else {
             panic!()
         };
         rxs.push((id, rx));
@@ -66,7 +73,7 @@ fn a_stale_release_does_not_free_the_next_holder() {
     let LockOutcome::Granted(Grant { id: first, .. }) = t.lock(b"k", &ask(b"a", false)) else {
         panic!()
     };
-    let LockOutcome::Queued(_, _rx) = t.lock(b"k", &ask(b"b", false)) else {
+    let LockOutcome::Queued(_, _rx, _) = t.lock(b"k", &ask(b"b", false)) else {
         panic!()
     };
     assert!(t.unlock(b"k").is_some());
@@ -81,11 +88,11 @@ fn dead_waiters_are_skipped() {
         t.lock(b"k", &ask(b"a", false)),
         LockOutcome::Granted(..)
     ));
-    let LockOutcome::Queued(_, rx) = t.lock(b"k", &ask(b"b", false)) else {
+    let LockOutcome::Queued(_, rx, _) = t.lock(b"k", &ask(b"b", false)) else {
         panic!()
     };
     drop(rx);
-    let LockOutcome::Queued(_, mut rx2) = t.lock(b"k", &ask(b"c", false)) else {
+    let LockOutcome::Queued(_, mut rx2, _) = t.lock(b"k", &ask(b"c", false)) else {
         panic!()
     };
     let (_, next, _) = t.unlock(b"k").unwrap();
@@ -100,7 +107,7 @@ fn withdrawal_after_grant_releases() {
         t.lock(b"k", &ask(b"a", false)),
         LockOutcome::Granted(..)
     ));
-    let LockOutcome::Queued(id, _rx) = t.lock(b"k", &ask(b"b", false)) else {
+    let LockOutcome::Queued(id, _rx, _) = t.lock(b"k", &ask(b"b", false)) else {
         panic!()
     };
     t.unlock(b"k");
@@ -119,10 +126,10 @@ fn reset_source_withdraws_and_releases() {
         t.lock(b"k2", &ask(b"live", false)),
         LockOutcome::Granted(..)
     ));
-    let LockOutcome::Queued(_, mut dead_rx) = t.lock(b"k2", &ask(b"dead", false)) else {
+    let LockOutcome::Queued(_, mut dead_rx, _) = t.lock(b"k2", &ask(b"dead", false)) else {
         panic!()
     };
-    let LockOutcome::Queued(_, mut live_rx) = t.lock(b"k1", &ask(b"live", false)) else {
+    let LockOutcome::Queued(_, mut live_rx, _) = t.lock(b"k1", &ask(b"live", false)) else {
         panic!()
     };
     let (released, withdrawn, _) = t.reset_source(b"dead");
@@ -137,6 +144,7 @@ fn granted(o: LockOutcome) -> Grant {
         LockOutcome::Granted(g) => g,
         LockOutcome::Queued(..) => panic!("queued"),
         LockOutcome::Conflict(m) => panic!("refused: {m}"),
+        LockOutcome::Superseded(_) | LockOutcome::Outdated(_) => panic!("a queue rule"),
     }
 }
 
@@ -192,7 +200,7 @@ fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
         t.expire(b"k", a.id, new.gen, Duration::from_secs(60)),
         Expiry::NotYet(_)
     ));
-    let LockOutcome::Queued(_, mut rx) = t.lock(b"k", &ask(b"b", false)) else {
+    let LockOutcome::Queued(_, mut rx, _) = t.lock(b"k", &ask(b"b", false)) else {
         panic!()
     };
     let Expiry::Due(_recorded) = t.expire(b"k", a.id, new.gen, Duration::ZERO) else {
@@ -210,9 +218,10 @@ fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
 
 fn queued(o: LockOutcome) -> (GrantId, oneshot::Receiver<Notice>) {
     match o {
-        LockOutcome::Queued(id, rx) => (id, rx),
+        LockOutcome::Queued(id, rx, _) => (id, rx),
         LockOutcome::Granted(_) => panic!("granted"),
         LockOutcome::Conflict(m) => panic!("refused: {m}"),
+        LockOutcome::Superseded(_) | LockOutcome::Outdated(_) => panic!("a queue rule"),
     }
 }
 
@@ -347,7 +356,7 @@ fn an_expiring_kept_hold_is_due_at_its_deadline_and_hands_on() {
     assert!(matches!(t.expire_kept(b"k", id), Expiry::NotYet(_)));
     let mut second = ask(b"b", false);
     second.expire = std::num::NonZeroU32::new(60);
-    let LockOutcome::Queued(next, mut rx) = t.lock(b"k", &second) else {
+    let LockOutcome::Queued(next, mut rx, _) = t.lock(b"k", &second) else {
         panic!()
     };
     std::thread::sleep(left + Duration::from_millis(20));
@@ -437,12 +446,12 @@ fn a_listing_in_parts_is_the_whole_listing() {
         }
     }
     let mut whole = Vec::new();
-    t.listing_into(None, true, Whose::Any, &mut whole);
+    t.listing_into(None, WAITERS, Whose::Any, &mut whole);
     for budget in [1, 100, 1000, 1 << 20] {
         let (mut parts, mut after, mut n) = (Vec::new(), None, 0);
         loop {
             let mut part = Vec::new();
-            after = t.listing_part(after.as_deref(), true, Whose::Any, &mut part, budget);
+            after = t.listing_part(after.as_deref(), WAITERS, Whose::Any, &mut part, budget);
             assert!(!part.is_empty() || after.is_none());
             parts.extend_from_slice(&part);
             n += 1;
@@ -457,7 +466,7 @@ fn a_listing_in_parts_is_the_whole_listing() {
     }
     let mut none = Vec::new();
     assert!(Table::new()
-        .listing_part(None, true, Whose::Any, &mut none, 10)
+        .listing_part(None, WAITERS, Whose::Any, &mut none, 10)
         .is_none());
     assert!(none.is_empty());
 }

@@ -31,12 +31,23 @@ fn owned(at_ms: Option<u64>) -> Record {
             fingerprint: 0x0123_4567_89ab_cdef,
             name: b"alice".to_vec(),
             secret: at_ms.is_none().then_some([7; SECRET_DIGEST]),
+            fields: Vec::new(),
         };
     }
     r
 }
 
 /// A kept hold that expires at `at_ms` (tag 7).
+/// A grant with a field list (tag 9), owned (`fingerprint` not 0) or not.
+fn with_fields(fields: &[u8], fingerprint: u64) -> Record {
+    let mut r = grant();
+    if let Record::Grant { ownership, .. } = &mut r {
+        ownership.fingerprint = fingerprint;
+        ownership.fields = fields.to_vec();
+    }
+    r
+}
+
 fn expiring(at_ms: u64) -> Record {
     let mut r = grant();
     if let Record::Grant {
@@ -126,6 +137,16 @@ fn roundtrip_and_every_cut_is_incomplete() {
             token: None,
         },
         Record::Floor { token: 99 },
+        with_fields(b"order=7\nnewest=1\n", 0),
+        with_fields(b"cancel=1\n", 0x0123),
+        Record::Mark {
+            key: b"k".to_vec(),
+            mark: Some(7),
+        },
+        Record::Mark {
+            key: b"k".to_vec(),
+            mark: None,
+        },
     ] {
         let bytes = r.encode();
         assert_eq!(decode(&bytes), Next::Record(r.clone(), bytes.len()));

@@ -33,21 +33,24 @@ fn a_token_releases_only_its_own_holds() {
         panic!()
     };
     assert_eq!(
-        t.begin_release_by(b"j", None, only(7)).err(),
+        t.begin_release_by(b"j", None, only(7), None).err(),
         Some(NotYours)
     );
     assert_eq!(
-        t.begin_release_by(b"j", Some(b.token), only(7)).err(),
+        t.begin_release_by(b"j", Some(b.token), only(7), None).err(),
         Some(NotYours)
     );
     assert!(t
-        .begin_release_by(b"free", None, only(7))
+        .begin_release_by(b"free", None, only(7), None)
         .unwrap()
         .is_none());
-    let (id, _) = t.begin_release_by(b"k", None, only(7)).unwrap().unwrap();
+    let (id, _) = t
+        .begin_release_by(b"k", None, only(7), None)
+        .unwrap()
+        .unwrap();
     assert_eq!(id, a.id);
     assert!(t
-        .begin_release_by(b"j", None, Whose::Any)
+        .begin_release_by(b"j", None, Whose::Any, None)
         .unwrap()
         .is_some());
     // A session hold restored without an owner is its reclaimer's after.
@@ -147,6 +150,7 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
             fingerprint: 7,
             name: b"alice",
             secret: Some(digest),
+            fields: b"",
         },
     };
     let t = Table::new();
@@ -165,7 +169,7 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
         Some(ReclaimRefused::Secret)
     );
     assert_eq!(
-        t.begin_release_by(b"victim", Some(77), only(8)).err(),
+        t.begin_release_by(b"victim", Some(77), only(8), None).err(),
         Some(NotYours)
     );
     assert!(t
@@ -173,7 +177,7 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
         .unwrap()
         .is_some());
     assert!(t
-        .begin_release_by(b"victim", None, only(7))
+        .begin_release_by(b"victim", None, only(7), None)
         .unwrap()
         .is_some());
 }
