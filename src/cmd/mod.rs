@@ -7,6 +7,7 @@ pub(crate) mod keys;
 pub(crate) mod lock;
 pub(crate) mod mark;
 pub(crate) mod ping;
+mod queue_options;
 pub(crate) mod reset;
 pub(crate) mod serve;
 pub(crate) mod unlock;

@@ -22,13 +22,16 @@ pub(crate) const CANCELLED: i32 = 81;
 /// How long any one scenario may wait for a request or a command.
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// Its exit status and the moment it was seen to exit, once it has.
+type Exit = Arc<Mutex<Option<(Option<i32>, i128)>>>;
+
 /// One lc-cli started by a scenario: when it was spawned, and its status and
 /// the moment it was seen to exit (a thread waits for it), its stderr kept.
 pub(crate) struct Request {
     pub tag: String,
     pub spawned: i128,
-    pid: u32,
-    exit: Arc<Mutex<Option<(Option<i32>, i128)>>>,
+    pub pid: u32,
+    exit: Exit,
     stderr: std::path::PathBuf,
 }
 
@@ -91,14 +94,14 @@ impl Drop for Request {
 
 /// `lock ARGS KEY --source TAG -c SCRIPT` where SCRIPT logs its start,
 /// sleeps `secs` and logs its end (spans.rs's format), then exits `status`.
-pub(crate) fn deploy<'a>(
+pub(crate) fn deploy(
     lc: Lc,
     log: &Path,
     key: &str,
     tag: &str,
     secs: f64,
     status: i32,
-    args: &[&'a str],
+    args: &[&str],
 ) -> Request {
     let script = format!("{}; exit {status}", spans::script(log, tag, secs));
     let mut all: Vec<&str> = vec!["lock"];
