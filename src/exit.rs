@@ -273,7 +273,10 @@ mod tests {
             .chain(TABLE.iter().map(|s| s.code))
             .map(|c| c.code())
             .collect();
-        assert_eq!(codes, [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 78, 126, 127]);
+        assert_eq!(
+            codes,
+            [0, 1, 64, 65, 69, 70, 73, 74, 75, 76, 78, 79, 80, 81, 126, 127]
+        );
         let mut sorted = codes.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), codes.len());

@@ -26,7 +26,9 @@ impl Restartable {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("lc.log");
         let serve = Serve::new().args(&["--data", data.to_str().unwrap()]);
-        let server = serve.clone().start();
+        // The manager on the lock port + 1 from the start: the restart's
+        // `--listen ADDR` puts it there by default, which must be ours.
+        let server = serve.clone().port_pair().start();
         let addr = server.addr.to_string();
         let serve = serve.listen(&addr);
         Restartable {

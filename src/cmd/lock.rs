@@ -92,7 +92,8 @@ impl LockOptions {
             _ => {}
         }
         let mode = mode_of(&args.mode);
-        let extras = super::queue_options::extras(&args.queue, &args.key, mode, nonblock, &command)?;
+        let extras =
+            super::queue_options::extras(&args.queue, &args.key, mode, nonblock, &command)?;
         Ok(LockOptions {
             key: args.key,
             mode,
