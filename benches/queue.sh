@@ -66,7 +66,7 @@ for entry in "${servers[@]}"; do
             --export-json "$dir/$name-$round.json" \
             -n plain "$BIN ${plain[*]}" -n queue "$BIN ${queue[*]}" >/dev/null 2>"$dir/hf.err" ||
             { cat "$dir/hf.err" >&2; exit 1; }
-        ratios+=("$(python3 -c 'import json,sys; r={x["command"]: x["median"] for x in json.load(open(sys.argv[1]))["results"]}; print(f"{r[\"queue\"]/r[\"plain\"]:.3f}")' "$dir/$name-$round.json")")
+        ratios+=("$(python3 -c 'import json,sys; r={x["command"]: x["median"] for x in json.load(open(sys.argv[1]))["results"]}; print("%.3f" % (r["queue"] / r["plain"]))' "$dir/$name-$round.json")")
     done
     med=$(printf '%s\n' "${ratios[@]}" | median)
     printf '%-11s %12s %12s %9sx  (rounds: %s)\n' "$name" "$p" "$q" "$med" "${ratios[*]}"

@@ -101,8 +101,15 @@ pub(super) async fn prepare(
         c.prepare(&lock),
         c.prepare("SELECT * FROM lc_cli.granted_v1($1, $2)"),
         c.prepare(
-            "WITH gone AS (DELETE FROM lc_cli.requests WHERE pid = pg_backend_pid())
-             INSERT INTO lc_cli.marks (key, mark) SELECT $1::text, $2::int8 WHERE $2::int8 IS NOT NULL
+            // A mark already at or above the order is not written again
+            // (no row version, no WAL flush: a re-run of the same order
+            // costs no disk write); a new one is inserted, a lower raised.
+            "WITH gone AS (DELETE FROM lc_cli.requests WHERE pid = pg_backend_pid()),
+             raised AS (UPDATE lc_cli.marks SET mark = $2::int8
+                        WHERE key = $1::text AND mark < $2::int8 RETURNING 1)
+             INSERT INTO lc_cli.marks (key, mark) SELECT $1::text, $2::int8
+             WHERE $2::int8 IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM lc_cli.marks WHERE key = $1::text)
              ON CONFLICT (key) DO UPDATE SET mark = greatest(lc_cli.marks.mark, excluded.mark)"
         ),
         c.prepare(&unlock),
