@@ -169,6 +169,21 @@ fn paused_machine(lc: Lc) -> Vec<f64> {
     delays
 }
 
+/// `lc` with the deploy-queue rules on every `lock` (issue 44: the fault
+/// tests repeated with `--newest --order`): the holder and the waiter both
+/// `--newest --order 1`, so the waiter waits (a holder is never
+/// superseded) and must still start only after the frozen holder's end.
+fn queued<'a>(lc: Lc<'a>) -> impl Fn(&[&str]) -> Command + 'a {
+    move |args: &[&str]| match args.split_first() {
+        Some((&"lock", rest)) => {
+            let mut all = vec!["lock", "--newest", "--order", "1"];
+            all.extend_from_slice(rest);
+            lc(&all)
+        }
+        _ => lc(args),
+    }
+}
+
 fn report(what: &str, figures: &[f64]) {
     let shown: Vec<String> = figures.iter().map(|m| format!("{m:.1}")).collect();
     eprintln!("{what}: {} ms", shown.join(", "));
@@ -185,6 +200,16 @@ fn builtin_server_frozen_holder() {
     report(
         "built-in server, waiter's start after the frozen holder's end",
         &frozen_holder(&lc),
+    );
+}
+
+#[test]
+fn builtin_server_frozen_holder_queued() {
+    let server = builtin();
+    let lc = |args: &[&str]| server.lc(args);
+    report(
+        "built-in server, --newest --order, waiter's start after the frozen holder's end",
+        &frozen_holder(&queued(&lc)),
     );
 }
 
@@ -210,6 +235,17 @@ fn redis_frozen_holder() {
 }
 
 #[test]
+fn redis_frozen_holder_queued() {
+    let redis = RedisServer::start();
+    let url = format!("{}?ttl=2s", redis.url());
+    let lc = |args: &[&str]| lc_at(&url, args);
+    report(
+        "Redis, --newest --order, waiter's start after the frozen holder's end",
+        &frozen_holder(&queued(&lc)),
+    );
+}
+
+#[test]
 fn redis_paused_machine() {
     let redis = RedisServer::start();
     let url = format!("{}?ttl=2s", redis.url());
@@ -228,6 +264,16 @@ fn zookeeper_frozen_holder() {
     report(
         "ZooKeeper, waiter's start after the frozen holder's end",
         &frozen_holder(&lc),
+    );
+}
+
+#[test]
+fn zookeeper_frozen_holder_queued() {
+    let zk = Zk::start_with_tick(250);
+    let lc = |args: &[&str]| zk.lc_session("/frozenq", "2s", args);
+    report(
+        "ZooKeeper, --newest --order, waiter's start after the frozen holder's end",
+        &frozen_holder(&queued(&lc)),
     );
 }
 
@@ -258,6 +304,16 @@ fn etcd_frozen_holder() {
     report(
         "etcd, waiter's start after the frozen holder's end",
         &frozen_holder(&lc),
+    );
+}
+
+#[test]
+fn etcd_frozen_holder_queued() {
+    let etcd = Etcd::start();
+    let lc = |args: &[&str]| etcd.lc("?ttl=2s", args);
+    report(
+        "etcd, --newest --order, waiter's start after the frozen holder's end",
+        &frozen_holder(&queued(&lc)),
     );
 }
 
