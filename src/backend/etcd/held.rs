@@ -100,13 +100,7 @@ impl EtcdHeld {
         let Some(key) = self.cancel_key() else {
             return Ok(None);
         };
-        let resp = self
-            .rpc
-            .call("reading the cancel notice", |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-            .await?;
+        let resp = self.get("reading the cancel notice", key).await?;
         Ok(resp
             .kvs()
             .first()
@@ -218,16 +212,19 @@ impl EtcdHeld {
         }
     }
 
-    /// Whether our key is still there with our create revision.
-    async fn still_ours(&self) -> Result<bool> {
-        let key = self.place.key.clone();
-        let resp = self
-            .rpc
-            .call("reading our key", |mut c| {
+    /// One key's value, `what` naming the read in an error.
+    async fn get(&self, what: &str, key: String) -> Result<etcd_client::GetResponse> {
+        self.rpc
+            .call(what, |mut c| {
                 let key = key.clone();
                 async move { c.get(key, None).await }
             })
-            .await?;
+            .await
+    }
+
+    /// Whether our key is still there with our create revision.
+    async fn still_ours(&self) -> Result<bool> {
+        let resp = self.get("reading our key", self.place.key.clone()).await?;
         Ok(resp
             .kvs()
             .first()
