@@ -65,6 +65,7 @@ mod serve_exposed;
 mod serve_limits;
 mod serve_lockport;
 mod serve_owners;
+mod serve_quotas;
 mod serve_sessions;
 mod serve_shared;
 mod serve_team;

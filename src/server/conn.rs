@@ -28,7 +28,7 @@ use super::hello::Greeted;
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
 use super::tokens::{self, Caller, Permit, Role};
-use super::{hello, keys, lock, mark, reset, session, tls, trylock, unlock, Shared};
+use super::{hello, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields, and an
@@ -96,6 +96,14 @@ async fn serve(
             return None;
         }
     };
+    // The token's keys= (with --token-file): a key outside them is refused.
+    if let Some((c, keys)) = caller.and_then(|c| Some((c, c.keys.as_ref()?))) {
+        if quota::key_taken(&request).is_some_and(|k| !keys.matches(k)) {
+            let reason = quota::outside(&c.owner.name, keys);
+            not_allowed(stream, peer, shared, Some(c), &reason).await;
+            return None;
+        }
+    }
     // An ExtendedLock: the lock inside, with its field list (a ticket in
     // it taken out: a waiter's place, shown again after a restart).
     let (request, fields, ticket) = match request {

@@ -15,6 +15,7 @@ mod lock;
 pub(crate) mod manager_port;
 mod mark;
 pub(crate) mod metrics;
+mod quota;
 mod refuse;
 mod reset;
 pub(crate) mod runtime;

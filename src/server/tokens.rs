@@ -26,6 +26,10 @@
 //! holder reclaims them.) Two lines may give the same name (a rotation:
 //! old and new token side by side): ownership goes by the token, the name
 //! is only shown.
+//!
+//! A line may also end with `keys=PATTERNS` (`keys=deploy/*,ci/*`): the
+//! keys its token may lock, try, wait for or mark (`quota.rs`); a line
+//! without it may use every key.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -36,6 +40,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
 use super::events::Events;
+use super::quota::KeyPatterns;
 use crate::proto::{Request, MAX_FIELD};
 
 /// What a token may do.
@@ -68,6 +73,8 @@ pub(crate) use super::table::{Identity, Owner};
 pub(crate) struct Caller {
     pub role: Role,
     pub owner: Owner,
+    /// The keys it may take (`keys=`); None: every key.
+    pub keys: Option<KeyPatterns>,
 }
 
 /// The longest name a token line may give (`name=NAME`).
@@ -81,6 +88,7 @@ struct Entry {
     digest: [u8; 32],
     role: Role,
     owner: Owner,
+    keys: Option<KeyPatterns>,
 }
 
 /// The tokens of one reading of the file, as digests.
@@ -142,9 +150,10 @@ impl TokenSet {
             };
             let mut role = None;
             let mut name = None;
+            let mut keys = None;
             for (i, word) in words.enumerate() {
                 match word {
-                    b"lock" | b"admin" if role.is_none() && name.is_none() => {
+                    b"lock" | b"admin" if role.is_none() && name.is_none() && keys.is_none() => {
                         role = Some(if word == b"admin" {
                             Role::Admin
                         } else {
@@ -161,15 +170,20 @@ impl TokenSet {
                         }
                         name = Some(given);
                     }
+                    _ if word.starts_with(b"keys=") && keys.is_none() => {
+                        keys = Some(
+                            KeyPatterns::parse(&word[5..]).map_err(|e| format!("line {n}: {e}"))?,
+                        );
+                    }
                     _ if i == 0 => {
                         return Err(format!(
                             "line {n}: the word after the token is not a role (lock or admin) \
-                             nor a name (name=NAME)"
+                             nor a name (name=NAME) nor keys=PATTERNS"
                         ))
                     }
                     _ => {
                         return Err(format!(
-                            "line {n}: more than a token, a role and a name=NAME \
+                            "line {n}: more than a token, a role, a name=NAME and keys=PATTERNS \
                              (a token has no spaces)"
                         ))
                     }
@@ -197,6 +211,7 @@ impl TokenSet {
                 digest: d,
                 role,
                 owner,
+                keys,
             });
             lines_of.push(n);
         }
@@ -234,6 +249,7 @@ impl TokenSet {
             Caller {
                 role: e.role,
                 owner: e.owner.clone(),
+                keys: e.keys.clone(),
             }
         })
     }
@@ -478,7 +494,7 @@ mod tests {
             ),
             (
                 format!("{secret} lock extra"),
-                "line 1: more than a token, a role and a name=NAME",
+                "line 1: more than a token, a role, a name=NAME",
             ),
             (
                 format!("{secret} admin name=al:ice"),

@@ -1,0 +1,107 @@
+//! Key-prefix permissions of a `--token-file` line (`keys=deploy/*,ci/*`):
+//! the keys a token may lock, try, wait for or mark. A pattern is a key,
+//! or a prefix followed by `*` (`deploy/*`: every key that starts with
+//! `deploy/`; `*`: every key); a line without `keys=` may use every key,
+//! as before. Releases, reclaims and listings are not keyed here: a token
+//! releases only its own holds anyway (`tokens.rs`), and an admin's
+//! resets are the admin's.
+
+use std::sync::Arc;
+
+use crate::proto::{Request, MAX_FIELD};
+
+/// The patterns of one `keys=` word; none for a line without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyPatterns {
+    /// Each pattern, without its `*`, and whether it had one (a prefix).
+    patterns: Arc<[(Box<[u8]>, bool)]>,
+    /// The word as given, for the refusal (`deploy/*,ci/*`).
+    shown: Arc<str>,
+}
+
+impl KeyPatterns {
+    /// Parses the text after `keys=`: patterns split by `,`, each a key or
+    /// a prefix and a final `*`. The message names what is wrong.
+    pub(crate) fn parse(text: &[u8]) -> Result<KeyPatterns, String> {
+        let mut patterns = Vec::new();
+        for p in text.split(|&b| b == b',') {
+            if p.is_empty() || p.len() > MAX_FIELD {
+                return Err(format!(
+                    "keys= takes patterns of 1 to {MAX_FIELD} bytes split by commas \
+                     (keys=deploy/*,ci/*)"
+                ));
+            }
+            let (prefix, star) = match p.split_last() {
+                Some((b'*', rest)) => (rest, true),
+                _ => (p, false),
+            };
+            if prefix.contains(&b'*') {
+                return Err("keys= takes a * only at the end of a pattern (deploy/*)".into());
+            }
+            patterns.push((prefix.to_vec().into_boxed_slice(), star));
+        }
+        Ok(KeyPatterns {
+            patterns: patterns.into(),
+            shown: String::from_utf8_lossy(text).into(),
+        })
+    }
+
+    /// Whether `key` matches one of the patterns.
+    pub(crate) fn matches(&self, key: &[u8]) -> bool {
+        self.patterns.iter().any(|(p, star)| {
+            if *star {
+                key.starts_with(p)
+            } else {
+                key == &p[..]
+            }
+        })
+    }
+
+    /// The patterns as the token file gives them.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// The key a request would take, wait for or mark, if it is one that the
+/// token's `keys=` decides.
+pub(crate) fn key_taken(request: &Request) -> Option<&[u8]> {
+    match request {
+        Request::Lock { key, .. } | Request::ExpiringLock { key, .. } => Some(key),
+        Request::Extended { lock, .. } => key_taken(lock),
+        Request::Mark { key, .. } => Some(key),
+        Request::Release { .. }
+        | Request::Reclaim { .. }
+        | Request::ResetByKey { .. }
+        | Request::ResetBySource { .. }
+        | Request::Ping
+        | Request::Hello { .. }
+        | Request::Keys { .. } => None,
+    }
+}
+
+/// The refusal of a key outside the caller's `keys=`: one line naming the
+/// limit, neither the token nor the key (the client names the key).
+pub(crate) fn outside(name: &str, keys: &KeyPatterns) -> String {
+    format!(
+        "token '{name}' may use only keys matching {} (keys= in the token file)",
+        keys.shown()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_are_keys_or_prefixes() {
+        let k = KeyPatterns::parse(b"deploy/*,ci/*,exact").unwrap();
+        assert!(k.matches(b"deploy/prod") && k.matches(b"ci/") && k.matches(b"exact"));
+        assert!(!k.matches(b"exactly") && !k.matches(b"deploy") && !k.matches(b"x"));
+        assert!(KeyPatterns::parse(b"*").unwrap().matches(b"anything"));
+        assert!(KeyPatterns::parse(b"").is_err());
+        assert!(KeyPatterns::parse(b"a,,b").is_err());
+        assert!(KeyPatterns::parse(b"a*b").is_err());
+        assert_eq!(k.shown(), "deploy/*,ci/*,exact");
+    }
+}

@@ -1,0 +1,108 @@
+//! Quotas per token (issue 43, item 3), against a real `lc-cli serve
+//! --token-file` on a non-loopback address: a line's `keys=PATTERNS`
+//! lets its token lock, try, wait for, expire-lock and mark only the
+//! matching keys; any other is refused in one line (76) naming the limit,
+//! logged with the identity, no token anywhere; lines without `keys=`
+//! (and `keys=*`) use every key as before.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::{expect_error_line, host_ip, Serve, Server};
+
+const ADMIN: &str = "admin-Qu0ta-never-printed-0001";
+const CI: &str = "ci-Qu0ta-never-printed-0002";
+const ALL: &str = "all-Qu0ta-never-printed-0003";
+const PLAIN: &str = "plain-Qu0ta-never-printed-0004";
+const TOKENS: [&str; 4] = [ADMIN, CI, ALL, PLAIN];
+
+fn server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens");
+    std::fs::write(
+        &path,
+        format!(
+            "{ADMIN} admin name=alice\n{CI} lock name=ci keys=deploy/*,ci/*,exact\n\
+             {ALL} keys=*\n{PLAIN}\n"
+        ),
+    )
+    .unwrap();
+    let s = Serve::new()
+        .listen(&format!("{}:0", host_ip()))
+        .args(&["--token-file", path.to_str().unwrap()])
+        .start();
+    (dir, s)
+}
+
+fn lc(s: &Server, token: &str, args: &[&str]) -> Command {
+    common::lc_with_token(&s.addr.to_string(), "500ms", Some(token), args)
+}
+
+fn run(cmd: &mut Command, expected: i32) -> String {
+    common::run_hiding(cmd, expected, &TOKENS)
+}
+
+const OUTSIDE: &str = "token 'ci' may use only keys matching deploy/*,ci/*,exact \
+                       (keys= in the token file)";
+
+#[test]
+fn keys_limit_what_a_token_may_take() {
+    let (_dir, s) = server();
+    // Inside its patterns: as any lock token.
+    run(&mut lc(&s, CI, &["lock", "deploy/prod", "--", "true"]), 0);
+    run(&mut lc(&s, CI, &["trylock", "ci/build", "--", "true"]), 0);
+    run(&mut lc(&s, CI, &["lock", "exact"]), 0);
+    run(&mut lc(&s, CI, &["unlock", "exact"]), 0);
+    run(&mut lc(&s, CI, &["wait", "-w", "1s", "deploy/prod"]), 0);
+    // Outside: one line, 76, naming the limit, for each way to take a key.
+    for args in [
+        &["lock", "prod/db", "--", "true"][..],
+        &["lock", "-w", "1s", "exactly", "--", "true"],
+        &["trylock", "deploy", "--", "true"],
+        &["lock", "other"],
+        &["lock", "other", "--expire", "1h"],
+        &["wait", "-w", "1s", "other"],
+    ] {
+        let line = expect_error_line(&mut lc(&s, CI, args), 76);
+        common::assert_hides("a refusal", &line, &TOKENS);
+        assert!(line.contains(OUTSIDE), "{args:?}: {line}");
+    }
+    // Nothing was taken by the refusals.
+    run(&mut lc(&s, PLAIN, &["trylock", "other", "--", "true"]), 0);
+    // keys=* and a line without keys= take any key; so does an admin.
+    run(&mut lc(&s, ALL, &["trylock", "prod/db", "--", "true"]), 0);
+    run(
+        &mut lc(&s, PLAIN, &["lock", "anything/at/all", "--", "true"]),
+        0,
+    );
+    run(&mut lc(&s, ADMIN, &["lock", "prod/x", "--", "true"]), 0);
+    // Listing is not keyed.
+    run(&mut lc(&s, CI, &["keys"]), 0);
+    // The refusal is logged with the identity, never the token.
+    assert!(
+        s.logged(&["as 'ci'", "refused: token 'ci' may use only keys matching"]),
+        "{}",
+        s.log()
+    );
+    common::assert_hides("the server", &s.log(), &TOKENS);
+}
+
+#[test]
+fn a_bad_keys_word_stops_the_start_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens");
+    std::fs::write(&path, format!("{ADMIN} admin\n{CI} keys=a*b\n")).unwrap();
+    let out = Command::new(common::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2: keys= takes a * only at the end"),
+        "{err}"
+    );
+    common::assert_hides("the start", &err, &TOKENS);
+}
