@@ -11,18 +11,18 @@ use std::sync::Arc;
 use crate::proto::{Request, MAX_FIELD};
 
 /// The patterns of one `keys=` word; none for a line without one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct KeyPatterns {
     /// Each pattern, without its `*`, and whether it had one (a prefix).
-    patterns: Arc<[(Box<[u8]>, bool)]>,
+    patterns: Box<[(Box<[u8]>, bool)]>,
     /// The word as given, for the refusal (`deploy/*,ci/*`).
-    shown: Arc<str>,
+    shown: Box<str>,
 }
 
 impl KeyPatterns {
     /// Parses the text after `keys=`: patterns split by `,`, each a key or
     /// a prefix and a final `*`. The message names what is wrong.
-    pub(crate) fn parse(text: &[u8]) -> Result<KeyPatterns, String> {
+    pub(crate) fn parse(text: &[u8]) -> Result<Arc<KeyPatterns>, String> {
         let mut patterns = Vec::new();
         for p in text.split(|&b| b == b',') {
             if p.is_empty() || p.len() > MAX_FIELD {
@@ -40,10 +40,10 @@ impl KeyPatterns {
             }
             patterns.push((prefix.to_vec().into_boxed_slice(), star));
         }
-        Ok(KeyPatterns {
+        Ok(Arc::new(KeyPatterns {
             patterns: patterns.into(),
             shown: String::from_utf8_lossy(text).into(),
-        })
+        }))
     }
 
     /// Whether `key` matches one of the patterns.

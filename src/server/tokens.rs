@@ -74,7 +74,7 @@ pub(crate) struct Caller {
     pub role: Role,
     pub owner: Owner,
     /// The keys it may take (`keys=`); None: every key.
-    pub keys: Option<KeyPatterns>,
+    pub keys: Option<Arc<KeyPatterns>>,
 }
 
 /// The longest name a token line may give (`name=NAME`).
@@ -88,7 +88,7 @@ struct Entry {
     digest: [u8; 32],
     role: Role,
     owner: Owner,
-    keys: Option<KeyPatterns>,
+    keys: Option<Arc<KeyPatterns>>,
 }
 
 /// The tokens of one reading of the file, as digests.
