@@ -13,17 +13,7 @@
 #   ROUNDS=5 RUNS=1000 bash benches/cli.sh # extra arguments go to hyperfine
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v hyperfine >/dev/null || apt-get install -y hyperfine >/dev/null
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet
-    BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/lc-cli"
-fi
-dir="$(mktemp -d)"
-"$BIN" serve --listen 127.0.0.1:0 >"$dir/addr" 2>"$dir/serve.log" &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.05; done
-addr="$(sed -n 's/^listening on //p' "$dir/addr")"
+. benches/builtin-server.sh
 commands=(-n lock "$BIN --server $addr lock bench -- true"
     -n flock "flock $dir/flock true"
     -n version "$BIN --version"

@@ -17,19 +17,9 @@
 #   BIN=path/lc-cli ROUNDS=5 RUNS=200 bash benches/queue.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v hyperfine >/dev/null || apt-get install -y hyperfine >/dev/null
 command -v strace >/dev/null || apt-get install -y strace >/dev/null
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet
-    BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/lc-cli"
-fi
-dir="$(mktemp -d)"
-"$BIN" serve --listen 127.0.0.1:0 >"$dir/addr" 2>"$dir/serve.log" &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.05; done
-builtin="$(sed -n 's/^listening on //p' "$dir/addr")"
-servers=("builtin=$builtin")
+. benches/builtin-server.sh
+servers=("builtin=$addr")
 [ -n "${LC_BENCH_REDIS:-}" ] && servers+=("redis=$LC_BENCH_REDIS")
 [ -n "${LC_BENCH_ZK:-}" ] && servers+=("zookeeper=$LC_BENCH_ZK")
 [ -n "${LC_BENCH_ETCD:-}" ] && servers+=("etcd=$LC_BENCH_ETCD")

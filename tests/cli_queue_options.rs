@@ -65,3 +65,14 @@ fn a_mark_needs_a_key_and_the_exit_statuses_are_in_help() {
     let out = lc_at(NOWHERE, &["mark"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+#[test]
+fn a_mark_of_an_unreachable_service_is_one_line_and_69() {
+    for args in [&["mark", "k"][..], &["mark", "--clear", "k"]] {
+        let line = expect_error_line(&mut lc_at(NOWHERE, args), 69);
+        assert!(
+            line.contains("mark") && line.contains("'k'"),
+            "{args:?}: {line}"
+        );
+    }
+}
