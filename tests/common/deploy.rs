@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::spans::{self, Lc, Span};
-use super::timeline::{gone_at, now_ns};
+use super::timeline::{last_seen_alive, now_ns};
 use super::wait_until;
 
 /// The exit statuses of the deploy-queue outcomes (src/exit.rs).
@@ -340,7 +340,7 @@ pub(crate) fn mark_rules(lc: Lc, key: &str, restart: Option<&mut dyn FnMut()>) {
 /// command ignores SIGTERM: the holder's command ends by SIGKILL after
 /// `--kill-after 1s`, the holder exits 81 naming the newer run, and the
 /// newer command starts only after the older one's end; `trials` times.
-/// Returns the gaps (ms) from the older command's end to the newer start.
+/// Returns the gaps (ms) from the older command last seen alive to the newer start.
 pub(crate) fn cancel_running(lc: Lc, key: &str, trials: usize) -> Vec<f64> {
     let mut gaps = Vec::new();
     for trial in 0..trials {
@@ -378,8 +378,30 @@ pub(crate) fn cancel_running(lc: Lc, key: &str, trials: usize) -> Vec<f64> {
             .trim()
             .parse()
             .unwrap();
-        let new = deploy(lc, &log, key, "new", 0.1, 0, &["--cancel-running"]);
-        let end = gone_at(pid, LIMIT).expect("the old command was never stopped");
+        // The new command says, at its start, whether the old one still
+        // exists (a zombie counts: its lc-cli reaps it before releasing).
+        let check = format!(
+            "kill -0 {pid} 2>/dev/null && echo overlap new >> {}; {}",
+            log.display(),
+            spans::script(&log, "new", 0.1)
+        );
+        let new = Request::start(
+            lc,
+            &log,
+            "new",
+            &[
+                "lock",
+                "--cancel-running",
+                key,
+                "--source",
+                "new",
+                "-c",
+                &check,
+            ],
+        );
+        // When the old command was last seen alive: a lower bound of its
+        // end (the first look that finds it gone may come late).
+        let end = last_seen_alive(pid, LIMIT).expect("the old command was never stopped");
         assert_eq!(
             old.status(),
             Some(CANCELLED),
@@ -399,8 +421,13 @@ pub(crate) fn cancel_running(lc: Lc, key: &str, trials: usize) -> Vec<f64> {
             .start;
         assert!(
             start > end,
-            "trial {trial}: the new command started {:.1} ms before the old one's end:\n{}",
+            "trial {trial}: the new command started {:.1} ms before the old one was last seen alive:\n{}",
             (end - start) as f64 / 1e6,
+            text(&log)
+        );
+        assert!(
+            !text(&log).contains("overlap new"),
+            "trial {trial}: the old command still existed when the new one started:\n{}",
             text(&log)
         );
         gaps.push((start - end) as f64 / 1e6);

@@ -58,6 +58,23 @@ pub(crate) fn gone_at(pid: i32, limit: Duration) -> Option<i128> {
     None
 }
 
+/// Polls every 2 ms (at most `limit`) until `pid` is gone; the last time it
+/// was seen alive (a lower bound of its end: a start before it is proof of
+/// an overlap, whatever the polling's delays), or None.
+pub(crate) fn last_seen_alive(pid: i32, limit: Duration) -> Option<i128> {
+    let start = Instant::now();
+    let mut seen = None;
+    while start.elapsed() < limit {
+        let at = now_ns();
+        if !alive(pid) {
+            return seen;
+        }
+        seen = Some(at);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
 impl Timeline {
     pub(crate) fn new(dir: &Path) -> Timeline {
         Timeline {
