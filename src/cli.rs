@@ -357,8 +357,27 @@ pub struct KeysArgs {
     #[arg(long)]
     pub waiters: bool,
 
+    /// A live view, refreshed every --interval until Ctrl-C: at a terminal,
+    /// only the lines that changed are redrawn; with --json, one object per
+    /// change (held, released, waiting, waits, left, error)
+    #[arg(long)]
+    pub watch: bool,
+
+    /// How often --watch lists the keys (each refresh is one listing)
+    #[arg(long, value_parser = parse_interval, value_name = "DURATION", default_value = "1s", requires = "watch")]
+    pub interval: Duration,
+
     #[command(flatten)]
     pub service: ServiceArgs,
+}
+
+/// `--interval`: at least 100ms, so that a watch cannot become a load.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is below 100ms"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,7 @@ mod fault_kill_after;
 mod fault_oom;
 mod generated_docs;
 mod keys_waiters;
+mod keys_watch;
 mod lock_expire;
 mod manager_port;
 mod modes_other_backends;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::render::{expires_in, held_for, mode_name};
 use crate::backend::{KeyInfo, LockMode, WaiterInfo};
 
-fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
+pub(super) fn waiter_json(w: &WaiterInfo, now: SystemTime) -> serde_json::Value {
     let waited_ms = w
         .since
         .map(|s| now.duration_since(s).unwrap_or_default().as_millis() as u64);

@@ -1,11 +1,14 @@
-//! `lc-cli keys [PATTERN] [--json] [--waiters]`: who holds what, since
-//! when, and how many wait behind them; with `--waiters`, who they are.
+//! `lc-cli keys [PATTERN] [--json] [--waiters] [--watch]`: who holds what,
+//! since when, and how many wait behind them; with `--waiters`, who they
+//! are; with `--watch`, again every second.
 //!
 //! This file lists, filters and sorts; `render.rs` writes the tables,
-//! `json.rs` the JSON.
+//! `json.rs` the JSON, `watch.rs` the live view and `events.rs` its JSON.
 
+mod events;
 mod json;
 mod render;
+mod watch;
 
 use std::time::SystemTime;
 
@@ -25,8 +28,20 @@ pub(crate) fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
         json,
         sort: order,
         waiters: with_waiters,
+        watch,
+        interval,
         ..
     } = args;
+    if watch {
+        let watch = watch::Watch {
+            pattern,
+            json,
+            order,
+            waiters: with_waiters,
+            interval,
+        };
+        return watch::run(config, watch);
+    }
     let (mut keys, mut waiters) = super::block_on(async {
         let backend = super::connect_for(config, &[]).await?;
         let listed = async {

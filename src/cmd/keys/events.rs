@@ -1,0 +1,235 @@
+//! `keys --watch --json`: what changed between two looks, one JSON object
+//! per line, each with `event` and `at` (when it was seen):
+//!
+//! - `held`: a hold appeared (every hold of the first look, too), with the
+//!   fields of a `keys --json` object;
+//! - `released`: a hold is gone (released, reset, expired, lost), the
+//!   object it had when last seen;
+//! - `waiting`: the number waiting behind a held key changed (`key`,
+//!   `waiting`);
+//! - `waits` and `left` (with `--waiters`): a waiter joined a line, or left
+//!   it (granted, gave up, superseded), with the fields of a waiter's object;
+//! - `error`: the listing failed (`message`); the watch goes on and tries
+//!   again at the next refresh; said once until the message changes.
+//!
+//! A hold is the same hold while its key, source, peer, since, token, mode,
+//! identity and fields are: its age is not part of it.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::json::{as_json, waiter_json};
+use crate::backend::{KeyInfo, WaiterInfo};
+
+/// The last look, as the events see it.
+#[derive(Default)]
+pub(super) struct Diff {
+    /// Each hold's identity, and its object.
+    holds: BTreeMap<String, Value>,
+    /// Each held key's count of waiters.
+    waiting: BTreeMap<String, usize>,
+    /// Each waiter's identity, and its object.
+    waiters: BTreeMap<String, Value>,
+    /// The last error said, until a look succeeds.
+    error: Option<String>,
+}
+
+/// The time-varying members, left out of an object's identity.
+const AGES: [&str; 5] = ["held_ms", "expires_in_ms", "waiting", "waited_ms", "place"];
+
+fn identity_of(v: &Value) -> String {
+    let mut v = v.clone();
+    if let Some(map) = v.as_object_mut() {
+        for age in AGES {
+            map.remove(age);
+        }
+    }
+    v.to_string()
+}
+
+fn holds_of(keys: &[KeyInfo], now: SystemTime) -> BTreeMap<String, Value> {
+    as_json(keys, now)
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("our own JSON"))
+        .map(|v| (identity_of(&v), v))
+        .collect()
+}
+
+fn waiters_of(waiters: Option<&[WaiterInfo]>, now: SystemTime) -> BTreeMap<String, Value> {
+    waiters
+        .unwrap_or_default()
+        .iter()
+        .map(|w| {
+            let mut v = waiter_json(w, now);
+            v["key"] = Value::String(w.key.clone());
+            (identity_of(&v), v)
+        })
+        .collect()
+}
+
+fn event(name: &str, at: &str, mut v: Value) -> String {
+    if let Some(map) = v.as_object_mut() {
+        map.insert("event".into(), Value::String(name.into()));
+        map.insert("at".into(), Value::String(at.into()));
+    }
+    let mut line = v.to_string();
+    line.push('\n');
+    line
+}
+
+impl Diff {
+    /// What changed since the last look, as event lines ("" for nothing).
+    pub(super) fn next(
+        &mut self,
+        look: Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>), String>,
+        now: SystemTime,
+    ) -> String {
+        let at = humantime::format_rfc3339_millis(now).to_string();
+        let (keys, waiters) = match look {
+            Err(message) => {
+                if self.error.as_ref() == Some(&message) {
+                    return String::new();
+                }
+                self.error = Some(message.clone());
+                return event("error", &at, serde_json::json!({ "message": message }));
+            }
+            Ok(look) => look,
+        };
+        self.error = None;
+        let mut out = String::new();
+        let holds = holds_of(&keys, now);
+        for (id, v) in &self.holds {
+            if !holds.contains_key(id) {
+                out.push_str(&event("released", &at, v.clone()));
+            }
+        }
+        let mut newly_held = std::collections::BTreeSet::new();
+        for (id, v) in &holds {
+            if !self.holds.contains_key(id) {
+                newly_held.insert(v["key"].as_str().unwrap_or_default().to_owned());
+                out.push_str(&event("held", &at, v.clone()));
+            }
+        }
+        let waiting: BTreeMap<String, usize> =
+            keys.iter().map(|k| (k.key.clone(), k.waiting)).collect();
+        for (key, n) in &waiting {
+            match self.waiting.get(key) {
+                // A new hold's object already says it.
+                None => {}
+                Some(_) if newly_held.contains(key) => {}
+                Some(old) if old == n => {}
+                Some(_) => out.push_str(&event(
+                    "waiting",
+                    &at,
+                    serde_json::json!({ "key": key, "waiting": n }),
+                )),
+            }
+        }
+        let listed = waiters_of(waiters.as_deref(), now);
+        for (id, v) in &self.waiters {
+            if !listed.contains_key(id) {
+                out.push_str(&event("left", &at, v.clone()));
+            }
+        }
+        for (id, v) in &listed {
+            if !self.waiters.contains_key(id) {
+                out.push_str(&event("waits", &at, v.clone()));
+            }
+        }
+        self.holds = holds;
+        self.waiting = waiting;
+        self.waiters = listed;
+        out
+    }
+
+    /// A look's holds and waiters without their ages: two looks with the
+    /// same identity show the same tables but for the ages.
+    pub(super) fn identity(keys: &[KeyInfo], waiters: Option<&[WaiterInfo]>) -> String {
+        let now = SystemTime::UNIX_EPOCH;
+        let mut text: Vec<String> = holds_of(keys, now).into_keys().collect();
+        text.extend(waiters_of(waiters, now).into_keys());
+        for k in keys {
+            text.push(format!("{}={}", k.key, k.waiting));
+        }
+        text.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::LockMode;
+
+    fn hold(key: &str, token: u64, since: SystemTime, waiting: usize) -> KeyInfo {
+        KeyInfo {
+            key: key.into(),
+            source: "host-a".into(),
+            peer: None,
+            since: Some(since),
+            waiting,
+            kept: Some(false),
+            mode: LockMode::Exclusive,
+            token: Some(token),
+            expires: None,
+            identity: None,
+            fields: Default::default(),
+            mark: None,
+        }
+    }
+
+    fn events(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| {
+                let key = v["key"].as_str().unwrap_or_default().to_string();
+                (v["event"].as_str().unwrap().to_string(), key)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn holds_come_and_go_and_ages_are_no_change() {
+        let t0 = SystemTime::now();
+        let mut diff = Diff::default();
+        let first = diff.next(Ok((vec![hold("a", 1, t0, 0)], None)), t0);
+        assert_eq!(events(&first), [("held".into(), "a".into())]);
+        // A second later: the same hold, older: nothing.
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(diff.next(Ok((vec![hold("a", 1, t0, 0)], None)), later), "");
+        // One more waits; b is taken; then a is released and granted again.
+        let third = diff.next(
+            Ok((vec![hold("a", 1, t0, 1), hold("b", 7, later, 0)], None)),
+            later,
+        );
+        assert_eq!(
+            events(&third),
+            [("held".into(), "b".into()), ("waiting".into(), "a".into())]
+        );
+        let fourth = diff.next(
+            Ok((vec![hold("a", 2, later, 0), hold("b", 7, later, 0)], None)),
+            later,
+        );
+        assert_eq!(
+            events(&fourth),
+            [("released".into(), "a".into()), ("held".into(), "a".into())]
+        );
+    }
+
+    #[test]
+    fn an_error_is_said_once() {
+        let now = SystemTime::now();
+        let mut diff = Diff::default();
+        let e = || Err("cannot reach x".to_string());
+        assert_eq!(
+            events(&diff.next(e(), now)),
+            [("error".into(), String::new())]
+        );
+        assert_eq!(diff.next(e(), now), "");
+        assert_eq!(diff.next(Ok((vec![], None)), now), "");
+        assert_eq!(events(&diff.next(e(), now)).len(), 1);
+    }
+}
