@@ -31,7 +31,10 @@ fn every_backend_refuses_history_in_one_line() {
 #[test]
 fn history_checks_its_limit_before_anything_is_sent() {
     // A usage error as clap words it (with its hint line), status 64.
-    let out = expect_status(&mut lc_at("127.0.0.1:1", &["history", "k", "--limit", "0"]), 64);
+    let out = expect_status(
+        &mut lc_at("127.0.0.1:1", &["history", "k", "--limit", "0"]),
+        64,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--limit"), "{err}");
 }

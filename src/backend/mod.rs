@@ -37,8 +37,8 @@ pub use config::{
 };
 pub(crate) use scheme::any_key;
 pub use scheme::{
-    check_extras, check_history, check_mode, check_names, port_hint, Capabilities, Scheme, ServerAddress,
-    ServerUrl, Tuning, Usage, DEFAULT_SERVER,
+    check_extras, check_history, check_mode, check_names, port_hint, Capabilities, Scheme,
+    ServerAddress, ServerUrl, Tuning, Usage, DEFAULT_SERVER,
 };
 
 /// Every backend, by its scheme: adding one is its folder and one line here.

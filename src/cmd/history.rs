@@ -27,7 +27,10 @@ pub(crate) fn run(config: &BackendConfig, args: HistoryArgs) -> Result<ExitCode>
         backend.close().await;
         let entries = answer.or_fail().with_context(context)?;
         let text = if args.json {
-            entries.iter().map(|e| format!("{}\n", as_json(e))).collect()
+            entries
+                .iter()
+                .map(|e| format!("{}\n", as_json(e)))
+                .collect()
         } else {
             as_table(&entries)
         };
@@ -76,7 +79,12 @@ fn as_table(entries: &[HistoryEntry]) -> String {
         let held = match (e.granted, e.ended_at) {
             (Some(g), Some(end)) => end
                 .duration_since(g)
-                .map(|d| humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64)).to_string())
+                .map(|d| {
+                    humantime::format_duration(std::time::Duration::from_millis(
+                        d.as_millis() as u64
+                    ))
+                    .to_string()
+                })
                 .unwrap_or_default(),
             _ => "-".into(),
         };
