@@ -39,6 +39,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Show KEY''s mark (the highest --order that ended with status 0), or clear it')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'Show how KEY''s last holds ended: who, why, when, with what status')
             [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
@@ -128,6 +129,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Stop waiting after DURATION')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status on timeout')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status on timeout')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Why this wait, shown to whoever lists KEY''s waiters and in the waiters'' status line: 1 to 200 bytes of text, no control characters; visible to every client that may list keys, so no secrets')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N')
             [CompletionResult]::new('--source', '--source', [CompletionResultType]::ParameterName, 'Who holds the lock, for `reset --source` (default: this host''s name)')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
@@ -170,6 +172,17 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--clear', '--clear', [CompletionResultType]::ParameterName, 'Clear the mark, so that any --order runs again (after a rollback)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'lc-cli;history' {
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Show at most N holds (the service keeps at most its cap, 100 by default)')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per hold, one per line')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -223,6 +236,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             [CompletionResult]::new('reset', 'reset', [CompletionResultType]::ParameterValue, 'Force-release keys (by key, or by the source that holds them)')
             [CompletionResult]::new('keys', 'keys', [CompletionResultType]::ParameterValue, 'List held keys: holder, since when, how many wait')
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Show KEY''s mark (the highest --order that ended with status 0), or clear it')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'Show how KEY''s last holds ended: who, why, when, with what status')
             [CompletionResult]::new('ping', 'ping', [CompletionResultType]::ParameterValue, 'Say what the lock service is and whether a lock could be taken now')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Run the built-in lock server')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script: `source <(lc-cli completions bash)`')
@@ -248,6 +262,9 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
             break
         }
         'lc-cli;help;mark' {
+            break
+        }
+        'lc-cli;help;history' {
             break
         }
         'lc-cli;help;ping' {

@@ -22,6 +22,9 @@ _lc__cli() {
             lc__cli,help)
                 cmd="lc__cli__subcmd__help"
                 ;;
+            lc__cli,history)
+                cmd="lc__cli__subcmd__history"
+                ;;
             lc__cli,keys)
                 cmd="lc__cli__subcmd__keys"
                 ;;
@@ -54,6 +57,9 @@ _lc__cli() {
                 ;;
             lc__cli__subcmd__help,help)
                 cmd="lc__cli__subcmd__help__subcmd__help"
+                ;;
+            lc__cli__subcmd__help,history)
+                cmd="lc__cli__subcmd__help__subcmd__history"
                 ;;
             lc__cli__subcmd__help,keys)
                 cmd="lc__cli__subcmd__help__subcmd__keys"
@@ -89,7 +95,7 @@ _lc__cli() {
 
     case "${cmd}" in
         lc__cli)
-            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys mark ping serve completions help"
+            opts="-v -h -V --server --connect-timeout --session-timeout --ttl --queue-timeout --verbose --help --version lock trylock unlock wait reset keys mark history ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -137,7 +143,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help)
-            opts="lock trylock unlock wait reset keys mark ping serve completions help"
+            opts="lock trylock unlock wait reset keys mark history ping serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -165,6 +171,20 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__help__subcmd__history)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -297,6 +317,32 @@ _lc__cli() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lc__cli__subcmd__history)
+            opts="-v -h --limit --json --server --connect-timeout --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -665,7 +711,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__wait)
-            opts="-w -E -q -s -x -v -h --wait --timeout --conflict-exit-code --quiet --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-w -E -q -s -x -v -h --wait --timeout --conflict-exit-code --quiet --note --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -688,6 +734,10 @@ _lc__cli() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

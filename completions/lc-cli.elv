@@ -36,6 +36,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
             cand mark 'Show KEY''s mark (the highest --order that ended with status 0), or clear it'
+            cand history 'Show how KEY''s last holds ended: who, why, when, with what status'
             cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
@@ -121,6 +122,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --wait 'Stop waiting after DURATION'
             cand -E 'Exit status on timeout'
             cand --conflict-exit-code 'Exit status on timeout'
+            cand --note 'Why this wait, shown to whoever lists KEY''s waiters and in the waiters'' status line: 1 to 200 bytes of text, no control characters; visible to every client that may list keys, so no secrets'
             cand --limit 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N'
             cand --source 'Who holds the lock, for `reset --source` (default: this host''s name)'
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
@@ -160,6 +162,16 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand --clear 'Clear the mark, so that any --order runs again (after a rollback)'
+            cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'lc-cli;history'= {
+            cand --limit 'Show at most N holds (the service keeps at most its cap, 100 by default)'
+            cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
+            cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
+            cand --json 'One JSON object per hold, one per line'
             cand -v 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand --verbose 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
             cand -h 'Print help (see more with ''--help'')'
@@ -209,6 +221,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand reset 'Force-release keys (by key, or by the source that holds them)'
             cand keys 'List held keys: holder, since when, how many wait'
             cand mark 'Show KEY''s mark (the highest --order that ended with status 0), or clear it'
+            cand history 'Show how KEY''s last holds ended: who, why, when, with what status'
             cand ping 'Say what the lock service is and whether a lock could be taken now'
             cand serve 'Run the built-in lock server'
             cand completions 'Print a shell completion script: `source <(lc-cli completions bash)`'
@@ -227,6 +240,8 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         &'lc-cli;help;keys'= {
         }
         &'lc-cli;help;mark'= {
+        }
+        &'lc-cli;help;history'= {
         }
         &'lc-cli;help;ping'= {
         }

@@ -35,6 +35,7 @@ complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "wait" -d 'Wait until 
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "mark" -d 'Show KEY\'s mark (the highest --order that ended with status 0), or clear it'
+complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "history" -d 'Show how KEY\'s last holds ended: who, why, when, with what status'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "ping" -d 'Say what the lock service is and whether a lock could be taken now'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "serve" -d 'Run the built-in lock server'
 complete -c lc-cli -n "__fish_lc_cli_needs_command" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
@@ -85,6 +86,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s v -l verbose -d
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand unlock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s w -l timeout -l wait -d 'Stop waiting after DURATION' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit status on timeout' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l note -d 'Why this wait, shown to whoever lists KEY\'s waiters and in the waiters\' status line: 1 to 200 bytes of text, no control characters; visible to every client that may list keys, so no secrets' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l limit -d 'A counting semaphore: at most N holders at once, first come first served (N = 1 is an exclusive lock); every holder and waiter of KEY must give the same N' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l source -d 'Who holds the lock, for `reset --source` (default: this host\'s name)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand wait" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)' -r
@@ -112,6 +114,12 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand mark" -l connect-timeout -
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand mark" -l clear -d 'Clear the mark, so that any --order runs again (after a rollback)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand mark" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand mark" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -l limit -d 'Show at most N holds (the service keeps at most its cap, 100 by default)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -l json -d 'One JSON object per hold, one per line'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand ping" -l json -d 'One JSON object instead of the line'
@@ -135,15 +143,16 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s v -l verbose -d 
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s v -l verbose -d 'Say more: how long the wait took, what runs, each server event (global: before or after the subcommand)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "mark" -d 'Show KEY\'s mark (the highest --order that ended with status 0), or clear it'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "ping" -d 'Say what the lock service is and whether a lock could be taken now'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "serve" -d 'Run the built-in lock server'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark ping serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "lock" -d 'Wait in line for KEY, run COMMAND while holding it, release it when COMMAND ends'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "trylock" -d 'Take KEY only if it is free now, run COMMAND while holding it'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "unlock" -d 'Release KEY (a hold left by `lock` without a command)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "wait" -d 'Wait until KEY is free: take it in turn and release it at once'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "reset" -d 'Force-release keys (by key, or by the source that holds them)'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "keys" -d 'List held keys: holder, since when, how many wait'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "mark" -d 'Show KEY\'s mark (the highest --order that ended with status 0), or clear it'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "history" -d 'Show how KEY\'s last holds ended: who, why, when, with what status'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "ping" -d 'Say what the lock service is and whether a lock could be taken now'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "serve" -d 'Run the built-in lock server'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "completions" -d 'Print a shell completion script: `source <(lc-cli completions bash)`'
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand help; and not __fish_seen_subcommand_from lock trylock unlock wait reset keys mark history ping serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand completions" -f -a "bash zsh fish elvish powershell"

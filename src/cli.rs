@@ -108,6 +108,8 @@ pub enum Command {
     Keys(KeysArgs),
     /// Show KEY's mark (the highest --order that ended with status 0), or clear it
     Mark(MarkArgs),
+    /// Show how KEY's last holds ended: who, why, when, with what status
+    History(HistoryArgs),
     /// Say what the lock service is and whether a lock could be taken now
     Ping(PingArgs),
     /// Run the built-in lock server
@@ -313,6 +315,12 @@ pub struct WaitArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
+    /// Why this wait, shown to whoever lists KEY's waiters and in the
+    /// waiters' status line: 1 to 200 bytes of text, no control
+    /// characters; visible to every client that may list keys, so no secrets
+    #[arg(long, env = "LC_NOTE", value_name = "TEXT")]
+    pub note: Option<String>,
+
     #[command(flatten)]
     pub mode: ModeArgs,
 
@@ -378,6 +386,24 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} is below 100ms"));
     }
     Ok(d)
+}
+
+/// `lc-cli history KEY` (docs/history.md).
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The key whose last holds to show, newest first
+    pub key: String,
+
+    /// Show at most N holds (the service keeps at most its cap, 100 by default)
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+
+    /// One JSON object per hold, one per line
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub service: ServiceArgs,
 }
 
 #[derive(Debug, Args)]

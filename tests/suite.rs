@@ -35,6 +35,8 @@ mod fault_frozen;
 mod fault_kill_after;
 mod fault_oom;
 mod generated_docs;
+mod history_notes;
+mod history_refuse;
 mod keys_waiters;
 mod keys_watch;
 mod lock_expire;

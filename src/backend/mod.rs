@@ -12,6 +12,7 @@ mod config;
 pub(crate) mod etcd;
 pub mod fields;
 pub(crate) mod help;
+pub mod history;
 pub(crate) mod lc;
 pub(crate) mod ping;
 #[cfg(feature = "postgres")]
@@ -36,8 +37,8 @@ pub use config::{
 };
 pub(crate) use scheme::any_key;
 pub use scheme::{
-    check_extras, check_mode, check_names, port_hint, Capabilities, Scheme, ServerAddress,
-    ServerUrl, Tuning, Usage, DEFAULT_SERVER,
+    check_extras, check_history, check_mode, check_names, port_hint, Capabilities, Scheme,
+    ServerAddress, ServerUrl, Tuning, Usage, DEFAULT_SERVER,
 };
 
 /// Every backend, by its scheme: adding one is its folder and one line here.
@@ -395,6 +396,17 @@ pub trait Backend: Send + Sync {
     /// says it.
     fn wait_reason(&self) -> Option<String> {
         None
+    }
+
+    /// The last `limit` ended holds of `key`, newest first (`lc-cli
+    /// history`, docs/history.md). Only called where the scheme's
+    /// capabilities say `history`; the others refuse before connecting.
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<history::HistoryEntry>> {
+        let _ = limit;
+        Err(BackendError::Unsupported {
+            server: String::new(),
+            reason: format!("no history of '{key}' is kept here"),
+        })
     }
 
     /// What the service is and whether a lock could be taken now (`lc-cli

@@ -63,6 +63,9 @@ pub struct Capabilities {
     /// mark`), `--cancel-running`, `--note`; None where they are taken,
     /// else why not (the one line of the refusal, 76).
     pub queues: Option<&'static str>,
+    /// A key's history (`lc-cli history`, docs/history.md): None where it
+    /// is kept, else why not (the one line of the refusal, 76).
+    pub history: Option<&'static str>,
     /// Why a mode is refused, added to the refusal: inside the parentheses
     /// that name the mode asked for where neither mode is taken.
     pub why: &'static str,
@@ -74,6 +77,7 @@ impl Capabilities {
         limit: true,
         kept_holds: true,
         queues: None,
+        history: Some(crate::backend::history::HISTORY_NOT_YET),
         why: "",
     };
 
@@ -223,6 +227,22 @@ pub fn check_mode(server: &dyn ServerAddress, shown: &str, mode: LockMode) -> Re
     }
 }
 
+/// `lc-cli history` against the backend's capabilities, before anything is
+/// sent: refused at once (76) where the backend keeps no history.
+pub fn check_history(server: &dyn ServerAddress, shown: &str) -> Result<()> {
+    let scheme = server.scheme();
+    match scheme.caps.history {
+        None => Ok(()),
+        Some(why) => Err(BackendError::Unsupported {
+            server: shown.to_string(),
+            reason: format!(
+                "lc-cli's {} backend cannot show a key's history: {why}",
+                scheme.service
+            ),
+        }),
+    }
+}
+
 /// The one check of a request's extra fields against the backend's
 /// capabilities, before anything is sent: a deploy-queue option is refused
 /// at once where the backend does not keep them, never ignored.
@@ -350,6 +370,7 @@ mod tests {
             limit: false,
             kept_holds: true,
             queues: None,
+            history: None,
             why: "",
         };
         assert_eq!(

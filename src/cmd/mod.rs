@@ -2,6 +2,7 @@
 //! config and dispatches.
 
 pub(crate) mod completions;
+pub(crate) mod history;
 mod holder;
 pub(crate) mod keys;
 pub(crate) mod lock;
@@ -90,6 +91,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reset(args) => reset::run(&top.config(&args.service)?, args),
         Command::Keys(args) => keys::run(&top.config(&args.service)?, args),
         Command::Mark(args) => mark::run(&top.config(&args.service)?, args),
+        Command::History(args) => history::run(&top.config(&args.service)?, args),
         Command::Ping(args) => ping::run(&top.config(&args.service)?, args),
         Command::Serve(args) => {
             top.refuse("serve")?;

@@ -4,11 +4,19 @@
 use anyhow::Result;
 
 use super::lock::{self, LockOptions};
+use crate::backend::fields::Extras;
 use crate::backend::BackendConfig;
 use crate::cli::WaitArgs;
-use crate::exit::ExitCode;
+use crate::exit::{fail, ExitCode};
 
 pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
+    let extras = Extras {
+        note: args.note,
+        ..Extras::default()
+    };
+    if let Err(e) = extras.check() {
+        return Err(fail(ExitCode::Usage, format!("'{}': {e}", args.key)));
+    }
     let options = LockOptions {
         mode: lock::mode_of(&args.mode),
         key: args.key,
@@ -21,7 +29,7 @@ pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         quiet: args.quiet,
         command: lock::CommandSpec::ReleaseAtOnce,
         expire: None,
-        extras: Default::default(),
+        extras,
         superseded_exit_code: ExitCode::Superseded.code(),
         outdated_exit_code: ExitCode::Outdated.code(),
     };

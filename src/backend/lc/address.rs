@@ -58,6 +58,7 @@ pub(crate) const REFERENCE_CAPS: Capabilities = Capabilities {
     limit: false,
     kept_holds: true,
     queues: Some("a reference Locking-Center server keeps no fields or marks"),
+    history: Some("a reference Locking-Center server keeps no history"),
     why: "; it answered '-', as a reference Locking-Center server does",
 };
 

@@ -43,6 +43,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
         // A hold is the session's: it ends with lc-cli.
         kept_holds: false,
         queues: None,
+        history: Some(crate::backend::history::HISTORY_NOT_YET),
         why: "",
     },
     // Any text hashes.

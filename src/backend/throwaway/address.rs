@@ -23,6 +23,7 @@ pub(crate) const SCHEME: Scheme = Scheme {
         limit: false,
         kept_holds: false,
         queues: Some(crate::backend::fields::NOT_YET),
+        history: Some(crate::backend::history::HISTORY_NOT_YET),
         why: "",
     },
     key_problem: crate::backend::any_key,

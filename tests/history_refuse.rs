@@ -1,0 +1,40 @@
+//! `lc-cli history KEY` (docs/history.md) is not built on any backend yet:
+//! each refuses at once, before anything is sent, with one line naming why
+//! and status 76 (against addresses where nothing listens, a request that
+//! got as far as connecting would exit 69).
+
+use crate::common::{expect_error_line, expect_status, lc_at};
+
+#[test]
+fn every_backend_refuses_history_in_one_line() {
+    for url in [
+        "lc://127.0.0.1:1",
+        "redis://127.0.0.1:1",
+        "etcd://127.0.0.1:1",
+        "zk://127.0.0.1:1/h",
+        "postgres://u:p@127.0.0.1:1/db",
+    ] {
+        for args in [
+            &["history", "k"][..],
+            &["history", "k", "--json", "--limit", "5"],
+        ] {
+            let line = expect_error_line(&mut lc_at(url, args), 76);
+            assert!(
+                line.contains("cannot show a key's history")
+                    && line.contains("keeps no history of holds yet"),
+                "{url}: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn history_checks_its_limit_before_anything_is_sent() {
+    // A usage error as clap words it (with its hint line), status 64.
+    let out = expect_status(
+        &mut lc_at("127.0.0.1:1", &["history", "k", "--limit", "0"]),
+        64,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--limit"), "{err}");
+}
