@@ -104,6 +104,14 @@ async fn serve(
             return None;
         }
     }
+    // The token's held= (with --token-file): no new hold beyond it.
+    if let Some(c) = caller.filter(|_| quota::takes_hold(&request)) {
+        if shared.table.held_by(c.owner.fingerprint) >= c.held {
+            let reason = quota::over_held(&c.owner.name, c.held);
+            not_allowed(stream, peer, shared, Some(c), &reason).await;
+            return None;
+        }
+    }
     // An ExtendedLock: the lock inside, with its field list (a ticket in
     // it taken out: a waiter's place, shown again after a restart).
     let (request, fields, ticket) = match request {

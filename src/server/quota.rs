@@ -5,6 +5,15 @@
 //! as before. Releases, reclaims and listings are not keyed here: a token
 //! releases only its own holds anyway (`tokens.rs`), and an admin's
 //! resets are the admin's.
+//!
+//! `held=N` caps how many holds a token may have at once (default
+//! [`DEFAULT_HELD`], which a team does not notice and a runaway script
+//! does): a lock or trylock beyond it is refused with one line naming the
+//! limit (76 on the client). The count is the table's
+//! (`Table::held_by`), kept where a hold with an owner enters or leaves
+//! it, restored holds included; it is checked before the request goes to
+//! the table, so requests of one token in flight at the same moment may
+//! pass it by as many as there are of them.
 
 use std::sync::Arc;
 
@@ -80,6 +89,36 @@ pub(crate) fn key_taken(request: &Request) -> Option<&[u8]> {
     }
 }
 
+/// The holds a token may have at once without a `held=` on its line.
+pub(crate) const DEFAULT_HELD: u32 = 10_000;
+
+/// Parses the number after `held=`: 1 to 4,294,967,295.
+pub(crate) fn parse_held(text: &[u8]) -> Result<u32, String> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "held= takes a number of holds from 1 to 4294967295 (held=500)".into())
+}
+
+/// Whether a request may take a new hold (a lock or trylock; not a mark).
+pub(crate) fn takes_hold(request: &Request) -> bool {
+    match request {
+        Request::Lock { .. } | Request::ExpiringLock { .. } => true,
+        Request::Extended { lock, .. } => takes_hold(lock),
+        _ => false,
+    }
+}
+
+/// The refusal of a hold beyond the token's `held=`: one line naming the
+/// limit, never the token.
+pub(crate) fn over_held(name: &str, held: u32) -> String {
+    format!(
+        "token '{name}' holds {held} keys, its quota (held= in the token file, default \
+         {DEFAULT_HELD}): release some, or ask the server's admin to raise it"
+    )
+}
+
 /// The refusal of a key outside the caller's `keys=`: one line naming the
 /// limit, neither the token nor the key (the client names the key).
 pub(crate) fn outside(name: &str, keys: &KeyPatterns) -> String {
@@ -103,5 +142,12 @@ mod tests {
         assert!(KeyPatterns::parse(b"a,,b").is_err());
         assert!(KeyPatterns::parse(b"a*b").is_err());
         assert_eq!(k.shown(), "deploy/*,ci/*,exact");
+    }
+
+    #[test]
+    fn held_takes_a_positive_number() {
+        assert_eq!(parse_held(b"500"), Ok(500));
+        assert!(parse_held(b"0").is_err() && parse_held(b"x").is_err());
+        assert!(parse_held(b"").is_err() && parse_held(b"99999999999").is_err());
     }
 }

@@ -29,7 +29,8 @@
 //!
 //! A line may also end with `keys=PATTERNS` (`keys=deploy/*,ci/*`): the
 //! keys its token may lock, try, wait for or mark (`quota.rs`); a line
-//! without it may use every key.
+//! without it may use every key. `held=N` caps the holds its token may
+//! have at once (default [`quota::DEFAULT_HELD`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -40,7 +41,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
 use super::events::Events;
-use super::quota::KeyPatterns;
+use super::quota::{self, KeyPatterns};
 use crate::proto::{Request, MAX_FIELD};
 
 /// What a token may do.
@@ -75,6 +76,8 @@ pub(crate) struct Caller {
     pub owner: Owner,
     /// The keys it may take (`keys=`); None: every key.
     pub keys: Option<Arc<KeyPatterns>>,
+    /// How many holds it may have at once (`held=`, else the default).
+    pub held: u32,
 }
 
 /// The longest name a token line may give (`name=NAME`).
@@ -89,6 +92,7 @@ struct Entry {
     role: Role,
     owner: Owner,
     keys: Option<Arc<KeyPatterns>>,
+    held: u32,
 }
 
 /// The tokens of one reading of the file, as digests.
@@ -151,6 +155,7 @@ impl TokenSet {
             let mut role = None;
             let mut name = None;
             let mut keys = None;
+            let mut held = None;
             for (i, word) in words.enumerate() {
                 match word {
                     b"lock" | b"admin" if role.is_none() && name.is_none() && keys.is_none() => {
@@ -173,6 +178,11 @@ impl TokenSet {
                     _ if word.starts_with(b"keys=") && keys.is_none() => {
                         keys = Some(
                             KeyPatterns::parse(&word[5..]).map_err(|e| format!("line {n}: {e}"))?,
+                        );
+                    }
+                    _ if word.starts_with(b"held=") && held.is_none() => {
+                        held = Some(
+                            quota::parse_held(&word[5..]).map_err(|e| format!("line {n}: {e}"))?,
                         );
                     }
                     _ if i == 0 => {
@@ -212,6 +222,7 @@ impl TokenSet {
                 role,
                 owner,
                 keys,
+                held: held.unwrap_or(quota::DEFAULT_HELD),
             });
             lines_of.push(n);
         }
@@ -250,6 +261,7 @@ impl TokenSet {
                 role: e.role,
                 owner: e.owner.clone(),
                 keys: e.keys.clone(),
+                held: e.held,
             }
         })
     }

@@ -38,6 +38,11 @@ pub(super) struct Inner {
     /// Why each waiter a deploy-queue rule took out of its line left,
     /// until its task reads it ([`super::Notice::Withdrawn`]).
     pub(super) left: std::collections::HashMap<GrantId, super::Left>,
+    /// How many holds each token (by fingerprint) has, for the token
+    /// file's `held=` quota (`server::quota`): counted where a hold with an
+    /// owner enters or leaves the table, restored holds and reclaims of
+    /// ownerless ones included.
+    pub(super) held_by: std::collections::HashMap<u64, u32>,
 }
 
 /// Every holder's source, kept once: a hold keeps a pointer to it. A source
@@ -65,6 +70,20 @@ impl Sources {
 }
 
 impl Inner {
+    /// One hold of `owner` more (`up`) or less in [`Inner::held_by`].
+    pub(super) fn count_hold(&mut self, owner: Option<&super::Owner>, up: bool) {
+        let Some(o) = owner else { return };
+        let f = o.fingerprint.get();
+        if up {
+            *self.held_by.entry(f).or_insert(0) += 1;
+        } else if let Some(n) = self.held_by.get_mut(&f) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.held_by.remove(&f);
+            }
+        }
+    }
+
     pub(super) fn fresh_id(&mut self) -> GrantId {
         self.next_id += 1;
         self.next_id
@@ -126,6 +145,7 @@ impl Inner {
 
     /// Adds `hold` to the holds of `key` (its entry made if new).
     pub(super) fn add_hold(&mut self, key: &[u8], hold: Hold) {
+        self.count_hold(hold.owner(), true);
         match self.keys.get_mut(key) {
             Some(state) => state.holds.push(hold),
             None => {
@@ -196,6 +216,7 @@ impl Inner {
         let pos = state.holds.iter().position(|h| h.id == id)?;
         // Dropping the hold's link wakes the task serving a session hold.
         let holder = state.holds.remove(pos).holder();
+        self.count_hold(holder.owner.as_ref(), false);
         let durable = if record {
             self.record_release(key, holder.token)
         } else {
@@ -277,8 +298,13 @@ impl Inner {
             self.counters
                 .grants
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            if let Some(state) = self.keys.get_mut(key) {
+            let removed = self.keys.get_mut(key).is_some_and(|state| {
+                let before = state.holds.len();
                 state.holds.retain(|h| h.id != w.id);
+                state.holds.len() < before
+            });
+            if removed {
+                self.count_hold(w.ask.owner(), false);
             }
             let _ = self.record_release(key, token);
         }

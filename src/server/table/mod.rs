@@ -421,20 +421,34 @@ impl Table {
                 return Err(ReclaimRefused::Secret);
             }
         }
-        if let Some(owner) = owner.filter(|_| hold.owner().is_none()) {
+        let newly = owner.filter(|_| hold.owner().is_none());
+        if let Some(owner) = newly.clone() {
             hold.set_owner(owner);
         }
         let gen = hold.link().map_or(0, |l| l.gen) + 1;
         let (link, end) = Link::new(gen);
         hold.set_link(link);
-        Ok(Some(Grant {
+        let grant = Grant {
             id: hold.id,
             token,
             durable: Durable::default(),
             link: Some(end),
             secret: None,
             owner: hold.owner().cloned(),
-        }))
+        };
+        // An ownerless hold (from a log of an earlier release) now counts
+        // toward its new owner's held= quota.
+        inner.count_hold(newly.as_ref(), true);
+        Ok(Some(grant))
+    }
+
+    /// How many holds the token of fingerprint `f` has (`held=`).
+    pub(crate) fn held_by(&self, f: Fingerprint) -> u32 {
+        self.lock_inner()
+            .held_by
+            .get(&f.get())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Releases the hold a plain Unlock ends (see [`Table::begin_release`])

@@ -65,15 +65,21 @@ impl Restorer<'_> {
         let (hold, end) = self.inner.restored(held, peer, owner);
         let id = hold.id;
         let key = held.key;
+        let owner = hold.owner().cloned();
         match self.built.last_mut() {
             Some((k, state)) if **k == *key => state.holds.push(hold),
-            Some((k, _)) if **k > *key => self.stragglers.push((key.into(), hold)),
+            // Counted by add_hold when the stragglers go in.
+            Some((k, _)) if **k > *key => {
+                self.stragglers.push((key.into(), hold));
+                return (id, end);
+            }
             _ => {
                 let mut state = Box::<KeyState>::default();
                 state.holds.push(hold);
                 self.built.push((key.into(), state));
             }
         }
+        self.inner.count_hold(owner.as_ref(), true);
         (id, end)
     }
 }
