@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use common::spans::note;
 use common::timeline::now_ns;
 
-const KEYS: [&str; 5] = ["m/a", "m/b", "m/c", "m/d", "m/e"];
+// No "/" in the names: etcd refuses it in a key (its queue is the prefix).
+const KEYS: [&str; 5] = ["m-a", "m-b", "m-c", "m-d", "m-e"];
 const CONTENDERS: usize = 40;
 const SPREAD: Duration = Duration::from_secs(8);
 /// Everything (arrivals, waits, crash rules) is over within this.
@@ -206,9 +207,23 @@ fn contend(label: &str, lc: &dyn Fn(&[&str]) -> Command, tokens: bool) {
     for (i, plan) in plans.iter().enumerate() {
         let st = status[i];
         match (plan.kill, plan.wait_1s) {
-            (true, _) => assert!(killed[i], "{label} seed {seed}: {} was never started, so never killed:\n{text}", plan.tag),
-            (false, false) => assert_eq!(st, Some(0), "{label} seed {seed}: {} ({:?}) ended {st:?}:\n{text}", plan.tag, plan.keys),
-            (false, true) => assert!(matches!(st, Some(0) | Some(1)), "{label} seed {seed}: {} with -w 1s ended {st:?}:\n{text}", plan.tag),
+            (true, _) => assert!(
+                killed[i],
+                "{label} seed {seed}: {} was never started, so never killed:\n{text}",
+                plan.tag
+            ),
+            (false, false) => assert_eq!(
+                st,
+                Some(0),
+                "{label} seed {seed}: {} ({:?}) ended {st:?}:\n{text}",
+                plan.tag,
+                plan.keys
+            ),
+            (false, true) => assert!(
+                matches!(st, Some(0) | Some(1)),
+                "{label} seed {seed}: {} with -w 1s ended {st:?}:\n{text}",
+                plan.tag
+            ),
         }
     }
     // Every command held all its keys, and each key's holders never overlap.
@@ -217,16 +232,34 @@ fn contend(label: &str, lc: &dyn Fn(&[&str]) -> Command, tokens: bool) {
         let Some(s) = started.get(&plan.tag) else {
             continue;
         };
-        assert_eq!(s.keys, plan.keys.join(","), "{label} seed {seed}: {}'s LC_KEYS:\n{text}", plan.tag);
+        assert_eq!(
+            s.keys,
+            plan.keys.join(","),
+            "{label} seed {seed}: {}'s LC_KEYS:\n{text}",
+            plan.tag
+        );
         if tokens || !s.tokens.is_empty() {
-            let named: Vec<&str> = s.tokens.split(',').filter_map(|t| t.rsplit_once('=').map(|(k, _)| k)).collect();
-            assert_eq!(named, plan.keys, "{label} seed {seed}: {}'s LC_LOCK_TOKENS:\n{text}", plan.tag);
+            let named: Vec<&str> = s
+                .tokens
+                .split(',')
+                .filter_map(|t| t.rsplit_once('=').map(|(k, _)| k))
+                .collect();
+            assert_eq!(
+                named, plan.keys,
+                "{label} seed {seed}: {}'s LC_LOCK_TOKENS:\n{text}",
+                plan.tag
+            );
         }
         let end = ended
             .get(&plan.tag)
             .or_else(|| killed_at.get(&plan.tag))
             .copied()
-            .unwrap_or_else(|| panic!("{label} seed {seed}: {} started and never ended:\n{text}", plan.tag));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{label} seed {seed}: {} started and never ended:\n{text}",
+                    plan.tag
+                )
+            });
         for k in &plan.keys {
             spans.entry(k).or_default().push((s.ns, end, &plan.tag));
         }
@@ -238,11 +271,17 @@ fn contend(label: &str, lc: &dyn Fn(&[&str]) -> Command, tokens: bool) {
             assert!(
                 w[0].1 <= w[1].0,
                 "{label} seed {seed}: '{key}' had two holders: {} until {} and {} from {}:\n{text}",
-                w[0].2, w[0].1, w[1].2, w[1].0
+                w[0].2,
+                w[0].1,
+                w[1].2,
+                w[1].0
             );
         }
     }
-    assert!(ran >= CONTENDERS / 2, "{label} seed {seed}: only {ran} commands ran:\n{text}");
+    assert!(
+        ran >= CONTENDERS / 2,
+        "{label} seed {seed}: only {ran} commands ran:\n{text}"
+    );
     // What the killed ones held is freed (after the crash rules): all five
     // keys at once, bounded.
     let all: BTreeSet<&str> = KEYS.iter().copied().collect();
@@ -251,8 +290,15 @@ fn contend(label: &str, lc: &dyn Fn(&[&str]) -> Command, tokens: bool) {
         args.extend(["--and", k]);
     }
     args.extend(["--", "true"]);
-    let (code, err) = common::finish_within(Duration::from_secs(90), lc(&args).stderr(Stdio::piped()).spawn().unwrap());
-    assert_eq!(code, Some(0), "{label} seed {seed}: all of {all:?} were not free after the crash rules: {err}");
+    let (code, err) = common::finish_within(
+        Duration::from_secs(90),
+        lc(&args).stderr(Stdio::piped()).spawn().unwrap(),
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "{label} seed {seed}: all of {all:?} were not free after the crash rules: {err}"
+    );
     eprintln!(
         "fleet_multi {label}: seed {seed}: {ran} commands ran, {} timed out (-w 1s), {} killed, {:.1} s",
         status.iter().filter(|s| **s == Some(1)).count(),

@@ -528,7 +528,11 @@ pub(super) async fn release_attempt(held: &mut Box<dyn HeldLock>) {
 
 /// Releases, retrying for a bounded time while the service is unreachable;
 /// if it never confirms, names the exact command that clears the key.
-pub(super) async fn release(mut held: Box<dyn HeldLock>, key: &str, config: &BackendConfig) -> Result<()> {
+pub(super) async fn release(
+    mut held: Box<dyn HeldLock>,
+    key: &str,
+    config: &BackendConfig,
+) -> Result<()> {
     let started = Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {

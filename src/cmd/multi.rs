@@ -89,12 +89,7 @@ pub(crate) fn plan(options: &LockOptions, and: Vec<String>) -> Result<KeySet> {
         );
     }
     let e = &options.extras;
-    if e.order.is_some()
-        || e.newest
-        || e.cancel
-        || e.at_least.is_some()
-        || !e.slots.is_empty()
-    {
+    if e.order.is_some() || e.newest || e.cancel || e.at_least.is_some() || !e.slots.is_empty() {
         return usage(
             "the deploy-queue options (--order, --newest, --cancel-running), --hold-at-least and --slots are for one key; lock that key alone".into(),
         );
