@@ -95,7 +95,13 @@ const STOP_LOOK_FOR: Duration = Duration::from_secs(5);
 /// the terminal from the background). Signals must already be caught
 /// ([`Signals::install`]), or SIGCHLD could be missed.
 /// What the command never inherits from lc-cli's environment.
-const CLEARED: &[&str] = &["LC_LOCK_TOKEN", "LC_TOKEN", "LC_TOKEN_FILE"];
+const CLEARED: &[&str] = &[
+    "LC_LOCK_TOKEN",
+    "LC_LOCK_TOKENS",
+    "LC_KEYS",
+    "LC_TOKEN",
+    "LC_TOKEN_FILE",
+];
 
 pub(crate) fn spawn<'t>(
     argv: &[OsString],

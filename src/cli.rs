@@ -193,6 +193,14 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
+    /// Also hold KEY (repeatable): all the keys or none, taken in one
+    /// global order (sorted by their bytes) so that no two requests
+    /// deadlock; the command runs only while holding them all and gets
+    /// every token in LC_LOCK_TOKENS (docs/several-keys.md); exclusive
+    /// locks with a command only
+    #[arg(long = "and", value_name = "KEY")]
+    pub and: Vec<String>,
+
     #[command(flatten)]
     pub mode: ModeArgs,
 

@@ -290,7 +290,7 @@ async fn hold_and_run(
 /// one line naming the holder where the service knows it, or the reason
 /// the backend gave (`Backend::wait_reason`), unless quiet, and the
 /// conflict status.
-async fn not_taken(
+pub(super) async fn not_taken(
     config: &BackendConfig,
     options: &LockOptions,
     what: String,
@@ -483,9 +483,9 @@ async fn run_child(
 }
 
 /// The shortest pause between two looks at a hold's deadlines.
-const EXPIRY_LOOK: Duration = Duration::from_millis(50);
+pub(super) const EXPIRY_LOOK: Duration = Duration::from_millis(50);
 
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -497,7 +497,7 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// says next. So is a command the guardian stopped at the older deadline
 /// it last knew (a renewal lc-cli got just before it froze), though the
 /// service may still hold the key (it is released).
-fn frozen_past(
+pub(super) fn frozen_past(
     expiry: Option<Expiry>,
     late: Duration,
     guardian: Option<&Guardian>,
@@ -522,13 +522,17 @@ fn frozen_past(
 /// One release attempt, bounded in time, after a loss: whatever is left is
 /// given back, and its outcome is not reported (the loss is), so no error
 /// is made up for it.
-async fn release_attempt(held: &mut Box<dyn HeldLock>) {
+pub(super) async fn release_attempt(held: &mut Box<dyn HeldLock>) {
     let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, held.release()).await;
 }
 
 /// Releases, retrying for a bounded time while the service is unreachable;
 /// if it never confirms, names the exact command that clears the key.
-async fn release(mut held: Box<dyn HeldLock>, key: &str, config: &BackendConfig) -> Result<()> {
+pub(super) async fn release(
+    mut held: Box<dyn HeldLock>,
+    key: &str,
+    config: &BackendConfig,
+) -> Result<()> {
     let started = Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {

@@ -7,6 +7,7 @@ mod holder;
 pub(crate) mod keys;
 pub(crate) mod lock;
 pub(crate) mod mark;
+pub(crate) mod multi;
 pub(crate) mod ping;
 mod queue_options;
 pub(crate) mod reset;
@@ -77,14 +78,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         verbose,
     };
     match command {
-        Command::Lock(args) => {
+        Command::Lock(mut args) => {
             let config = top.config(&args.run.service)?;
+            let and = std::mem::take(&mut args.run.and);
             let options = lock::LockOptions::from_args(args.run, args.nonblock, args.timeout)?;
-            lock::run(&config, options)
+            multi::run_or_single(&config, options, and)
         }
-        Command::Trylock(args) => {
+        Command::Trylock(mut args) => {
             let config = top.config(&args.service)?;
-            lock::run(&config, lock::LockOptions::from_args(args, true, None)?)
+            let and = std::mem::take(&mut args.and);
+            let options = lock::LockOptions::from_args(args, true, None)?;
+            multi::run_or_single(&config, options, and)
         }
         Command::Unlock(args) => unlock::run(&top.config(&args.service)?, args),
         Command::Wait(args) => wait::run(&top.config(&args.service)?, args),
