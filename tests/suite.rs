@@ -34,6 +34,7 @@ mod fault_faketime;
 mod fault_frozen;
 mod fault_kill_after;
 mod fault_oom;
+mod fleet_hold;
 mod generated_docs;
 mod keys_waiters;
 mod lock_expire;
