@@ -331,7 +331,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -402,6 +402,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --outdated-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -565,7 +569,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -624,6 +628,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --outdated-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
