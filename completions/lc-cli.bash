@@ -377,7 +377,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -448,6 +448,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --outdated-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -611,7 +615,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -670,6 +674,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --outdated-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

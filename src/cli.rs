@@ -268,6 +268,14 @@ pub struct QueueArgs {
     /// Exit status when outdated (80 by default)
     #[arg(long, visible_alias = "outdated-exit", value_name = "N", value_parser = clap::value_parser!(i32).range(0..=255))]
     pub outdated_exit_code: Option<i32>,
+
+    /// With a command only (issue 45): after COMMAND ends, KEY stays held
+    /// until DURATION after the grant, as a kept hold that expires (`unlock`
+    /// and `reset` clear it); a longer command releases at its end. Once
+    /// per window on a fleet: docs/fleet-jobs.md. Not on the built-in
+    /// server, PostgreSQL, nor ZooKeeper without TTL nodes (76)
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub hold_at_least: Option<Duration>,
 }
 
 /// How KEY is held: exclusive (the default), shared, or by at most N at once.

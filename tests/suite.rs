@@ -35,6 +35,7 @@ mod fault_frozen;
 mod fault_kill_after;
 mod fault_oom;
 mod fleet_multi;
+mod fleet_hold;
 mod generated_docs;
 mod history_notes;
 mod history_refuse;

@@ -51,6 +51,8 @@ pub(crate) struct LockOptions {
     /// The statuses of a superseded and of an outdated request.
     pub superseded_exit_code: i32,
     pub outdated_exit_code: i32,
+    /// `--hold-at-least`: the key stays held this long after the grant.
+    pub at_least: Option<Duration>,
 }
 
 impl LockOptions {
@@ -114,6 +116,7 @@ impl LockOptions {
                 .queue
                 .outdated_exit_code
                 .unwrap_or(ExitCode::Outdated.code()),
+            at_least: args.queue.hold_at_least,
         })
     }
 }
@@ -142,6 +145,13 @@ pub(crate) fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCo
         let mut signals = Signals::install()?;
         let context = || format!("lock '{}' on {}", options.key, config.shown());
         super::check_source_shape(&options.source).with_context(context)?;
+        super::at_least::check(
+            config,
+            &options.key,
+            options.at_least,
+            options.extras.order,
+            &options.command,
+        )?;
         if matches!(options.command, CommandSpec::Detach) && !config.server.keeps_detached_holds() {
             let what = match options.expire {
                 Some(_) => "no hold that expires (--expire) can be kept here: ",
@@ -194,6 +204,8 @@ async fn hold_and_run(
     let outcome =
         waiting::wait_for_grant(backend, config, &request, options.timeout, signals).await;
     let waited = outcome.waited.as_secs_f64();
+    // `--hold-at-least` counts from here, on the monotonic clock.
+    let granted = Instant::now();
     let held = match outcome
         .acquired
         .or_fail()
@@ -281,7 +293,7 @@ async fn hold_and_run(
                 );
             }
             let guardian = guardian.unwrap_or_else(|| Err(std::io::ErrorKind::Other.into()));
-            run_child(held, argv, config, options, signals, guardian).await
+            run_child(held, argv, config, options, signals, guardian, granted).await
         }
     }
 }
@@ -324,6 +336,7 @@ async fn run_child(
     options: &LockOptions,
     signals: &mut Signals,
     guardian: std::io::Result<Guardian>,
+    granted: Instant,
 ) -> Result<ExitCode> {
     let verbose = config.verbose;
     let key = options.key.as_str();
@@ -475,7 +488,13 @@ async fn run_child(
         Err(_) => ExitCode::Software.code(),
     };
     held.command_ended(status);
-    let released = release(held, key, config).await;
+    let rest = options
+        .at_least
+        .and_then(|w| super::at_least::rest(w, granted, Instant::now()).map(|r| (w, r)));
+    let released = match rest {
+        Some((window, rest)) => super::at_least::keep_rest(held, key, config, window, rest).await,
+        None => release(held, key, config).await,
+    };
     drop(guardian);
     released?;
     let end = end.with_context(|| format!("command holding '{key}' on {}", config.shown()))?;

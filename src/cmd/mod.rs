@@ -1,6 +1,7 @@
 //! One file per subcommand; `run` turns the parsed command line into plain
 //! config and dispatches.
 
+mod at_least;
 pub(crate) mod completions;
 pub(crate) mod history;
 mod holder;

@@ -32,6 +32,7 @@ pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         extras,
         superseded_exit_code: ExitCode::Superseded.code(),
         outdated_exit_code: ExitCode::Outdated.code(),
+        at_least: None,
     };
     lock::run(config, options)
 }
