@@ -43,6 +43,7 @@ mod no_secret;
 mod pg_basic;
 mod pg_killed_holder;
 mod pg_limit;
+mod fleet_slots;
 mod pg_queue;
 mod pg_tls;
 mod queue_builtin;

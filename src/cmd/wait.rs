@@ -24,6 +24,7 @@ pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         extras: Default::default(),
         superseded_exit_code: ExitCode::Superseded.code(),
         outdated_exit_code: ExitCode::Outdated.code(),
+        slot_names: Vec::new(),
     };
     lock::run(config, options)
 }
