@@ -26,7 +26,7 @@ struct Run {
 /// The script a contender runs: logs LC_SLOT with its start and end.
 fn script(log: &str, i: usize) -> String {
     format!(
-        "s=$(date +%s.%N); sleep 0.4; e=$(date +%s.%N); echo \"{i} ${{LC_SLOT:-none}} $s $e\" >> {log}"
+        "s=$(date +%s.%N); sleep 1; e=$(date +%s.%N); echo \"{i} ${{LC_SLOT:-none}} $s $e\" >> {log}"
     )
 }
 
@@ -45,7 +45,7 @@ fn runs(log: &std::path::Path) -> Vec<Run> {
         .collect()
 }
 
-/// 12 contenders, 0.25 s apart, each holding 0.4 s: returns their logs.
+/// 12 contenders, 0.25 s apart, each holding 1 s: returns their logs.
 fn contend(pg: &PgServer, key: &str, mode: &[&str]) -> Vec<Run> {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");

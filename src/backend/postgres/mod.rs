@@ -384,15 +384,17 @@ impl Backend for PgBackend {
             _ => ids.lock,
         };
         let token = Self::token(&s, named, key).await?;
-        Ok(Acquired::Held(Box::new(PgHeld::new(
-            s,
-            key.to_string(),
-            token,
-            self.address.keepalive,
-            release,
-            None,
-        )
-        .with_slot(slot))))
+        Ok(Acquired::Held(Box::new(
+            PgHeld::new(
+                s,
+                key.to_string(),
+                token,
+                self.address.keepalive,
+                release,
+                None,
+            )
+            .with_slot(slot),
+        )))
     }
 
     /// A session lock has no holder but its session: nothing to unlock
