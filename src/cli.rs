@@ -296,6 +296,12 @@ pub struct ModeArgs {
     /// must give the same N
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
+
+    /// A named pool: at most one holder per name, the command told its
+    /// name in LC_SLOT (implies --limit with the count of names; a --limit
+    /// that differs is refused)
+    #[arg(long, value_name = "A,B,..", value_delimiter = ',', conflicts_with_all = ["shared", "exclusive"])]
+    pub slots: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,7 @@ mod fault_kill_after;
 mod fault_oom;
 mod fleet_multi;
 mod fleet_hold;
+mod fleet_slots;
 mod generated_docs;
 mod history_notes;
 mod history_refuse;

@@ -426,6 +426,12 @@ pub trait HeldLock: Send {
         None
     }
 
+    /// The slot a `--limit N` grant gave (0 to N-1, the lowest free one
+    /// at the grant), where the backend tells it (`LC_SLOT`).
+    fn slot(&self) -> Option<u32> {
+        None
+    }
+
     /// Variables the service's own tools set for a holder's command
     /// (etcdctl lock's `ETCD_LOCK_KEY`, `ETCD_LOCK_REV`).
     fn env(&self) -> Vec<(String, String)> {

@@ -53,6 +53,8 @@ pub(crate) struct LockOptions {
     pub outdated_exit_code: i32,
     /// `--hold-at-least`: the key stays held this long after the grant.
     pub at_least: Option<Duration>,
+    /// The named pool of `--slots` (LC_SLOT names one), else empty.
+    pub slot_names: Vec<String>,
 }
 
 impl LockOptions {
@@ -93,6 +95,7 @@ impl LockOptions {
             }
             _ => {}
         }
+        let slot_names = super::slots::names(&args.mode, &args.key)?;
         let mode = mode_of(&args.mode);
         let extras =
             super::queue_options::extras(&args.queue, &args.key, mode, nonblock, &command)?;
@@ -117,6 +120,7 @@ impl LockOptions {
                 .outdated_exit_code
                 .unwrap_or(ExitCode::Outdated.code()),
             at_least: args.queue.hold_at_least,
+            slot_names,
         })
     }
 }
@@ -126,6 +130,7 @@ pub(crate) fn mode_of(args: &ModeArgs) -> LockMode {
     match (args.shared, args.limit) {
         (true, _) => LockMode::Shared,
         (false, Some(n)) => LockMode::limit(n),
+        (false, None) if !args.slots.is_empty() => LockMode::limit(args.slots.len() as u32),
         (false, None) => LockMode::Exclusive,
     }
 }
@@ -344,6 +349,7 @@ async fn run_child(
     if let Some(token) = held.token() {
         env.push(("LC_LOCK_TOKEN".to_string(), token.to_string()));
     }
+    env.extend(super::slots::env(held.slot(), &options.slot_names));
     env.extend(held.env());
     // Started before the command (before the connection, in `run`), so a
     // command never runs unguarded where its hold can run out or its key

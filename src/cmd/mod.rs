@@ -13,6 +13,7 @@ pub(crate) mod ping;
 mod queue_options;
 pub(crate) mod reset;
 pub(crate) mod serve;
+mod slots;
 pub(crate) mod unlock;
 pub(crate) mod wait;
 mod waiting;

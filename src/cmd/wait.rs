@@ -33,6 +33,7 @@ pub(crate) fn run(config: &BackendConfig, args: WaitArgs) -> Result<ExitCode> {
         superseded_exit_code: ExitCode::Superseded.code(),
         outdated_exit_code: ExitCode::Outdated.code(),
         at_least: None,
+        slot_names: Vec::new(),
     };
     lock::run(config, options)
 }

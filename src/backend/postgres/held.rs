@@ -49,6 +49,8 @@ pub(super) struct PgHeld {
     /// The connection is given up: nothing more is sent on it.
     gone: bool,
     queued: Option<Queued>,
+    /// The `--limit` slot held (`LC_SLOT`).
+    slot: Option<u32>,
 }
 
 /// How often the held session is pinged: a fifth of the keepalive.
@@ -93,7 +95,14 @@ impl PgHeld {
             last_ok: Instant::now(),
             gone: false,
             queued,
+            slot: None,
         }
+    }
+
+    /// The `--limit` slot this hold has (`LC_SLOT`).
+    pub(super) fn with_slot(mut self, slot: Option<u32>) -> Self {
+        self.slot = slot;
+        self
     }
 
     /// A newer `--cancel-running` request's notice to this hold, if one came.
@@ -133,6 +142,10 @@ impl PgHeld {
 impl HeldLock for PgHeld {
     fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     fn session_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {

@@ -232,8 +232,8 @@ async fn take_slot(s: &Session, key: &str, ids: Ids, n: u32) -> Result<Option<u3
 
 /// What a `--limit` request came to.
 pub(super) enum Outcome {
-    /// Holds a slot (and the marker); the turnstile is left.
-    Slot,
+    /// Holds this slot (and the marker); the turnstile is left.
+    Slot(u32),
     /// `nonblock`, and the set is full or others wait.
     Busy,
     /// Withdrawn; whatever is left ends with the connection.
@@ -324,8 +324,8 @@ pub(super) async fn acquire(
     }
     let mut pause = POLL_MIN;
     loop {
-        if take_slot(s, key, ids, n).await?.is_some() {
-            return Ok(Outcome::Slot);
+        if let Some(i) = take_slot(s, key, ids, n).await? {
+            return Ok(Outcome::Slot(i));
         }
         if nonblock {
             return Ok(Outcome::Busy);

@@ -321,6 +321,7 @@ impl Backend for PgBackend {
             None => None,
         };
         let ids = limit::Ids::from_hashes(row.get(0), row.get(1));
+        let mut slot = None;
         let release = match request.mode {
             LockMode::Limit(n) => {
                 let want = limit::Want {
@@ -337,11 +338,14 @@ impl Backend for PgBackend {
                 };
                 let got =
                     limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress).await;
-                if !matches!(got, Ok(limit::Outcome::Slot)) {
+                if !matches!(got, Ok(limit::Outcome::Slot(_))) {
                     self.give_back(&s).await;
                 }
                 match got? {
-                    limit::Outcome::Slot => held::Release::All(ids.base),
+                    limit::Outcome::Slot(i) => {
+                        slot = Some(i);
+                        held::Release::All(ids.base)
+                    }
                     limit::Outcome::Busy => return Ok(Acquired::Busy),
                     limit::Outcome::Cancelled => return Ok(Acquired::Cancelled),
                 }
@@ -380,14 +384,17 @@ impl Backend for PgBackend {
             _ => ids.lock,
         };
         let token = Self::token(&s, named, key).await?;
-        Ok(Acquired::Held(Box::new(PgHeld::new(
-            s,
-            key.to_string(),
-            token,
-            self.address.keepalive,
-            release,
-            None,
-        ))))
+        Ok(Acquired::Held(Box::new(
+            PgHeld::new(
+                s,
+                key.to_string(),
+                token,
+                self.address.keepalive,
+                release,
+                None,
+            )
+            .with_slot(slot),
+        )))
     }
 
     /// A session lock has no holder but its session: nothing to unlock

@@ -1,0 +1,59 @@
+//! `--slots a,b,c` and `LC_SLOT` (docs/fleet-slots.md): which slot of a
+//! `--limit N` set a holder got, told to its command as the slot's index
+//! (0 to N-1) or, in a named pool, its name.
+
+use anyhow::Result;
+
+use crate::backend::fields::Extras;
+use crate::cli::ModeArgs;
+use crate::exit::{fail, ExitCode};
+
+/// The named pool of a request, checked: `--slots` implies `--limit` with
+/// the count of names; a `--limit` that differs is a usage error (64).
+pub(super) fn names(mode: &ModeArgs, key: &str) -> Result<Vec<String>> {
+    if mode.slots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let usage = |what: String| Err(fail(ExitCode::Usage, format!("'{key}': {what}")));
+    let check = Extras {
+        slots: mode.slots.clone(),
+        ..Extras::default()
+    };
+    if let Err(e) = check.check() {
+        return usage(e.to_string());
+    }
+    match mode.limit {
+        Some(n) if n as usize != mode.slots.len() => usage(format!(
+            "--slots names {} slots but --limit says {n}: leave out --limit (--slots implies it)",
+            mode.slots.len()
+        )),
+        _ => Ok(mode.slots.clone()),
+    }
+}
+
+/// The command's `LC_SLOT`, from the slot the grant gave (its index):
+/// the name of a named pool, else the index.
+pub(super) fn env(slot: Option<u32>, names: &[String]) -> Option<(String, String)> {
+    let i = slot?;
+    let value = match names.get(i as usize) {
+        Some(name) => name.clone(),
+        None if names.is_empty() => i.to_string(),
+        // A grant beyond the pool cannot be (its N is the count): no name.
+        None => return None,
+    };
+    Some(("LC_SLOT".to_string(), value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_or_name() {
+        let names = vec!["db1".to_string(), "db2".to_string()];
+        assert_eq!(env(Some(1), &names), Some(("LC_SLOT".into(), "db2".into())));
+        assert_eq!(env(Some(2), &[]), Some(("LC_SLOT".into(), "2".into())));
+        assert_eq!(env(None, &names), None);
+        assert_eq!(env(Some(5), &names), None);
+    }
+}
