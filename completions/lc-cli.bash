@@ -351,7 +351,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__keys)
-            opts="-v -h --json --sort --waiters --server --connect-timeout --verbose --help"
+            opts="-v -h --json --sort --waiters --watch --interval --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -359,6 +359,10 @@ _lc__cli() {
             case "${prev}" in
                 --sort)
                     COMPREPLY=($(compgen -W "key age" -- "${cur}"))
+                    return 0
+                    ;;
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --server)
@@ -377,7 +381,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__lock)
-            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
+            opts="-n -w -E -c -q -s -x -v -h --no-wait --nonblock --wait --timeout --conflict-exit-code --command --kill-after --expire --quiet --and --shared --exclusive --limit --slots --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -419,7 +423,15 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --and)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -615,7 +627,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__trylock)
-            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --shared --exclusive --limit --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
+            opts="-E -c -q -s -x -v -h --conflict-exit-code --command --kill-after --expire --quiet --and --shared --exclusive --limit --slots --source --note --newest --order --cancel-running --superseded-exit --superseded-exit-code --outdated-exit --outdated-exit-code --hold-at-least --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -645,7 +657,15 @@ _lc__cli() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --and)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -719,7 +739,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__wait)
-            opts="-w -E -q -s -x -v -h --wait --timeout --conflict-exit-code --quiet --note --shared --exclusive --limit --source --server --connect-timeout --verbose --help"
+            opts="-w -E -q -s -x -v -h --wait --timeout --conflict-exit-code --quiet --note --shared --exclusive --limit --slots --source --server --connect-timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -750,6 +770,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

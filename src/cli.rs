@@ -9,11 +9,12 @@
 //! of backends (`backend::help`).
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+mod serve_args;
+pub use serve_args::ServeArgs;
 
 pub use crate::duration::parse_duration;
 
@@ -457,168 +458,5 @@ pub enum KeysOrder {
     Age,
 }
 
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Address to listen on (loopback by default; port 0 picks a free one)
-    #[arg(
-        long,
-        short = 'l',
-        env = "BIND_ADDRESS",
-        default_value = "127.0.0.1:22119",
-        value_name = "ADDR"
-    )]
-    pub listen: SocketAddr,
-
-    /// Keep held keys in a write-ahead log at PATH, so they survive a restart
-    #[arg(long, env = "DATA_PATH", value_name = "PATH")]
-    pub data: Option<PathBuf>,
-
-    /// How long a client may take to send its whole request, from its
-    /// connection on (its login is bounded by --login-timeout)
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
-    pub read_timeout: Duration,
-
-    /// How long a new connection may take to log in: its TLS handshake and
-    /// its first frame (with --token-file, the Hello with a token of the
-    /// file), from its accept on; a connection not through by then is
-    /// closed. A queued lock's wait is not bounded by it
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
-    pub login_timeout: Duration,
-
-    /// Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1,
-    /// on loopback when --listen is not; off with --token-file]
-    #[arg(long, value_name = "ADDR")]
-    pub manager: Option<SocketAddr>,
-
-    /// Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<SocketAddr>,
-
-    /// Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has
-    /// not been heard from for DURATION; within it, a holder whose connection
-    /// broke (or whose server restarted with --data) takes it back
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub reclaim_grace: Duration,
-
-    /// Connections open at once; beyond it a new one is closed at once
-    /// [default: the file limit (ulimit -n) less 64]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: Option<u32>,
-
-    /// Connections open at once from one peer address; 0: no limit. A pool
-    /// of hosts behind one NAT address (CI runners) counts as one peer, and
-    /// each lc-cli holds one connection per lock held or waited for: raise
-    /// it to what the pool holds and waits for at once, with room to spare
-    #[arg(long, value_name = "N", default_value = "256")]
-    pub max_connections_per_peer: u32,
-
-    /// Connections still logging in at once (their TLS handshake and first
-    /// frame not yet through); beyond it a new one is closed at once, so the
-    /// rest of --max-connections stays for connections that logged in (with
-    /// --token-file: that gave a token) [default: half of --max-connections]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_pending_logins: Option<u32>,
-
-    /// Speak TLS on the lock port with this certificate (PEM, the chain
-    /// after it); clients then use lcs://HOST:PORT?cacert=FILE. The manager
-    /// and metrics ports stay plain
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-
-    /// The private key of --tls-cert (PEM)
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
-
-    /// Require a client certificate signed by this CA (PEM): mutual TLS;
-    /// clients add cert=FILE&key=FILE to their lcs:// address
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_client_ca: Option<PathBuf>,
-
-    /// Require a token from every client (LC_TOKEN, LC_TOKEN_FILE or
-    /// lc://:TOKEN@HOST): one per line of FILE, each optionally followed by
-    /// its role, lock (the default: lock, release its own holds) or admin
-    /// (also reset, and release any hold), then by name=NAME, the identity
-    /// the log and keys show for it (else token:FINGERPRINT), keys=PATTERNS
-    /// (the keys it may take: deploy/*,ci/*) and held=N (the holds it may
-    /// have at once, default 10000); SIGHUP reads
-    /// FILE again. The manager port, which takes no token, is then off
-    /// unless --manager names it
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn clap_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    fn lock_args(argv: &[&str]) -> LockArgs {
-        match Cli::try_parse_from(argv).unwrap().command {
-            Command::Lock(args) => args,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn command_after_double_dash() {
-        let args = lock_args(&["lc-cli", "lock", "k", "-w", "3", "--", "ls", "-l"]);
-        assert_eq!(args.run.command, ["ls", "-l"]);
-        assert_eq!(args.timeout.unwrap().as_secs(), 3);
-    }
-
-    #[test]
-    fn command_without_double_dash_keeps_its_options() {
-        let args = lock_args(&[
-            "lc-cli", "lock", "k", "-w", "3", "ls", "-l", "-w", "--", "x",
-        ]);
-        assert_eq!(args.run.command, ["ls", "-l", "-w", "--", "x"]);
-        assert_eq!(args.timeout.unwrap().as_secs(), 3);
-        let args = lock_args(&["lc-cli", "lock", "k", "-c", "echo hi"]);
-        assert_eq!(args.run.shell_command.as_deref(), Some("echo hi"));
-        assert!(args.run.command.is_empty());
-    }
-
-    #[test]
-    fn the_service_options_are_not_on_serve_or_completions() {
-        let cmd = Cli::command();
-        for name in ["serve", "completions"] {
-            let sub = cmd.find_subcommand(name).unwrap();
-            for arg in sub.get_arguments() {
-                let id = arg.get_id().as_str();
-                assert!(
-                    !["server", "connect_timeout", "ttl"].contains(&id),
-                    "{name} has --{id}"
-                );
-            }
-        }
-        assert!(Cli::try_parse_from(["lc-cli", "serve", "--server", "h:1"]).is_err());
-        assert!(Cli::try_parse_from(["lc-cli", "-s", "h:1", "keys"]).is_err());
-    }
-
-    #[test]
-    fn shared_and_limit_do_not_mix() {
-        for argv in [
-            &["lc-cli", "lock", "-s", "--limit", "2", "k"][..],
-            &["lc-cli", "lock", "-s", "-x", "k"],
-            &["lc-cli", "wait", "--shared", "--limit", "2", "k"],
-            &["lc-cli", "trylock", "--limit", "0", "k"],
-        ] {
-            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
-        }
-        let args = lock_args(&["lc-cli", "lock", "-s", "k", "ls", "-s"]);
-        assert!(args.run.mode.shared);
-        assert_eq!(args.run.command, ["ls", "-s"]);
-        let args = lock_args(&["lc-cli", "lock", "--limit", "3", "k"]);
-        assert_eq!(args.run.mode.limit, Some(3));
-    }
-
-    #[test]
-    fn trylock_has_no_wait_option() {
-        assert!(Cli::try_parse_from(["lc-cli", "trylock", "-w", "3", "k"]).is_err());
-    }
-}
+mod tests;
