@@ -110,3 +110,25 @@ fn pg_named_slots_one_holder_each() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+/// Where a backend cannot tell a slot yet, `--slots` is refused at once
+/// (one line, 76) and nothing is taken: the key is free after it.
+#[test]
+fn slots_refused_where_no_slot_is_told() {
+    let server = Server::start();
+    let line = expect_error_line(
+        &mut server.lc(&["lock", "--slots", "db1,db2", "pool", "--", "true"]),
+        76,
+    );
+    assert!(line.contains("cannot take --slots yet"), "{line}");
+    let out = expect_status(&mut server.lc(&["keys", "--json"]), 0);
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    expect_status(
+        &mut server.lc(&["trylock", "--limit", "2", "pool", "--", "true"]),
+        0,
+    );
+}

@@ -157,6 +157,7 @@ pub(crate) fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCo
             options.extras.order,
             &options.command,
         )?;
+        super::slots::check(config, &options.key, &options.slot_names)?;
         if matches!(options.command, CommandSpec::Detach) && !config.server.keeps_detached_holds() {
             let what = match options.expire {
                 Some(_) => "no hold that expires (--expire) can be kept here: ",

@@ -5,6 +5,7 @@
 use anyhow::Result;
 
 use crate::backend::fields::Extras;
+use crate::backend::BackendConfig;
 use crate::cli::ModeArgs;
 use crate::exit::{fail, ExitCode};
 
@@ -29,6 +30,24 @@ pub(super) fn names(mode: &ModeArgs, key: &str) -> Result<Vec<String>> {
         )),
         _ => Ok(mode.slots.clone()),
     }
+}
+
+/// `--slots` where the backend cannot yet tell a holder its slot: refused at
+/// once with one line (76), before anything is sent, rather than run a
+/// command that expects `LC_SLOT` without it. `--limit N` alone still runs
+/// there (its command then has no `LC_SLOT`, docs/fleet-slots.md).
+pub(super) fn check(config: &BackendConfig, key: &str, names: &[String]) -> Result<()> {
+    let service = config.server.scheme().service;
+    if names.is_empty() || service == "PostgreSQL" {
+        return Ok(());
+    }
+    Err(fail(
+        ExitCode::Protocol,
+        format!(
+            "lock '{key}' on {}: lc-cli's {service} backend cannot take --slots yet: it cannot tell a holder which slot it has (PostgreSQL can; docs/fleet-slots.md)",
+            config.server
+        ),
+    ))
 }
 
 /// The command's `LC_SLOT`, from the slot the grant gave (its index):
