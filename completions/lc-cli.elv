@@ -204,6 +204,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
             cand --manager 'Address of the manager port (KEYS, RSET, RSBS, KEYX) [default: the listen port + 1, on loopback when --listen is not; off with --token-file]'
             cand --metrics 'Serve Prometheus metrics over HTTP at ADDR/metrics (off by default)'
             cand --reclaim-grace 'Release a session hold (`lc-cli lock KEY -- CMD`) once its holder has not been heard from for DURATION; within it, a holder whose connection broke (or whose server restarted with --data) takes it back'
+            cand --history 'Keep the last N ended holds of each key for `lc-cli history KEY` (with --data, in the log too, through restarts and compactions); 0 keeps none'
             cand --max-connections 'Connections open at once; beyond it a new one is closed at once [default: the file limit (ulimit -n) less 64]'
             cand --max-connections-per-peer 'Connections open at once from one peer address; 0: no limit. A pool of hosts behind one NAT address (CI runners) counts as one peer, and each lc-cli holds one connection per lock held or waited for: raise it to what the pool holds and waits for at once, with room to spare'
             cand --max-pending-logins 'Connections still logging in at once (their TLS handshake and first frame not yet through); beyond it a new one is closed at once, so the rest of --max-connections stays for connections that logged in (with --token-file: that gave a token) [default: half of --max-connections]'

@@ -27,6 +27,7 @@
 //! | ExpiringLock       | `[18]` as 12, then `[8][ttl_ms:u64be][1][wait:u8 0\|1]` (lc-cli extension) |
 //! | ExtendedLock       | `[19]`, a whole frame of 8, 9, 12 to 15 or 18, then `[len:u16be][field list]` (lc-cli extension, issue 44) |
 //! | Mark               | `[20][keySize][key][1][clear:u8 0\|1]` (lc-cli extension, issue 44) |
+//! | History            | `[21][keySize][key][4][limit:u32be]` (lc-cli extension, issue 46: [`history`]) |
 //!
 //! Actions 12 to 15 lock in a mode: 0 shared, 1 exclusive, N (2 and more)
 //! at most N holders (`--limit N`). 12 and 13 are session holds, answered as
@@ -62,6 +63,7 @@
 //! "released".
 
 pub(crate) mod answer;
+pub(crate) mod history;
 pub(crate) mod listing;
 pub(crate) mod manager;
 pub(crate) mod printable;
@@ -91,6 +93,11 @@ pub(crate) const FEATURE_SECRET: &str = "secret";
 /// request asks it to stop, hands a queued waiter its ticket (`@`), and
 /// takes a SessionRelease that says how the command ended.
 pub(crate) const FEATURE_QUEUES: &str = "queues";
+
+/// The feature word of a key's history (issue 46, docs/history.md): the
+/// server keeps the last holds of each key (`serve --history N`, not 0)
+/// and takes History (21). Not named by a server with `--history 0`.
+pub(crate) const FEATURE_HISTORY: &str = "history";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;
@@ -134,6 +141,10 @@ pub(crate) const ACTION_EXTENDED_LOCK: u8 = 19;
 /// lc-cli's extension (issue 44): `[20][keySize][key][1][clear]`, a key's
 /// mark read (0) or cleared (1): `+[mark:u64be]`, or `#` none.
 pub(crate) const ACTION_MARK: u8 = 20;
+/// lc-cli's extension (issue 46): `[21][keySize][key][4][limit:u32be]`, the
+/// last `limit` ended holds of the key, newest first ([`history`]). Sent
+/// only to a server whose Hello answer named [`FEATURE_HISTORY`].
+pub(crate) const ACTION_HISTORY: u8 = 21;
 
 /// The ping as lc-cli sends it. Its key is CR LF, so a line-based server
 /// (Redis, HTTP) sees a whole line and answers with text, which tells it

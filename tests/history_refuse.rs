@@ -1,14 +1,15 @@
-//! `lc-cli history KEY` (docs/history.md) is not built on any backend yet:
-//! each refuses at once, before anything is sent, with one line naming why
-//! and status 76 (against addresses where nothing listens, a request that
-//! got as far as connecting would exit 69).
+//! `lc-cli history KEY` (docs/history.md) is built on the built-in server
+//! only (tests/history_builtin.rs, which also has the refusals of a server
+//! with `--history 0` and of a reference server): every other backend
+//! refuses at once, before anything is sent, with one line naming why and
+//! status 76 (against addresses where nothing listens, a request that got
+//! as far as connecting would exit 69, as the built-in server's does).
 
 use crate::common::{expect_error_line, expect_status, lc_at};
 
 #[test]
 fn every_backend_refuses_history_in_one_line() {
     for url in [
-        "lc://127.0.0.1:1",
         "redis://127.0.0.1:1",
         "etcd://127.0.0.1:1",
         "zk://127.0.0.1:1/h",
@@ -26,6 +27,19 @@ fn every_backend_refuses_history_in_one_line() {
             );
         }
     }
+}
+
+#[test]
+fn the_builtin_server_is_asked_not_refused() {
+    // Nothing listens: the request got as far as connecting.
+    let line = expect_error_line(
+        &mut lc_at(
+            "lc://127.0.0.1:1",
+            &["--connect-timeout", "1s", "history", "k"],
+        ),
+        69,
+    );
+    assert!(!line.contains("cannot show a key's history"), "{line}");
 }
 
 #[test]

@@ -38,6 +38,7 @@ mod fleet_hold;
 mod fleet_multi;
 mod fleet_slots;
 mod generated_docs;
+mod history_builtin;
 mod history_notes;
 mod history_refuse;
 mod keys_waiters;

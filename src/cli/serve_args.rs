@@ -52,6 +52,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub reclaim_grace: Duration,
 
+    /// Keep the last N ended holds of each key for `lc-cli history KEY`
+    /// (with --data, in the log too, through restarts and compactions);
+    /// 0 keeps none
+    #[arg(long, value_name = "N", default_value_t = crate::backend::history::DEFAULT_HISTORY as u32)]
+    pub history: u32,
+
     /// Connections open at once; beyond it a new one is closed at once
     /// [default: the file limit (ulimit -n) less 64]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

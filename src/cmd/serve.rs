@@ -80,6 +80,7 @@ pub(crate) fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
             |n| n as usize,
         ),
         tokens: tokens.clone(),
+        history: args.history as usize,
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.

@@ -95,6 +95,11 @@ pub(crate) enum Request {
         key: Vec<u8>,
         clear: bool,
     },
+    /// A key's last `limit` ended holds (21), newest first.
+    History {
+        key: Vec<u8>,
+        limit: u32,
+    },
 }
 
 /// How a hold's command ended, as its SessionRelease tells it: its exit
@@ -152,6 +157,7 @@ impl Request {
             Request::Keys { .. } => ACTION_KEYS,
             Request::Extended { .. } => ACTION_EXTENDED_LOCK,
             Request::Mark { .. } => ACTION_MARK,
+            Request::History { .. } => ACTION_HISTORY,
         }
     }
 
@@ -322,6 +328,16 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
             let key = need!(cur.key());
             let clear = need!(cur.flag());
             Request::Mark { key, clear }
+        }
+        ACTION_HISTORY => {
+            let key = need!(cur.key());
+            let limit = need!(cur.field());
+            let limit = <[u8; 4]>::try_from(&limit[..])
+                .map_err(|_| FrameError::BadToken(limit.len() as u8))?;
+            Request::History {
+                key,
+                limit: u32::from_be_bytes(limit),
+            }
         }
         ACTION_RECLAIM => {
             let key = need!(cur.key());

@@ -28,7 +28,9 @@ use super::hello::Greeted;
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
 use super::tokens::{self, Caller, Permit, Role};
-use super::{hello, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared};
+use super::{
+    hello, history, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared,
+};
 use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields, and an
@@ -253,6 +255,13 @@ async fn serve_short(
             };
             let what = keys::What { waiters, fields };
             keys::serve(stream, shared, key, what, viewer).await
+        }
+        Request::History { key, limit } => {
+            let viewer = match caller {
+                Some(c) if c.role == Role::Lock => Whose::Only(c.owner.fingerprint),
+                _ => Whose::Any,
+            };
+            history::serve(stream, shared, &key, limit, greeted.history, viewer).await
         }
     }
 }

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use super::events::now_held_by;
 use super::metrics::Counters;
-use super::table::{Expiry, GrantId};
+use super::table::{End, Expiry, GrantId};
 use super::Shared;
+use crate::backend::history::Ending;
 use crate::proto::printable;
 
 /// How soon an expiry the log could not record (a full disk) is tried again.
@@ -52,7 +53,8 @@ pub(super) async fn run(shared: Arc<Shared>, key: Vec<u8>, id: GrantId) {
             continue;
         }
         // None: an unlock or a reset released it meanwhile (as durably).
-        if let Some((holder, next)) = shared.table.finish_release(&key, id) {
+        let end = End::new(Ending::Expired);
+        if let Some((holder, next)) = shared.table.finish_release(&key, id, end) {
             Counters::bump(&shared.counters.releases);
             shared.events.session(format_args!(
                 "{}: kept hold of '{}' by '{}' (token {}) expired at its deadline{}",

@@ -12,7 +12,9 @@
 //! A client may name features after its version, one word each
 //! (`0.1.0 secret`); the server names those it takes after its own
 //! version in the answer. `secret`: the session grants on this connection
-//! carry the hold's secret, which its Reclaim must show.
+//! carry the hold's secret, which its Reclaim must show. `history`: it
+//! may ask a key's history (History, 21); taken only by a server that
+//! keeps one (`--history` not 0).
 
 use std::net::SocketAddr;
 
@@ -39,6 +41,8 @@ pub(super) struct Greeted {
     /// It takes the answers of deploy queues (the feature `queues`): a
     /// waiter's ticket, a holder's cancel notice.
     pub queues: bool,
+    /// It may ask a key's history (the feature `history`).
+    pub history: bool,
     pub caller: Option<Caller>,
 }
 
@@ -55,9 +59,10 @@ fn asks(client: &[u8], feature: &str) -> bool {
         .any(|word| word == feature.as_bytes())
 }
 
-/// The answer to a Hello of `caller` (None: the server has no tokens);
-/// `secret`: it took that feature, named after the version.
-fn welcome(caller: Option<&Caller>, secret: bool, queues: bool) -> Vec<u8> {
+/// The answer to a Hello of `greeted`'s caller (None: the server has no
+/// tokens), the features it took named after the version.
+fn welcome(greeted: &Greeted) -> Vec<u8> {
+    let (caller, secret, queues) = (greeted.caller.as_ref(), greeted.secret, greeted.queues);
     let mut version = VERSION.to_string();
     if secret {
         version = format!("{version} {}", proto::FEATURE_SECRET);
@@ -66,6 +71,9 @@ fn welcome(caller: Option<&Caller>, secret: bool, queues: bool) -> Vec<u8> {
     // ExtendedLock behind the Hello, and so knows what that answer is.
     if queues {
         version = format!("{version} {}", proto::FEATURE_QUEUES);
+    }
+    if greeted.history {
+        version = format!("{version} {}", proto::FEATURE_HISTORY);
     }
     match caller {
         None => proto::hello_answer(version.as_bytes()),
@@ -86,25 +94,22 @@ pub(super) async fn greet(
 ) -> Option<Greeted> {
     let secret = asks_secret(client);
     let queues = asks(client, proto::FEATURE_QUEUES);
+    let history = asks(client, proto::FEATURE_HISTORY) && shared.table.keeps_history();
+    let mut greeted = Greeted {
+        hello: true,
+        secret,
+        queues,
+        history,
+        caller: None,
+    };
     let Some(tokens) = &shared.tokens else {
-        let _ = stream.write_all(&welcome(None, secret, queues)).await;
-        return Some(Greeted {
-            hello: true,
-            secret,
-            queues,
-            caller: None,
-        });
+        let _ = stream.write_all(&welcome(&greeted)).await;
+        return Some(greeted);
     };
     if let Some(caller) = tokens.check(token) {
-        let _ = stream
-            .write_all(&welcome(Some(&caller), secret, queues))
-            .await;
-        return Some(Greeted {
-            hello: true,
-            secret,
-            queues,
-            caller: Some(caller),
-        });
+        greeted.caller = Some(caller);
+        let _ = stream.write_all(&welcome(&greeted)).await;
+        return Some(greeted);
     }
     Counters::bump(&shared.counters.refused);
     let (why, reason) = match token.is_empty() {
@@ -155,13 +160,7 @@ pub(super) async fn refuse_unannounced(
 /// A Hello that is not the first frame (a client that sent two): answered
 /// as the first was, and the connection ends.
 pub(super) async fn serve(mut stream: Stream, greeted: &Greeted) {
-    let _ = stream
-        .write_all(&welcome(
-            greeted.caller.as_ref(),
-            greeted.secret,
-            greeted.queues,
-        ))
-        .await;
+    let _ = stream.write_all(&welcome(greeted)).await;
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub(crate) mod events;
 mod expiry;
 mod grant;
 mod hello;
+mod history;
 mod keys;
 pub(crate) mod limits;
 mod lock;
@@ -65,6 +66,16 @@ pub(crate) struct ServerOptions {
     /// carries one of them (see `tokens.rs`); None: no tokens, as the
     /// reference server.
     pub tokens: Option<Arc<tokens::Tokens>>,
+    /// How many ended holds each key keeps in its history (`--history`;
+    /// 0: none, and the feature `history` is not named).
+    pub history: usize,
+}
+
+/// A table without a log that keeps `cap` entries of each key's history.
+fn history_kept(cap: usize) -> Table {
+    let table = Table::new();
+    table.keep_history(cap);
+    table
 }
 
 /// A session hold outlives its holder's last word this long by default:
@@ -90,6 +101,7 @@ impl Default for ServerOptions {
             max_connections_per_peer: limits::DEFAULT_PER_PEER,
             max_pending_logins: limits::default_pending_logins(max_connections),
             tokens: None,
+            history: crate::backend::history::DEFAULT_HISTORY,
         }
     }
 }
@@ -188,7 +200,7 @@ impl Server {
         let events = Events::new(options.verbose);
         let Some(path) = options.data.clone() else {
             return Ok(Server {
-                shared: Arc::new(Shared::new(Table::new(), events, &options)),
+                shared: Arc::new(Shared::new(history_kept(options.history), events, &options)),
                 orphans: Vec::new(),
                 expiring: Vec::new(),
             });
@@ -203,6 +215,7 @@ impl Server {
         // fields), straight into the table's tree, before the log's writer
         // starts.
         let table = Table::new();
+        table.keep_history(options.history);
         let mut orphans = Vec::new();
         let mut expiring = Vec::new();
         let mut restored = 0;
@@ -237,6 +250,9 @@ impl Server {
         table.raise_token_floor(recovery.token_floor);
         for (key, mark) in &recovery.marks {
             table.restore_mark(key, *mark);
+        }
+        for (key, owner, entry) in &recovery.history {
+            table.restore_history(key, *owner, entry);
         }
         if let Some(version) = recovery.upgraded {
             events.info(format_args!(
@@ -445,7 +461,8 @@ fn release_expired(table: &Table, events: &Events, key: &[u8], id: table::GrantI
         ));
         return false;
     }
-    if let Some((holder, _)) = table.finish_release(key, id) {
+    let end = table::End::new(crate::backend::history::Ending::Expired);
+    if let Some((holder, _)) = table.finish_release(key, id, end) {
         Counters::bump(&table.counters().releases);
         events.session(format_args!(
             "{}: kept hold of '{}' by '{}' (token {}) expired at its deadline, while the server was down",

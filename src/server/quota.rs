@@ -85,7 +85,8 @@ pub(crate) fn key_taken(request: &Request) -> Option<&[u8]> {
         | Request::ResetBySource { .. }
         | Request::Ping
         | Request::Hello { .. }
-        | Request::Keys { .. } => None,
+        | Request::Keys { .. }
+        | Request::History { .. } => None,
     }
 }
 

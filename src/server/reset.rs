@@ -23,7 +23,7 @@ pub(super) async fn key(
 ) -> Answer {
     Counters::bump(&shared.counters.resets);
     let who = who(peer, by);
-    match shared.table.reset_key(key) {
+    match shared.table.reset_key(key, &resetter(peer, by)) {
         Some((r, durable)) => {
             shared.events.reset(format_args!(
                 "{who}: reset key '{}' held by {}{}",
@@ -52,7 +52,7 @@ pub(super) async fn source(
     source: &[u8],
 ) -> Answer {
     Counters::bump(&shared.counters.resets);
-    let (released, withdrawn, durable) = shared.table.reset_source(source);
+    let (released, withdrawn, durable) = shared.table.reset_source(source, &resetter(peer, by));
     shared
         .counters
         .withdrawals
@@ -81,6 +81,16 @@ pub(super) async fn source(
         keys.join(", ")
     ));
     confirmed(shared, durable, "reset by source", source).await
+}
+
+/// Who reset, as a key's history names it (`by`): the identity of its
+/// token, else its address (a reset names no source: the reference's rule
+/// for a request without one).
+fn resetter(peer: SocketAddr, by: Option<&Owner>) -> String {
+    match by {
+        Some(o) => o.name.to_string(),
+        None => peer.ip().to_string(),
+    }
 }
 
 /// `+` once the release is durable; `-` if the log could not record it (the

@@ -17,10 +17,11 @@ use super::events::as_identity;
 use super::events::now_held_by;
 use super::hello::Greeted;
 use super::metrics::Counters;
-use super::table::{Expiry, GrantId, LinkEnd, LinkState, NotYours, ReclaimRefused, Whose};
+use super::table::{End, Expiry, GrantId, LinkEnd, LinkState, NotYours, ReclaimRefused, Whose};
 use super::tokens;
 use super::unlock;
 use super::Shared;
+use crate::backend::history::Ending;
 use crate::proto::printable;
 use crate::proto::{self, Decoded, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
@@ -81,7 +82,7 @@ pub(super) async fn hold(
             }
             _ = tokio::time::sleep_until(due.into()) => {
                 // Boxed, as below.
-                match Box::pin(check_expiry(&shared, &key, id, link.gen, &mut failures)).await {
+                match Box::pin(check_expiry(&shared, &key, id, link.gen, connected, &mut failures)).await {
                     Some(at) => due = at,
                     None => return,
                 }
@@ -205,11 +206,15 @@ async fn take_requests(
 /// expiry is tried again every [`EXPIRY_RETRY`] until it is recorded (or the
 /// hold ends otherwise: a reset, a reclaim); `failures` counts the tries
 /// that failed, so the error is logged once, not every second.
+/// `connected`: its connection is still open (the hold is kept in the
+/// key's history as `lost`: its holder was there but silent), else
+/// `freed` (its holder went away and did not reclaim it).
 async fn check_expiry(
     shared: &Shared,
     key: &[u8],
     id: GrantId,
     gen: u64,
+    connected: bool,
     failures: &mut u32,
 ) -> Option<Instant> {
     let timeout = shared.reclaim_grace;
@@ -231,7 +236,11 @@ async fn check_expiry(
         return Some(Instant::now() + EXPIRY_RETRY.min(timeout));
     }
     // None: a reset released it meanwhile (as durably).
-    let (holder, next) = shared.table.finish_release(key, id)?;
+    let end = End::new(match connected {
+        true => Ending::Lost,
+        false => Ending::Freed,
+    });
+    let (holder, next) = shared.table.finish_release(key, id, end)?;
     Counters::bump(&shared.counters.releases);
     let late = match *failures {
         0 => String::new(),
@@ -371,7 +380,7 @@ pub(super) async fn orphan(shared: Arc<Shared>, key: Vec<u8>, id: GrantId, mut l
                 Err(_) => return,
             },
             _ = tokio::time::sleep_until(due.into()) => {
-                match check_expiry(&shared, &key, id, link.gen, &mut failures).await {
+                match check_expiry(&shared, &key, id, link.gen, false, &mut failures).await {
                     Some(at) => due = at,
                     None => return,
                 }

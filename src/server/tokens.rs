@@ -418,14 +418,16 @@ pub(crate) fn allowed(role: Role, request: &Request) -> Permit {
     let admin = role == Role::Admin;
     match request {
         // Keys (the listing of holders and waiters) is the `keys` of a lock
-        // token too: it shows sources and fencing tokens, never a token.
+        // token too: it shows sources and fencing tokens, never a token;
+        // History (a key's ended holds) is read as Keys is.
         Request::Lock { .. }
         | Request::ExpiringLock { .. }
         | Request::Extended { .. }
         | Request::Mark { clear: false, .. }
         | Request::Ping
         | Request::Hello { .. }
-        | Request::Keys { .. } => Permit::Yes,
+        | Request::Keys { .. }
+        | Request::History { .. } => Permit::Yes,
         // A reclaim names its hold by the grant's token, which `keys`
         // shows: the owner is checked too.
         Request::Release { .. } | Request::Reclaim { .. } if admin => Permit::Yes,

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use super::metrics::Counters;
-use super::table::{NotYours, Owner, Whose};
+use super::table::{End, NotYours, Owner, Whose};
 use super::Shared;
 use crate::proto::printable;
 use crate::proto::{Answer, ReleaseKind};
@@ -46,7 +46,8 @@ pub(super) async fn release_by(
     // None: a reset (or another Unlock) released this holder meanwhile;
     // that release is as durable as ours.
     // The holders let in log their own grants.
-    if let Some((holder, next)) = shared.table.finish_release(key, id) {
+    let end = End::released(ended.map(|e| e.status));
+    if let Some((holder, next)) = shared.table.finish_release(key, id, end) {
         Counters::bump(&shared.counters.releases);
         shared
             .events

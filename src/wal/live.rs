@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
-use super::record::{decode_ref, is_mark, Next, RecordRef, HEADER};
+use super::record::{decode_ref, is_history, is_mark, Next, RecordRef, HEADER};
 use crate::mode::LockMode;
 
 #[derive(Debug, Default, Clone)]
@@ -107,6 +107,15 @@ pub(super) enum Change {
     Release(Option<u64>),
     /// The key's mark is set (or cleared): its one Mark record replaced.
     Mark { set: bool },
+    /// An ended hold of the key: its History record added, the oldest
+    /// dropped past `keep` (issue 46).
+    History { keep: u32 },
+}
+
+/// A key's record kept whatever happens to its holds: its Mark and its
+/// History records.
+fn kept_aside(frame: &[u8]) -> bool {
+    is_mark(frame) || is_history(frame)
 }
 
 impl Change {
@@ -120,6 +129,7 @@ impl Change {
             RecordRef::Mark { mark, .. } => Some(Change::Mark {
                 set: mark.is_some(),
             }),
+            RecordRef::History { keep, .. } => Some(Change::History { keep }),
             RecordRef::Floor { .. } => None,
         }
     }
@@ -134,13 +144,13 @@ impl Change {
             // whatever happens to them.
             Change::Grant { exclusive } => {
                 if exclusive {
-                    keep(holds, is_mark);
+                    keep(holds, kept_aside);
                 }
                 holds.extend_from_slice(framed);
             }
             Change::Release(token) => {
                 keep(holds, |f| {
-                    is_mark(f) || token.is_some_and(|t| t != token_of(f))
+                    kept_aside(f) || token.is_some_and(|t| t != token_of(f))
                 });
             }
             Change::Mark { set } => {
@@ -149,12 +159,29 @@ impl Change {
                     holds.extend_from_slice(framed);
                 }
             }
+            Change::History { keep: cap } => {
+                holds.extend_from_slice(framed);
+                let over = Frames(holds)
+                    .filter(|f| is_history(f))
+                    .count()
+                    .saturating_sub(cap as usize);
+                if over > 0 {
+                    let mut dropped = 0;
+                    keep(holds, |f| {
+                        if is_history(f) && dropped < over {
+                            dropped += 1;
+                            return false;
+                        }
+                        true
+                    });
+                }
+            }
         }
     }
 }
 
 /// Keeps the frames of `holds` that `wanted` says.
-fn keep(holds: &mut Vec<u8>, wanted: impl Fn(&[u8]) -> bool) {
+fn keep(holds: &mut Vec<u8>, mut wanted: impl FnMut(&[u8]) -> bool) {
     let kept: Vec<u8> = Frames(holds)
         .filter(|f| wanted(f))
         .flatten()
@@ -300,6 +327,43 @@ mod tests {
         assert_eq!(frames(&built), frames(&one_by_one));
         assert_eq!(built.bytes(), one_by_one.bytes());
         assert_eq!(frames(&built).len(), 3);
+    }
+
+    fn ended(key: &str, n: u8) -> Record {
+        Record::History {
+            key: key.into(),
+            keep: 3,
+            owner: 0,
+            entry: vec![0, 0, 0, 1, n],
+        }
+    }
+
+    /// A key keeps its last `keep` History records through its grants and
+    /// releases; an exclusive grant keeps them too.
+    #[test]
+    fn history_is_kept_aside_and_capped() {
+        let mut live = Live::default();
+        for n in 0..10 {
+            apply(&mut live, grant("k", u64::from(n) + 1, LockMode::Exclusive));
+            apply(
+                &mut live,
+                Record::Release {
+                    key: b"k".to_vec(),
+                    token: Some(u64::from(n) + 1),
+                },
+            );
+            apply(&mut live, ended("k", n));
+        }
+        apply(&mut live, grant("k", 99, LockMode::Exclusive));
+        let kept: Vec<Record> = live
+            .frames()
+            .map(|f| match decode_ref(f) {
+                Next::Record(r, _) => r.to_owned(),
+                _ => panic!("a frame that does not decode"),
+            })
+            .collect();
+        assert_eq!(kept.len(), 4, "{kept:?}");
+        assert_eq!(kept[..3], [ended("k", 7), ended("k", 8), ended("k", 9)]);
     }
 
     #[test]

@@ -174,6 +174,9 @@ pub struct Recovery {
     pub upgraded: Option<u32>,
     /// Each key's mark (issue 44), by key.
     pub marks: Vec<(Vec<u8>, u64)>,
+    /// Each key's history entries (key, its token's fingerprint, entry),
+    /// each key's oldest first (tag 11).
+    pub history: Vec<(Vec<u8>, u64, Vec<u8>)>,
 }
 
 /// Counters since start-up.
@@ -318,7 +321,7 @@ impl Wal {
             }
             Record::Release { .. } => st.pending_releases += 1,
             Record::Floor { token } => st.max_token = st.max_token.max(*token),
-            Record::Mark { .. } => {}
+            Record::Mark { .. } | Record::History { .. } => {}
         }
         let ticket = Ticket(st.batch.subscribe());
         if start == 0 {

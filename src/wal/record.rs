@@ -18,6 +18,7 @@
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Mark    `[10][keyLen][key][set:u8][mark:u64le]` (version 6, issue 44):
 //!   the key's mark is now `mark` (set 1), or has none (set 0: cleared)
+//! - History `[11][keyLen][key][keep:u32le][owner:u64le][entry]` (v7, `history.rs`)
 //! - Floor   `[4][token:u64le]`: no token at or below it may be given again
 //!   (written first in a compacted log, so the highest token survives the
 //!   records it removes)
@@ -34,8 +35,14 @@ pub const HEADER: usize = 8;
 /// No valid payload is longer (3 fields of at most 255 bytes, tag, time,
 /// token, session flag, mode, deadline, an owned hold's owner, name and
 /// secret digest, and a field list).
-pub const MAX_PAYLOAD: usize =
-    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS;
+pub const MAX_PAYLOAD: usize = max(
+    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS,
+    history::MAX_PAYLOAD,
+);
+
+mod history;
+pub use history::is_history;
+use history::{max, TAG_HISTORY};
 
 /// The longest field list a Grant keeps (docs/request-fields.md).
 pub const MAX_FIELDS: usize = 1024;
@@ -135,15 +142,23 @@ pub enum Record {
     Floor { token: u64 },
     /// The key's mark is now `mark` (None: cleared).
     Mark { key: Vec<u8>, mark: Option<u64> },
+    /// An ended hold of `key` (`history.rs`).
+    History {
+        key: Vec<u8>,
+        keep: u32,
+        owner: u64,
+        entry: Vec<u8>,
+    },
 }
 
 impl Record {
     /// The key the record is about (none for a Floor).
     pub fn key(&self) -> &[u8] {
         match self {
-            Record::Grant { key, .. } | Record::Release { key, .. } | Record::Mark { key, .. } => {
-                key
-            }
+            Record::Grant { key, .. }
+            | Record::Release { key, .. }
+            | Record::Mark { key, .. }
+            | Record::History { key, .. } => key,
             Record::Floor { .. } => &[],
         }
     }
@@ -184,6 +199,12 @@ pub enum RecordRef<'a> {
         key: &'a [u8],
         mark: Option<u64>,
     },
+    History {
+        key: &'a [u8],
+        keep: u32,
+        owner: u64,
+        entry: &'a [u8],
+    },
 }
 
 impl RecordRef<'_> {
@@ -192,7 +213,8 @@ impl RecordRef<'_> {
         match self {
             RecordRef::Grant { key, .. }
             | RecordRef::Release { key, .. }
-            | RecordRef::Mark { key, .. } => key,
+            | RecordRef::Mark { key, .. }
+            | RecordRef::History { key, .. } => key,
             RecordRef::Floor { .. } => &[],
         }
     }
@@ -248,6 +270,12 @@ impl RecordRef<'_> {
                     out.extend_from_slice(&at.to_le_bytes());
                 }
             }
+            RecordRef::History {
+                key,
+                keep,
+                owner,
+                entry,
+            } => history::encode_into(out, key, keep, owner, entry),
             RecordRef::Floor { token } => {
                 out.push(TAG_FLOOR);
                 out.extend_from_slice(&token.to_le_bytes());
@@ -318,6 +346,20 @@ impl RecordRef<'_> {
                 key: key.to_vec(),
                 mark,
             },
+            RecordRef::History {
+                key,
+                keep,
+                owner,
+                entry,
+            } => {
+                let (key, entry) = (key.to_vec(), entry.to_vec());
+                Record::History {
+                    key,
+                    keep,
+                    owner,
+                    entry,
+                }
+            }
         }
     }
 }
@@ -350,6 +392,17 @@ impl Record {
             Record::Release { key, token } => RecordRef::Release { key, token: *token },
             Record::Floor { token } => RecordRef::Floor { token: *token },
             Record::Mark { key, mark } => RecordRef::Mark { key, mark: *mark },
+            Record::History {
+                key,
+                keep,
+                owner,
+                entry,
+            } => RecordRef::History {
+                key,
+                keep: *keep,
+                owner: *owner,
+                entry,
+            },
         }
     }
 }
@@ -366,7 +419,8 @@ pub fn is_current(frame: &[u8]) -> bool {
                 | TAG_GRANT_FIELDS
                 | TAG_RELEASE
                 | TAG_FLOOR
-                | TAG_MARK)
+                | TAG_MARK
+                | TAG_HISTORY)
         )
     )
 }
@@ -512,6 +566,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                 token: u64::from_le_bytes(token),
             });
         }
+        TAG_HISTORY => return history::parse(rest),
         TAG_MARK => {
             let key = field()?;
             let (&set, mark) = cur.split_first()?;

@@ -123,6 +123,18 @@ impl Wal {
                 _ => None,
             })
             .collect();
+        recovery.history = live
+            .frames()
+            .filter_map(|f| match decode_ref(f) {
+                Next::Record(
+                    RecordRef::History {
+                        key, owner, entry, ..
+                    },
+                    _,
+                ) => Some((key.to_vec(), owner, entry.to_vec())),
+                _ => None,
+            })
+            .collect();
         let mut one_key: Vec<HeldRef<'_>> = Vec::new();
         for h in live.frames().filter_map(HeldRef::from_frame) {
             if one_key.last().is_some_and(|last| last.key != h.key) {
@@ -187,7 +199,9 @@ fn replay(path: &Path, bytes: &[u8], start: usize) -> Result<Replayed, WalError>
                     RecordRef::Grant { token, .. } | RecordRef::Floor { token } => {
                         max_token = max_token.max(token)
                     }
-                    RecordRef::Release { .. } | RecordRef::Mark { .. } => {}
+                    RecordRef::Release { .. }
+                    | RecordRef::Mark { .. }
+                    | RecordRef::History { .. } => {}
                 }
                 if let Some(change) = Change::of(&record) {
                     let framed = match record::is_current(rest) {

@@ -42,7 +42,10 @@ pub(crate) const SCHEME: Scheme = Scheme {
     // requests: the backend then refuses them with `REFERENCE_CAPS`.
     // A reference server answers '-' to the fields of deploy queues: the
     // backend then refuses them (76), as for the modes.
-    caps: Capabilities::ALL,
+    caps: Capabilities {
+        history: None,
+        ..Capabilities::ALL
+    },
     key_problem: crate::backend::any_key,
     usage: Usage {
         address: "[:TOKEN@]HOST:PORT",

@@ -17,6 +17,7 @@
 //! - `keys`: `keys`, the holder's name and the place in line over the lock
 //!   port (lc-cli's Keys, action 17), or the manager port's `KEYX` for a
 //!   reference server.
+//! - `history`: a key's history (lc-cli's History, action 21).
 //! - `probe`: telling a server that does not speak the protocol from one
 //!   whose key is just held.
 //! - `session`: keeping a session hold, and noticing its loss.
@@ -24,6 +25,7 @@
 mod acquire;
 pub(crate) mod address;
 mod dial;
+mod history;
 mod keys;
 mod ping;
 mod probe;
@@ -319,6 +321,10 @@ impl Backend for LcBackend {
             }
         })
         .await
+    }
+
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<super::history::HistoryEntry>> {
+        self.guarded(|| self.read_history(key, limit)).await
     }
 
     async fn mark(&self, key: &str) -> Result<Option<u64>> {

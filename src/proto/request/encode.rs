@@ -134,6 +134,12 @@ pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             push_field(&mut out, key);
             push_field(&mut out, &[u8::from(*clear)]);
         }
+        Request::History { key, limit } => {
+            check_key(key)?;
+            out.push(action);
+            push_field(&mut out, key);
+            push_field(&mut out, &limit.to_be_bytes());
+        }
         Request::Reclaim { key, token, secret } => {
             check_key(key)?;
             out.push(action);

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::history::End;
 use super::key::{Ask, Hold, Holder, KeyState, Link, Source};
 use super::owner::{secret_digest, Secret, SECRET_LEN};
 use super::{Durable, Grant, GrantId, Notice, Released, Token};
@@ -43,6 +44,8 @@ pub(super) struct Inner {
     /// owner enters or leaves the table, restored holds and reclaims of
     /// ownerless ones included.
     pub(super) held_by: std::collections::HashMap<u64, u32>,
+    /// Each key's last ended holds (`serve --history`).
+    pub(super) history: super::history::Rings,
 }
 
 /// Every holder's source, kept once: a hold keeps a pointer to it. A source
@@ -205,12 +208,15 @@ impl Inner {
 
     /// Ends hold `id` of `key` and lets the next waiters in. The release is
     /// logged (unless `record` is false: it already is) before the grants
-    /// that follow it. Returns the holder and the holders let in.
+    /// that follow it, and with `end` it is kept in the key's history
+    /// (none for a grant that never reached its client). Returns the
+    /// holder and the holders let in.
     pub(super) fn release(
         &mut self,
         key: &[u8],
         id: GrantId,
         record: bool,
+        end: Option<&End>,
     ) -> Option<(Holder, Vec<Holder>, Durable)> {
         let state = self.keys.get_mut(key)?;
         let pos = state.holds.iter().position(|h| h.id == id)?;
@@ -222,6 +228,9 @@ impl Inner {
         } else {
             Durable::default()
         };
+        if let Some(end) = end {
+            self.record_end(key, &holder, end);
+        }
         let next = self.promote(key, &durable);
         Some((holder, next, durable))
     }
@@ -231,6 +240,7 @@ impl Inner {
         &mut self,
         key: &[u8],
         ids: &[GrantId],
+        end: &End,
     ) -> Option<(Released, Durable)> {
         let mut durable = Durable::default();
         let mut holders = Vec::with_capacity(ids.len());
@@ -238,7 +248,7 @@ impl Inner {
         for &id in ids {
             // Only the holds found: waiters let in by an earlier release
             // of this reset keep the key.
-            if let Some((h, n, d)) = self.release(key, id, true) {
+            if let Some((h, n, d)) = self.release(key, id, true, Some(end)) {
                 holders.push(h);
                 next.extend(n);
                 durable.add(d);

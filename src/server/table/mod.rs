@@ -30,6 +30,7 @@
 //! shows (Keys, KEYX, the gauges); `restore.rs` its rebuilding from the log
 //! at start-up.
 
+mod history;
 mod inner;
 mod key;
 mod line;
@@ -46,6 +47,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
+pub(crate) use self::history::End;
 use self::inner::Inner;
 pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours};
 use self::key::{Link, QueuedAsk, Waiter};
@@ -457,7 +459,7 @@ impl Table {
     pub(crate) fn unlock(&self, key: &[u8]) -> Option<(Holder, Vec<Holder>, Durable)> {
         let mut inner = self.lock_inner();
         let id = inner.keys.get(key)?.unlock_target()?.id;
-        inner.release(key, id, true)
+        inner.release(key, id, true, Some(&End::released(None)))
     }
 
     /// First half of a client's Unlock: records the release of a hold but
@@ -526,17 +528,23 @@ impl Table {
     }
 
     /// Second half, once the release is durable: ends hold `id` in memory
-    /// if it is still there (its release is in the log already) and hands
-    /// the key on.
-    pub(crate) fn finish_release(&self, key: &[u8], id: GrantId) -> Option<(Holder, Vec<Holder>)> {
+    /// if it is still there (its release is in the log already), keeps it
+    /// in the key's history as `end` says, and hands the key on.
+    pub(crate) fn finish_release(
+        &self,
+        key: &[u8],
+        id: GrantId,
+        end: End,
+    ) -> Option<(Holder, Vec<Holder>)> {
         self.lock_inner()
-            .release(key, id, false)
+            .release(key, id, false, Some(&end))
             .map(|(h, next, _)| (h, next))
     }
 
-    /// Ends hold `id` of the key, if it is still there.
+    /// Ends hold `id` of the key, if it is still there: a grant that never
+    /// reached its client (kept in no history).
     pub(crate) fn release_grant(&self, key: &[u8], id: GrantId) -> bool {
-        self.lock_inner().release(key, id, true).is_some()
+        self.lock_inner().release(key, id, true, None).is_some()
     }
 
     /// The event counters of this table's server (grants are bumped here).

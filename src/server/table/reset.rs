@@ -4,7 +4,9 @@
 use tokio::sync::oneshot;
 
 use super::key::Waiter;
+use super::End;
 use super::{Durable, GrantId, Holder, Notice, Released, Table, Withdrawal};
+use crate::backend::history::Ending;
 
 impl Table {
     /// The client of request `id` hung up. A waiter leaving the head of the
@@ -23,7 +25,7 @@ impl Table {
         }
         if state.hold(id).is_some() {
             let next = inner
-                .release(key, id, true)
+                .release(key, id, true, Some(&End::new(Ending::Freed)))
                 .map(|(_, next, _)| next)
                 .unwrap_or_default();
             return (Withdrawal::Released, next);
@@ -33,16 +35,19 @@ impl Table {
 
     /// Ends every hold of the key; the waiters at the head of the line that
     /// may hold together get it, the rest keep their places.
-    pub(crate) fn reset_key(&self, key: &[u8]) -> Option<(Released, Durable)> {
+    /// `by`: who reset it, for the key's history.
+    pub(crate) fn reset_key(&self, key: &[u8], by: &str) -> Option<(Released, Durable)> {
         let mut inner = self.lock_inner();
         let ids: Vec<GrantId> = inner.keys.get(key)?.holds.iter().map(|h| h.id).collect();
-        inner.release_each(key, &ids)
+        inner.release_each(key, &ids, &End::reset(by.to_string()))
     }
 
     /// Ends every hold of `source` (each key passes to its next waiters)
     /// and withdraws that source's waiters. Returns the keys released and
-    /// how many waiters were withdrawn.
-    pub(crate) fn reset_source(&self, source: &[u8]) -> (Vec<Released>, usize, Durable) {
+    /// how many waiters were withdrawn. `by`: who reset it, for the keys'
+    /// histories.
+    pub(crate) fn reset_source(&self, source: &[u8], by: &str) -> (Vec<Released>, usize, Durable) {
+        let end = End::reset(by.to_string());
         let mut inner = self.lock_inner();
         let mut withdrawn = 0;
         let mut touched = Vec::new();
@@ -78,7 +83,7 @@ impl Table {
         let mut released = Vec::with_capacity(holds.len());
         let mut durable = Durable::default();
         for (key, ids) in holds {
-            if let Some((r, d)) = inner.release_each(&key, &ids) {
+            if let Some((r, d)) = inner.release_each(&key, &ids, &end) {
                 durable.add(d);
                 released.push(r);
             }

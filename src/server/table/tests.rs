@@ -132,7 +132,7 @@ fn reset_source_withdraws_and_releases() {
     let LockOutcome::Queued(_, mut live_rx, _) = t.lock(b"k1", &ask(b"live", false)) else {
         panic!()
     };
-    let (released, withdrawn, _) = t.reset_source(b"dead");
+    let (released, withdrawn, _) = t.reset_source(b"dead", "t");
     assert_eq!(withdrawn, 1);
     assert_eq!(released.len(), 1);
     assert!(matches!(dead_rx.try_recv(), Ok(Notice::Withdrawn)));
@@ -171,7 +171,7 @@ fn a_stale_token_frees_nothing_and_a_reset_wakes_the_session() {
         .try_recv()
         .is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
     assert!(t.begin_release(b"k", Some(a.token + 1)).is_none());
-    let _ = t.reset_key(b"k").unwrap();
+    let _ = t.reset_key(b"k", "t").unwrap();
     assert_eq!(
         link.changed.try_recv(),
         Err(oneshot::error::TryRecvError::Closed)
@@ -212,7 +212,7 @@ fn a_reclaim_moves_the_hold_and_expiry_waits_for_the_timeout() {
         t.try_lock(b"k", &ask(b"c", false)),
         TryOutcome::Busy
     ));
-    assert!(t.finish_release(b"k", a.id).is_some());
+    assert!(t.finish_release(b"k", a.id, End::released(None)).is_some());
     assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
 }
 
@@ -318,10 +318,10 @@ fn resets_end_every_hold_of_the_key_or_only_the_sources() {
         granted(t.lock(b"k", &in_mode(s, false, SHARED)));
     }
     let (_, mut w) = queued(t.lock(b"k", &in_mode(b"w", false, EXCLUSIVE)));
-    let (released, _, _) = t.reset_source(b"a");
+    let (released, _, _) = t.reset_source(b"a", "t");
     assert_eq!(released[0].holders.len(), 2);
     assert!(!was_granted(&mut w), "b still holds");
-    let (r, _) = t.reset_key(b"k").unwrap();
+    let (r, _) = t.reset_key(b"k", "t").unwrap();
     assert_eq!((r.holders.len(), r.next.len()), (1, 1));
     assert!(was_granted(&mut w));
 }
@@ -363,7 +363,7 @@ fn an_expiring_kept_hold_is_due_at_its_deadline_and_hands_on() {
     let Expiry::Due(_) = t.expire_kept(b"k", id) else {
         panic!("not due at its deadline")
     };
-    let (holder, handed) = t.finish_release(b"k", id).unwrap();
+    let (holder, handed) = t.finish_release(b"k", id, End::released(None)).unwrap();
     assert_eq!(holder.source, b"a");
     assert_eq!(handed[0].source, b"b");
     assert!(matches!(rx.try_recv(), Ok(Notice::Granted(_))));
@@ -469,4 +469,35 @@ fn a_listing_in_parts_is_the_whole_listing() {
         .listing_part(None, WAITERS, Whose::Any, &mut none, 10)
         .is_none());
     assert!(none.is_empty());
+}
+
+#[test]
+fn the_history_keeps_the_last_n_endings_newest_first() {
+    let t = Table::new();
+    t.keep_history(3);
+    for _ in 0..5 {
+        let g = granted(t.lock(b"k", &ask(b"a", false)));
+        t.finish_release(b"k", g.id, End::released(Some(2)));
+    }
+    let g = granted(t.lock(b"k", &ask(b"a", false)));
+    let _ = t.reset_key(b"k", "ops").unwrap();
+    assert_eq!(t.history_len(b"k"), 3);
+    let mut out = Vec::new();
+    t.history_into(b"k", 10, Whose::Any, &mut out);
+    out.extend_from_slice(&crate::proto::history::END);
+    let entries = crate::proto::history::decode_answer(&out).unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[0].fields.get("ended"), Some("reset"));
+    assert_eq!(entries[0].by(), Some("ops"));
+    assert_eq!(entries[0].token, Some(g.token));
+    assert_eq!(entries[1].status(), Some(2));
+    // A grant never delivered is no ending; none is kept with a cap of 0.
+    let g = granted(t.lock(b"k", &ask(b"a", false)));
+    assert!(t.release_grant(b"k", g.id));
+    assert_eq!(t.history_len(b"k"), 3);
+    let off = Table::new();
+    off.keep_history(0);
+    let g = granted(off.lock(b"k", &ask(b"a", false)));
+    off.finish_release(b"k", g.id, End::released(None));
+    assert_eq!(off.history_len(b"k"), 0);
 }
