@@ -120,7 +120,10 @@ fn slots_refused_where_no_slot_is_told() {
         &mut server.lc(&["lock", "--slots", "db1,db2", "pool", "--", "true"]),
         76,
     );
-    assert!(line.contains("cannot take --slots yet"), "{line}");
+    assert!(
+        line.contains("cannot take --slots: it cannot tell a holder which slot it has yet"),
+        "{line}"
+    );
     let out = expect_status(&mut server.lc(&["keys", "--json"]), 0);
     assert!(
         out.stdout.is_empty(),

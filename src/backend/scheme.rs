@@ -48,6 +48,10 @@ pub struct Usage {
     pub note: &'static str,
 }
 
+/// Why a backend does not take `--slots` in this build (76).
+pub(crate) const SLOTS_NOT_YET: &str =
+    "it cannot tell a holder which slot it has yet (PostgreSQL can; docs/fleet-slots.md)";
+
 /// What a backend can do: asked only through [`check_mode`] and
 /// [`ServerAddress::keeps_detached_holds`].
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +70,12 @@ pub struct Capabilities {
     /// A key's history (`lc-cli history`, docs/history.md): None where it
     /// is kept, else why not (the one line of the refusal, 76).
     pub history: Option<&'static str>,
+    /// `--slots` and `LC_SLOT` (docs/fleet-slots.md): None where a holder
+    /// is told its slot, else why not (the one line of the refusal, 76).
+    pub slots: Option<&'static str>,
+    /// `--hold-at-least` (docs/fleet-jobs.md): None where a hold can be kept
+    /// for the rest of its window after the command, else why not (76).
+    pub hold_at_least: Option<&'static str>,
     /// Why a mode is refused, added to the refusal: inside the parentheses
     /// that name the mode asked for where neither mode is taken.
     pub why: &'static str,
@@ -78,6 +88,8 @@ impl Capabilities {
         kept_holds: true,
         queues: None,
         history: Some(crate::backend::history::HISTORY_NOT_YET),
+        slots: Some(SLOTS_NOT_YET),
+        hold_at_least: None,
         why: "",
     };
 
@@ -371,6 +383,8 @@ mod tests {
             kept_holds: true,
             queues: None,
             history: None,
+            slots: None,
+            hold_at_least: None,
             why: "",
         };
         assert_eq!(

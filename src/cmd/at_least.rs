@@ -28,19 +28,6 @@ use super::OrFail;
 use crate::backend::{BackendConfig, HeldLock};
 use crate::exit::{fail, ExitCode};
 
-/// The services whose holds cannot outlive the command that took them,
-/// each with why.
-fn refusal(service: &str) -> Option<&'static str> {
-    match service {
-        "Locking-Center" => Some(
-            "a command's hold on the built-in server is its session's and cannot be kept after the command (keep one without a command: `lc-cli lock KEY --expire D`)",
-        ),
-        "PostgreSQL" => Some("a hold is a session's (an advisory lock) and cannot outlive lc-cli"),
-        "Throwaway" => Some("a hold cannot outlive lc-cli"),
-        _ => None,
-    }
-}
-
 /// The checks made before anything is asked of the service: a command to
 /// run, no `--order`, a window of 1 ms to 30 days, a backend that keeps
 /// holds after a command.
@@ -72,8 +59,9 @@ pub(super) fn check(
             "--hold-at-least cannot be used with --order (a hold kept after the command does not raise the mark)".into(),
         );
     }
-    let service = config.server.scheme().service;
-    if let Some(why) = refusal(service) {
+    let scheme = config.server.scheme();
+    let service = scheme.service;
+    if let Some(why) = scheme.caps.hold_at_least {
         return Err(fail(
             ExitCode::Protocol,
             format!(
@@ -130,14 +118,5 @@ mod tests {
         );
         assert_eq!(rest(w, t, t + Duration::from_secs(5)), None);
         assert_eq!(rest(w, t, t + Duration::from_secs(9)), None);
-    }
-
-    #[test]
-    fn refused_where_holds_are_sessions() {
-        assert!(refusal("PostgreSQL").is_some());
-        assert!(refusal("Locking-Center").is_some());
-        assert!(refusal("Redis").is_none());
-        assert!(refusal("etcd").is_none());
-        assert!(refusal("ZooKeeper").is_none());
     }
 }

@@ -37,14 +37,15 @@ pub(super) fn names(mode: &ModeArgs, key: &str) -> Result<Vec<String>> {
 /// command that expects `LC_SLOT` without it. `--limit N` alone still runs
 /// there (its command then has no `LC_SLOT`, docs/fleet-slots.md).
 pub(super) fn check(config: &BackendConfig, key: &str, names: &[String]) -> Result<()> {
-    let service = config.server.scheme().service;
-    if names.is_empty() || service == "PostgreSQL" {
+    let scheme = config.server.scheme();
+    let service = scheme.service;
+    let Some(why) = scheme.caps.slots.filter(|_| !names.is_empty()) else {
         return Ok(());
-    }
+    };
     Err(fail(
         ExitCode::Protocol,
         format!(
-            "lock '{key}' on {}: lc-cli's {service} backend cannot take --slots yet: it cannot tell a holder which slot it has (PostgreSQL can; docs/fleet-slots.md)",
+            "lock '{key}' on {}: lc-cli's {service} backend cannot take --slots: {why}",
             config.server
         ),
     ))

@@ -44,6 +44,9 @@ pub(crate) const SCHEME: Scheme = Scheme {
     // backend then refuses them (76), as for the modes.
     caps: Capabilities {
         history: None,
+        hold_at_least: Some(
+            "a command's hold on the built-in server is its session's and cannot be kept after the command (keep one without a command: `lc-cli lock KEY --expire D`)",
+        ),
         ..Capabilities::ALL
     },
     key_problem: crate::backend::any_key,
@@ -62,6 +65,8 @@ pub(crate) const REFERENCE_CAPS: Capabilities = Capabilities {
     kept_holds: true,
     queues: Some("a reference Locking-Center server keeps no fields or marks"),
     history: Some("a reference Locking-Center server keeps no history"),
+    slots: Some("a reference Locking-Center server takes no --limit"),
+    hold_at_least: Some("a reference Locking-Center server keeps no hold after a command"),
     why: "; it answered '-', as a reference Locking-Center server does",
 };
 

@@ -44,6 +44,9 @@ pub(crate) const SCHEME: Scheme = Scheme {
         kept_holds: false,
         queues: None,
         history: Some(crate::backend::history::HISTORY_NOT_YET),
+        // The slot lock a holder took is its slot (limit.rs).
+        slots: None,
+        hold_at_least: Some("a hold is a session's (an advisory lock) and cannot outlive lc-cli"),
         why: "",
     },
     // Any text hashes.

@@ -24,6 +24,8 @@ pub(crate) const SCHEME: Scheme = Scheme {
         kept_holds: false,
         queues: Some(crate::backend::fields::NOT_YET),
         history: Some(crate::backend::history::HISTORY_NOT_YET),
+        slots: Some("it takes no --limit"),
+        hold_at_least: Some("a hold cannot outlive lc-cli"),
         why: "",
     },
     key_problem: crate::backend::any_key,
