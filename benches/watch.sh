@@ -12,7 +12,7 @@
 #  - one listing's wall time: `lc-cli keys` (connection included) by
 #    hyperfine, against `lc-cli ping` in the same rounds.
 # The built-in server is started here; the others are measured where their
-# address is given, as in benches/queue.sh (LC_BENCH_REDIS, LC_BENCH_ZK,
+# address is given (benches/services.sh: LC_BENCH_REDIS, LC_BENCH_ZK,
 # LC_BENCH_ETCD, LC_BENCH_PG), the service's pid found by its port (ss).
 #
 #   HELD=1000 WATCH=10 bash benches/watch.sh
@@ -20,11 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v strace >/dev/null || apt-get install -y strace >/dev/null
 . benches/builtin-server.sh
-servers=("builtin=$addr")
-[ -n "${LC_BENCH_REDIS:-}" ] && servers+=("redis=$LC_BENCH_REDIS")
-[ -n "${LC_BENCH_ZK:-}" ] && servers+=("zookeeper=$LC_BENCH_ZK")
-[ -n "${LC_BENCH_ETCD:-}" ] && servers+=("etcd=$LC_BENCH_ETCD")
-[ -n "${LC_BENCH_PG:-}" ] && servers+=("postgresql=$LC_BENCH_PG")
+. benches/services.sh
 held=${HELD:-1000}
 watch=${WATCH:-10}
 holders=()

@@ -444,13 +444,7 @@ async fn run_child(
             Err(lost) => {
                 // One SIGTERM: the guardian may have sent it (lc-cli was frozen).
                 let term = guardian.as_mut().is_none_or(|g| g.stopping());
-                // The grace ends where the service may hand the key on.
-                let grace = match lost.kill_by {
-                    Some(by) => options
-                        .kill_after
-                        .min(by.saturating_duration_since(Instant::now())),
-                    None => options.kill_after,
-                };
+                let grace = grace(&lost, options.kill_after);
                 let _ = running.stop(signals, grace, term).await;
                 if let Some(g) = &mut guardian {
                     g.go();
@@ -522,6 +516,15 @@ pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// to act on it (it was stopped, or starved): a loss, whatever the service
 /// says next. So is a command the guardian stopped at the older deadline
 /// it last knew (a renewal lc-cli got just before it froze), though the
+/// How long a command stopped after a loss gets between SIGTERM and SIGKILL:
+/// `--kill-after`, cut short where the service may hand the key on.
+pub(super) fn grace(lost: &LostReason, kill_after: Duration) -> Duration {
+    match lost.kill_by {
+        Some(by) => kill_after.min(by.saturating_duration_since(Instant::now())),
+        None => kill_after,
+    }
+}
+
 /// service may still hold the key (it is released).
 pub(super) fn frozen_past(
     expiry: Option<Expiry>,

@@ -388,12 +388,7 @@ async fn run_child(
             Ok(end) => break end,
             Err((which, lost)) => {
                 let term = guardian.stopping();
-                let grace = match lost.kill_by {
-                    Some(by) => options
-                        .kill_after
-                        .min(by.saturating_duration_since(Instant::now())),
-                    None => options.kill_after,
-                };
+                let grace = lock::grace(&lost, options.kill_after);
                 let _ = running.stop(signals, grace, term).await;
                 guardian.go();
                 // Give back whatever is left, each within a bounded try;
