@@ -1,6 +1,7 @@
 //! `lc-cli history KEY` (docs/history.md) is built on the built-in server
-//! only (tests/history_builtin.rs, which also has the refusals of a server
-//! with `--history 0` and of a reference server): every other backend
+//! (tests/history_builtin.rs, which also has the refusals of a server
+//! with `--history 0` and of a reference server) and PostgreSQL
+//! (tests/history_pg.rs): every other backend
 //! refuses at once, before anything is sent, with one line naming why and
 //! status 76 (against addresses where nothing listens, a request that got
 //! as far as connecting would exit 69, as the built-in server's does).
@@ -13,7 +14,6 @@ fn every_backend_refuses_history_in_one_line() {
         "redis://127.0.0.1:1",
         "etcd://127.0.0.1:1",
         "zk://127.0.0.1:1/h",
-        "postgres://u:p@127.0.0.1:1/db",
     ] {
         for args in [
             &["history", "k"][..],

@@ -43,7 +43,8 @@ pub(crate) const SCHEME: Scheme = Scheme {
         // A hold is the session's: it ends with lc-cli.
         kept_holds: false,
         queues: None,
-        history: Some(crate::backend::history::HISTORY_NOT_YET),
+        // lc_cli.holds and lc_cli.history (history.rs).
+        history: None,
         // The slot lock a holder took is its slot (limit.rs).
         slots: None,
         hold_at_least: Some("a hold is a session's (an advisory lock) and cannot outlive lc-cli"),

@@ -51,6 +51,10 @@ pub(super) struct PgHeld {
     queued: Option<Queued>,
     /// The `--limit` slot held (`LC_SLOT`).
     slot: Option<u32>,
+    /// Its row is in `lc_cli.holds`: the release moves it to the history.
+    recorded: bool,
+    /// The command's exit status, once told.
+    status: Option<i32>,
 }
 
 /// How often the held session is pinged: a fifth of the keepalive.
@@ -96,7 +100,15 @@ impl PgHeld {
             gone: false,
             queued,
             slot: None,
+            recorded: false,
+            status: None,
         }
+    }
+
+    /// Its grant recorded it for the history (`history.rs`).
+    pub(super) fn with_history(mut self, recorded: bool) -> Self {
+        self.recorded = recorded;
+        self
     }
 
     /// The `--limit` slot this hold has (`LC_SLOT`).
@@ -201,6 +213,7 @@ impl HeldLock for PgHeld {
     /// connection has ended holds nothing: the server ends it, and with it
     /// the lock.
     fn command_ended(&mut self, status: i32) {
+        self.status = Some(status);
         if let Some(q) = &mut self.queued {
             q.status = Some(status);
         }
@@ -209,6 +222,13 @@ impl HeldLock for PgHeld {
     async fn release(&mut self) -> Result<()> {
         if self.gone || self.s.is_ended() {
             return Ok(());
+        }
+        // The history's entry, sent ahead of the unlock (no round trip of
+        // its own; its answer is not awaited): if it fails, the row stays
+        // for the next grant or `history` to find, as freed.
+        if self.recorded {
+            let mut ended = Box::pin(super::history::released(&self.s, &self.key, self.status));
+            let _ = super::queue::send_now(&mut ended).await;
         }
         if let Some(q) = &self.queued {
             // The mark rises only after a command that ended with status 0.

@@ -338,15 +338,33 @@ fn source_of(app: Option<&str>, pid: i32) -> String {
     }
 }
 
-/// Ends the sessions that `sql` selects (its one parameter given), waiting
-/// up to 5 s for each to be gone; their locks go with them.
+/// Ends the sessions that `sql` selects (its one parameter given; columns
+/// `pid` and `ok`), waiting up to 5 s for each to be gone; their locks go
+/// with them. Their holds of `key` (None: of every key) are moved to the
+/// history as reset by this host in the same statement, so that the next
+/// holder's grant, which sweeps dead holds, does not take them for freed;
+/// where the history's tables cannot be used, the sessions are ended alone.
 async fn terminate(
     s: &Session,
     sql: &str,
     arg: &(dyn tokio_postgres::types::ToSql + Sync),
+    key: Option<&str>,
     what: &str,
 ) -> Result<()> {
-    match s.client.query(sql, &[arg]).await {
+    let by = crate::cmd::default_source();
+    let recorded = format!(
+        "WITH t AS MATERIALIZED ({sql}),
+              h AS (SELECT lc_cli.ended_v1($2::text, ARRAY(SELECT pid FROM t WHERE ok),
+                                           'reset', NULL, $3::text))
+         SELECT t.pid, t.ok FROM t CROSS JOIN h"
+    );
+    let mut answer = s.client.query(recorded.as_str(), &[arg, &key, &by]).await;
+    if let Err(e) = &answer {
+        if super::history::missing(e) || e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+            answer = s.client.query(sql, &[arg]).await;
+        }
+    }
+    match answer {
         Ok(_) => Ok(()),
         Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
             Err(BackendError::Refused {
@@ -366,7 +384,7 @@ async fn terminate(
 pub(super) async fn reset_key(s: &Session, key: &str) -> Result<()> {
     let sql = format!(
         "
-        SELECT pg_terminate_backend(l.pid, 5000)
+        SELECT l.pid, pg_terminate_backend(l.pid, 5000) AS ok
         FROM (SELECT pid, granted, objsubid, (classid::int8 << 32) | objid::int8 AS id
               FROM pg_locks
               WHERE locktype = 'advisory'
@@ -379,15 +397,16 @@ pub(super) async fn reset_key(s: &Session, key: &str) -> Result<()> {
         limit::HIGH,
         limit::LOW
     );
-    terminate(s, &sql, &key, &format!("the holder of '{key}'")).await
+    terminate(s, &sql, &key, Some(key), &format!("the holder of '{key}'")).await
 }
 
 /// Terminates every lc-cli session of `source`, holders and waiters.
 pub(super) async fn reset_source(s: &Session, source: &str) -> Result<()> {
     let sql = "
-        SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+        SELECT pid, pg_terminate_backend(pid, 5000) AS ok FROM pg_stat_activity
         WHERE application_name = $1 AND pid <> pg_backend_pid()";
-    terminate(s, sql, &app_name(source), &format!("source '{source}'")).await
+    let what = format!("source '{source}'");
+    terminate(s, sql, &app_name(source), None, &what).await
 }
 
 #[cfg(test)]

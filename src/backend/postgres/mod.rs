@@ -21,6 +21,7 @@
 
 pub(crate) mod address;
 mod held;
+mod history;
 mod keys;
 mod limit;
 mod ping;
@@ -60,6 +61,19 @@ const SCHEMA: &str = "
     CREATE SEQUENCE IF NOT EXISTS lc_cli.grants;
     CREATE TABLE IF NOT EXISTS lc_cli.keys (id bigint PRIMARY KEY, key text NOT NULL);
     COMMIT;";
+
+/// Whether `e` ends the session (the server's shutdown or a reset's
+/// termination, class 57P, sent as the connection closes), not a refusal.
+fn ending(s: &Session, e: &tokio_postgres::Error) -> bool {
+    s.is_ended() || e.code().is_some_and(|c| c.code().starts_with("57P"))
+}
+
+/// Creates lc-cli's schema with the history's tables (a role that may not
+/// gets a database error, and locks without them).
+async fn create_schema(s: &Session) -> std::result::Result<(), tokio_postgres::Error> {
+    s.client.batch_execute(SCHEMA).await?;
+    s.client.batch_execute(history::SCHEMA).await
+}
 
 /// Records the key's name and draws the grant's token, in one round trip.
 const AT_GRANT: &str = "
@@ -166,14 +180,13 @@ impl PgBackend {
     }
 
     /// A `-x`/`-s` request with fields (`queue.rs`), its statements
-    /// prepared.
+    /// prepared; `pid` our backend's, `asked` when lc-cli asked.
     async fn acquire_queued(
         &self,
         s: Session,
         st: queue::Statements,
         request: &LockRequest,
-        ids: limit::Ids,
-        pid: i32,
+        (ids, pid, asked): (limit::Ids, i32, std::time::Instant),
         cancel: &CancellationToken,
     ) -> Result<Acquired> {
         let key = request.key.as_str();
@@ -198,6 +211,11 @@ impl PgBackend {
             self.give_back(&s).await;
             return Err(e);
         }
+        let record = history::Record::new(request, ids.lock, asked.elapsed());
+        let bound = held::silent_after(self.address.keepalive);
+        let recorded = tokio::time::timeout(bound, Self::record(&s, &record, token))
+            .await
+            .unwrap_or(false);
         let release = match request.mode {
             LockMode::Shared => held::Release::Shared(ids.lock),
             _ => held::Release::Exclusive(ids.lock),
@@ -211,14 +229,79 @@ impl PgBackend {
             cancel: request.extras.cancel,
             status: None,
         };
-        Ok(Acquired::Held(Box::new(PgHeld::new(
-            s,
-            key.to_string(),
-            token,
-            self.address.keepalive,
-            release,
-            Some(queued),
-        ))))
+        Ok(Acquired::Held(Box::new(
+            PgHeld::new(
+                s,
+                key.to_string(),
+                token,
+                self.address.keepalive,
+                release,
+                Some(queued),
+            )
+            .with_history(recorded),
+        )))
+    }
+
+    /// Records a hold granted with `token` for the history (one round trip;
+    /// the tables created if missing): whether it is recorded.
+    async fn record(s: &Session, record: &history::Record, token: Option<u64>) -> bool {
+        for attempt in 0..2 {
+            match history::hold(s, record, None, token, false).await {
+                Ok(_) => return true,
+                Err(e) if e.as_db_error().is_none() || ending(s, &e) => return false,
+                Err(e) if attempt == 0 && history::missing(&e) => {
+                    if let Err(e) = create_schema(s).await {
+                        let _ = s.client.batch_execute("ROLLBACK").await;
+                        history::not_kept(&record.key, &e);
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    history::not_kept(&record.key, &e);
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// The grant's token, its key's name and its hold recorded for the
+    /// history (`history.rs`), in one statement; where the history cannot
+    /// be kept (a role that may not create or use its tables: told in one
+    /// line), the token alone. The token, and whether the hold is recorded.
+    async fn at_grant(
+        s: &Session,
+        named: i64,
+        record: &history::Record,
+    ) -> Result<(Option<u64>, bool)> {
+        let key = record.key.as_str();
+        for attempt in 0..2 {
+            match history::hold(s, record, Some(named), None, false).await {
+                Ok(token) => return Ok((token, true)),
+                Err(e) if e.as_db_error().is_none() => {
+                    return Err(s.error(&format!("after the grant of '{key}'"), e))
+                }
+                Err(e) if attempt == 0 && history::missing(&e) => match create_schema(s).await {
+                    Ok(()) => continue,
+                    Err(e) if e.as_db_error().is_none() => {
+                        return Err(s.error("creating the schema lc_cli", e))
+                    }
+                    Err(e) => {
+                        let _ = s.client.batch_execute("ROLLBACK").await;
+                        history::not_kept(key, &e);
+                        break;
+                    }
+                },
+                Err(e) if ending(s, &e) => {
+                    return Err(s.error(&format!("after the grant of '{key}'"), e))
+                }
+                Err(e) => {
+                    history::not_kept(key, &e);
+                    break;
+                }
+            }
+        }
+        Ok((Self::token(s, named, key).await?, false))
     }
 
     /// The grant's token, or None where lc-cli may not keep its sequence.
@@ -234,7 +317,7 @@ impl PgBackend {
                         && (e.code() == Some(&SqlState::UNDEFINED_TABLE)
                             || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME)) =>
                 {
-                    if let Err(e) = s.client.batch_execute(SCHEMA).await {
+                    if let Err(e) = create_schema(s).await {
                         if e.as_db_error().is_none() {
                             return Err(s.error("creating the schema lc_cli", e));
                         }
@@ -283,6 +366,7 @@ impl Backend for PgBackend {
                 });
             }
         }
+        let asked = std::time::Instant::now();
         let s = match self.take_session() {
             Some(s) => s,
             None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
@@ -354,7 +438,9 @@ impl Backend for PgBackend {
                 let shared = mode == LockMode::Shared;
                 if let Some(st) = statements {
                     let pid: i32 = row.get(3);
-                    return self.acquire_queued(s, st, request, ids, pid, &cancel).await;
+                    return self
+                        .acquire_queued(s, st, request, (ids, pid, asked), &cancel)
+                        .await;
                 }
                 if !self
                     .lock(&s, key, ids.lock, shared, request.nonblock, &cancel)
@@ -383,7 +469,21 @@ impl Backend for PgBackend {
             LockMode::Limit(_) => ids.base,
             _ => ids.lock,
         };
-        let token = Self::token(&s, named, key).await?;
+        let lock_id = match (request.mode, slot) {
+            (LockMode::Limit(_), Some(i)) => ids.slot(i),
+            _ => ids.lock,
+        };
+        let mut record = history::Record::new(request, lock_id, asked.elapsed());
+        record.slot = slot;
+        // Unanswered as long as a held session's ping may be, the grant is
+        // given up (the session's end frees the key): nothing was run.
+        let bound = held::silent_after(self.address.keepalive);
+        let (token, recorded) = tokio::time::timeout(bound, Self::at_grant(&s, named, &record))
+            .await
+            .map_err(|_| BackendError::Unavailable {
+                server: self.address.to_string(),
+                reason: format!("no answer after the grant of '{key}' for {bound:?}"),
+            })??;
         Ok(Acquired::Held(Box::new(
             PgHeld::new(
                 s,
@@ -393,7 +493,8 @@ impl Backend for PgBackend {
                 release,
                 None,
             )
-            .with_slot(slot),
+            .with_slot(slot)
+            .with_history(recorded),
         )))
     }
 
@@ -415,6 +516,10 @@ impl Backend for PgBackend {
 
     async fn reset_source(&self, source: &str) -> Result<()> {
         keys::reset_source(self.admin().await?, source).await
+    }
+
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<super::history::HistoryEntry>> {
+        history::read(self.admin().await?, key, limit).await
     }
 
     async fn mark(&self, key: &str) -> Result<Option<u64>> {

@@ -190,7 +190,7 @@ pub(super) fn may_not_use(
 
 /// Polls `f` once, so that the request it makes is sent now, ahead of the
 /// next one; its output if it is already done.
-async fn send_now<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+pub(super) async fn send_now<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
     std::future::poll_fn(|cx| {
         Poll::Ready(match Pin::new(&mut *f).poll(cx) {
             Poll::Ready(v) => Some(v),
