@@ -69,7 +69,9 @@ pub(crate) struct Listing {
     pub waiters: Vec<WaiterReport>,
 }
 
-/// What the start of a buffer holds.
+/// What the start of a buffer holds. (A step is returned and taken apart
+/// at once, never kept: its record is not boxed.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
     /// A record, and how many bytes it took.
