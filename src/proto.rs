@@ -63,6 +63,7 @@
 //! "released".
 
 pub(crate) mod answer;
+pub(crate) mod grant;
 pub(crate) mod history;
 pub(crate) mod listing;
 pub(crate) mod manager;
@@ -98,6 +99,13 @@ pub(crate) const FEATURE_QUEUES: &str = "queues";
 /// server keeps the last holds of each key (`serve --history N`, not 0)
 /// and takes History (21). Not named by a server with `--history 0`.
 pub(crate) const FEATURE_HISTORY: &str = "history";
+
+/// The feature word of slots (issue 45, docs/fleet-slots.md): every `=`
+/// answer on the connection ends with the hold's slot field
+/// ([`grant`]): `[4][slot:u32be]` for a `--limit N` hold (0 to N-1, the
+/// lowest free at its grant), `[0]` for the others; Keys' listing of
+/// version 2 gives each hold's slot.
+pub(crate) const FEATURE_SLOTS: &str = "slots";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;

@@ -532,12 +532,12 @@ fn a_foreign_or_newer_file_is_refused() {
     let foreign = dir.path().join("notes.txt");
     std::fs::write(&foreign, "shopping: milk, eggs\n").unwrap();
     let mut newer = b"LCCLIWAL".to_vec();
-    newer.extend_from_slice(&8u32.to_le_bytes());
+    newer.extend_from_slice(&9u32.to_le_bytes());
     let newer_path = dir.path().join("newer.wal");
     std::fs::write(&newer_path, &newer).unwrap();
     for (p, needle) in [
         (&foreign, "not an lc-cli log"),
-        (&newer_path, "format version 8"),
+        (&newer_path, "format version 9"),
     ] {
         let before = std::fs::read(p).unwrap();
         let out = Command::new(BIN)

@@ -265,6 +265,15 @@ async fn hold_and_run(
         release(held, key, config).await?;
         return Ok(ExitCode::Signal(sig));
     }
+    // `--slots` granted by a service that did not say which slot: given
+    // back, never run without its LC_SLOT (one line, 76).
+    if let Some(why) = super::slots::untold(held.slot(), &options.slot_names) {
+        release(held, key, config).await?;
+        return Err(fail(
+            ExitCode::Protocol,
+            format!("lock '{key}' on {server}: {why}"),
+        ));
+    }
     match &options.command {
         CommandSpec::Detach => {
             held.detach(options.expire)

@@ -51,10 +51,21 @@ pub(super) fn check(config: &BackendConfig, key: &str, names: &[String]) -> Resu
     ))
 }
 
+/// Why a grant of a named pool cannot run its command: the service did
+/// not say which slot it gave (an `lc-cli serve` from before slots names
+/// no feature `slots`), where the pool has more than one (a pool of one
+/// is an exclusive lock: its slot is the one). None: it may run.
+pub(super) fn untold(slot: Option<u32>, names: &[String]) -> Option<String> {
+    (slot.is_none() && names.len() > 1).then(|| {
+        "cannot take --slots: the service did not say which slot it granted (an lc-cli serve from before slots; the hold was given back, the command did not run)".to_string()
+    })
+}
+
 /// The command's `LC_SLOT`, from the slot the grant gave (its index):
-/// the name of a named pool, else the index.
+/// the name of a named pool, else the index. A pool of one name is an
+/// exclusive lock, whose one holder has slot 0.
 pub(super) fn env(slot: Option<u32>, names: &[String]) -> Option<(String, String)> {
-    let i = slot?;
+    let i = slot.or((names.len() == 1).then_some(0))?;
     let value = match names.get(i as usize) {
         Some(name) => name.clone(),
         None if names.is_empty() => i.to_string(),
@@ -75,5 +86,11 @@ mod tests {
         assert_eq!(env(Some(2), &[]), Some(("LC_SLOT".into(), "2".into())));
         assert_eq!(env(None, &names), None);
         assert_eq!(env(Some(5), &names), None);
+        let one = vec!["only".to_string()];
+        assert_eq!(env(None, &one), Some(("LC_SLOT".into(), "only".into())));
+        assert!(untold(None, &names).is_some());
+        assert_eq!(untold(None, &one), None);
+        assert_eq!(untold(Some(0), &names), None);
+        assert_eq!(untold(None, &[]), None);
     }
 }

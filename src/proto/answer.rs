@@ -89,34 +89,6 @@ pub(crate) fn session_grant_with_secret(token: u64, timeout: Duration, secret: &
     out
 }
 
-/// How many bytes the whole session grant at the start of `bytes` is, on
-/// a connection that took the feature `secret` (None: not yet known).
-pub(crate) fn session_grant_len(bytes: &[u8], with_secret: bool) -> Option<usize> {
-    match with_secret {
-        false => Some(SESSION_GRANT_LEN),
-        true => bytes
-            .get(SESSION_GRANT_LEN)
-            .map(|&len| SESSION_GRANT_LEN + 1 + len as usize),
-    }
-}
-
-/// The token, timeout and secret of a whole session grant answer on a
-/// connection that took the feature `secret`.
-pub(crate) fn parse_session_grant_with_secret(
-    bytes: &[u8],
-) -> Option<(u64, Duration, Option<[u8; super::SECRET_LEN]>)> {
-    let (plain, rest) = bytes.split_at_checked(SESSION_GRANT_LEN)?;
-    let (token, timeout) = parse_session_grant(plain)?;
-    let (&len, secret) = rest.split_first()?;
-    if secret.len() != len as usize {
-        return None;
-    }
-    match len {
-        0 => Some((token, timeout, None)),
-        _ => Some((token, timeout, Some(secret.try_into().ok()?))),
-    }
-}
-
 /// The token and timeout of a whole session grant answer.
 pub(crate) fn parse_session_grant(bytes: &[u8]) -> Option<(u64, Duration)> {
     if bytes.len() != SESSION_GRANT_LEN || bytes[0] != SESSION_GRANTED {
@@ -380,19 +352,19 @@ mod tests {
         let secret = [3u8; crate::proto::SECRET_LEN];
         let with = Hold::Session.granted(9, t, Some(&secret));
         assert_eq!(with.len(), SESSION_GRANT_LEN + 17);
-        assert_eq!(session_grant_len(&with[..13], true), None);
-        assert_eq!(session_grant_len(&with[..14], true), Some(with.len()));
-        assert_eq!(session_grant_len(&with[..1], false), Some(13));
-        assert_eq!(
-            parse_session_grant_with_secret(&with),
-            Some((9, t, Some(secret)))
-        );
-        assert_eq!(parse_session_grant_with_secret(&with[..20]), None);
+        let tail = super::super::grant::Tail {
+            secret: true,
+            slot: false,
+        };
+        use super::super::grant::{grant_len, parse_grant};
+        assert_eq!(grant_len(&with[..13], tail), None);
+        assert_eq!(grant_len(&with[..14], tail), Some(with.len()));
+        let g = parse_grant(&with, tail).unwrap();
+        assert_eq!((g.token, g.timeout, g.secret), (9, t, Some(secret)));
+        assert_eq!(parse_grant(&with[..20], tail), None);
         let kept = Hold::Kept.granted(9, t, Some(b""));
-        assert_eq!(
-            parse_session_grant_with_secret(&kept),
-            Some((9, Duration::ZERO, None))
-        );
+        let g = parse_grant(&kept, tail).unwrap();
+        assert_eq!((g.token, g.timeout, g.secret), (9, Duration::ZERO, None));
         assert_eq!(Hold::Classic.refused(), b'-');
         assert_eq!(Hold::Kept.refused(), b'!');
         assert_eq!(Hold::Classic.conflict(LockMode::Shared), b"-");

@@ -33,6 +33,8 @@ pub(crate) struct Meta<'a> {
     pub peer: &'a str,
     pub mode: LockMode,
     pub token: Option<u64>,
+    /// A `--limit N` hold's slot (issue 45).
+    pub slot: Option<u32>,
     pub granted: SystemTime,
     pub waited: Option<Duration>,
     pub ended_at: SystemTime,
@@ -62,6 +64,9 @@ pub(crate) fn encode_entry(m: &Meta<'_>, fields: &[u8]) -> Vec<u8> {
     }
     meta.push("peer", m.peer);
     meta.push("mode", &m.mode.word().to_string());
+    if let Some(s) = m.slot {
+        meta.push("slot", &s.to_string());
+    }
     if let Some(t) = m.token {
         meta.push("token", &t.to_string());
     }
@@ -144,7 +149,7 @@ pub(crate) fn decode_entry(entry: &[u8]) -> Option<HistoryEntry> {
     let (meta, fields) = split(entry)?;
     let meta = meta_list(meta)?;
     let mut list = FieldList::parse(fields).unwrap_or_default();
-    for name in ["ended", "status", "by"] {
+    for name in ["slot", "ended", "status", "by"] {
         if let Some(v) = meta.get(name) {
             list.push(name, v);
         }
@@ -210,6 +215,7 @@ mod tests {
             peer: "10.0.0.1:5",
             mode: LockMode::limit(3),
             token: Some(42),
+            slot: Some(1),
             granted: UNIX_EPOCH + Duration::from_millis(1_000),
             waited: Some(Duration::from_millis(7)),
             ended_at: UNIX_EPOCH + Duration::from_millis(3_000),
@@ -233,6 +239,7 @@ mod tests {
         assert_eq!(e.status(), Some(3));
         assert_eq!(e.fields.get("note"), Some("deploy 1%"));
         assert_eq!(e.fields.get("ended"), Some("released"));
+        assert_eq!(e.fields.get("slot"), Some("1"));
         let hidden = decode_entry(&without_token(&bytes)).unwrap();
         assert_eq!(hidden.token, None);
         let mut answer = Vec::new();

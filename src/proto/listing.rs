@@ -69,7 +69,9 @@ pub(crate) struct Listing {
     pub waiters: Vec<WaiterReport>,
 }
 
-/// What the start of a buffer holds.
+/// What the start of a buffer holds. (A step is returned and taken apart
+/// at once, never kept: its record is not boxed.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
     /// A record, and how many bytes it took.
@@ -145,6 +147,8 @@ pub(crate) struct HoldView<'a> {
     pub identity: &'a [u8],
     /// A listing of version 2: the hold's field list and its key's mark.
     pub extra: Option<(&'a [u8], Option<u64>)>,
+    /// A `--limit N` hold's slot: written with `extra` (version 2).
+    pub slot: Option<u32>,
 }
 
 /// A waiter's fields, borrowed (as [`HoldView`]).
@@ -226,6 +230,7 @@ pub(crate) fn push_hold(out: &mut Vec<u8>, r: &KeyReport) {
             expires: r.expires,
             identity: r.identity.as_deref().unwrap_or_default(),
             extra: r.fields.as_deref().map(|f| (f, r.mark)),
+            slot: r.slot,
         },
     );
 }
@@ -247,6 +252,9 @@ pub(crate) fn push_hold_view(out: &mut Vec<u8>, h: &HoldView<'_>) {
             push_long(out, fields);
             out.push(u8::from(mark.is_some()));
             out.extend_from_slice(&mark.unwrap_or(0).to_be_bytes());
+            // Slots (issue 45): a reader before them skips these bytes.
+            out.push(u8::from(h.slot.is_some()));
+            out.extend_from_slice(&h.slot.unwrap_or(0).to_be_bytes());
         }
     });
 }
@@ -347,8 +355,14 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
             let identity = cur.short();
             // A listing of version 2: the field list and the key's mark.
             let fields = cur.long();
-            let mark = match cur.flag() {
-                Some(true) => cur.u64(),
+            // Each flag's value is there, set or not.
+            let mark = match (cur.flag(), cur.u64()) {
+                (Some(true), m) => m,
+                _ => None,
+            };
+            // Absent from a server before slots.
+            let slot = match (cur.flag(), cur.u32()) {
+                (Some(true), s) => s,
                 _ => None,
             };
             let identity = identity.filter(|i| !i.is_empty());
@@ -366,6 +380,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 identity,
                 fields,
                 mark,
+                slot,
             })
         }
         WAITER => {

@@ -62,6 +62,9 @@ pub(crate) struct KeyReport {
     /// of version 2 only (Keys with flags bit 1).
     pub fields: Option<Vec<u8>>,
     pub mark: Option<u64>,
+    /// A `--limit N` hold's slot (issue 45): in a listing of version 2 of
+    /// a server that keeps slots.
+    pub slot: Option<u32>,
 }
 
 /// The high bit of `KEYX`'s count: entries carry a token and a hold kind.
@@ -189,6 +192,7 @@ pub(crate) fn decode_keys_extended(buf: &[u8]) -> Option<Vec<KeyReport>> {
             identity: None,
             fields: None,
             mark: None,
+            slot: None,
         });
     }
     (cur.take(1)? == b"+").then_some(out)
@@ -241,6 +245,7 @@ mod tests {
             identity: None,
             fields: None,
             mark: None,
+            slot: None,
         }
     }
 

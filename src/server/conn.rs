@@ -165,6 +165,7 @@ async fn serve(
         hold,
         secret: greeted.secret,
         queues: greeted.queues,
+        slots: greeted.slots,
     };
     if wait {
         lock::serve(stream, shared, key, ask, answer).await

@@ -30,7 +30,11 @@ pub(super) async fn hand_over(
     let secret = answering
         .secret
         .then(|| g.secret.as_ref().map_or(&[][..], |s| &s[..]));
-    let bytes = hold.granted(g.token, shared.reclaim_grace, secret);
+    let mut bytes = hold.granted(g.token, shared.reclaim_grace, secret);
+    // The slot field, on a connection that took the feature `slots`.
+    if answering.slots && hold != Hold::Classic {
+        crate::proto::grant::push_slot(&mut bytes, g.slot);
+    }
     let delivered = answer(&mut stream, shared, &key, g.id, g.durable, hold, &bytes).await;
     // A kept hold that expires (not kept in the Grant: every waiter's
     // future holds one).

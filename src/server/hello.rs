@@ -14,7 +14,8 @@
 //! version in the answer. `secret`: the session grants on this connection
 //! carry the hold's secret, which its Reclaim must show. `history`: it
 //! may ask a key's history (History, 21); taken only by a server that
-//! keeps one (`--history` not 0).
+//! keeps one (`--history` not 0). `slots`: every `=` answer on this
+//! connection ends with the hold's slot field (`proto::grant`).
 
 use std::net::SocketAddr;
 
@@ -43,6 +44,8 @@ pub(super) struct Greeted {
     pub queues: bool,
     /// It may ask a key's history (the feature `history`).
     pub history: bool,
+    /// Its `=` answers end with the hold's slot field (the feature `slots`).
+    pub slots: bool,
     pub caller: Option<Caller>,
 }
 
@@ -75,6 +78,9 @@ fn welcome(greeted: &Greeted) -> Vec<u8> {
     if greeted.history {
         version = format!("{version} {}", proto::FEATURE_HISTORY);
     }
+    if greeted.slots {
+        version = format!("{version} {}", proto::FEATURE_SLOTS);
+    }
     match caller {
         None => proto::hello_answer(version.as_bytes()),
         Some(c) => proto::hello_accepted(version.as_bytes(), c.role.name().as_bytes()),
@@ -100,6 +106,7 @@ pub(super) async fn greet(
         secret,
         queues,
         history,
+        slots: asks(client, proto::FEATURE_SLOTS),
         caller: None,
     };
     let Some(tokens) = &shared.tokens else {

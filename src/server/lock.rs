@@ -28,6 +28,9 @@ pub(super) struct Answering {
     /// The connection took the feature `queues`: a queued request is
     /// told its ticket (`@`).
     pub queues: bool,
+    /// The connection took the feature `slots`: the grant ends with the
+    /// hold's slot field.
+    pub slots: bool,
 }
 
 /// Serves a Lock up to its wait: a grant at once or a refusal is answered

@@ -335,10 +335,14 @@ pub(super) async fn reclaim(
     // Nothing new to log: the hold is the one the log has. If the answer
     // cannot be delivered the hold stays, and this task still expires it.
     // The secret is not sent again: its holder has it.
-    let answer = match greeted.secret {
+    let mut answer = match greeted.secret {
         true => proto::session_grant_with_secret(token, shared.reclaim_grace, &[]),
         false => proto::session_grant(token, shared.reclaim_grace).to_vec(),
     };
+    // The hold's slot, kept across the reclaim (the feature `slots`).
+    if greeted.slots {
+        proto::grant::push_slot(&mut answer, g.slot);
+    }
     let _ = stream.write_all(&answer).await;
     if let Some(link) = g.link {
         spawn_hold(stream, peer, shared, key, g.id, link);

@@ -17,19 +17,21 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: [u8; 8] = *b"LCCLIWAL";
-/// The format this build writes and reads (7: a key's history, tag 11,
+/// The format this build writes and reads (8: a `--limit N` hold's slot,
+/// tag 12, issue 45; 7: a key's history, tag 11,
 /// issue 46; 6: a key's mark, tag 10, issue
 /// 44; 5: a grant may carry its
 /// owner, the token's fingerprint and name, and its session's secret
 /// digest, tag 8; 4: a kept hold's grant may carry its expiry deadline,
 /// tag 7; 3: grants carry a mode, and a release names the hold's token;
 /// versions 1 to 4 are still read, and their header rewritten).
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// The earlier formats, read and upgraded in place: 1 (grants without
 /// tokens), 2 (grants with a token and a session flag, one hold per key),
 /// 3 (no expiring holds), 4 (no owners: their holds are restored without
-/// one), 5 (no marks), 6 (no history).
-pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=6;
+/// one), 5 (no marks), 6 (no history), 7 (no slots: their `--limit N`
+/// holds get one at start-up).
+pub const EARLIER: std::ops::RangeInclusive<u32> = 1..=7;
 pub const HEADER_LEN: usize = 12;
 
 /// The rights a log file (and its lock and compaction files) is created
@@ -156,9 +158,9 @@ mod tests {
         assert_eq!(classify(&h[..5], false), Format::New);
         assert_eq!(classify(&h, false), Format::Current);
         let mut newer = h;
-        newer[8] = 8;
-        assert_eq!(classify(&newer, false), Format::Version(8));
-        for v in [1, 2, 3, 4, 5, 6] {
+        newer[8] = 9;
+        assert_eq!(classify(&newer, false), Format::Version(9));
+        for v in [1, 2, 3, 4, 5, 6, 7] {
             let mut earlier = h;
             earlier[8] = v;
             assert_eq!(classify(&earlier, false), Format::Earlier(u32::from(v)));

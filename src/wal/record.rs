@@ -15,6 +15,9 @@
 //! - Grant with a field list (version 6, issue 44: `--order`,
 //!   `--newest`, `--cancel-running`, `--note`): `[9]` as 8, then
 //!   `[fieldsLen:u16le][field list]`
+//! - Grant with a slot (version 8, issue 45: a `--limit N` hold's slot):
+//!   `[12]` as 9 (its field list may be empty), then `[slot:u32le]`
+//!   (`grant.rs` has the tails of tags 7, 8, 9 and 12)
 //! - Release `[6][keyLen][key][token:u64le]`: the hold under that token
 //! - Mark    `[10][keyLen][key][set:u8][mark:u64le]` (version 6, issue 44):
 //!   the key's mark is now `mark` (set 1), or has none (set 0: cleared)
@@ -36,11 +39,14 @@ pub const HEADER: usize = 8;
 /// token, session flag, mode, deadline, an owned hold's owner, name and
 /// secret digest, and a field list).
 pub const MAX_PAYLOAD: usize = max(
-    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS,
+    1 + 3 * 256 + 8 + 8 + 1 + 4 + 8 + 8 + 256 + 1 + SECRET_DIGEST + 2 + MAX_FIELDS + 4,
     history::MAX_PAYLOAD,
 );
 
+mod grant;
 mod history;
+pub use grant::{Ownership, OwnershipRef};
+use grant::{TAG_GRANT, TAG_GRANT_EXPIRING, TAG_GRANT_FIELDS, TAG_GRANT_OWNED, TAG_GRANT_SLOT};
 pub use history::is_history;
 use history::{max, TAG_HISTORY};
 
@@ -54,64 +60,12 @@ const TAG_GRANT_V1: u8 = 1;
 const TAG_RELEASE_ALL: u8 = 2;
 const TAG_GRANT_V2: u8 = 3;
 const TAG_FLOOR: u8 = 4;
-const TAG_GRANT: u8 = 5;
 const TAG_RELEASE: u8 = 6;
-const TAG_GRANT_EXPIRING: u8 = 7;
-const TAG_GRANT_OWNED: u8 = 8;
-const TAG_GRANT_FIELDS: u8 = 9;
 const TAG_MARK: u8 = 10;
 
 /// Whether a framed record (a valid one) is a Mark.
 pub fn is_mark(frame: &[u8]) -> bool {
     frame.get(HEADER) == Some(&TAG_MARK)
-}
-
-/// Whose a hold is, as its Grant records it (tag 8; none in tags 1 to 7):
-/// its token's fingerprint (0: none) and name, and the digest of its
-/// session's secret.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ownership {
-    pub fingerprint: u64,
-    pub name: Vec<u8>,
-    pub secret: Option<[u8; SECRET_DIGEST]>,
-    /// The request's field list (tag 9; empty: none).
-    pub fields: Vec<u8>,
-}
-
-/// An [`Ownership`] read in place.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OwnershipRef<'a> {
-    pub fingerprint: u64,
-    pub name: &'a [u8],
-    pub secret: Option<[u8; SECRET_DIGEST]>,
-    pub fields: &'a [u8],
-}
-
-impl Ownership {
-    pub fn borrowed(&self) -> OwnershipRef<'_> {
-        OwnershipRef {
-            fingerprint: self.fingerprint,
-            name: &self.name,
-            secret: self.secret,
-            fields: &self.fields,
-        }
-    }
-}
-
-impl OwnershipRef<'_> {
-    /// Nothing to record (a Grant of tag 5 or 7).
-    pub fn is_none(&self) -> bool {
-        self.fingerprint == 0 && self.secret.is_none()
-    }
-
-    pub fn to_owned(&self) -> Ownership {
-        Ownership {
-            fingerprint: self.fingerprint,
-            name: self.name.to_vec(),
-            secret: self.secret,
-            fields: self.fields.to_vec(),
-        }
-    }
 }
 
 /// One change to the table of held keys.
@@ -235,14 +189,8 @@ impl RecordRef<'_> {
                 expires_ms,
                 ownership,
             } => {
-                let with_fields = !ownership.fields.is_empty();
-                let owned = !ownership.is_none() || with_fields;
-                out.push(match (with_fields, owned, expires_ms) {
-                    (true, _, _) => TAG_GRANT_FIELDS,
-                    (false, true, _) => TAG_GRANT_OWNED,
-                    (false, false, Some(_)) => TAG_GRANT_EXPIRING,
-                    (false, false, None) => TAG_GRANT,
-                });
+                let tag = grant::tag(&ownership, expires_ms);
+                out.push(tag);
                 for field in [key, source, peer] {
                     let field = &field[..field.len().min(255)];
                     out.push(field.len() as u8);
@@ -252,23 +200,7 @@ impl RecordRef<'_> {
                 out.extend_from_slice(&token.to_le_bytes());
                 out.push(u8::from(session));
                 out.extend_from_slice(&mode.word().to_le_bytes());
-                if owned {
-                    out.extend_from_slice(&expires_ms.unwrap_or(0).to_le_bytes());
-                    out.extend_from_slice(&ownership.fingerprint.to_le_bytes());
-                    let name = &ownership.name[..ownership.name.len().min(255)];
-                    out.push(name.len() as u8);
-                    out.extend_from_slice(name);
-                    let secret = ownership.secret.as_ref().map_or(&[][..], |s| &s[..]);
-                    out.push(secret.len() as u8);
-                    out.extend_from_slice(secret);
-                    if with_fields {
-                        let fields = &ownership.fields[..ownership.fields.len().min(MAX_FIELDS)];
-                        out.extend_from_slice(&(fields.len() as u16).to_le_bytes());
-                        out.extend_from_slice(fields);
-                    }
-                } else if let Some(at) = expires_ms {
-                    out.extend_from_slice(&at.to_le_bytes());
-                }
+                grant::encode_tail(out, tag, expires_ms, &ownership);
             }
             RecordRef::History {
                 key,
@@ -417,6 +349,7 @@ pub fn is_current(frame: &[u8]) -> bool {
                 | TAG_GRANT_EXPIRING
                 | TAG_GRANT_OWNED
                 | TAG_GRANT_FIELDS
+                | TAG_GRANT_SLOT
                 | TAG_RELEASE
                 | TAG_FLOOR
                 | TAG_MARK
@@ -484,41 +417,15 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
     };
     let record = match tag {
         TAG_GRANT_V1 | TAG_GRANT_V2 | TAG_GRANT | TAG_GRANT_EXPIRING | TAG_GRANT_OWNED
-        | TAG_GRANT_FIELDS => {
+        | TAG_GRANT_FIELDS | TAG_GRANT_SLOT => {
             let key = field()?;
             let source = field()?;
             let peer = field()?;
             let mut expires_ms = None;
             let mut ownership = OwnershipRef::default();
-            if tag == TAG_GRANT_OWNED || tag == TAG_GRANT_FIELDS {
-                let (fixed, rest) = (cur.get(..37)?, &cur[37..]);
-                let (at, fingerprint) = (&fixed[21..29], &fixed[29..37]);
-                let at = u64::from_le_bytes(at.try_into().ok()?);
-                expires_ms = (at != 0).then_some(at);
-                ownership.fingerprint = u64::from_le_bytes(fingerprint.try_into().ok()?);
-                let (&n, rest) = rest.split_first()?;
-                ownership.name = rest.get(..n as usize)?;
-                let (&m, after) = rest[n as usize..].split_first()?;
-                let (secret, tail) = after.split_at_checked(m as usize)?;
-                if tag == TAG_GRANT_FIELDS {
-                    let (len, fields) = tail.split_at_checked(2)?;
-                    let len = u16::from_le_bytes(len.try_into().ok()?) as usize;
-                    if fields.len() != len || len == 0 || len > MAX_FIELDS {
-                        return None;
-                    }
-                    ownership.fields = fields;
-                } else if !tail.is_empty() {
-                    return None;
-                }
-                ownership.secret = match m {
-                    0 => None,
-                    16 => Some(secret.try_into().ok()?),
-                    _ => return None,
-                };
-                if ownership.is_none() && tag == TAG_GRANT_OWNED {
-                    return None;
-                }
-                cur = &cur[..21];
+            if matches!(tag, TAG_GRANT_OWNED | TAG_GRANT_FIELDS | TAG_GRANT_SLOT) {
+                let (fixed, at, owned) = grant::parse_owned(tag, cur)?;
+                (cur, expires_ms, ownership) = (fixed, at, owned);
             }
             let (since, token, session, mode) = match (tag, cur.len()) {
                 (TAG_GRANT_V1, 8) => (&cur[..8], [0; 8], 0, LockMode::Exclusive),
@@ -528,7 +435,7 @@ fn parse(payload: &[u8]) -> Option<RecordRef<'_>> {
                     cur[16],
                     LockMode::Exclusive,
                 ),
-                (TAG_GRANT | TAG_GRANT_OWNED | TAG_GRANT_FIELDS, 21) => (
+                (TAG_GRANT | TAG_GRANT_OWNED | TAG_GRANT_FIELDS | TAG_GRANT_SLOT, 21) => (
                     &cur[..8],
                     cur[8..16].try_into().ok()?,
                     cur[16],

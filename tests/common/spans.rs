@@ -318,10 +318,13 @@ pub(crate) fn keys_and_resets(lc: &dyn Fn(&[&str]) -> Command) {
         assert!(r["held_ms"].as_u64().is_some(), "{r}");
     }
     let table = String::from_utf8(lc(&["keys", "ksem"]).output().unwrap().stdout).unwrap();
-    // MODE is the last column but where the service shows tokens (TOKEN).
+    // MODE is the last column but where the service shows slots (SLOT,
+    // issue 45) or tokens (TOKEN).
     let header = table.lines().next().unwrap();
     assert!(
-        header.ends_with("MODE") || header.ends_with("MODE     TOKEN"),
+        header.ends_with("MODE")
+            || header.ends_with("MODE     TOKEN")
+            || header.ends_with("MODE     SLOT  TOKEN"),
         "{table}"
     );
     assert_eq!(table.matches("limit 2").count(), 2, "{table}");

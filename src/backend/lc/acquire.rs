@@ -224,14 +224,15 @@ impl LcBackend {
             Some(Granted::Outdated(mark)) => Ok(Some(Acquired::Outdated { mark })),
             Some(Granted::Ticket(_)) => Err(self.protocol("a ticket where an answer was due")),
             // A kept hold's grant carries its token too.
-            Some(Granted::Session(token, _, _)) if request.detached => {
-                Ok(Some(Acquired::Held(self.held(key, Some(token)))))
+            Some(Granted::Session(g)) if request.detached => {
+                Ok(Some(Acquired::Held(self.held(key, Some(g.token), g.slot))))
             }
-            Some(Granted::Session(token, timeout, secret)) => {
+            Some(Granted::Session(g)) => {
                 let grant = session::SessionGrant {
-                    token,
-                    timeout,
-                    secret,
+                    token: g.token,
+                    timeout: g.timeout,
+                    secret: g.secret,
+                    slot: g.slot,
                 };
                 Ok(Some(Acquired::Held(Box::new(session::LcSession::start(
                     self.clone(),
@@ -265,8 +266,8 @@ impl LcBackend {
         let _ = stream.shutdown().await;
         let answer = tokio::time::timeout(WITHDRAW_GRACE, session::read_grant(&mut stream)).await;
         drop(stream);
-        if let Ok(Some(session::Granted::Session(token, _, _))) = answer {
-            self.release_token(key, token).await?;
+        if let Ok(Some(session::Granted::Session(g))) = answer {
+            self.release_token(key, g.token).await?;
         }
         // Not confirmed in time: a grant that comes later goes to a closed
         // connection, and the server frees a session hold whose holder is gone.
@@ -290,7 +291,7 @@ impl LcBackend {
                 wait: false,
             };
             return match self.call(try_lock).await? {
-                Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None))),
+                Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None, None))),
                 Answer::Busy => Ok(Acquired::Busy),
                 Answer::Fail => Err(BackendError::Refused {
                     server: self.addr.clone(),
@@ -326,7 +327,7 @@ impl LcBackend {
             _ = cancel.cancelled() => return self.withdraw(stream, &request.key).await,
         };
         match answer {
-            Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None))),
+            Answer::Ok => Ok(Acquired::Held(self.held(&request.key, None, None))),
             Answer::Fail => Err(BackendError::Refused {
                 server: self.addr.clone(),
                 reason: format!(

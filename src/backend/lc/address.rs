@@ -44,6 +44,9 @@ pub(crate) const SCHEME: Scheme = Scheme {
     // backend then refuses them (76), as for the modes.
     caps: Capabilities {
         history: None,
+        // A `--limit N` grant tells its slot (the Hello feature `slots`);
+        // a server that does not name it has `--slots` refused (76).
+        slots: None,
         hold_at_least: Some(
             "a command's hold on the built-in server is its session's and cannot be kept after the command (keep one without a command: `lc-cli lock KEY --expire D`)",
         ),

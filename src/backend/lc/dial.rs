@@ -17,7 +17,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
@@ -64,11 +64,12 @@ impl Greeting {
         // `secret` after it: session grants carry the hold's secret, which
         // our reclaims show.
         let client = format!(
-            "{} {} {} {}\r\n",
+            "{} {} {} {} {}\r\n",
             env!("CARGO_PKG_VERSION"),
             proto::FEATURE_SECRET,
             proto::FEATURE_QUEUES,
-            proto::FEATURE_HISTORY
+            proto::FEATURE_HISTORY,
+            proto::FEATURE_SLOTS
         );
         let frame = proto::encode(&Request::Hello {
             client: client.into_bytes(),
@@ -264,6 +265,7 @@ impl Dialer {
             }),
             secret: false,
             queues: false,
+            slots: false,
         })
     }
 
@@ -312,6 +314,9 @@ pub(super) struct LcStream {
     secret: bool,
     /// The server took the feature `queues` (issue 44).
     queues: bool,
+    /// The server took the feature `slots` (issue 45): its `=` answers
+    /// end with the hold's slot field.
+    slots: bool,
 }
 
 /// Plain or TLS, as the server has it too (`crate::tls_stream`); its read
@@ -325,16 +330,74 @@ impl LcStream {
         self.io.tcp().local_addr().ok()
     }
 
-    /// Whether the server took the feature `secret` on this connection
-    /// (known once its first bytes after the Hello's answer are read).
-    pub(super) fn took_secret(&self) -> bool {
-        self.secret
-    }
-
     /// Whether the server took the feature `queues` on this connection
     /// (known once its first bytes after the Hello's answer are read).
     pub(super) fn took_queues(&self) -> bool {
         self.queues
+    }
+
+    /// What follows the token and timeout of an `=` on this connection
+    /// (known once its first bytes after the Hello's answer are read).
+    pub(super) fn grant_tail(&self) -> proto::grant::Tail {
+        proto::grant::Tail {
+            secret: self.secret,
+            slot: self.slots,
+        }
+    }
+
+    /// Reads until the Hello's answer is parsed (Ready(Ok) at once when
+    /// there is none, or it is parsed already).
+    fn poll_hello(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let Some(h) = self.hello.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            if h.parsed {
+                return Poll::Ready(Ok(()));
+            }
+            let mut tmp = [0u8; 2 + 2 * proto::MAX_FIELD];
+            let mut more = ReadBuf::new(&mut tmp);
+            let closed = match ready(read(&mut self.io, cx, &mut more)) {
+                None => return Poll::Pending,
+                Some(Ok(())) => more.filled().is_empty(),
+                // A reset after the reference's `-`, or after part of an
+                // answer: judged on what came.
+                Some(Err(_)) if !h.got.is_empty() => true,
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+            };
+            h.got.extend_from_slice(more.filled());
+            let Some((answer, used)) = proto::parse_hello(&h.got, closed) else {
+                continue;
+            };
+            match answer {
+                HelloAnswer::Unknown => {
+                    h.greeting.unknown.store(true, Ordering::Relaxed);
+                    self.hello = None;
+                    return Poll::Ready(Err(io::Error::other(HelloUnknown)));
+                }
+                HelloAnswer::AtLimit(limit) => {
+                    h.greeting.note_at_limit(limit.clone());
+                    self.hello = None;
+                    return Poll::Ready(Err(io::Error::other(AtLimit(limit))));
+                }
+                HelloAnswer::Refused(_) => {
+                    h.greeting.record(answer);
+                    let why = h.greeting.refusal().unwrap_or_default();
+                    self.hello = None;
+                    return Poll::Ready(Err(io::Error::other(TokenRefused(why))));
+                }
+                // Not an answer to a Hello: the caller judges the bytes.
+                HelloAnswer::Foreign => {}
+                HelloAnswer::Unchecked { .. } | HelloAnswer::Accepted { .. } => {
+                    self.secret = names(&answer, proto::FEATURE_SECRET);
+                    self.queues = names(&answer, proto::FEATURE_QUEUES);
+                    self.slots = names(&answer, proto::FEATURE_SLOTS);
+                    h.greeting.record(answer);
+                    h.got.drain(..used);
+                }
+            }
+            h.parsed = true;
+        }
     }
 }
 
@@ -396,62 +459,20 @@ impl AsyncRead for LcStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        loop {
-            let Some(h) = this.hello.as_mut() else {
-                return read(&mut this.io, cx, buf);
-            };
-            if h.parsed {
-                if h.got.is_empty() {
-                    this.hello = None;
-                    continue;
-                }
+        if let Err(e) = ready!(this.poll_hello(cx)) {
+            return Poll::Ready(Err(e));
+        }
+        // The bytes read after the Hello's answer first.
+        if let Some(h) = this.hello.as_mut() {
+            if !h.got.is_empty() {
                 let n = h.got.len().min(buf.remaining());
                 buf.put_slice(&h.got[..n]);
                 h.got.drain(..n);
                 return Poll::Ready(Ok(()));
             }
-            let mut tmp = [0u8; 2 + 2 * proto::MAX_FIELD];
-            let mut more = ReadBuf::new(&mut tmp);
-            let closed = match ready(read(&mut this.io, cx, &mut more)) {
-                None => return Poll::Pending,
-                Some(Ok(())) => more.filled().is_empty(),
-                // A reset after the reference's `-`, or after part of an
-                // answer: judged on what came.
-                Some(Err(_)) if !h.got.is_empty() => true,
-                Some(Err(e)) => return Poll::Ready(Err(e)),
-            };
-            h.got.extend_from_slice(more.filled());
-            let Some((answer, used)) = proto::parse_hello(&h.got, closed) else {
-                continue;
-            };
-            match answer {
-                HelloAnswer::Unknown => {
-                    h.greeting.unknown.store(true, Ordering::Relaxed);
-                    this.hello = None;
-                    return Poll::Ready(Err(io::Error::other(HelloUnknown)));
-                }
-                HelloAnswer::AtLimit(limit) => {
-                    h.greeting.note_at_limit(limit.clone());
-                    this.hello = None;
-                    return Poll::Ready(Err(io::Error::other(AtLimit(limit))));
-                }
-                HelloAnswer::Refused(_) => {
-                    h.greeting.record(answer);
-                    let why = h.greeting.refusal().unwrap_or_default();
-                    this.hello = None;
-                    return Poll::Ready(Err(io::Error::other(TokenRefused(why))));
-                }
-                // Not an answer to a Hello: the caller judges the bytes.
-                HelloAnswer::Foreign => {}
-                HelloAnswer::Unchecked { .. } | HelloAnswer::Accepted { .. } => {
-                    this.secret = names(&answer, proto::FEATURE_SECRET);
-                    this.queues = names(&answer, proto::FEATURE_QUEUES);
-                    h.greeting.record(answer);
-                    h.got.drain(..used);
-                }
-            }
-            h.parsed = true;
+            this.hello = None;
         }
+        read(&mut this.io, cx, buf)
     }
 }
 

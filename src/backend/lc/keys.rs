@@ -225,6 +225,11 @@ pub(super) async fn list_manager(
 
 /// A hold as `keys` shows it.
 pub(super) fn key_info(r: KeyReport) -> KeyInfo {
+    let mut fields = field_list(r.fields);
+    // What the server adds to a grant: its slot (docs/request-fields.md).
+    if let Some(slot) = r.slot {
+        fields.push("slot", &slot.to_string());
+    }
     KeyInfo {
         identity: r.identity.map(text),
         key: text(r.key),
@@ -237,7 +242,7 @@ pub(super) fn key_info(r: KeyReport) -> KeyInfo {
         token: r.token,
         expires: r.expires,
         mode: r.mode.unwrap_or(LockMode::Exclusive),
-        fields: field_list(r.fields),
+        fields,
         mark: r.mark,
     }
 }

@@ -231,11 +231,12 @@ impl LcBackend {
     }
 
     /// A kept hold; with its token, released under it.
-    fn held(&self, key: &str, token: Option<u64>) -> Box<dyn HeldLock> {
+    fn held(&self, key: &str, token: Option<u64>, slot: Option<u32>) -> Box<dyn HeldLock> {
         Box::new(LcHeld {
             backend: self.clone(),
             key: key.to_string(),
             token,
+            slot,
         })
     }
 }
@@ -437,10 +438,16 @@ struct LcHeld {
     key: String,
     /// The hold's token, where the server gave one (lc-cli's own server).
     token: Option<u64>,
+    /// Its slot, where the server told one (`--limit N`, feature `slots`).
+    slot: Option<u32>,
 }
 
 #[async_trait]
 impl HeldLock for LcHeld {
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
     async fn lost(&mut self) -> LostReason {
         std::future::pending().await
     }

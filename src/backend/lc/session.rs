@@ -55,6 +55,8 @@ pub(super) struct SessionGrant {
     pub token: u64,
     pub timeout: Duration,
     pub secret: Option<Secret>,
+    /// A `--limit N` hold's slot, from a server that took `slots`.
+    pub slot: Option<u32>,
 }
 
 /// A session hold's secret.
@@ -74,6 +76,8 @@ pub(super) struct LcSession {
     /// key's mark on a 0); with the request's `--order`.
     ended: Option<proto::Ended>,
     order: Option<u64>,
+    /// A `--limit N` hold's slot (`LC_SLOT`).
+    slot: Option<u32>,
 }
 
 impl LcSession {
@@ -90,6 +94,7 @@ impl LcSession {
             token,
             timeout,
             secret,
+            slot,
         } = grant;
         let (lost_tx, lost) = watch::channel(None);
         let (asks, ask_rx) = mpsc::channel(1);
@@ -121,6 +126,7 @@ impl LcSession {
             keeper: tokio::spawn(keeper.run(ask_rx)),
             ended: None,
             order,
+            slot,
         }
     }
 }
@@ -135,6 +141,10 @@ impl Drop for LcSession {
 impl HeldLock for LcSession {
     fn token(&self) -> Option<u64> {
         Some(self.token)
+    }
+
+    fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     fn expiry(&self) -> Option<Expiry> {
@@ -439,8 +449,9 @@ async fn read_some(stream: &mut Option<LcStream>, buf: &mut [u8]) -> Option<usiz
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Granted {
     /// `=`: the token, the server's session timeout and, from a server
-    /// that took the feature `secret`, a session hold's secret.
-    Session(u64, Duration, Option<Secret>),
+    /// that took the features `secret` and `slots`, a session hold's
+    /// secret and a `--limit N` hold's slot.
+    Session(proto::grant::GrantAnswer),
     /// `!`: refused (withdrawn, not recorded, not held any more).
     Lost,
     /// `#`: a SessionTryLock found the key held.
@@ -527,20 +538,16 @@ fn judge(stream: &LcStream, buf: &[u8]) -> Option<Granted> {
     match buf[0] {
         proto::SESSION_GRANTED => {
             // The Hello's answer (read before these bytes) said whether
-            // a secret field follows.
-            let secret = stream.took_secret();
-            match proto::session_grant_len(buf, secret) {
+            // a secret field and a slot field follow.
+            let tail = stream.grant_tail();
+            let whole = match proto::grant::grant_len(buf, tail) {
                 Some(whole) if whole > MAX_ANSWER => return foreign(),
-                Some(whole) if len >= whole => {}
+                Some(whole) if len >= whole => whole,
                 _ => return None,
-            }
-            let parsed = match secret {
-                true => proto::parse_session_grant_with_secret(buf),
-                false => proto::parse_session_grant(buf).map(|(t, d)| (t, d, None)),
             };
-            match parsed {
-                Some((token, timeout, secret)) => Some(Granted::Session(token, timeout, secret)),
-                None => foreign(),
+            match proto::grant::parse_grant(&buf[..whole], tail) {
+                Some(g) if whole == len => Some(Granted::Session(g)),
+                _ => foreign(),
             }
         }
         proto::MODE_CONFLICT if len < proto::MODE_CONFLICT_LEN => None,

@@ -161,6 +161,19 @@ fn mode_cell(mode: LockMode) -> String {
     }
 }
 
+/// A SLOT cell (issue 45): the slot's name where the request named its
+/// pool (`slots=`), else its index; `-` for a hold without one.
+fn slot_cell(fields: &FieldList) -> String {
+    let Some(slot) = fields.get("slot") else {
+        return "-".into();
+    };
+    let name = fields.get("slots").and_then(|names| {
+        let i: usize = slot.parse().ok()?;
+        names.split(',').nth(i)
+    });
+    crate::cmd::printable(name.unwrap_or(slot)).into_owned()
+}
+
 /// A plain aligned table with a header. Keys, sources and peers have their
 /// control characters escaped: a key with a newline cannot forge a row, nor
 /// an escape sequence recolour the terminal (`--json` has them as JSON
@@ -184,6 +197,11 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         .to_vec();
     if with_mode {
         header.push("MODE".into());
+    }
+    // A SLOT column only where some hold has one (`--limit N`, issue 45).
+    let slots = keys.iter().any(|k| k.fields.get("slot").is_some());
+    if slots {
+        header.push("SLOT".into());
     }
     if expiring {
         header.push("EXPIRES".into());
@@ -216,6 +234,9 @@ pub(crate) fn as_table(keys: &[KeyInfo], now: SystemTime) -> String {
         ];
         if with_mode {
             row.push(mode_cell(k.mode));
+        }
+        if slots {
+            row.push(slot_cell(&k.fields));
         }
         if expiring {
             row.push(expires_cell(k, now));
@@ -499,6 +520,25 @@ mod tests {
             lines[2].ends_with("order 42, newest, cancel-running  41    v1.4 by ci"),
             "{t}"
         );
+    }
+
+    /// Issue 45: a SLOT column where some hold has one, with the slot's
+    /// name where the request named its pool.
+    #[test]
+    fn slots_have_a_column_where_held() {
+        let now = SystemTime::now();
+        let plain = info("a", 0, 5, now);
+        assert!(!as_table(std::slice::from_ref(&plain), now).contains("SLOT"));
+        let mut second = info("pool", 0, 5, now);
+        second.fields = FieldList::parse(b"slot=1\n").unwrap();
+        let mut named = info("pool", 0, 5, now);
+        named.fields = FieldList::parse(b"slots=db1,db2,db3\nslot=2\n").unwrap();
+        let t = as_table(&[plain, second, named], now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("SLOT"), "{t}");
+        assert!(lines[1].ends_with(" -"), "{t}");
+        assert!(lines[2].ends_with(" 1"), "{t}");
+        assert!(lines[3].ends_with(" db3"), "{t}");
     }
 
     #[test]

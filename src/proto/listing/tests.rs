@@ -14,6 +14,7 @@ fn hold(key: &str) -> KeyReport {
         identity: Some(b"alice".to_vec()),
         fields: None,
         mark: None,
+        slot: None,
     }
 }
 
@@ -139,11 +140,19 @@ fn unknown_kinds_and_longer_bodies_are_skipped() {
 /// none.
 #[test]
 fn fields_and_marks_round_trip() {
-    let holds = vec![KeyReport {
-        fields: Some(b"order=7\nnewest=1\n".to_vec()),
-        mark: Some(6),
-        ..hold("a")
-    }];
+    let holds = vec![
+        KeyReport {
+            fields: Some(b"order=7\nnewest=1\n".to_vec()),
+            mark: Some(6),
+            ..hold("a")
+        },
+        // Slots (issue 45): with the fields, a hold's slot.
+        KeyReport {
+            fields: Some(Vec::new()),
+            slot: Some(2),
+            ..hold("b")
+        },
+    ];
     let waiters = vec![WaiterReport {
         fields: Some(b"note=x\n".to_vec()),
         ..waiter("a", "w1")

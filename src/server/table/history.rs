@@ -103,6 +103,7 @@ impl Inner {
             peer: &peer,
             mode: holder.mode,
             token: Some(holder.token),
+            slot: holder.slot,
             granted: holder.since,
             waited: None,
             ended_at: SystemTime::now(),

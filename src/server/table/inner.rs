@@ -118,6 +118,11 @@ impl Inner {
         // The holder's secret goes to it alone; the table and the log keep
         // its digest.
         let secret = (ask.session && ask.secret).then(fresh_secret);
+        // `--limit N`: the lowest slot no hold of the key has.
+        let slot = match self.keys.get(key) {
+            Some(state) => state.free_slot(ask.mode),
+            None => KeyState::default().free_slot(ask.mode),
+        };
         let holder = Holder {
             id,
             token,
@@ -130,6 +135,7 @@ impl Inner {
             expires,
             secret: secret.as_ref().map(secret_digest),
             fields: ask.fields.clone(),
+            slot,
         };
         let durable = self.record_grant(key, &holder);
         let (link, end) = Link::for_hold(ask.session);
@@ -143,6 +149,7 @@ impl Inner {
             link: end,
             secret,
             owner: ask.owner.clone(),
+            slot,
         }
     }
 
@@ -191,6 +198,7 @@ impl Inner {
                     .fields
                     .as_deref()
                     .map_or_else(Vec::new, <[u8]>::to_vec),
+                slot: holder.slot,
             },
         };
         Durable(vec![wal.append(&held.record())])

@@ -77,6 +77,9 @@ pub(crate) struct Holder {
     pub secret: Option<Secret>,
     /// Its request's field list (issue 44), if it had one.
     pub fields: Option<Arc<[u8]>>,
+    /// A `--limit N` hold's slot (issue 45): 0 to N-1, the lowest free at
+    /// its grant, never another hold's of the key.
+    pub slot: Option<u32>,
 }
 
 /// The live end of a session hold.
@@ -180,8 +183,15 @@ pub(super) struct Hold {
     peer: Peer,
     pub mode: LockMode,
     pub session: bool,
+    /// A `--limit N` hold's slot, [`NO_SLOT`] for the others (in the
+    /// room the flag above leaves: a hold stays 80 bytes).
+    slot: u32,
     rare: Option<Box<Rare>>,
 }
+
+/// What a hold without a slot keeps in its place (no `--limit` takes so
+/// many: the protocol's N is a u32, and slots go from 0 to N-1).
+const NO_SLOT: u32 = u32::MAX;
 
 impl Hold {
     pub(super) fn new(h: &Holder, source: Source, link: Option<Link>) -> Hold {
@@ -209,6 +219,7 @@ impl Hold {
             peer: Peer::new(h.peer),
             mode: h.mode,
             session: h.session,
+            slot: h.slot.unwrap_or(NO_SLOT),
             rare: any.then(|| Box::new(rare)),
         }
     }
@@ -227,7 +238,19 @@ impl Hold {
             expires: self.expires(),
             secret: self.secret(),
             fields: self.fields().cloned(),
+            slot: self.slot(),
         }
+    }
+
+    /// A `--limit N` hold's slot.
+    pub(super) fn slot(&self) -> Option<u32> {
+        (self.slot != NO_SLOT).then_some(self.slot)
+    }
+
+    /// Gives a hold restored without a slot (from a log of an earlier
+    /// release) the slot `slot`.
+    pub(super) fn set_slot(&mut self, slot: u32) {
+        self.slot = slot;
     }
 
     /// The request's field list, if it had one.
@@ -503,68 +526,4 @@ impl KeyState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A held key costs its map entry, its name, its `KeyState` and the
-    /// hold in it: keep the two small (a million held keys is ~100 MB
-    /// here). The hold was 160 bytes in a `Vec` of room for 4 (640).
-    #[test]
-    fn a_hold_stays_small() {
-        assert!(
-            std::mem::size_of::<Hold>() <= 80,
-            "{}",
-            std::mem::size_of::<Hold>()
-        );
-        assert!(std::mem::size_of::<Peer>() <= 16);
-        let state = std::mem::size_of::<KeyState>();
-        assert!(state <= 96, "a key's state is {state} bytes");
-    }
-
-    /// Each queued waiter is one entry of its key's line (with room for
-    /// up to as many again), beside its connection's task.
-    #[test]
-    fn a_waiter_stays_small() {
-        let waiter = std::mem::size_of::<Waiter>();
-        assert!(waiter <= 88, "a waiter is {waiter} bytes");
-    }
-
-    #[test]
-    fn holds_grow_and_shrink_through_one_inline() {
-        let holder = |id| Holder {
-            id,
-            token: id,
-            source: Vec::new(),
-            peer: "[::1]:7".parse().unwrap(),
-            since: SystemTime::now(),
-            session: false,
-            mode: LockMode::Shared,
-            owner: None,
-            expires: None,
-            secret: None,
-            fields: None,
-        };
-        let hold = |id| Hold::new(&holder(id), Arc::from(&b"s"[..]), None);
-        let mut holds = Holds::default();
-        assert!(holds.is_empty());
-        holds.push(hold(1));
-        assert!(matches!(holds, Holds::One(_)));
-        holds.push(hold(2));
-        holds.push(hold(3));
-        assert_eq!(holds.iter().map(|h| h.id).collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(holds.remove(1).id, 2);
-        holds.retain(|h| h.id != 1);
-        assert_eq!(holds.len(), 1);
-        let h = holds.remove(0);
-        assert!(holds.is_empty());
-        // What went in comes out: the start to the ns, the peer with v6.
-        let want = holder(9);
-        let got = Hold::new(&want, Arc::from(&b"s"[..]), None).holder();
-        assert_eq!((got.since, got.peer), (want.since, want.peer));
-        assert_eq!(h.peer(), want.peer);
-        let mut single = Holds::default();
-        single.push(hold(5));
-        single.retain(|_| false);
-        assert!(single.is_empty());
-    }
-}
+mod tests;

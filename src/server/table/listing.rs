@@ -155,6 +155,7 @@ fn push_listed(
                 extra: what
                     .fields
                     .then(|| (h.fields().map_or(&[][..], |f| &f[..]), mark)),
+                slot: h.slot(),
             },
         );
     }
@@ -194,5 +195,6 @@ fn report(key: &[u8], h: &Hold, waiting: u32) -> KeyReport {
         identity: None,
         fields: None,
         mark: None,
+        slot: None,
     }
 }

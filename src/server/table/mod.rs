@@ -39,6 +39,7 @@ mod owner;
 mod queue;
 mod reset;
 mod restore;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -79,6 +80,8 @@ pub(crate) struct Grant {
     pub secret: Option<Secret>,
     /// Whose it is (`--token-file`), for the log's line.
     pub owner: Option<Owner>,
+    /// A `--limit N` hold's slot (issue 45), told with the grant.
+    pub slot: Option<u32>,
 }
 
 /// Why a Reclaim is refused while the hold is there.
@@ -437,6 +440,7 @@ impl Table {
             link: Some(end),
             secret: None,
             owner: hold.owner().cloned(),
+            slot: hold.slot(),
         };
         // An ownerless hold (from a log of an earlier release) now counts
         // toward its new owner's held= quota.

@@ -9,6 +9,7 @@ use super::inner::Inner;
 use super::key::{Hold, Holder, KeyState, Link, LinkEnd};
 use super::owner::{Fingerprint, Identity, Owner};
 use super::{GrantId, Table};
+use crate::mode::LockMode;
 use crate::wal::HeldRef;
 
 impl Table {
@@ -20,6 +21,7 @@ impl Table {
             built: Vec::new(),
             stragglers: Vec::new(),
             owners: HashMap::new(),
+            unslotted: false,
         }
     }
 }
@@ -37,6 +39,9 @@ pub(crate) struct Restorer<'t> {
     stragglers: Vec<(Box<[u8]>, Hold)>,
     /// Each owner once, by fingerprint: its holds share it.
     owners: HashMap<u64, Owner>,
+    /// A `--limit N` hold came without a slot (a log of an earlier
+    /// release): slots are given once every hold is in.
+    unslotted: bool,
 }
 
 impl Restorer<'_> {
@@ -63,6 +68,7 @@ impl Restorer<'_> {
                 .clone()
         });
         let (hold, end) = self.inner.restored(held, peer, owner);
+        self.unslotted |= matches!(hold.mode, LockMode::Limit(_)) && hold.slot().is_none();
         let id = hold.id;
         let key = held.key;
         let owner = hold.owner().cloned();
@@ -93,6 +99,13 @@ impl Drop for Restorer<'_> {
         for (key, hold) in std::mem::take(&mut self.stragglers) {
             self.inner.add_hold(&key, hold);
         }
+        // Each the lowest slot its key's other holds leave free, once the
+        // holds with a slot in the log are all in (nobody was told one).
+        if self.unslotted {
+            for state in self.inner.keys.values_mut() {
+                state.give_slots();
+            }
+        }
     }
 }
 
@@ -121,6 +134,7 @@ impl Inner {
             secret: held.ownership.secret,
             fields: (!held.ownership.fields.is_empty())
                 .then(|| std::sync::Arc::from(held.ownership.fields)),
+            slot: held.ownership.slot,
         };
         let source = self.sources.intern(held.source);
         (Hold::new(&holder, source, link), end)

@@ -32,6 +32,7 @@ fn owned(at_ms: Option<u64>) -> Record {
             name: b"alice".to_vec(),
             secret: at_ms.is_none().then_some([7; SECRET_DIGEST]),
             fields: Vec::new(),
+            slot: None,
         };
     }
     r
@@ -44,6 +45,15 @@ fn with_fields(fields: &[u8], fingerprint: u64) -> Record {
     if let Record::Grant { ownership, .. } = &mut r {
         ownership.fingerprint = fingerprint;
         ownership.fields = fields.to_vec();
+    }
+    r
+}
+
+/// A `--limit N` hold with its slot (tag 12), with fields or without.
+fn with_slot(slot: u32, fields: &[u8]) -> Record {
+    let mut r = with_fields(fields, 0);
+    if let Record::Grant { ownership, .. } = &mut r {
+        ownership.slot = Some(slot);
     }
     r
 }
@@ -120,6 +130,20 @@ fn framed(payload: &[u8]) -> Vec<u8> {
     framed
 }
 
+/// A slot is written as tag 12, the field list of length 0 when it has
+/// none, and read back; a tag 12 without its slot's 4 bytes is not read.
+#[test]
+fn a_slot_is_tag_12() {
+    let bytes = with_slot(3, b"").encode();
+    assert_eq!(bytes[HEADER], 12);
+    assert_eq!(bytes[bytes.len() - 4..], 3u32.to_le_bytes());
+    let mut short = bytes[HEADER..bytes.len() - 4].to_vec();
+    assert_eq!(decode(&framed(&short)), Next::Corrupt("unreadable payload"));
+    // A tag 9 may not have an empty field list; tag 12 may.
+    short[0] = 9;
+    assert_eq!(decode(&framed(&short)), Next::Corrupt("unreadable payload"));
+}
+
 #[test]
 fn roundtrip_and_every_cut_is_incomplete() {
     let expiring = expiring(1_700_000_007_200_000);
@@ -139,6 +163,8 @@ fn roundtrip_and_every_cut_is_incomplete() {
         Record::Floor { token: 99 },
         with_fields(b"order=7\nnewest=1\n", 0),
         with_fields(b"cancel=1\n", 0x0123),
+        with_slot(0, b""),
+        with_slot(2, b"note=x\n"),
         Record::Mark {
             key: b"k".to_vec(),
             mark: Some(7),
@@ -161,7 +187,12 @@ fn roundtrip_and_every_cut_is_incomplete() {
 #[test]
 fn every_flipped_byte_is_caught() {
     let expiring = expiring(9);
-    for bytes in [grant().encode(), expiring.encode(), owned(None).encode()] {
+    for bytes in [
+        grant().encode(),
+        expiring.encode(),
+        owned(None).encode(),
+        with_slot(1, b"note=x\n").encode(),
+    ] {
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0xff;

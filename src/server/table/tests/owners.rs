@@ -151,6 +151,7 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
             name: b"alice",
             secret: Some(digest),
             fields: b"",
+            slot: None,
         },
     };
     let t = Table::new();
