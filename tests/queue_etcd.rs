@@ -202,6 +202,8 @@ fn etcdctl_does_not_see_the_state() {
         e.keys(&format!("{KEY}.lc-cli/")),
         [format!("{KEY}.lc-cli/mark")]
     );
+    // The hold's history entry is in the history's own range.
+    assert_eq!(e.keys(&format!(".lc-cli-history/{KEY}/")).len(), 1);
     assert!(e.keys(&format!("{KEY}/")).is_empty());
     let t = Instant::now();
     let mut ctl = e.ctl(&["lock", KEY, "true"]);

@@ -32,7 +32,11 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     // etcdctl lock's session TTL.
     default_ttl: Duration::from_secs(10),
-    caps: Capabilities::ALL,
+    caps: Capabilities {
+        history: None,
+        slots: None,
+        ..Capabilities::ALL
+    },
     key_problem: super::names::key_problem,
     usage: Usage {
         address: "[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]",

@@ -29,7 +29,11 @@ pub(super) struct Rules {
     pub source: String,
     /// The key's state range (`names::state_prefix`).
     pub state: String,
+    /// The key's history range (`names::history_range`).
+    pub history: String,
     pub lease: i64,
+    /// When the request arrived (its key's `since_ms`), for its history.
+    pub since_ms: u64,
 }
 
 impl Rules {
@@ -43,7 +47,9 @@ impl Rules {
             extras: request.extras.clone(),
             source: request.source.clone(),
             state: names::state_prefix(prefix, &request.key),
+            history: names::history_range(prefix, &request.key),
             lease,
+            since_ms: 0,
         }
     }
 
@@ -54,6 +60,11 @@ impl Rules {
     /// The read of the mark, for a request with an order.
     pub(super) fn mark_read(&self) -> Option<TxnOp> {
         self.extras.order.map(|_| TxnOp::get(self.mark_key(), None))
+    }
+
+    /// The read of the history, in a transaction that may grant.
+    pub(super) fn trim_read(&self) -> TxnOp {
+        super::history::trim_read(&self.history)
     }
 
     /// The read of our superseded notice, for a `--newest` request.
@@ -198,7 +209,7 @@ pub(super) async fn arrive(
             // is seen.
             return Ok(Step::Wait(ahead));
         }
-        ahead = match look(rpc, lease, place, rules).await? {
+        ahead = match look(rpc, lease, place, rules, Vec::new()).await? {
             Looked::Line(a) => a,
             Looked::Superseded(by) => return Ok(Step::Done(Turn::Superseded(by))),
         };

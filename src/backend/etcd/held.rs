@@ -11,9 +11,12 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
 
 use super::arrive::{MarkSeen, Rules};
+use super::history::{self, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
+use super::slots;
+use crate::backend::history::Ending;
 use crate::backend::{BackendError, Expiry, HeldLock, LockMode, LostReason, Result};
 
 pub(super) struct EtcdHeld {
@@ -39,6 +42,12 @@ pub(super) struct EtcdHeld {
     /// creation (any notice on our lease is for us), or the last direct
     /// read of it after the history was compacted.
     notice_seen: i64,
+    /// The key's history as the grant read it: what the release trims.
+    trim: Trim,
+    /// When the grant was seen (ms since the epoch), for the history.
+    granted_ms: u64,
+    /// The slot claimed (`--limit`, `slots.rs`): its key is on our lease.
+    slot: Option<u32>,
 }
 
 /// How long without renewal the command may run on: two thirds of the TTL.
@@ -75,7 +84,100 @@ impl EtcdHeld {
             rules: None,
             status: None,
             notice_seen: 0,
+            trim: Trim::default(),
+            granted_ms: history::now_ms(),
+            slot: None,
         }
+    }
+
+    /// With the slot the grant claimed.
+    pub(super) fn with_slot(mut self, slot: Option<u32>) -> Self {
+        self.slot = slot;
+        self
+    }
+
+    /// A kept hold's puts: our key, and our slot's key beside it, on the
+    /// new lease (or none), so the slot stays taken while the key is held.
+    fn kept_ops(
+        &self,
+        key: &str,
+        data: Vec<u8>,
+        put: Option<etcd_client::PutOptions>,
+    ) -> Vec<TxnOp> {
+        let mut ops = vec![TxnOp::put(key, data, put.clone())];
+        if let Some(slot) = self.slot_key() {
+            ops.push(TxnOp::put(slot, key, put));
+        }
+        ops
+    }
+
+    /// The slot's key, when we have one.
+    fn slot_key(&self) -> Option<String> {
+        let (rules, _) = self.rules.as_ref()?;
+        Some(slots::key(&rules.state, self.slot?))
+    }
+
+    /// The slot as `LC_SLOT` shows it: its name in a named pool.
+    fn slot_shown(&self) -> Option<String> {
+        let names = self
+            .rules
+            .as_ref()
+            .map(|(r, _)| r.extras.slots.clone())
+            .unwrap_or_default();
+        self.slot.map(|i| slots::shown(i, &names))
+    }
+
+    /// With the key's history as the grant's transaction read it.
+    pub(super) fn with_trim(mut self, trim: Trim) -> Self {
+        self.trim = trim;
+        self
+    }
+
+    /// The entry of this hold, ended as `ending`, and the key's state range
+    /// (None without the request's rules: no history is written).
+    fn ended(&self, ending: Ending) -> Option<(Vec<u8>, Txn, String)> {
+        let (rules, _) = self.rules.as_ref()?;
+        let mut data =
+            KeyData::new(&self.source, self.mode, false).with_fields(rules.fields.clone());
+        data.since_ms = rules.since_ms;
+        let ended = history::Ended {
+            data: Some(&data),
+            token: self.place.rev,
+            granted_ms: Some(self.granted_ms),
+            slot: self.slot_shown(),
+            ending,
+            status: self.status,
+            by: None,
+        };
+        let key = history::entry_key(&rules.history, self.place.rev);
+        let entry = ended.encode();
+        let lost = history::Ended {
+            ending: Ending::Lost,
+            ..ended
+        };
+        Some((entry, lost.put_if_absent(&rules.history, None), key))
+    }
+
+    /// The transaction that ends the hold: if our key is still ours, it is
+    /// deleted and the entry `released` (with the command's status) put,
+    /// the oldest entries past the cap deleted; else (the lease ran out, a
+    /// delete from outside) the entry `lost` is put unless whoever deleted
+    /// it or saw it gone wrote one.
+    fn release_txn(&self) -> Txn {
+        let key = self.place.key.as_str();
+        let mine = Compare::create_revision(key, CompareOp::Equal, self.place.rev);
+        let mut then = Vec::new();
+        let mut otherwise = Vec::new();
+        if let Some((entry, lost, entry_key)) = self.ended(Ending::Released) {
+            then.extend(self.trim.deletes());
+            then.push(TxnOp::put(entry_key, entry, None));
+            otherwise.push(TxnOp::txn(lost));
+        }
+        then.push(TxnOp::delete(key, None));
+        if let Some(slot) = self.slot_key() {
+            then.push(TxnOp::delete(slot, None));
+        }
+        Txn::new().when([mine]).and_then(then).or_else(otherwise)
     }
 
     /// With the request's fields and the mark its grant read.
@@ -125,7 +227,7 @@ impl EtcdHeld {
         let mark = rules.mark_key();
         let key = self.place.key.clone();
         for _ in 0..10 {
-            let mut ops = vec![TxnOp::delete(key.as_str(), None)];
+            let mut ops = vec![TxnOp::txn(self.release_txn())];
             if seen.value.is_none_or(|m| m < order) {
                 ops.push(TxnOp::put(mark.as_str(), order.to_string(), None));
             }
@@ -238,6 +340,10 @@ impl HeldLock for EtcdHeld {
         u64::try_from(self.place.rev).ok()
     }
 
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
     fn env(&self) -> Vec<(String, String)> {
         vec![
             ("ETCD_LOCK_KEY".into(), self.place.key.clone()),
@@ -345,13 +451,7 @@ impl HeldLock for EtcdHeld {
                 return self.lease.revoke().await;
             }
             let key = self.place.key.clone();
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    self.place.rev,
-                )])
-                .and_then([TxnOp::delete(key.as_str(), None)]);
+            let txn = self.release_txn();
             self.rpc
                 .call(&format!("deleting {key}"), |mut c| {
                     let txn = txn.clone();
@@ -397,7 +497,7 @@ impl HeldLock for EtcdHeld {
                 CompareOp::Equal,
                 self.place.rev,
             )])
-            .and_then([TxnOp::put(key.as_str(), data.encode(), put)]);
+            .and_then(self.kept_ops(&key, data.encode(), put));
         let resp = self
             .rpc
             .call(&format!("detaching {key} from its lease"), |mut c| {

@@ -17,6 +17,7 @@
 pub(crate) mod address;
 mod arrive;
 mod held;
+mod history;
 mod lease;
 mod line;
 mod names;
@@ -24,6 +25,7 @@ mod ping;
 mod queue;
 mod rpc;
 mod rules;
+mod slots;
 
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockRequest, Result, WaitProgress,
     WaiterInfo,
 };
+use crate::backend::fields::Extras;
+use crate::backend::history::{Ending, HistoryEntry};
 use names::KeyData;
 use rpc::Rpc;
 
@@ -44,6 +48,9 @@ pub(crate) struct EtcdBackend {
     rpc: Rpc,
     prefix: String,
     ttl: Duration,
+    /// Who we are in a history entry's `by=` (a reset, an unlock): the
+    /// etcd user, if any, at this host.
+    by: String,
 }
 
 impl EtcdBackend {
@@ -58,10 +65,19 @@ impl EtcdBackend {
             config.connect_timeout,
         )
         .await?;
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into());
+        let by = match &config.access.user {
+            Some(user) => format!("{user}@{host}"),
+            None => host,
+        };
         Ok(EtcdBackend {
             rpc,
             prefix: prefix.clone(),
             ttl: config.ttl,
+            by,
         })
     }
 
@@ -89,7 +105,13 @@ impl EtcdBackend {
             let Some(kv) = held.iter().find(|kv| is_kept(kv)).or(held.first()) else {
                 return Ok(false);
             };
-            if self.delete_exact(kv).await? {
+            // A kept hold ends released by its unlock; a running one as a
+            // reset would end it.
+            let ending = match is_kept(kv) {
+                true => Ending::Released,
+                false => Ending::Reset,
+            };
+            if self.delete_exact(kv, Some((key, ending))).await? {
                 return Ok(true);
             }
         }
@@ -102,21 +124,42 @@ impl EtcdBackend {
     /// Deletes every holder of `key` (shared or limited: all of them).
     async fn delete_holders(&self, key: &str) -> Result<()> {
         for kv in holding(self.queue(key).await?).0 {
-            self.delete_exact(&kv).await?;
+            self.delete_exact(&kv, Some((key, Ending::Reset))).await?;
         }
         Ok(())
     }
 
     /// Deletes this very key (same create revision); false if it was gone.
-    async fn delete_exact(&self, kv: &etcd_client::KeyValue) -> Result<bool> {
+    /// With `ended` (the lock name, and how the hold ends), a holder's
+    /// history entry is put in the same transaction, `by=` us (a waiter
+    /// withdrawn by a reset by source had no hold: none).
+    async fn delete_exact(
+        &self,
+        kv: &etcd_client::KeyValue,
+        ended: Option<(&str, Ending)>,
+    ) -> Result<bool> {
         let k = kv.key().to_vec();
+        let mut ops = vec![TxnOp::delete(k.clone(), None)];
+        if let Some((name, ending)) = ended {
+            let data = KeyData::decode(kv.value());
+            let entry = history::Ended {
+                data: data.as_ref(),
+                token: kv.create_revision(),
+                granted_ms: None,
+                slot: None,
+                ending,
+                status: None,
+                by: Some(&self.by),
+            };
+            ops.push(entry.put(&names::history_range(&self.prefix, name)));
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(
-                k.clone(),
+                k,
                 CompareOp::Equal,
                 kv.create_revision(),
             )])
-            .and_then([TxnOp::delete(k, None)]);
+            .and_then(ops);
         let resp = self
             .rpc
             .call("deleting the holder", |mut c| {
@@ -129,7 +172,7 @@ impl EtcdBackend {
 
     /// Every queue key under the prefix (the whole keyspace without one),
     /// and the marks found there by lock name.
-    async fn scan(&self) -> Result<(Vec<etcd_client::KeyValue>, Marks)> {
+    async fn scan(&self) -> Result<(Vec<etcd_client::KeyValue>, Marks, Slots)> {
         let start = names::scan_prefix(&self.prefix);
         let end = names::range_end(start.as_bytes());
         let from = if start.is_empty() {
@@ -137,19 +180,33 @@ impl EtcdBackend {
         } else {
             start.clone().into_bytes()
         };
+        // Both sides of the history's range, in one transaction: `keys`
+        // reads no history entry.
+        let history = names::history_root(&self.prefix);
+        let txn = Txn::new().and_then([
+            TxnOp::get(from, Some(GetOptions::new().with_range(history.as_str()))),
+            TxnOp::get(
+                names::range_end(history.as_bytes()),
+                Some(GetOptions::new().with_range(end)),
+            ),
+        ]);
         let resp = self
             .rpc
             .call("listing the lock keys", |mut c| {
-                let from = from.clone();
-                let end = end.clone();
-                async move { c.get(from, Some(GetOptions::new().with_range(end))).await }
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
             })
             .await?;
+        let ops = resp.op_responses();
+        let kvs: Vec<_> = ops.iter().flat_map(|op| queue::got(Some(op))).collect();
         let mut marks = Marks::new();
+        let mut slots = Slots::new();
         let mut queued = Vec::new();
-        for kv in resp.kvs() {
+        for kv in &kvs {
             let Ok(k) = kv.key_str() else { continue };
-            if let Some(name) = names::mark_owner(&start, k) {
+            if let Some((_, i)) = slots::owner_of(&start, k) {
+                slots.insert(kv.value().to_vec(), i);
+            } else if let Some(name) = names::mark_owner(&start, k) {
                 if let Some(mark) = names::mark_value(kv.value()) {
                     marks.insert(name.to_string(), mark);
                 }
@@ -159,7 +216,7 @@ impl EtcdBackend {
                 queued.push(kv.clone());
             }
         }
-        Ok((queued, marks))
+        Ok((queued, marks, slots))
     }
 
     /// The key's mark, as `mark` reads it.
@@ -182,6 +239,9 @@ impl EtcdBackend {
 /// Marks by lock name.
 type Marks = std::collections::BTreeMap<String, u64>;
 
+/// Slots taken (`slots.rs`), by the holder's queue key.
+type Slots = std::collections::BTreeMap<Vec<u8>, u32>;
+
 /// A queue (oldest first) split into its holders and how many wait.
 fn holding(mut kvs: Vec<etcd_client::KeyValue>) -> (Vec<etcd_client::KeyValue>, usize) {
     kvs.sort_by_key(|kv| kv.create_revision());
@@ -202,8 +262,19 @@ fn is_kept(kv: &etcd_client::KeyValue) -> bool {
     kv.lease() == 0 || KeyData::decode(kv.value()).is_some_and(|d| d.detached)
 }
 
-fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize, mark: Option<u64>) -> KeyInfo {
+fn info(
+    key: &str,
+    kv: &etcd_client::KeyValue,
+    waiting: usize,
+    mark: Option<u64>,
+    slot: Option<u32>,
+) -> KeyInfo {
     let data = KeyData::decode(kv.value());
+    let mut fields = data.as_ref().map(|d| d.list()).unwrap_or_default();
+    if let Some(i) = slot {
+        let names = Extras::from_list(&fields).slots;
+        fields.push("slot", &slots::shown(i, &names));
+    }
     KeyInfo {
         identity: None,
         key: key.to_string(),
@@ -224,7 +295,7 @@ fn info(key: &str, kv: &etcd_client::KeyValue, waiting: usize, mark: Option<u64>
         since: data.as_ref().map(|d| d.since()),
         waiting,
         mode: KeyData::mode_of(kv.value()),
-        fields: data.as_ref().map(|d| d.list()).unwrap_or_default(),
+        fields,
         mark,
     }
 }
@@ -257,24 +328,54 @@ impl Backend for EtcdBackend {
     /// Deletes every queue key whose value names `source`: holders and
     /// waiters alike (etcdctl's keys record no source).
     async fn reset_source(&self, source: &str) -> Result<()> {
-        for kv in self.scan().await?.0 {
-            if KeyData::decode(kv.value()).is_some_and(|d| d.source == source) {
-                self.delete_exact(&kv).await?;
+        for (name, kvs) in self.by_name().await?.0 {
+            let (held, _) = holding(kvs.clone());
+            for kv in kvs {
+                if KeyData::decode(kv.value()).is_some_and(|d| d.source == source) {
+                    let holds = held
+                        .iter()
+                        .any(|h| h.create_revision() == kv.create_revision());
+                    let ended = holds.then_some((name.as_str(), Ending::Reset));
+                    self.delete_exact(&kv, ended).await?;
+                }
             }
         }
         Ok(())
     }
 
+    /// The newest entries first: one range read.
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let range = names::history_range(&self.prefix, key);
+        let resp = self
+            .rpc
+            .call(&format!("reading {range}"), |mut c| {
+                let range = range.clone();
+                async move { c.get(range, Some(history::read_options(limit))).await }
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| history::decode(key, kv))
+            .collect())
+    }
+
     /// The marks come with the scan: every key under the prefix.
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        let (by_name, marks) = self.by_name().await?;
+        let (by_name, marks, slots) = self.by_name().await?;
         Ok(by_name
             .into_iter()
             .flat_map(|(name, kvs)| {
                 let (held, waiting) = holding(kvs);
                 let mark = marks.get(&name).copied();
                 held.iter()
-                    .map(|kv| info(&name, kv, waiting, mark))
+                    .map(|kv| {
+                        let slot = slots.get(kv.key()).copied();
+                        info(&name, kv, waiting, mark, slot)
+                    })
                     .collect::<Vec<_>>()
             })
             .collect())
@@ -300,7 +401,7 @@ impl Backend for EtcdBackend {
             .first()
             .and_then(|kv| names::mark_value(kv.value()));
         let (held, waiting) = holding(queue::got(ops.first()));
-        Ok(held.first().map(|kv| info(key, kv, waiting, mark)))
+        Ok(held.first().map(|kv| info(key, kv, waiting, mark, None)))
     }
 
     async fn mark(&self, key: &str) -> Result<Option<u64>> {
@@ -357,11 +458,12 @@ impl EtcdBackend {
     ) -> Result<(
         std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>>,
         Marks,
+        Slots,
     )> {
         let start = names::scan_prefix(&self.prefix);
         let mut by_name: std::collections::BTreeMap<String, Vec<etcd_client::KeyValue>> =
             Default::default();
-        let (kvs, marks) = self.scan().await?;
+        let (kvs, marks, slots) = self.scan().await?;
         for kv in kvs {
             let Some(name) = kv
                 .key_str()
@@ -372,6 +474,6 @@ impl EtcdBackend {
             };
             by_name.entry(name.to_string()).or_default().push(kv);
         }
-        Ok((by_name, marks))
+        Ok((by_name, marks, slots))
     }
 }

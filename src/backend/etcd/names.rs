@@ -15,8 +15,16 @@ use crate::backend::{LockMode, Rival};
 /// The end of the name of a key's state range (beside its queue).
 const STATE: &str = ".lc-cli";
 
+/// The range of every key's history, under the prefix (`history.rs`).
+const HISTORY: &str = ".lc-cli-history";
+
 /// Why a lock name cannot be used on etcd (`None` when it can).
 pub(super) fn key_problem(key: &str) -> Option<String> {
+    if key == HISTORY {
+        return Some(format!(
+            "'{HISTORY}' is no etcd lock name: 'PREFIX/{HISTORY}/' keeps the history of every lock"
+        ));
+    }
     if key.ends_with(STATE) {
         return Some(format!(
             "an etcd lock name must not end in '{STATE}': 'NAME{STATE}/' keeps the mark and notices of the lock NAME"
@@ -52,6 +60,16 @@ pub(super) fn own_key(queue_prefix: &str, lease: i64) -> String {
 pub(super) fn state_prefix(prefix: &str, key: &str) -> String {
     let queue = queue_prefix(prefix, key);
     format!("{}{STATE}/", &queue[..queue.len() - 1])
+}
+
+/// The range of every key's history: `PREFIX/.lc-cli-history/`.
+pub(super) fn history_root(prefix: &str) -> String {
+    format!("{}{HISTORY}/", scan_prefix(prefix))
+}
+
+/// The range of `key`'s history: `PREFIX/.lc-cli-history/KEY/`.
+pub(super) fn history_range(prefix: &str, key: &str) -> String {
+    format!("{}{key}/", history_root(prefix))
 }
 
 /// The key's mark: the highest order whose command ended with status 0.
@@ -275,6 +293,9 @@ mod tests {
         assert!(key_problem("a/b").is_some());
         assert!(key_problem("a.b-c").is_none());
         assert!(key_problem("a.lc-cli").is_some());
+        assert!(key_problem(".lc-cli-history").is_some());
+        assert_eq!(history_root(""), ".lc-cli-history/");
+        assert_eq!(history_range("locks", "job"), "locks/.lc-cli-history/job/");
         assert_eq!(state_prefix("", "job"), "job.lc-cli/");
         assert_eq!(
             mark_key(&state_prefix("locks", "job")),

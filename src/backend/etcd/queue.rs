@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::arrive::{arrive, MarkSeen, Rules, Step};
 use super::held::EtcdHeld;
+use super::history::{self, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
-use super::{line, rules};
+use super::{line, rules, slots};
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
     Acquired, BackendError, HeldLock, LockMode, LockRequest, Result, Rival, WaitProgress,
@@ -37,10 +38,10 @@ pub(super) async fn acquire(
 ) -> Result<Acquired> {
     let mut lease = Lease::grant(rpc, ttl).await?;
     let queue = names::queue_prefix(prefix, &request.key);
-    let rules = Rules::new(request, prefix, lease.id);
-    let data = KeyData::new(&request.source, request.mode, false)
-        .with_fields(rules.fields.clone())
-        .encode();
+    let mut rules = Rules::new(request, prefix, lease.id);
+    let data = KeyData::new(&request.source, request.mode, false).with_fields(rules.fields.clone());
+    rules.since_ms = data.since_ms;
+    let data = data.encode();
     let (place, first) = match enqueue(rpc, &lease, &queue, data, &rules).await {
         Ok(v) => v,
         Err(e) => {
@@ -65,6 +66,18 @@ pub(super) async fn acquire(
         wait_turn(rpc, &lease, &place, &rules, mode, ahead, &cancel, progress).await
     }
     .await;
+    // A --limit holder takes its slot before anything runs.
+    let outcome = match (outcome, slots::count(mode)) {
+        (Ok(Turn::Granted(mut grant)), Some(n)) => {
+            slots::claim(rpc, &lease, &place, &rules.state, n)
+                .await
+                .map(|slot| {
+                    grant.slot = Some(slot);
+                    Turn::Granted(grant)
+                })
+        }
+        (outcome, _) => outcome,
+    };
     let mut entry = Entry {
         rpc: rpc.clone(),
         lease,
@@ -103,6 +116,9 @@ pub(super) enum Turn {
 pub(super) struct Grant {
     header_rev: i64,
     mark: MarkSeen,
+    trim: Trim,
+    /// The slot a `--limit` holder claimed (`slots.rs`).
+    slot: Option<u32>,
 }
 
 /// Our key and its lease, while the wait is settled; a grant is the
@@ -130,7 +146,9 @@ impl QueueEntry for Entry {
                 self.source,
                 self.mode,
             )
-            .with_rules(self.rules, grant.mark),
+            .with_rules(self.rules, grant.mark)
+            .with_trim(grant.trim)
+            .with_slot(grant.slot),
         )
     }
 
@@ -163,6 +181,8 @@ pub(super) struct Ahead {
     pub kvs: Vec<KeyValue>,
     pub header_rev: i64,
     pub mark: MarkSeen,
+    /// The history as the answer read it (what the release trims).
+    pub trim: Trim,
 }
 
 impl Ahead {
@@ -177,6 +197,8 @@ impl Ahead {
         Grant {
             header_rev: self.header_rev,
             mark: self.mark,
+            trim: self.trim.clone(),
+            slot: None,
         }
     }
 }
@@ -215,10 +237,13 @@ async fn enqueue(
         TxnOp::get(key.as_str(), None),
         TxnOp::get(queue, Some(by_create())),
     ];
-    if let Some(mark) = rules.mark_read() {
+    let marked = rules.mark_read();
+    if let Some(mark) = marked.clone() {
         put.push(mark.clone());
         found.push(mark);
     }
+    put.push(rules.trim_read());
+    found.push(rules.trim_read());
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
         .and_then(put)
@@ -252,7 +277,10 @@ async fn enqueue(
         Ahead {
             kvs,
             header_rev,
-            mark: MarkSeen::of(&got(ops.get(2))),
+            mark: marked
+                .as_ref()
+                .map_or_else(MarkSeen::default, |_| MarkSeen::of(&got(ops.get(2)))),
+            trim: Trim::of(ops.get(2 + usize::from(marked.is_some()))),
         },
     ))
 }
@@ -280,13 +308,17 @@ pub(super) async fn look(
     lease: &Lease,
     place: &OwnKey,
     rules: &Rules,
+    seen_end: Vec<TxnOp>,
 ) -> Result<Looked> {
     let key = place.key.as_str();
     let mut then = vec![TxnOp::get(
         place.queue.as_str(),
         Some(older_than(place.rev)),
     )];
+    let marked = rules.mark_read().is_some();
     then.extend(rules.mark_read());
+    then.push(rules.trim_read());
+    then.extend(seen_end);
     let txn = Txn::new()
         .when([
             Compare::create_revision(key, CompareOp::Equal, place.rev),
@@ -320,7 +352,11 @@ pub(super) async fn look(
     Ok(Looked::Line(Ahead {
         kvs: got(ops.first()),
         header_rev: header_rev(resp.header()),
-        mark: MarkSeen::of(&got(ops.get(1))),
+        mark: match marked {
+            true => MarkSeen::of(&got(ops.get(1))),
+            false => MarkSeen::default(),
+        },
+        trim: Trim::of(ops.get(1 + usize::from(marked))),
     }))
 }
 
@@ -341,10 +377,13 @@ async fn wait_turn(
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Turn> {
     let mut ahead = first;
-    let look_again = || async {
-        tokio::select! {
-            r = look(rpc, lease, place, rules) => r.map(Some),
-            _ = cancel.cancelled() => Ok(None),
+    let look_again = |before: &Ahead| {
+        let seen_end = record_vanished(rules, before);
+        async {
+            tokio::select! {
+                r = look(rpc, lease, place, rules, seen_end) => r.map(Some),
+                _ = cancel.cancelled() => Ok(None),
+            }
         }
     };
     loop {
@@ -354,7 +393,7 @@ async fn wait_turn(
         let modes = ahead.modes();
         if line::granted(mode, &modes) {
             // The enqueue's answer did not check our lease: look once more.
-            let last = match look_again().await? {
+            let last = match look_again(&ahead).await? {
                 None => return Ok(Turn::Left),
                 Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
                 Some(Looked::Line(last)) => last,
@@ -415,12 +454,42 @@ async fn wait_turn(
                 _ = cancel.cancelled() => return Ok(Turn::Left),
             }
         }
-        ahead = match look_again().await? {
+        ahead = match look_again(&ahead).await? {
             None => return Ok(Turn::Left),
             Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
             Some(Looked::Line(a)) => a,
         };
     }
+}
+
+/// For each holder `before` showed that ended without a record when the
+/// next look shows it gone (its lease ran out: its lc-cli died, or lost the
+/// service), its history entry: a transaction nested in the look's, which
+/// writes it only if the key is gone and no entry is there (a release or a
+/// reset writes its own with the delete). 0 round trips added.
+fn record_vanished(rules: &Rules, before: &Ahead) -> Vec<TxnOp> {
+    let holds = line::holders(&before.modes());
+    before
+        .kvs
+        .iter()
+        .zip(holds)
+        .filter(|(_, held)| *held)
+        .filter_map(|(kv, _)| {
+            let ending = history::vanished(kv)?;
+            let data = KeyData::decode(kv.value());
+            let ended = history::Ended {
+                data: data.as_ref(),
+                token: kv.create_revision(),
+                granted_ms: None,
+                slot: None,
+                ending,
+                status: None,
+                by: None,
+            };
+            let gone = Compare::create_revision(kv.key(), CompareOp::Equal, 0);
+            Some(TxnOp::txn(ended.put_if_absent(&rules.history, Some(gone))))
+        })
+        .collect()
 }
 
 fn lease_gone(rpc: &Rpc, gone: LeaseEnd, lease: &Lease) -> BackendError {
