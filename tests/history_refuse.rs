@@ -1,6 +1,7 @@
 //! `lc-cli history KEY` (docs/history.md) is built on the built-in server
-//! only (tests/history_builtin.rs, which also has the refusals of a server
-//! with `--history 0` and of a reference server): every other backend
+//! (tests/history_builtin.rs, which also has the refusals of a server
+//! with `--history 0` and of a reference server) and on Redis
+//! (tests/history_redis.rs): every other backend
 //! refuses at once, before anything is sent, with one line naming why and
 //! status 76 (against addresses where nothing listens, a request that got
 //! as far as connecting would exit 69, as the built-in server's does).
@@ -10,7 +11,6 @@ use crate::common::{expect_error_line, expect_status, lc_at};
 #[test]
 fn every_backend_refuses_history_in_one_line() {
     for url in [
-        "redis://127.0.0.1:1",
         "etcd://127.0.0.1:1",
         "zk://127.0.0.1:1/h",
         "postgres://u:p@127.0.0.1:1/db",
@@ -35,6 +35,19 @@ fn the_builtin_server_is_asked_not_refused() {
     let line = expect_error_line(
         &mut lc_at(
             "lc://127.0.0.1:1",
+            &["--connect-timeout", "1s", "history", "k"],
+        ),
+        69,
+    );
+    assert!(!line.contains("cannot show a key's history"), "{line}");
+}
+
+#[test]
+fn redis_is_asked_not_refused() {
+    // Nothing listens: the request got as far as connecting.
+    let line = expect_error_line(
+        &mut lc_at(
+            "redis://127.0.0.1:1",
             &["--connect-timeout", "1s", "history", "k"],
         ),
         69,

@@ -40,6 +40,7 @@ mod fleet_slots;
 mod generated_docs;
 mod history_builtin;
 mod history_notes;
+mod history_redis;
 mod history_refuse;
 mod keys_waiters;
 mod keys_watch;
