@@ -37,6 +37,7 @@ mod fault_oom;
 mod fleet_hold;
 mod fleet_multi;
 mod fleet_slots;
+mod fleet_slots_redis;
 mod generated_docs;
 mod history_builtin;
 mod history_notes;

@@ -31,9 +31,11 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_port: DEFAULT_PORT,
     default_ttl: Duration::from_secs(30),
     // History: a stream per key written by the scripts that end a hold
-    // (history.rs).
+    // (history.rs); slots: a `--limit N` holder's record keeps the slot
+    // its grant gave (scripts/common.lua, `grant_set`).
     caps: Capabilities {
         history: None,
+        slots: None,
         ..Capabilities::ALL
     },
     key_problem: crate::backend::any_key,

@@ -130,7 +130,7 @@ fn merged(nodes: Vec<Vec<HistoryEntry>>, limit: usize) -> Vec<HistoryEntry> {
         }
     }
     // Stable: entries ending in the same ms keep their node's order.
-    out.sort_by(|a, b| b.ended_at.cmp(&a.ended_at));
+    out.sort_by_key(|e| std::cmp::Reverse(e.ended_at));
     out.truncate(limit);
     out
 }
