@@ -1,7 +1,7 @@
 //! `lc-cli history KEY` (docs/history.md) is built on the built-in server
 //! (tests/history_builtin.rs, which also has the refusals of a server
-//! with `--history 0` and of a reference server) and PostgreSQL
-//! (tests/history_pg.rs): every other backend
+//! with `--history 0` and of a reference server), PostgreSQL
+//! (tests/history_pg.rs), etcd and Redis: every other backend
 //! refuses at once, before anything is sent, with one line naming why and
 //! status 76 (against addresses where nothing listens, a request that got
 //! as far as connecting would exit 69, as the built-in server's does).
@@ -11,7 +11,6 @@ use crate::common::{expect_error_line, expect_status, lc_at};
 #[test]
 fn every_backend_refuses_history_in_one_line() {
     for url in [
-        "redis://127.0.0.1:1",
         "zk://127.0.0.1:1/h",
     ] {
         for args in [
@@ -34,6 +33,19 @@ fn the_builtin_server_is_asked_not_refused() {
     let line = expect_error_line(
         &mut lc_at(
             "lc://127.0.0.1:1",
+            &["--connect-timeout", "1s", "history", "k"],
+        ),
+        69,
+    );
+    assert!(!line.contains("cannot show a key's history"), "{line}");
+}
+
+#[test]
+fn redis_is_asked_not_refused() {
+    // Nothing listens: the request got as far as connecting.
+    let line = expect_error_line(
+        &mut lc_at(
+            "redis://127.0.0.1:1",
             &["--connect-timeout", "1s", "history", "k"],
         ),
         69,

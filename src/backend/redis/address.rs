@@ -30,7 +30,14 @@ pub(crate) const SCHEME: Scheme = Scheme {
     env: &[PASSWORD_ENV],
     default_port: DEFAULT_PORT,
     default_ttl: Duration::from_secs(30),
-    caps: Capabilities::ALL,
+    // History: a stream per key written by the scripts that end a hold
+    // (history.rs); slots: a `--limit N` holder's record keeps the slot
+    // its grant gave (scripts/common.lua, `grant_set`).
+    caps: Capabilities {
+        history: None,
+        slots: None,
+        ..Capabilities::ALL
+    },
     key_problem: crate::backend::any_key,
     usage: Usage {
         address: "[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][/DB]",

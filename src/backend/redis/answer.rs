@@ -12,6 +12,8 @@ use crate::backend::{BackendError, LockMode, LockRequest};
 pub(super) enum NodeAnswer {
     Granted {
         fence: u64,
+        /// A `--limit N` holder's slot (0 to N-1), where the node gave one.
+        slot: Option<u32>,
     },
     Waiting {
         ahead: usize,
@@ -39,6 +41,7 @@ impl NodeAnswer {
             0 => NodeAnswer::Busy,
             1 => NodeAnswer::Granted {
                 fence: value.max(0) as u64,
+                slot: v.get(2).and_then(|&s| u32::try_from(s).ok()),
             },
             2 => NodeAnswer::Waiting {
                 ahead: value.max(0) as usize,
@@ -62,10 +65,28 @@ pub(super) fn grants(sh: &Quorum, answers: &[NodeResult<Vec<i64>>]) -> Vec<u64> 
         .enumerate()
         .filter(|(i, _)| sh.counts(*i))
         .filter_map(|(_, a)| match NodeAnswer::of(a) {
-            Some(NodeAnswer::Granted { fence }) => Some(fence),
+            Some(NodeAnswer::Granted { fence, .. }) => Some(fence),
             _ => None,
         })
         .collect()
+}
+
+/// The slot of a `--limit` grant: the one most of the granting nodes that
+/// count gave (the lowest of a tie); the confirming renewal moves the hold
+/// to it on the others where it is free (`scripts/renew.lua`). None: no
+/// node gave one (an exclusive or shared grant).
+pub(super) fn granted_slot(sh: &Quorum, answers: &[NodeResult<Vec<i64>>]) -> Option<u32> {
+    let mut votes: std::collections::BTreeMap<u32, usize> = Default::default();
+    for (i, a) in answers.iter().enumerate() {
+        if let (true, Some(NodeAnswer::Granted { slot: Some(s), .. })) =
+            (sh.counts(i), NodeAnswer::of(a))
+        {
+            *votes.entry(s).or_default() += 1;
+        }
+    }
+    // The first of the most voted: BTreeMap order is the lowest slot first.
+    let most = votes.values().copied().max()?;
+    votes.into_iter().find(|&(_, n)| n == most).map(|(s, _)| s)
 }
 
 /// The longest unconfirmed offer the nodes report to the first in line:
@@ -120,7 +141,24 @@ mod tests {
     fn script_answers() {
         assert_eq!(
             NodeAnswer::of(&Ok(vec![1, 7])),
-            Some(NodeAnswer::Granted { fence: 7 })
+            Some(NodeAnswer::Granted {
+                fence: 7,
+                slot: None
+            })
+        );
+        assert_eq!(
+            NodeAnswer::of(&Ok(vec![1, 7, -1])),
+            Some(NodeAnswer::Granted {
+                fence: 7,
+                slot: None
+            })
+        );
+        assert_eq!(
+            NodeAnswer::of(&Ok(vec![1, 7, 2])),
+            Some(NodeAnswer::Granted {
+                fence: 7,
+                slot: Some(2)
+            })
         );
         assert_eq!(
             NodeAnswer::of(&Ok(vec![2, 3])),

@@ -88,12 +88,14 @@ pub(super) async fn renew_loop(
 
 /// The arguments of the RENEW script. The fence is also the node's floor:
 /// a node that lost the key (restarted empty) gets it back with a counter
-/// no lower than ours, and with the request's field list.
+/// no lower than ours, and with the request's field list; a `--limit`
+/// hold, in its slot.
 pub(super) fn renew_args(
     request: &LockRequest,
     id: &str,
     ttl: Duration,
     fence: u64,
+    slot: Option<u32>,
 ) -> Vec<String> {
     let mut args = vec![
         request.key.clone(),
@@ -103,7 +105,13 @@ pub(super) fn renew_args(
         request.source.clone(),
     ];
     args.extend(super::scripts::mode_args(request.mode));
-    args.extend(super::queue::fields_arg(request));
+    let fields = super::queue::fields_arg(request);
+    if let Some(slot) = slot {
+        args.push(fields.unwrap_or_default());
+        args.push(slot.to_string());
+    } else {
+        args.extend(fields);
+    }
     args
 }
 
@@ -160,6 +168,11 @@ pub(super) struct RedisHeld {
     pub(super) status: Option<i32>,
     /// `--cancel-running`: the listeners on `P cancel:ID` and what they hear.
     pub(super) cancel: Option<(JoinSet<()>, mpsc::Receiver<String>)>,
+    /// A `--limit N` hold's slot (0 to N-1).
+    pub(super) slot: Option<u32>,
+    /// The source of the newer `--cancel-running` request that stopped the
+    /// command: the release records the hold as cancelled by it.
+    pub(super) cancelled_by: Option<String>,
 }
 
 impl RedisHeld {
@@ -183,6 +196,10 @@ impl HeldLock for RedisHeld {
         Some(self.fence)
     }
 
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
     fn expiry(&self) -> Option<Expiry> {
         let valid_until = *self.valid_until.borrow();
         Some(Expiry {
@@ -194,11 +211,20 @@ impl HeldLock for RedisHeld {
     /// A loss the renewals found, or a cancel notice (one node's is
     /// enough: it only ever names this hold's id).
     async fn lost(&mut self) -> LostReason {
-        let Self { lost, cancel, .. } = self;
+        let Self {
+            lost,
+            cancel,
+            cancelled_by,
+            ..
+        } = self;
         let cancelled = async {
             match cancel {
                 Some((_, heard)) => match heard.recv().await {
-                    Some(raw) => LostReason::cancelled(super::queue::rival(&raw)),
+                    Some(raw) => {
+                        let rival = super::queue::rival(&raw);
+                        *cancelled_by = Some(rival.source.clone());
+                        LostReason::cancelled(rival)
+                    }
                     None => std::future::pending().await,
                 },
                 None => std::future::pending().await,
@@ -224,13 +250,34 @@ impl HeldLock for RedisHeld {
         self.status = Some(status);
     }
 
+    /// Gives the hold back, its end in the key's history: released (with
+    /// the command's status), cancelled (by the newer request), or lost
+    /// (after the renewals found it gone: written where our record is
+    /// still there, else a script that settled it wrote `freed`). No round
+    /// trip is added: it rides the release script.
     async fn release(&mut self) -> Result<()> {
         self.stop_renewing();
         let sh = &self.quorum;
-        let mut args = vec![self.key.clone(), self.id.clone(), self.source.clone()];
-        if let (Some(0), Some(order)) = (self.status, self.order) {
-            args.push(order.to_string());
-        }
+        let order = match (self.status, self.order) {
+            (Some(0), Some(order)) => order.to_string(),
+            _ => String::new(),
+        };
+        let ended = if self.cancelled_by.is_some() {
+            "cancelled"
+        } else if self.lost.borrow().is_some() {
+            "lost"
+        } else {
+            "released"
+        };
+        let args = vec![
+            self.key.clone(),
+            self.id.clone(),
+            self.source.clone(),
+            order,
+            ended.to_string(),
+            self.status.map(|s| s.to_string()).unwrap_or_default(),
+            self.cancelled_by.clone().unwrap_or_default(),
+        ];
         let answers: Vec<NodeResult<i64>> = sh.script(|s| &s.release, &self.key, args).await;
         sh.need_quorum(&answers)
     }
@@ -247,6 +294,8 @@ impl HeldLock for RedisHeld {
                     self.id.clone(),
                     // Every node the same TTL, in ms, at least 1.
                     expire.map_or(0, |ttl| ttl.as_millis().max(1)).to_string(),
+                    // `--hold-at-least`: the command's status, for the history.
+                    self.status.map(|s| s.to_string()).unwrap_or_default(),
                 ],
             )
             .await;

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::atomic::Ordering;
 
-use super::answer::{self, ahead_in_line, disagreement, offer_left, NodeAnswer};
+use super::answer::{self, ahead_in_line, disagreement, granted_slot, offer_left, NodeAnswer};
 use super::fresh;
 use super::held::{self, renew_loop, RedisHeld};
 use super::node::{Node, NodeResult};
@@ -111,30 +111,33 @@ impl RedisBackend {
     /// refresh in CHECK) started the lease no earlier than `sent`. Several:
     /// the lease is renewed on all with the largest fence as the nodes' new
     /// floor, and holds only if a majority confirm within the validity left.
+    /// A `--limit` hold's `slot` is the one most nodes gave: the renewal
+    /// moves it there on the others, or is refused where another has it.
     async fn confirm(
         &self,
         request: &LockRequest,
         id: &str,
         granted: &[u64],
+        slot: Option<u32>,
         sent: Instant,
     ) -> Option<Box<dyn HeldLock>> {
         let sh = &self.quorum;
         let fence = granted.iter().copied().max().unwrap_or(0);
         if !sh.is_multi_node() {
-            return Some(self.held(request, id, fence, sent + sh.ttl - sh.drift()));
+            return Some(self.held(request, id, fence, slot, sent + sh.ttl - sh.drift()));
         }
         let start = Instant::now();
         let answers: Vec<NodeResult<i64>> = sh
             .script(
                 |s| &s.renew,
                 &request.key,
-                held::renew_args(request, id, sh.ttl, fence),
+                held::renew_args(request, id, sh.ttl, fence, slot),
             )
             .await;
         let mine = held::Renewal::of(sh, &answers).confirmed;
         let elapsed = start.elapsed();
         if mine >= sh.majority() && elapsed + sh.drift() < sh.ttl {
-            Some(self.held(request, id, fence, start + sh.ttl - sh.drift()))
+            Some(self.held(request, id, fence, slot, start + sh.ttl - sh.drift()))
         } else {
             None
         }
@@ -145,13 +148,14 @@ impl RedisBackend {
         request: &LockRequest,
         id: &str,
         fence: u64,
+        slot: Option<u32>,
         valid_until: Instant,
     ) -> Box<dyn HeldLock> {
         let (tx, rx) = watch::channel(None);
         let (valid_tx, valid_rx) = watch::channel(valid_until);
         let renewer = tokio::spawn(renew_loop(
             self.quorum.clone(),
-            held::renew_args(request, id, self.quorum.ttl, fence),
+            held::renew_args(request, id, self.quorum.ttl, fence, slot),
             valid_tx,
             tx,
         ));
@@ -171,6 +175,8 @@ impl RedisBackend {
             order: request.extras.order,
             status: None,
             cancel,
+            slot,
+            cancelled_by: None,
         })
     }
 
@@ -192,7 +198,8 @@ impl RedisBackend {
         }
         let granted = answer::grants(sh, &answers);
         if granted.len() >= sh.majority() {
-            if let Some(held) = self.confirm(request, id, &granted, sent).await {
+            let slot = granted_slot(sh, &answers);
+            if let Some(held) = self.confirm(request, id, &granted, slot, sent).await {
                 return Ok(Acquired::Held(held));
             }
         }
@@ -369,7 +376,11 @@ impl RedisBackend {
         }
         let granted = answer::grants(sh, &line.answers);
         if granted.len() >= sh.majority() {
-            if let Some(held) = self.confirm(line.request, id, &granted, line.sent).await {
+            let slot = granted_slot(sh, &line.answers);
+            if let Some(held) = self
+                .confirm(line.request, id, &granted, slot, line.sent)
+                .await
+            {
                 return Ok(AfterRound::Held(held));
             }
             // Too slow to be safe: give everything back, keep the ticket.

@@ -13,6 +13,8 @@
 //! - [`fresh`]: nodes that do not count yet, and why a lock waits for them.
 //! - [`queue`]: deploy queues (`--newest`, `--order`, `--cancel-running`):
 //!   markers, the holder's cancel listener, the key's mark.
+//! - [`history`]: `lc-cli history KEY`, the stream the scripts that end a
+//!   hold write to (`scripts/record.lua`).
 //!
 //! One node is the quorum of one: the same code path, with a majority of 1.
 //!
@@ -35,6 +37,7 @@ pub(crate) mod address;
 mod answer;
 mod fresh;
 mod held;
+mod history;
 mod line;
 mod list;
 mod node;
@@ -123,8 +126,13 @@ impl Backend for RedisBackend {
 
     async fn unlock(&self, key: &str) -> Result<bool> {
         let sh = &self.quorum;
-        let answers: Vec<NodeResult<i64>> =
-            sh.script(|s| &s.unlock, key, vec![key.to_string()]).await;
+        let answers: Vec<NodeResult<i64>> = sh
+            .script(
+                |s| &s.unlock,
+                key,
+                vec![key.to_string(), history::operator()],
+            )
+            .await;
         sh.need_quorum(&answers)?;
         let count = |v: i64| {
             answers
@@ -146,7 +154,11 @@ impl Backend for RedisBackend {
     async fn reset_key(&self, key: &str) -> Result<()> {
         let sh = &self.quorum;
         let answers: Vec<NodeResult<i64>> = sh
-            .script(|s| &s.reset_key, key, vec![key.to_string()])
+            .script(
+                |s| &s.reset_key,
+                key,
+                vec![key.to_string(), history::operator()],
+            )
             .await;
         sh.need_quorum(&answers)
     }
@@ -169,7 +181,7 @@ impl Backend for RedisBackend {
                 .script(
                     |s| &s.reset_source,
                     &key,
-                    vec![key.clone(), source.to_string()],
+                    vec![key.clone(), source.to_string(), history::operator()],
                 )
                 .await;
             sh.need_quorum(&answers)?;
@@ -187,6 +199,10 @@ impl Backend for RedisBackend {
 
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
         list::keys(&self.quorum).await
+    }
+
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<super::history::HistoryEntry>> {
+        history::read(&self.quorum, key, limit).await
     }
 
     /// The live queue entries a majority of nodes agree on (`list.rs`).

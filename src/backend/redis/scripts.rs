@@ -7,9 +7,9 @@
 //! | --- | --- | --- |
 //! | `P lock` | string, PX ttl | the exclusive holder's token; absent = no exclusive holder |
 //! | `P holders` | zset | shared (`-s`) and `--limit N` holders: id -> server ms when its lease runs out (`+inf`: a kept hold; a kept hold that expires, `--expire`: its deadline) |
-//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires,"fl":field list}` |
+//! | `P hinfo` | hash | holder id -> `{"s":source,"since":ms,"f":fence,"d":detached,"t":ttl_ms,"o":1 while offered,"e":deadline ms of a kept hold that expires,"fl":field list,"a":ms it queued,"n":N of --limit N,"sl":its slot 0..N-1,"st":status its command ended with (a kept hold)}` |
 //! | `P kind` | string | `lock` (exclusive and shared requests) or N (`--limit N`): what every holder and waiter agreed on; gone once nobody holds or waits; absent under an exclusive hold with nobody else around (`P lock` without a kind is a lock) |
-//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1), fields (the request's field list, absent when none); valid only while `P lock` holds the same token |
+//! | `P owner` | hash | token, source, since (server ms), fence, detached, ttl (ms), offered (1: granted but not yet confirmed), expires (server ms, a kept hold that expires: `P lock` has that PTTL; read only while detached is 1), fields (the request's field list, absent when none), queued (server ms it joined the line), status (a kept hold's command's); valid only while `P lock` holds the same token |
 //! | `P queue` | zset | waiter id -> ticket (from `P seq`, never a client clock); ties broken by id |
 //! | `P expiry` | zset | waiter id -> server ms when the entry dies unless refreshed |
 //! | `P waiters` | hash | waiter id -> `{"s":source,"t":ttl_ms,"q":queue_timeout_ms,"m":mode,"n":N,"w":offer_ms,"a":ms it queued,"f":field list,"o":order,"nw":1 with --newest,"c":1 with --cancel-running}` (mode `x`, `s` or `l`; the last four only with fields) |
@@ -18,6 +18,7 @@
 //! | `P sup:ID` | string, PX a day | waiter ID was superseded: `{"s":source,"f":field list}` of the newer request |
 //! | `P out:ID` | string, PX a day | waiter ID's turn came with its order below the mark: the mark |
 //! | `P cancel:ID` | list, PX the ttl | holder ID (taken with `--cancel-running`) is asked to stop: the newer request, as in `P sup:ID`; the holder BLPOPs on it |
+//! | `P history` | stream | the key's last ended holds, one entry each (`record.lua`), trimmed to [`DEFAULT_HISTORY`](crate::backend::history::DEFAULT_HISTORY) |
 //! | `P seq` | counter | tickets |
 //! | `P fence` | counter | grants (`LC_LOCK_TOKEN`) |
 //! | `P wake:ID` | list | pushed once when waiter ID is granted or withdrawn; it BLPOPs on it |
@@ -71,6 +72,10 @@ use crate::backend::LockMode;
 /// long. A quorum adds two response timeouts (see `Quorum::offer_window`).
 pub(super) const OFFER: Duration = Duration::from_millis(1000);
 
+/// The history's recorder, prepended to [`COMMON`] and [`LIST`] (which
+/// settles dead holders too). `scripts/record.lua` tells an entry's fields.
+const RECORD: &str = include_str!("scripts/record.lua");
+
 /// Helpers prepended to every script but the listings: `KEYS[1]` is the
 /// prefix `lc-cli:{KEY}:`, `ARGV[1]` the key's name. `scripts/common.lua` tells its arguments and answer.
 const COMMON: &str = include_str!("scripts/common.lua");
@@ -99,6 +104,9 @@ const RESET_KEY: &str = include_str!("scripts/reset_key.lua");
 /// `reset --source S` for one key. `scripts/reset_source.lua` tells its arguments and answer.
 const RESET_SOURCE: &str = include_str!("scripts/reset_source.lua");
 
+/// `history KEY`: its last ended holds. `scripts/history.lua` tells its arguments and answer.
+const HISTORY: &str = include_str!("scripts/history.lua");
+
 /// `keys`: every held key. Stands alone (no [`COMMON`]). `scripts/list.lua` tells its arguments and answer.
 const LIST: &str = include_str!("scripts/list.lua");
 
@@ -117,6 +125,7 @@ pub(super) struct Scripts {
     pub reset_source: Script,
     pub list: Script,
     pub list_waiters: Script,
+    pub history: Script,
 }
 
 impl Scripts {
@@ -126,7 +135,12 @@ impl Scripts {
     }
 
     fn new() -> Self {
+        let record = RECORD.replace(
+            "__HISTORY_CAP__",
+            &crate::backend::history::DEFAULT_HISTORY.to_string(),
+        );
         let common = COMMON.replace("__OFFER_MS__", &OFFER.as_millis().to_string());
+        let common = format!("{record}\n{common}");
         let s = |body: &str| Script::new(&format!("{common}\n{body}"));
         Scripts {
             enqueue: s(ENQUEUE),
@@ -137,8 +151,9 @@ impl Scripts {
             unlock: s(UNLOCK),
             reset_key: s(RESET_KEY),
             reset_source: s(RESET_SOURCE),
-            list: Script::new(LIST),
+            list: Script::new(&format!("{record}\n{LIST}")),
             list_waiters: Script::new(LIST_WAITERS),
+            history: s(HISTORY),
         }
     }
 }

@@ -8,7 +8,8 @@
 -- the lease of a grant made here and of an offer to us, the field list (as
 -- ENQUEUE).
 -- With refresh, a grant is confirmed: an offer becomes the full ttl.
--- Returns {1, fence} granted (with refresh: the lease restarts now),
+-- Returns {1, fence, slot} granted (with refresh: the lease restarts now;
+-- slot: a --limit holder's, else -1),
 -- {2, ahead, offer_left} waiting, {3, 0} withdrawn by a reset, {4, theirs} refused,
 -- {5, mark} outdated, {6, 0} superseded (as ENQUEUE).
 local id, now, lease = ARGV[2], now_ms(), tonumber(ARGV[10])
@@ -28,7 +29,7 @@ if redis.call('ZSCORE', HOLDERS, id) then
       redis.call('HSET', HINFO, id, cjson.encode(h))
     end
   end
-  return {1, fence_of(id)}
+  return {1, fence_of(id), slot_of(id)}
 end
 if redis.call('EXISTS', gone_key(id)) == 1 then return {3, 0} end
 if redis.call('ZSCORE', QUEUE, id) then

@@ -6,6 +6,7 @@ local LOCK, OWNER, QUEUE, EXPIRY, WAITERS = P..'lock', P..'owner', P..'queue', P
 local SEQ, FENCE, ALL = P..'seq', P..'fence', 'lc-cli:keys'
 local HOLDERS, HINFO, KIND = P..'holders', P..'hinfo', P..'kind'
 local NEWEST, MARK = P..'newest', P..'mark'
+local HISTORY = P..'history'
 -- How long the marker of a waiter that left the line (superseded,
 -- outdated) lasts: a day, so that a waiter frozen past its queue timeout
 -- still finds it when it wakes, rather than joining again as if new.
@@ -87,15 +88,31 @@ local function cleanup(now)
     redis.call('DEL', wake_key(id))
   end
 end
+-- Ends the exclusive holder's record (the lock key is gone): kept in the
+-- key's history as `ended` (nil: as a lease that ran out), unless it was an
+-- offer never confirmed (nobody's command ran); its source leaves the index.
+local function finish_owner(ended, status, by)
+  local o = redis.call('HMGET', OWNER, 'source', 'since', 'fence', 'offered', 'fields', 'queued', 'status', 'detached', 'expires')
+  if not o[1] then return end
+  if o[4] ~= '1' then
+    local r = {s = o[1], m = 'x', since = o[2], f = o[3], fl = o[5], a = o[6], st = o[7]}
+    record_end(HISTORY, r, ended or lapsed(o[8], o[9]), status, by, now_ms())
+  end
+  src_add(o[1], -1)
+  redis.call('DEL', OWNER)
+end
 -- True when the lock is free; settles the record of a holder whose lease ran out.
 local function settle()
   if redis.call('EXISTS', LOCK) == 1 then return false end
-  local s = redis.call('HGET', OWNER, 'source')
-  if s then
-    src_add(s, -1)
-    redis.call('DEL', OWNER)
-  end
+  finish_owner(nil, nil, nil)
   return true
+end
+-- A shared or limited holder's record in the history (not an offer never
+-- confirmed): ended (nil: its lease ran out).
+local function record_holder(h, ended, status, by, now)
+  if h.o then return end
+  local r = {s = h.s, m = h.n or 's', since = h.since, f = h.f, fl = h.fl, a = h.a, sl = h.sl, st = h.st}
+  record_end(HISTORY, r, ended or lapsed(h.d, h.e), status, by, now)
 end
 -- Shared and limited holders whose lease ran out leave; how many remain.
 local function settle_set(now)
@@ -103,7 +120,9 @@ local function settle_set(now)
     redis.call('ZREM', HOLDERS, id)
     local raw = redis.call('HGET', HINFO, id)
     if raw then
-      src_add(cjson.decode(raw).s, -1)
+      local h = cjson.decode(raw)
+      record_holder(h, nil, nil, nil, now)
+      src_add(h.s, -1)
       redis.call('HDEL', HINFO, id)
     end
   end
@@ -138,22 +157,55 @@ local function lease_of(id, info, caller, lease)
   return math.min(info.w or OFFER, info.t), 1
 end
 -- Adds waiter id to the shared or limited holders; wakes it unless it is the caller.
+-- The lowest slot of 0..n-1 no holder of the key has (its holders whose
+-- lease ran out settled first, by the caller), but `except`; nil: none.
+local function free_slot(n, except)
+  local used = {}
+  for _, id in ipairs(redis.call('HKEYS', HINFO)) do
+    if id ~= except then
+      local raw = redis.call('HGET', HINFO, id)
+      local sl = raw and cjson.decode(raw).sl
+      if sl then used[tonumber(sl)] = true end
+    end
+  end
+  for i = 0, n - 1 do
+    if not used[i] then return i end
+  end
+  return nil
+end
+-- Whether slot sl is another holder's than id's.
+local function slot_taken(sl, id)
+  for _, other in ipairs(redis.call('HKEYS', HINFO)) do
+    if other ~= id then
+      local raw = redis.call('HGET', HINFO, other)
+      if raw and tonumber(cjson.decode(raw).sl) == sl then return true end
+    end
+  end
+  return false
+end
+-- Adds waiter id to the shared or limited holders (a --limit N one gets
+-- the lowest free slot); wakes it unless it is the caller. Its fence and
+-- its slot (-1: none).
 local function grant_set(id, info, now, caller, lease)
   unqueue(id, info, true)
   local f = redis.call('INCR', FENCE)
   local t, o = lease_of(id, info, caller, lease)
   redis.call('ZADD', HOLDERS, now + t, id)
-  local h = {s = info.s, since = now, f = f, d = 0, t = info.t, fl = info.f}
+  local h = {s = info.s, since = now, f = f, d = 0, t = info.t, fl = info.f, a = info.a or now}
+  if info.m == 'l' then
+    h.n = info.n
+    h.sl = free_slot(info.n, id)
+  end
   if o == 1 then h.o = 1 end
   redis.call('HSET', HINFO, id, cjson.encode(h))
   tell_granted(id, info, caller)
-  return f
+  return f, h.sl or -1
 end
 -- The owner record of the lock just set to id (offered: 0 or 1), with
 -- the request's field list (fresh: no record was there); its fence.
 local function own(id, info, now, o, fresh)
   local f = redis.call('INCR', FENCE)
-  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o)
+  redis.call('HSET', OWNER, 'token', id, 'source', info.s, 'since', now, 'fence', f, 'detached', 0, 'ttl', info.t, 'offered', o, 'queued', info.a or now)
   if info.f then
     redis.call('HSET', OWNER, 'fields', info.f)
   elseif not fresh then
@@ -235,6 +287,11 @@ local function fence_of(id)
   end
   return nil
 end
+-- The slot of holder id, -1 when it has none (exclusive, shared).
+local function slot_of(id)
+  local h = holder_info(id)
+  return (h and tonumber(h.sl)) or -1
+end
 -- Before a reset frees the key: the holder's renewals must not put it back
 -- while its lease could still be running.
 local function revoke(token)
@@ -273,14 +330,16 @@ end
 -- waiting; {5, mark} outdated when its turn came.
 local function standing(now, id, lease, cleaned)
   local got, late = promote(now, id, lease, cleaned)
-  if got == id then return {1, fence_of(id)} end
+  if got == id then return {1, fence_of(id), slot_of(id)} end
   if late then return {5, late} end
   local ahead = redis.call('ZRANK', QUEUE, id)
   if ahead == 0 then return {2, 0, offer_left()} end
   return {2, ahead, -1}
 end
--- Frees the shared or limited holder id (revoking its renewals if asked).
-local function drop_holder(id, do_revoke)
+-- Frees the shared or limited holder id (revoking its renewals if asked),
+-- kept in the history as `ended` (nil: no entry, a waiter giving back a
+-- grant it never used).
+local function drop_holder(id, do_revoke, ended, status, by)
   local h = holder_info(id)
   if do_revoke and h then
     local t = tonumber(h.t) or 0
@@ -288,7 +347,10 @@ local function drop_holder(id, do_revoke)
   end
   redis.call('ZREM', HOLDERS, id)
   redis.call('HDEL', HINFO, id)
-  if h then src_add(h.s, -1) end
+  if h then
+    if ended then record_holder(h, ended, status, by, now_ms()) end
+    src_add(h.s, -1)
+  end
 end
 local function info_of(a)
   local m = a[6] or 'x'

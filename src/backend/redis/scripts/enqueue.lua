@@ -5,7 +5,8 @@
 -- (the ttl where this answer confirms it, else an offer), how long an
 -- offer to us lasts (ms; kept in `P waiters` as `w`), and the request's
 -- field list (absent when it has none).
--- Returns {1, fence} granted, {2, ahead, offer_left_ms or -1} queued (the
+-- Returns {1, fence, slot} granted (slot: a --limit holder's 0..N-1, else
+-- -1; absent from the quick grant of a free key), {2, ahead, offer_left_ms or -1} queued (the
 -- offer: of the lock to the waiter ahead, known to the first in line),
 -- {0, 0} busy (nonblock),
 -- {4, theirs} refused: the key is used another way (0: as a lock, N: with
@@ -32,8 +33,9 @@ if ARGV[7] == '1' then
   if fits(info, free, settle_set(now)) and redis.call('ZCARD', QUEUE) == 0 then
     src_add(info.s, 1)
     if not indexed then redis.call('SADD', ALL, NAME) end
-    if info.m == 'x' then return {1, grant(id, info, now, id, lease)} end
-    return {1, grant_set(id, info, now, id, lease)}
+    if info.m == 'x' then return {1, grant(id, info, now, id, lease), -1} end
+    local f, sl = grant_set(id, info, now, id, lease)
+    return {1, f, sl}
   end
   return {0, 0}
 end

@@ -1,18 +1,20 @@
 -- `reset --source S` for one key: frees it if S holds it and withdraws S's
--- waiters (O(waiters of this key)). ARGV: name, source.
+-- waiters (O(waiters of this key)). ARGV: name, source, and who resets
+-- (the history's `by`).
 -- Returns how many holds and waits were removed.
-local src, now = ARGV[2], now_ms()
+local src, now, by = ARGV[2], now_ms(), ARGV[3]
 local n = 0
 local token = redis.call('GET', LOCK)
 if token and redis.call('HGET', OWNER, 'token') == token and redis.call('HGET', OWNER, 'source') == src then
   revoke(token)
   redis.call('DEL', LOCK)
+  finish_owner('reset', nil, by)
   n = n + 1
 end
 for _, id in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
   local h = holder_info(id)
   if h and h.s == src then
-    drop_holder(id, true)
+    drop_holder(id, true, 'reset', nil, by)
     n = n + 1
   end
 end

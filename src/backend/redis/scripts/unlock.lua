@@ -1,6 +1,6 @@
 -- `unlock KEY` from another process: releases a detached hold only (of a
 -- shared or limited key: the oldest kept one).
--- ARGV: name. Returns 1 released, 0 not held, -1 held by a running lc-cli.
+-- ARGV: name, and who unlocks (the history's `by`). Returns 1 released, 0 not held, -1 held by a running lc-cli.
 local now = now_ms()
 local token = redis.call('GET', LOCK)
 if not token then
@@ -16,7 +16,7 @@ if not token then
     end
   end
   if kept then
-    drop_holder(kept, false)
+    drop_holder(kept, false, 'released', nil, ARGV[2])
     promote(now, false, 0)
     return 1
   end
@@ -29,5 +29,6 @@ if redis.call('HGET', OWNER, 'token') ~= token or redis.call('HGET', OWNER, 'det
   return -1
 end
 redis.call('DEL', LOCK)
+finish_owner('released', nil, ARGV[2])
 promote(now, false, 0)
 return 1
