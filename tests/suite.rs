@@ -92,5 +92,6 @@ mod zk_loss;
 mod zk_partition;
 mod zk_queue;
 mod zk_release;
+mod zk_reset;
 mod zk_rwlock;
 mod zk_shared;

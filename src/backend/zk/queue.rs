@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData, NodeKind, Turn};
 use super::rules::{self, Rules, Step};
-use super::session::{OwnWatch, Session, SessionEnd};
+use super::session::{connection_lost, OwnWatch, Session, SessionEnd};
 use super::Recipe;
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
@@ -195,7 +195,7 @@ pub(super) async fn create_node(
                     return Err(s.error(&format!("creating {dir}"), e));
                 }
             }
-            Err(zk::Error::ConnectionLoss) if tokio::time::Instant::now() < deadline => {
+            Err(e) if connection_lost(&e) && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 match s.retry(|c| async move { c.list_children(dir).await }).await {
                     Ok(children) => {

@@ -32,7 +32,7 @@ use std::pin::Pin;
 use zookeeper_client as zk;
 
 use super::names::{self, Marker, NodeData, NodeKind, Turn};
-use super::session::Session;
+use super::session::{connection_lost, Session};
 use crate::backend::fields::Extras;
 use crate::backend::{Acquired, BackendError, Result, Rival};
 
@@ -384,9 +384,7 @@ async fn supersede(
         Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => Ok(true),
         // Superseded by another already, or gone.
         Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(false),
-        Err(zk::MultiWriteError::RequestFailed {
-            source: zk::Error::ConnectionLoss,
-        }) => Ok(true),
+        Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => Ok(true),
         Err(zk::MultiWriteError::RequestFailed { source }) => {
             Err(s.error(&format!("superseding {target}"), source))
         }
@@ -526,9 +524,9 @@ pub(super) async fn raise_mark(s: &Session, raise: &mut Raise, node: &str) -> Re
             Err(zk::MultiWriteError::OperationFailed { index: 1, .. }) => return Ok(false),
             // Changed, created or deleted meanwhile: read it again.
             Err(zk::MultiWriteError::OperationFailed { .. }) => {}
-            Err(zk::MultiWriteError::RequestFailed {
-                source: zk::Error::ConnectionLoss,
-            }) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
             Err(zk::MultiWriteError::RequestFailed {
                 source: zk::Error::SessionExpired | zk::Error::ClientClosed,
             }) => return Ok(false),
