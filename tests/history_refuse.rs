@@ -12,7 +12,6 @@ fn every_backend_refuses_history_in_one_line() {
     for url in [
         "redis://127.0.0.1:1",
         "etcd://127.0.0.1:1",
-        "zk://127.0.0.1:1/h",
         "postgres://u:p@127.0.0.1:1/db",
     ] {
         for args in [

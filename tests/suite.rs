@@ -41,6 +41,7 @@ mod generated_docs;
 mod history_builtin;
 mod history_notes;
 mod history_refuse;
+mod history_zk;
 mod keys_waiters;
 mod keys_watch;
 mod lock_expire;

@@ -33,9 +33,8 @@ pub(super) async fn acquire(
 ) -> Result<Acquired> {
     let dir = names::lock_dir(root, &request.key);
     let fields = request.extras.encode();
-    let data = NodeData::new(Mode::Queue, &request.source)
-        .with_fields(&fields)
-        .encode();
+    let node_data = NodeData::new(Mode::Queue, &request.source).with_fields(&fields);
+    let data = node_data.encode();
     // The arrival check, with the listing that picks our node's kind:
     // below the mark, no node is made.
     let order = request.extras.order;
@@ -79,6 +78,8 @@ pub(super) async fn acquire(
         source: request.source.clone(),
         fields,
         rules,
+        mode: request.mode,
+        arrived_ms: node_data.since_ms,
     };
     settle(entry, waited, &cancel).await
 }
@@ -90,6 +91,9 @@ struct Entry {
     source: String,
     fields: String,
     rules: Option<Rules>,
+    mode: LockMode,
+    /// When the request arrived (ms since the epoch), for the history.
+    arrived_ms: u64,
 }
 
 #[async_trait]
@@ -103,6 +107,7 @@ impl QueueEntry for Entry {
             held.order = rules.order();
             held.cancel = rules.cancel.take();
         }
+        held.open_history(self.mode, self.arrived_ms);
         Box::new(held)
     }
 
