@@ -225,7 +225,11 @@ fn reset_under_a_read_is_retried() {
     let zk = Zk::start();
     let proxy = ResetProxy::start(zk.port);
     let mut holder = zk
-        .lc_session("/r", "4s", &["lock", "k", "--source", "h1", "--", "sleep", "30"])
+        .lc_session(
+            "/r",
+            "4s",
+            &["lock", "k", "--source", "h1", "--", "sleep", "30"],
+        )
         .spawn()
         .unwrap();
     zk.wait_queue_len("/r/k", 1);
