@@ -362,43 +362,39 @@ pub(super) async fn end_from_outside(
     how: Ending,
     create: bool,
 ) -> crate::backend::Result<bool> {
-    let by = Some(by_whom());
-    for _ in 0..5 {
-        let Some(path) = entry_path(node) else {
-            break;
-        };
-        let p = path.as_str();
-        let found = s.retry(|c| async move { c.get_data(p).await }).await;
-        let record = match found {
-            Ok((data, _)) => match Record::decode(&data) {
-                Some(r) => Some((r, true)),
-                None => break,
-            },
-            Err(zk::Error::NoNode) if create => {
-                let n = node;
-                match s.retry(|c| async move { c.get_data(n).await }).await {
-                    Ok((data, stat)) => Some((of_node(node, &data, &stat), false)),
-                    Err(zk::Error::NoNode) => return Ok(false),
-                    Err(_) => break,
-                }
-            }
-            _ => break,
-        };
-        let Some((record, exists)) = record else {
-            break;
-        };
-        let data = record.ended(how, None, by.clone()).encode();
-        let mut closing = Closing { path, data, exists };
-        match close(s, node, &mut closing).await {
-            Closed::Done => return Ok(true),
-            Closed::NoNode => return Ok(false),
-            Closed::Failed | Closed::Unreached => break,
-        }
+    if let Some(deleted) = close_from_outside(s, node, how, create).await {
+        return Ok(deleted);
     }
     match s.retry(|c| async move { c.delete(node, None).await }).await {
         Ok(()) => Ok(true),
         Err(zk::Error::NoNode) => Ok(false),
         Err(e) => Err(s.error(&format!("deleting {node}"), e)),
+    }
+}
+
+/// The transaction of [`end_from_outside`]: Some(whether it deleted the
+/// node); None when the entry cannot be written (no entry and not
+/// `create`, a read failed, the transaction failed).
+async fn close_from_outside(s: &Session, node: &str, how: Ending, create: bool) -> Option<bool> {
+    let path = entry_path(node)?;
+    let p = path.as_str();
+    let (record, exists) = match s.retry(|c| async move { c.get_data(p).await }).await {
+        Ok((data, _)) => (Record::decode(&data)?, true),
+        Err(zk::Error::NoNode) if create => {
+            match s.retry(|c| async move { c.get_data(node).await }).await {
+                Ok((data, stat)) => (of_node(node, &data, &stat), false),
+                Err(zk::Error::NoNode) => return Some(false),
+                Err(_) => return None,
+            }
+        }
+        Err(_) => return None,
+    };
+    let data = record.ended(how, None, Some(by_whom())).encode();
+    let mut closing = Closing { path, data, exists };
+    match close(s, node, &mut closing).await {
+        Closed::Done => Some(true),
+        Closed::NoNode => Some(false),
+        Closed::Failed | Closed::Unreached => None,
     }
 }
 
@@ -473,7 +469,7 @@ pub(super) async fn read(
             (!(open && live.iter().any(|l| l == name))).then_some((stat.czxid, record))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     Ok(found
         .into_iter()
         .take(limit)
