@@ -1,56 +1,44 @@
-//! `lc-cli history KEY` (docs/history.md) is built on the built-in server
-//! (tests/history_builtin.rs, which also has the refusals of a server
-//! with `--history 0` and of a reference server), PostgreSQL
-//! (tests/history_pg.rs), etcd and Redis: every other backend
-//! refuses at once, before anything is sent, with one line naming why and
-//! status 76 (against addresses where nothing listens, a request that got
-//! as far as connecting would exit 69, as the built-in server's does).
+//! `lc-cli history KEY` (docs/history.md) is built on every backend: the
+//! built-in server (tests/history_builtin.rs, which also has the refusals
+//! of a server with `--history 0` and of a reference server), Redis, etcd,
+//! ZooKeeper and PostgreSQL (tests/history_<backend>.rs). Against
+//! addresses where nothing listens, each request gets as far as connecting
+//! (69); only the throwaway backend, which keeps nothing, refuses at once,
+//! before anything is sent, with one line naming why and status 76.
 
 use crate::common::{expect_error_line, expect_status, lc_at};
 
 #[test]
-fn every_backend_refuses_history_in_one_line() {
-    for url in [
-        "zk://127.0.0.1:1/h",
+fn the_throwaway_backend_refuses_history_in_one_line() {
+    for args in [
+        &["history", "k"][..],
+        &["history", "k", "--json", "--limit", "5"],
     ] {
-        for args in [
-            &["history", "k"][..],
-            &["history", "k", "--json", "--limit", "5"],
-        ] {
-            let line = expect_error_line(&mut lc_at(url, args), 76);
-            assert!(
-                line.contains("cannot show a key's history")
-                    && line.contains("keeps no history of holds yet"),
-                "{url}: {line}"
-            );
-        }
+        let line = expect_error_line(&mut lc_at("throwaway://x", args), 76);
+        assert!(
+            line.contains("cannot show a key's history")
+                && line.contains("keeps no history of holds yet"),
+            "{line}"
+        );
     }
 }
 
 #[test]
-fn the_builtin_server_is_asked_not_refused() {
-    // Nothing listens: the request got as far as connecting.
-    let line = expect_error_line(
-        &mut lc_at(
-            "lc://127.0.0.1:1",
-            &["--connect-timeout", "1s", "history", "k"],
-        ),
-        69,
-    );
-    assert!(!line.contains("cannot show a key's history"), "{line}");
-}
-
-#[test]
-fn redis_is_asked_not_refused() {
-    // Nothing listens: the request got as far as connecting.
-    let line = expect_error_line(
-        &mut lc_at(
-            "redis://127.0.0.1:1",
-            &["--connect-timeout", "1s", "history", "k"],
-        ),
-        69,
-    );
-    assert!(!line.contains("cannot show a key's history"), "{line}");
+fn every_backend_is_asked_not_refused() {
+    for url in [
+        "lc://127.0.0.1:1",
+        "redis://127.0.0.1:1",
+        "etcd://127.0.0.1:1",
+        "zk://127.0.0.1:1/h",
+        "postgres://u:p@127.0.0.1:1/db",
+    ] {
+        // Nothing listens: the request got as far as connecting.
+        let line = expect_error_line(
+            &mut lc_at(url, &["--connect-timeout", "1s", "history", "k"]),
+            69,
+        );
+        assert!(!line.contains("cannot show a key's history"), "{url}: {line}");
+    }
 }
 
 #[test]

@@ -40,6 +40,15 @@ fn gated(log: &Path, tag: &str, gate: &Path) -> String {
     )
 }
 
+/// The children of `dir` but lc-cli's extra nodes (`_c_lc-`: the mark,
+/// history entries).
+fn queue_nodes(zk: &Zk, dir: &str) -> Vec<String> {
+    zk.children(dir)
+        .into_iter()
+        .filter(|n| !n.starts_with("_c_lc-"))
+        .collect()
+}
+
 fn started(log: &Path, tag: &str) -> bool {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -76,7 +85,8 @@ fn a_curator_reader_waits_for_an_lc_cli_writer_on_an_empty_key() {
         .spawn()
         .unwrap()]);
         assert!(wait_until(Duration::from_secs(20), || started(&log, "lw")));
-        let nodes = zk.children(&dir);
+        // The queue's nodes (not the hold's history entry, `_c_lc-history-`).
+        let nodes = queue_nodes(&zk, &dir);
         assert!(
             nodes.len() == 1 && nodes[0].contains("-__WRIT__"),
             "lc-cli's writer is not a Curator writer node: {nodes:?}"
@@ -169,7 +179,7 @@ fn the_default_recipe_is_the_mutex_and_unknown_ones_are_refused() {
             .spawn()
             .unwrap()]);
         assert!(wait_until(Duration::from_secs(20), || started(&log, tag)));
-        let nodes = zk.children(&format!("/s/{tag}"));
+        let nodes = queue_nodes(&zk, &format!("/s/{tag}"));
         assert!(
             nodes.len() == 1 && nodes[0].contains("-lock-"),
             "{tag}: {nodes:?}"

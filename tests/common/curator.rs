@@ -1,7 +1,7 @@
 //! A Java peer using Apache Curator's recipes (Debian's jars in
 //! /usr/share/java), compiled once per test binary with javac: it takes one
-//! `InterProcessReadWriteLock` read or write lock, or one lease of an
-//! `InterProcessSemaphoreV2`, logs `start TAG NS`/`end TAG NS` as the
+//! `InterProcessMutex`, one `InterProcessReadWriteLock` read or write lock,
+//! or one lease of an `InterProcessSemaphoreV2`, logs `start TAG NS`/`end TAG NS` as the
 //! shell commands do, holds it for a while and gives it back.
 
 use std::path::{Path, PathBuf};
@@ -56,6 +56,8 @@ fn compiled() -> &'static PathBuf {
 
 /// What the peer takes.
 pub(crate) enum Recipe {
+    /// `InterProcessMutex` (`lock-` nodes), as lc-cli's default recipe.
+    Mutex,
     Read,
     Write,
     Semaphore(u32),
@@ -72,6 +74,7 @@ pub(crate) fn peer(
     tag: &str,
 ) -> Child {
     let (mode, n) = match recipe {
+        Recipe::Mutex => ("mutex", 0),
         Recipe::Read => ("read", 0),
         Recipe::Write => ("write", 0),
         Recipe::Semaphore(n) => ("sem", n),

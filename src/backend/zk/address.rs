@@ -24,6 +24,8 @@ pub(crate) const SCHEME: Scheme = Scheme {
     default_ttl: crate::backend::DEFAULT_TTL,
     caps: Capabilities {
         queues: None,
+        // Entries beside each key's queue (zk/history.rs).
+        history: None,
         ..Capabilities::ALL
     },
     key_problem: super::names::key_problem,

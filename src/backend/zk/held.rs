@@ -6,10 +6,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use zookeeper_client as zk;
 
+use super::history::{self, Closed, Closing, Record};
 use super::names::{self, Mode, NodeData};
 use super::rules::{self, CancelWatch};
 use super::session::{OwnWatch, Session, SessionEnd};
-use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result, Rival};
+use crate::backend::fields::FieldList;
+use crate::backend::history::Ending;
+use crate::backend::{BackendError, Expiry, HeldLock, LockMode, LostReason, Result, Rival};
 
 pub(super) struct ZkHeld {
     s: Arc<Session>,
@@ -28,6 +31,14 @@ pub(super) struct ZkHeld {
     /// The command's exit status (`command_ended`).
     status: Option<i32>,
     released: bool,
+    /// The hold's history entry (`history.rs`): what it says of the hold,
+    /// whether its opening (at the grant, in the background) created it,
+    /// and what the release writes.
+    record: Record,
+    opening: Option<tokio::task::JoinHandle<bool>>,
+    closing: Option<Closing>,
+    /// Who cancelled the command (`--cancel-running`), for the entry.
+    cancelled_by: Option<String>,
 }
 
 impl ZkHeld {
@@ -49,7 +60,54 @@ impl ZkHeld {
             cancel: None,
             status: None,
             released: false,
+            record: Record::new("", LockMode::Exclusive),
+            opening: None,
+            closing: None,
+            cancelled_by: None,
         }
+    }
+
+    /// Opens the hold's history entry (`history::open`) in the background,
+    /// so the command starts without waiting for it: `mode`, and when the
+    /// request arrived (ms since the epoch, this host's clock).
+    pub(super) fn open_history(&mut self, mode: LockMode, arrived_ms: u64) {
+        let granted = history::now_ms();
+        let mut r = Record::new(&self.source, mode);
+        r.token = u64::try_from(self.czxid).ok();
+        r.granted_ms = Some(granted);
+        r.waited_ms = Some(granted.saturating_sub(arrived_ms));
+        r.fields = FieldList::parse(self.fields.as_bytes()).unwrap_or_default();
+        self.record = r.clone();
+        let Some(path) = history::entry_path(&self.node) else {
+            return;
+        };
+        let s = self.s.clone();
+        self.opening = Some(tokio::spawn(
+            async move { history::open(&s, &path, &r).await },
+        ));
+    }
+
+    /// What the release writes into the entry (once: kept for a release
+    /// tried again). Waits for the opening (bounded by the session
+    /// timeout): a hold released at once has opened it or not by then.
+    async fn closing(&mut self) -> Option<Closing> {
+        if self.closing.is_none() {
+            let path = history::entry_path(&self.node)?;
+            let exists = match self.opening.take() {
+                Some(task) => matches!(
+                    tokio::time::timeout(self.s.retry_for, task).await,
+                    Ok(Ok(true))
+                ),
+                None => false,
+            };
+            let (how, by) = match self.cancelled_by.take() {
+                Some(by) => (Ending::Cancelled, Some(by)),
+                None => (Ending::Released, None),
+            };
+            let data = self.record.clone().ended(how, self.status, by).encode();
+            self.closing = Some(Closing { path, data, exists });
+        }
+        self.closing.clone()
     }
 
     /// The deadline of every loss but a deletion from outside: the command
@@ -186,7 +244,10 @@ impl HeldLock for ZkHeld {
                     }
                 }
                 gone = self.s.until_gone() => return self.gone(gone),
-                by = cancel_notice(self.cancel.as_mut(), &self.s) => return LostReason::cancelled(by),
+                by = cancel_notice(self.cancel.as_mut(), &self.s) => {
+                    self.cancelled_by = Some(by.source.clone());
+                    return LostReason::cancelled(by);
+                }
                 _ = tokio::time::sleep_until(look_again) => {}
             }
         }
@@ -206,10 +267,28 @@ impl HeldLock for ZkHeld {
             if let Some(c) = &mut self.cancel {
                 c.clear(&self.s).await;
             }
+            let mut closing = self.closing().await;
             if let (Some(raise), Some(0)) = (&mut self.order, self.status) {
-                self.released = rules::raise_mark(&self.s, raise, &self.node).await?;
+                self.released =
+                    rules::raise_mark(&self.s, raise, &self.node, closing.as_mut()).await?;
                 // Raised or not needed: not again.
                 self.status = None;
+            } else if let Some(c) = closing.as_mut() {
+                // The entry closed with the deletion (a failure: deleted
+                // alone below, the entry left open reads as freed).
+                match history::close(&self.s, &self.node, c).await {
+                    Closed::Done => self.released = true,
+                    Closed::Unreached => {
+                        return Err(BackendError::Unavailable {
+                            server: self.s.server.clone(),
+                            reason: format!(
+                                "deleting {}: no answer from ZooKeeper within {:?}",
+                                self.node, self.s.retry_for
+                            ),
+                        })
+                    }
+                    Closed::NoNode | Closed::Failed => {}
+                }
             }
         }
         if !self.released {
@@ -236,6 +315,10 @@ impl HeldLock for ZkHeld {
                 self.node
             )));
         };
+        // The entry stays open under the kept node (same digits, same entry).
+        if let Some(task) = self.opening.take() {
+            let _ = tokio::time::timeout(self.s.retry_for, task).await;
+        }
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
         let mut data = NodeData::new(Mode::Detached, &self.source).with_fields(&self.fields);

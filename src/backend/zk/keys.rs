@@ -356,7 +356,7 @@ pub(super) async fn pipelined<T>(
     let mut out = Vec::with_capacity(paths.len());
     for (path, reply) in paths.iter().zip(pending) {
         let answer = match reply.await {
-            Err(zk::Error::ConnectionLoss) => {
+            Err(e) if super::session::connection_lost(&e) => {
                 let p = path.as_str();
                 s.retry(|c| async move { send(&c, p).await }).await
             }

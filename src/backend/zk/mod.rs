@@ -15,6 +15,7 @@
 
 pub(crate) mod address;
 mod held;
+mod history;
 mod keys;
 mod names;
 mod ping;
@@ -35,6 +36,7 @@ use super::{
     Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
     WaitProgress,
 };
+use crate::backend::history::{Ending, HistoryEntry};
 use names::NodeData;
 use session::Session;
 
@@ -140,23 +142,22 @@ impl ZkBackend {
         ))
     }
 
-    /// Deletes the given holder nodes (gone already is fine); how many.
-    async fn delete_nodes(&self, nodes: &[String]) -> Result<usize> {
-        let s = &self.session;
+    /// Deletes the given holder nodes (gone already is fine), each with
+    /// its history entry closed as `how` (`history::end_from_outside`);
+    /// how many.
+    async fn delete_nodes(&self, nodes: &[String], how: Ending) -> Result<usize> {
         let mut n = 0;
         for node in nodes {
-            let p = node.as_str();
-            match s.retry(|c| async move { c.delete(p, None).await }).await {
-                Ok(()) => n += 1,
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(s.error(&format!("deleting {node}"), e)),
+            if history::end_from_outside(&self.session, node, how, true).await? {
+                n += 1;
             }
         }
         Ok(n)
     }
 
-    /// Deletes the node at the head of the queue; false when there is none.
-    async fn delete_holder(&self, key: &str) -> Result<bool> {
+    /// Deletes the node at the head of the queue (its history entry
+    /// closed as `how`); false when there is none.
+    async fn delete_holder(&self, key: &str, how: Ending) -> Result<bool> {
         // A holder that leaves between the listing and the delete is
         // followed by the next one: a few rounds at most.
         for _ in 0..10 {
@@ -165,15 +166,8 @@ impl ZkBackend {
                 return Ok(false);
             };
             let node = format!("{dir}/{head}");
-            let n = node.as_str();
-            match self
-                .session
-                .retry(|c| async move { c.delete(n, None).await })
-                .await
-            {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(self.session.error(&format!("deleting {node}"), e)),
+            if history::end_from_outside(&self.session, &node, how, true).await? {
+                return Ok(true);
             }
         }
         // Transient: the queue is moving, a later attempt finds it settled.
@@ -211,7 +205,7 @@ impl Backend for ZkBackend {
     /// the oldest holder.
     async fn unlock(&self, key: &str) -> Result<bool> {
         let Some(holders) = self.shared_holders(key).await? else {
-            return self.delete_holder(key).await;
+            return self.delete_holder(key, Ending::Released).await;
         };
         let s = &self.session;
         let mut pick = holders.first().cloned();
@@ -226,7 +220,7 @@ impl Backend for ZkBackend {
             }
         }
         match pick {
-            Some(node) => Ok(self.delete_nodes(&[node]).await? > 0),
+            Some(node) => Ok(self.delete_nodes(&[node], Ending::Released).await? > 0),
             None => Ok(false),
         }
     }
@@ -234,8 +228,8 @@ impl Backend for ZkBackend {
     /// Frees every holder (of a shared or limited key: all of them).
     async fn reset_key(&self, key: &str) -> Result<()> {
         match self.shared_holders(key).await? {
-            Some(holders) => self.delete_nodes(&holders).await.map(|_| ()),
-            None => self.delete_holder(key).await.map(|_| ()),
+            Some(holders) => self.delete_nodes(&holders, Ending::Reset).await.map(|_| ()),
+            None => self.delete_holder(key, Ending::Reset).await.map(|_| ()),
         }
     }
 
@@ -267,10 +261,8 @@ impl Backend for ZkBackend {
                     Err(e) => return Err(s.error(&format!("reading {path}"), e)),
                 };
                 if NodeData::decode(&data).is_some_and(|d| d.source == source) {
-                    match s.retry(|c| async move { c.delete(p, None).await }).await {
-                        Ok(()) | Err(zk::Error::NoNode) => {}
-                        Err(e) => return Err(s.error(&format!("deleting {path}"), e)),
-                    }
+                    // A holder's open entry closed as reset; a waiter has none.
+                    history::end_from_outside(s, &path, Ending::Reset, false).await?;
                 }
             }
         }
@@ -286,6 +278,12 @@ impl Backend for ZkBackend {
     async fn clear_mark(&self, key: &str) -> Result<bool> {
         let dir = names::lock_dir(&self.root, key);
         rules::clear_mark(&self.session, &rules::mark_path(&dir)).await
+    }
+
+    /// The entries beside the key's queue (`history.rs`).
+    async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
+        let dir = names::lock_dir(&self.root, key);
+        history::read(&self.session, &dir, key, limit).await
     }
 
     /// Walks the tree under the root: see `keys.rs` for what is asked and

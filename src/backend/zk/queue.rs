@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData, NodeKind, Turn};
 use super::rules::{self, Rules, Step};
-use super::session::{OwnWatch, Session, SessionEnd};
+use super::session::{connection_lost, OwnWatch, Session, SessionEnd};
 use super::Recipe;
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
@@ -33,9 +33,8 @@ pub(super) async fn acquire(
 ) -> Result<Acquired> {
     let dir = names::lock_dir(root, &request.key);
     let fields = request.extras.encode();
-    let data = NodeData::new(Mode::Queue, &request.source)
-        .with_fields(&fields)
-        .encode();
+    let node_data = NodeData::new(Mode::Queue, &request.source).with_fields(&fields);
+    let data = node_data.encode();
     // The arrival check, with the listing that picks our node's kind:
     // below the mark, no node is made.
     let order = request.extras.order;
@@ -79,6 +78,8 @@ pub(super) async fn acquire(
         source: request.source.clone(),
         fields,
         rules,
+        mode: request.mode,
+        arrived_ms: node_data.since_ms,
     };
     settle(entry, waited, &cancel).await
 }
@@ -90,6 +91,9 @@ struct Entry {
     source: String,
     fields: String,
     rules: Option<Rules>,
+    mode: LockMode,
+    /// When the request arrived (ms since the epoch), for the history.
+    arrived_ms: u64,
 }
 
 #[async_trait]
@@ -103,6 +107,7 @@ impl QueueEntry for Entry {
             held.order = rules.order();
             held.cancel = rules.cancel.take();
         }
+        held.open_history(self.mode, self.arrived_ms);
         Box::new(held)
     }
 
@@ -195,7 +200,7 @@ pub(super) async fn create_node(
                     return Err(s.error(&format!("creating {dir}"), e));
                 }
             }
-            Err(zk::Error::ConnectionLoss) if tokio::time::Instant::now() < deadline => {
+            Err(e) if connection_lost(&e) && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 match s.retry(|c| async move { c.list_children(dir).await }).await {
                     Ok(children) => {

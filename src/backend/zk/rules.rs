@@ -32,7 +32,7 @@ use std::pin::Pin;
 use zookeeper_client as zk;
 
 use super::names::{self, Marker, NodeData, NodeKind, Turn};
-use super::session::Session;
+use super::session::{connection_lost, Session};
 use crate::backend::fields::Extras;
 use crate::backend::{Acquired, BackendError, Result, Rival};
 
@@ -384,9 +384,7 @@ async fn supersede(
         Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => Ok(true),
         // Superseded by another already, or gone.
         Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(false),
-        Err(zk::MultiWriteError::RequestFailed {
-            source: zk::Error::ConnectionLoss,
-        }) => Ok(true),
+        Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => Ok(true),
         Err(zk::MultiWriteError::RequestFailed { source }) => {
             Err(s.error(&format!("superseding {target}"), source))
         }
@@ -490,11 +488,17 @@ pub(super) struct Raise {
 }
 
 /// Raises the mark to the order (unless it is that high already) and
-/// deletes our `node`, in one transaction, the mark's version compared
+/// deletes our `node` (and writes `closing`, the hold's history entry), in
+/// one transaction, the mark's version compared
 /// (from the grant's read: no read of its own unless the mark changed
 /// since): true when done; false when our node or session is gone (nothing
 /// raised: the caller deletes as usual).
-pub(super) async fn raise_mark(s: &Session, raise: &mut Raise, node: &str) -> Result<bool> {
+pub(super) async fn raise_mark(
+    s: &Session,
+    raise: &mut Raise,
+    node: &str,
+    mut closing: Option<&mut super::history::Closing>,
+) -> Result<bool> {
     let (order, mark) = (raise.order, raise.mark.as_str());
     let value = order.to_string();
     let persistent = zk::CreateMode::Persistent.with_acls(s.acls);
@@ -516,7 +520,11 @@ pub(super) async fn raise_mark(s: &Session, raise: &mut Raise, node: &str) -> Re
             Some((_, version)) => multi.add_set_data(mark, value.as_bytes(), Some(version)),
             None => multi.add_create(mark, value.as_bytes(), &persistent),
         }
-        .and_then(|_| multi.add_delete(node, None));
+        .and_then(|_| multi.add_delete(node, None))
+        .and_then(|_| match closing.as_deref() {
+            Some(c) => c.add_to(s, &mut multi),
+            None => Ok(()),
+        });
         if let Err(e) = added {
             return Err(s.error(&format!("raising {mark}"), e));
         }
@@ -524,11 +532,17 @@ pub(super) async fn raise_mark(s: &Session, raise: &mut Raise, node: &str) -> Re
             Ok(_) => return Ok(true),
             // Our node is gone: the hold was not ours to end well.
             Err(zk::MultiWriteError::OperationFailed { index: 1, .. }) => return Ok(false),
+            // The history entry: created meanwhile, or trimmed.
+            Err(zk::MultiWriteError::OperationFailed { index: 2, .. }) => {
+                if let Some(c) = closing.as_deref_mut() {
+                    c.exists = !c.exists;
+                }
+            }
             // Changed, created or deleted meanwhile: read it again.
             Err(zk::MultiWriteError::OperationFailed { .. }) => {}
-            Err(zk::MultiWriteError::RequestFailed {
-                source: zk::Error::ConnectionLoss,
-            }) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
             Err(zk::MultiWriteError::RequestFailed {
                 source: zk::Error::SessionExpired | zk::Error::ClientClosed,
             }) => return Ok(false),

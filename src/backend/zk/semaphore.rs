@@ -41,10 +41,10 @@ pub(super) async fn acquire(
 ) -> Result<Acquired> {
     let dir = names::lock_dir(root, &request.key);
     let locks = format!("{dir}/{}", names::SEMAPHORE_LOCKS);
-    let data = NodeData::new(Mode::Queue, &request.source)
+    let node_data = NodeData::new(Mode::Queue, &request.source)
         .with_limit(Some(n))
-        .with_fields(&request.extras.encode())
-        .encode();
+        .with_fields(&request.extras.encode());
+    let data = node_data.encode();
     let name = match create_node(s, &locks, &data, NodeKind::Mutex).await {
         Ok(name) => name,
         Err(e) => {
@@ -57,6 +57,8 @@ pub(super) async fn acquire(
     let entry = Entry {
         s: s.clone(),
         mutex: mutex.path,
+        mode: request.mode,
+        arrived_ms: node_data.since_ms,
     };
     settle(entry, waited, &cancel).await
 }
@@ -66,13 +68,17 @@ pub(super) async fn acquire(
 struct Entry {
     s: Arc<Session>,
     mutex: String,
+    mode: LockMode,
+    /// When the request arrived (ms since the epoch), for the history.
+    arrived_ms: u64,
 }
 
 #[async_trait]
 impl QueueEntry for Entry {
     type Grant = ZkHeld;
 
-    fn hold(self, held: ZkHeld) -> Box<dyn HeldLock> {
+    fn hold(self, mut held: ZkHeld) -> Box<dyn HeldLock> {
+        held.open_history(self.mode, self.arrived_ms);
         Box::new(held)
     }
 
@@ -146,13 +152,15 @@ async fn in_turn(
         }
     }
     let (stat, watch) = own;
-    Ok(Some(ZkHeld::new(
+    let mut held = ZkHeld::new(
         s.clone(),
         lease.path.clone(),
         stat.czxid,
         watch,
         request.source.clone(),
-    )))
+    );
+    held.fields = request.extras.encode();
+    Ok(Some(held))
 }
 
 /// Holding the mutex: lists the leases with a watch until ours is among at

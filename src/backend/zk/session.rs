@@ -102,6 +102,16 @@ fn answered<T>(r: &std::result::Result<T, zk::Error>) -> bool {
     )
 }
 
+/// The connection under the request broke before its answer came: the
+/// library's own `ConnectionLoss` (an end of stream), or an I/O error on
+/// the socket (a reset by a server that died, "no response from
+/// connection"), which it hands every request in flight as a `Custom`
+/// error. Either way the session lives on and the library reconnects: the
+/// request is worth sending again within the session timeout.
+pub(super) fn connection_lost(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::ConnectionLoss | zk::Error::Custom(_))
+}
+
 /// Sends a cheap read (`exists /`) every `every` and records its send time
 /// when it is answered. Holds a client only while a request is out, so the
 /// session still closes when the last other handle is dropped.
@@ -375,8 +385,8 @@ impl Session {
         .await;
     }
 
-    /// Runs `op` again while it fails with a connection loss, for at most
-    /// `retry_for`.
+    /// Runs `op` again while it fails with a connection loss
+    /// ([`connection_lost`]), for at most `retry_for`.
     pub(super) async fn retry<T, F, Fut>(&self, mut op: F) -> std::result::Result<T, zk::Error>
     where
         F: FnMut(zk::Client) -> Fut,
@@ -395,7 +405,7 @@ impl Session {
                 self.contact.heard(sent);
             }
             match r {
-                Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
+                Err(e) if connection_lost(&e) && Instant::now() < deadline => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                 }
@@ -430,6 +440,7 @@ impl Session {
         let server = self.server.clone();
         match e {
             zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
             | zk::Error::SessionExpired
             | zk::Error::Timeout
             | zk::Error::NoHosts

@@ -33,7 +33,8 @@ public class CuratorPeer {
             s.returnLease(l);
         } else {
             InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, path);
-            InterProcessMutex m = mode.equals("read") ? rw.readLock() : rw.writeLock();
+            InterProcessMutex m = mode.equals("mutex") ? new InterProcessMutex(c, path)
+                : mode.equals("read") ? rw.readLock() : rw.writeLock();
             System.out.println("waiting"); System.out.flush();
             m.acquire();
             log(file, "start " + tag);
