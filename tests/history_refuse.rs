@@ -37,7 +37,10 @@ fn every_backend_is_asked_not_refused() {
             &mut lc_at(url, &["--connect-timeout", "1s", "history", "k"]),
             69,
         );
-        assert!(!line.contains("cannot show a key's history"), "{url}: {line}");
+        assert!(
+            !line.contains("cannot show a key's history"),
+            "{url}: {line}"
+        );
     }
 }
 

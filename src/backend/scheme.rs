@@ -50,7 +50,7 @@ pub struct Usage {
 
 /// Why a backend does not take `--slots` in this build (76).
 pub(crate) const SLOTS_NOT_YET: &str =
-    "it cannot tell a holder which slot it has yet (PostgreSQL can; docs/fleet-slots.md)";
+    "it cannot tell a holder which slot it has yet (docs/fleet-slots.md says which backends can)";
 
 /// What a backend can do: asked only through [`check_mode`] and
 /// [`ServerAddress::keeps_detached_holds`].
