@@ -26,45 +26,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::slots::{check_slots, runs, script, Run};
 use common::spans::Kids;
 use common::*;
 
 /// How long any one wait of these tests may take (a loaded machine).
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// One command's log line: its index, LC_SLOT, token, start and end (ns).
-#[derive(Debug)]
-struct Run {
-    i: usize,
-    slot: String,
-    token: u64,
-    start: u64,
-    end: u64,
-}
-
-/// The script a contender runs: logs LC_SLOT and its token with its start
-/// and end, holding for a second.
-fn script(log: &str, i: usize) -> String {
-    format!(
-        "s=$(date +%s%N); sleep 1; e=$(date +%s%N); echo \"{i} ${{LC_SLOT:-none}} $LC_LOCK_TOKEN $s $e\" >> {log}"
-    )
-}
-
-fn runs(log: &std::path::Path) -> Vec<Run> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Run {
-                i: f[0].parse().unwrap(),
-                slot: f[1].to_string(),
-                token: f[2].parse().unwrap(),
-                start: f[3].parse().unwrap(),
-                end: f[4].parse().unwrap(),
-            }
-        })
-        .collect()
-}
 
 /// Whether the server has logged `source`'s request for `key`: queued,
 /// or granted at once.
@@ -115,21 +82,7 @@ fn contend(server: &Server, key: &str, mode: &[&str]) -> Vec<Run> {
 /// grants in arrival order.
 fn check(runs: &[Run], slots: &[&str]) {
     assert_eq!(runs.len(), 12, "{runs:?}");
-    for a in runs {
-        assert!(slots.contains(&a.slot.as_str()), "unknown slot: {a:?}");
-        for b in runs {
-            if a.i != b.i && a.slot == b.slot {
-                assert!(
-                    a.end <= b.start || b.end <= a.start,
-                    "two holders of slot {}: {a:?} {b:?}",
-                    a.slot
-                );
-            }
-        }
-    }
-    for s in slots {
-        assert!(runs.iter().any(|r| r.slot == *s), "slot {s} never used");
-    }
+    check_slots(runs, slots);
     let mut by_token: Vec<&Run> = runs.iter().collect();
     by_token.sort_by_key(|r| r.token);
     let order: Vec<usize> = by_token.iter().map(|r| r.i).collect();

@@ -12,41 +12,11 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::etcd::Etcd;
+use common::slots::{check_slots, runs, script, Run};
 use common::spans::Kids;
 use common::{expect_status, finish_within, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// One command's log line: its index, LC_SLOT, start and end (seconds).
-#[derive(Debug)]
-struct Run {
-    i: usize,
-    slot: String,
-    start: f64,
-    end: f64,
-}
-
-/// The script a contender runs: logs LC_SLOT with its start and end.
-fn script(log: &str, i: usize) -> String {
-    format!(
-        "s=$(date +%s.%N); sleep 1; e=$(date +%s.%N); echo \"{i} ${{LC_SLOT:-none}} $s $e\" >> {log}"
-    )
-}
-
-fn runs(log: &std::path::Path) -> Vec<Run> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Run {
-                i: f[0].parse().unwrap(),
-                slot: f[1].to_string(),
-                start: f[2].parse().unwrap(),
-                end: f[3].parse().unwrap(),
-            }
-        })
-        .collect()
-}
 
 /// 12 contenders, 0.25 s apart, each holding 1 s: their logs.
 fn contend(e: &Etcd, key: &str, mode: &[&str]) -> Vec<Run> {
@@ -80,30 +50,11 @@ fn contend(e: &Etcd, key: &str, mode: &[&str]) -> Vec<Run> {
     runs(&log)
 }
 
-/// At most one holder per slot at any instant, every slot used.
-fn check(runs: &[Run], slots: &[&str]) {
-    for a in runs {
-        assert!(slots.contains(&a.slot.as_str()), "unknown slot: {a:?}");
-        for b in runs {
-            if a.i != b.i && a.slot == b.slot {
-                assert!(
-                    a.end <= b.start || b.end <= a.start,
-                    "two holders of slot {}: {a:?} {b:?}",
-                    a.slot
-                );
-            }
-        }
-    }
-    for s in slots {
-        assert!(runs.iter().any(|r| r.slot == *s), "slot {s} never used");
-    }
-}
-
 #[test]
 fn named_slots_one_holder_each() {
     let e = Etcd::start();
     let runs = contend(&e, "pool", &["--slots", "db1,db2,db3"]);
-    check(&runs, &["db1", "db2", "db3"]);
+    check_slots(&runs, &["db1", "db2", "db3"]);
     // Every slot key went with its holder's release.
     assert!(
         e.keys("pool.lc-cli/slot.").is_empty(),
@@ -129,7 +80,7 @@ fn named_slots_one_holder_each() {
 fn limit_tells_the_index() {
     let e = Etcd::start();
     let runs = contend(&e, "idx", &["--limit", "3"]);
-    check(&runs, &["0", "1", "2"]);
+    check_slots(&runs, &["0", "1", "2"]);
 }
 
 /// Holds `key` in slot pool `a,b` (the address's `query`), writing its

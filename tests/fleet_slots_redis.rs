@@ -11,40 +11,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::redis::{keys_json, lc, RedisServer, Running};
+use common::slots::{check_slots, check_started_in_order, runs, script, Run};
 use common::*;
 
 const LIMIT: Duration = Duration::from_secs(40);
-
-/// One command's log line: its index, LC_SLOT, start and end (seconds).
-#[derive(Debug)]
-struct Run {
-    i: usize,
-    slot: String,
-    start: f64,
-    end: f64,
-}
-
-/// The script a contender runs: logs LC_SLOT with its start and end.
-fn script(log: &str, i: usize) -> String {
-    format!(
-        "s=$(date +%s.%N); sleep 1; e=$(date +%s.%N); echo \"{i} ${{LC_SLOT:-none}} $s $e\" >> {log}"
-    )
-}
-
-fn runs(log: &std::path::Path) -> Vec<Run> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Run {
-                i: f[0].parse().unwrap(),
-                slot: f[1].to_string(),
-                start: f[2].parse().unwrap(),
-                end: f[3].parse().unwrap(),
-            }
-        })
-        .collect()
-}
 
 /// 12 contenders, 0.25 s apart, each holding 1 s: their logs, and the
 /// slots `keys --json` showed while some held.
@@ -78,43 +48,21 @@ fn contend(url: &str, key: &str, mode: &[&str]) -> (Vec<Run>, Vec<String>) {
     (runs(&log), shown)
 }
 
-/// At most one holder per slot at any instant, every slot used, and the
-/// commands started in their arrival order.
-fn check(runs: &[Run], slots: &[&str]) {
-    for a in runs {
-        assert!(slots.contains(&a.slot.as_str()), "unknown slot: {a:?}");
-        for b in runs {
-            if a.i != b.i && a.slot == b.slot {
-                assert!(
-                    a.end <= b.start || b.end <= a.start,
-                    "two holders of slot {}: {a:?} {b:?}",
-                    a.slot
-                );
-            }
-        }
-    }
-    for s in slots {
-        assert!(runs.iter().any(|r| r.slot == *s), "slot {s} never used");
-    }
-    let mut by_start: Vec<&Run> = runs.iter().collect();
-    by_start.sort_by(|a, b| a.start.partial_cmp(&b.start).unwrap());
-    let order: Vec<usize> = by_start.iter().map(|r| r.i).collect();
-    assert_eq!(order, (0..12).collect::<Vec<_>>(), "arrival order lost");
-}
-
 #[test]
 fn named_slots_one_holder_each() {
     let redis = RedisServer::start();
     let url = redis.url();
     let (runs, shown) = contend(&url, "pool", &["--slots", "db1,db2,db3"]);
-    check(&runs, &["db1", "db2", "db3"]);
+    check_slots(&runs, &["db1", "db2", "db3"]);
+    check_started_in_order(&runs);
     // keys --json: each holder's slot index, in its fields.
     assert!(!shown.is_empty());
     for s in &shown {
         assert!(["0", "1", "2"].contains(&s.as_str()), "{shown:?}");
     }
     let (runs, _) = contend(&url, "pool3", &["--limit", "3"]);
-    check(&runs, &["0", "1", "2"]);
+    check_slots(&runs, &["0", "1", "2"]);
+    check_started_in_order(&runs);
     // The history of a --limit key names each hold's slot.
     let out = expect_status(
         &mut lc(&url, &["history", "pool", "--json", "--limit", "3"]),

@@ -3,25 +3,9 @@
 //! of a server with `--history 0` and of a reference server), Redis, etcd,
 //! ZooKeeper and PostgreSQL (tests/history_<backend>.rs). Against
 //! addresses where nothing listens, each request gets as far as connecting
-//! (69); only the throwaway backend, which keeps nothing, refuses at once,
-//! before anything is sent, with one line naming why and status 76.
+//! (69), none is refused before it is sent.
 
 use crate::common::{expect_error_line, expect_status, lc_at};
-
-#[test]
-fn the_throwaway_backend_refuses_history_in_one_line() {
-    for args in [
-        &["history", "k"][..],
-        &["history", "k", "--json", "--limit", "5"],
-    ] {
-        let line = expect_error_line(&mut lc_at("throwaway://x", args), 76);
-        assert!(
-            line.contains("cannot show a key's history")
-                && line.contains("keeps no history of holds yet"),
-            "{line}"
-        );
-    }
-}
 
 #[test]
 fn every_backend_is_asked_not_refused() {

@@ -214,6 +214,7 @@ pub(crate) mod partition;
 pub(crate) mod pg;
 pub(crate) mod proxy;
 pub(crate) mod redis;
+pub(crate) mod slots;
 pub(crate) mod spans;
 pub(crate) mod timeline;
 pub(crate) mod tls;

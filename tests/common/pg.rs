@@ -146,7 +146,10 @@ impl PgServer {
 
     /// Starts it again on the same port and data (crash recovery).
     pub(crate) fn restart(&mut self) {
-        assert!(self.try_start(), "PostgreSQL did not start again");
+        if !self.try_start() {
+            let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+            panic!("PostgreSQL did not start again:\n{log}");
+        }
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres`
