@@ -273,8 +273,8 @@ pub struct QueueArgs {
     /// With a command only (issue 45): after COMMAND ends, KEY stays held
     /// until DURATION after the grant, as a kept hold that expires (`unlock`
     /// and `reset` clear it); a longer command releases at its end. Once
-    /// per window on a fleet: docs/fleet-jobs.md. Not on the built-in
-    /// server, PostgreSQL, nor ZooKeeper without TTL nodes (76)
+    /// per window on a fleet: docs/fleet-jobs.md. Not on PostgreSQL, nor
+    /// ZooKeeper without TTL nodes (76)
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub hold_at_least: Option<Duration>,
 }

@@ -106,6 +106,12 @@ pub(crate) const FEATURE_HISTORY: &str = "history";
 /// lowest free at its grant), `[0]` for the others; Keys' listing of
 /// version 2 gives each hold's slot.
 pub(crate) const FEATURE_SLOTS: &str = "slots";
+/// A client's Hello feature, named back by a server that takes it: a
+/// SessionRelease may ask the server to keep the hold for a while as a
+/// kept hold that expires, instead of releasing it (`--hold-at-least`,
+/// issue 45): its token field is then 28 bytes,
+/// `[token:u64be][status:i32be][order:u64be][keep_ms:u64be]`.
+pub(crate) const FEATURE_KEEP: &str = "keep";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;

@@ -35,6 +35,7 @@ mod fault_frozen;
 mod fault_kill_after;
 mod fault_oom;
 mod fleet_hold;
+mod fleet_hold_builtin;
 mod fleet_multi;
 mod fleet_slots;
 mod fleet_slots_builtin;

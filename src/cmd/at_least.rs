@@ -7,16 +7,18 @@
 //! The rules, once:
 //! - The window is measured on lc-cli's monotonic clock from the moment the
 //!   grant reached it, and the rest is handed to the service as a relative
-//!   expiry (Redis `PEXPIRE`, an etcd lease's TTL, a ZooKeeper TTL node):
+//!   expiry (Redis `PEXPIRE`, an etcd lease's TTL, a ZooKeeper TTL node,
+//!   the built-in server's kept hold that expires, the Hello feature `keep`):
 //!   no wall clock of any host is read, so a host's clock skew does not
 //!   move the window; the service's own clock counts the rest from the
 //!   detach. The hold so ends no earlier than DURATION after the grant.
 //! - A command that runs DURATION or longer releases at its end as usual.
 //! - Only where a hold can be kept after a command: refused at once (76) on
-//!   the built-in server (a command's hold is its session's), PostgreSQL (a
-//!   hold is a session's) and the throwaway backend; on ZooKeeper without
-//!   TTL nodes the detach is refused by the server (76) and the key is
-//!   freed at the command's end.
+//!   PostgreSQL (a hold is a session's) and the throwaway backend; on
+//!   ZooKeeper without TTL nodes the detach is refused by the server (76)
+//!   and the key is freed at the command's end; a built-in server that does
+//!   not name the feature `keep` (an older one) has the hold released as
+//!   usual, said in one line.
 //! - `--order` is refused with it (64): a kept hold does not raise the mark.
 
 use std::time::{Duration, Instant, SystemTime};

@@ -109,6 +109,9 @@ pub(crate) enum Request {
 pub(crate) struct Ended {
     pub status: i32,
     pub order: Option<u64>,
+    /// `--hold-at-least` (the feature `keep`): instead of releasing it,
+    /// keep the hold this many ms from now as a kept hold that expires.
+    pub keep_ms: Option<u64>,
 }
 
 /// The order field of an [`Ended`] without an order.
@@ -120,6 +123,10 @@ pub(crate) const MAX_FIELDS: usize = 1024;
 /// The bytes of a SessionRelease's token field that says how the command
 /// ended: token, status, order.
 const ENDED_TOKEN_FIELD: usize = 8 + 4 + 8;
+
+/// The bytes of a SessionRelease's token field that also asks the hold
+/// kept for a while (the feature `keep`).
+const KEEP_TOKEN_FIELD: usize = ENDED_TOKEN_FIELD + 8;
 
 /// The bits of Keys' flags field (its first byte; a missing field or byte
 /// is 0, unknown bits are ignored).
@@ -466,14 +473,20 @@ impl Cursor<'_> {
     /// command's status and its order (20).
     fn token_and_end(&mut self) -> Result<Option<(u64, Option<Ended>)>, FrameError> {
         match self.buf.get(self.pos) {
-            Some(&n) if n != 8 && n as usize != ENDED_TOKEN_FIELD => Err(FrameError::BadToken(n)),
+            Some(&n)
+                if n != 8 && n as usize != ENDED_TOKEN_FIELD && n as usize != KEEP_TOKEN_FIELD =>
+            {
+                Err(FrameError::BadToken(n))
+            }
             _ => Ok(self.field()?.map(|b| {
                 let token = u64::from_be_bytes(b[..8].try_into().unwrap());
-                let ended = (b.len() == ENDED_TOKEN_FIELD).then(|| {
+                let ended = (b.len() >= ENDED_TOKEN_FIELD).then(|| {
                     let order = u64::from_be_bytes(b[12..20].try_into().unwrap());
                     Ended {
                         status: i32::from_be_bytes(b[8..12].try_into().unwrap()),
                         order: (order != NO_ORDER).then_some(order),
+                        keep_ms: (b.len() == KEEP_TOKEN_FIELD)
+                            .then(|| u64::from_be_bytes(b[20..28].try_into().unwrap())),
                     }
                 });
                 (token, ended)

@@ -29,9 +29,9 @@ use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
 use super::tokens::{self, Caller, Permit, Role};
 use super::{
-    hello, history, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared,
+    hello, history, keep, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared,
 };
-use crate::proto::{self, Answer, Decoded, Hold, Request, MAX_FIELD};
+use crate::proto::{self, Answer, Decoded, Hold, ReleaseKind, Request, MAX_FIELD};
 
 /// The longest frame: action, two size bytes, two full fields, and an
 /// expiring lock's mode, TTL and wait fields (action 18: 5 + 9 + 2 bytes),
@@ -222,7 +222,13 @@ async fn serve_short(
             let _ = Box::pin(stream.write_all(&answer)).await;
         }
         Request::Release { key, kind, ended } => {
-            match unlock::release_by(shared, peer, &key, kind, whose, by, ended).await {
+            let answer = match (kind, ended.and_then(|e| e.keep_ms)) {
+                (ReleaseKind::Token(token), Some(ms)) if greeted.keep => {
+                    Box::pin(keep::keep(shared, peer, &key, token, whose, ms)).await
+                }
+                _ => unlock::release_by(shared, peer, &key, kind, whose, by, ended).await,
+            };
+            match answer {
                 Ok(answer) => reply(stream, async { answer }).await,
                 Err(NotYours) => not_allowed(stream, peer, shared, caller, tokens::NOT_YOURS).await,
             }

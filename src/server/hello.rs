@@ -15,7 +15,9 @@
 //! carry the hold's secret, which its Reclaim must show. `history`: it
 //! may ask a key's history (History, 21); taken only by a server that
 //! keeps one (`--history` not 0). `slots`: every `=` answer on this
-//! connection ends with the hold's slot field (`proto::grant`).
+//! connection ends with the hold's slot field (`proto::grant`). `keep`: a
+//! SessionRelease may ask the hold kept as a kept hold that expires
+//! (`--hold-at-least`, `keep.rs`).
 
 use std::net::SocketAddr;
 
@@ -46,6 +48,9 @@ pub(super) struct Greeted {
     pub history: bool,
     /// Its `=` answers end with the hold's slot field (the feature `slots`).
     pub slots: bool,
+    /// Its SessionRelease may ask the hold kept for a while (the feature
+    /// `keep`, `--hold-at-least`).
+    pub keep: bool,
     pub caller: Option<Caller>,
 }
 
@@ -81,6 +86,9 @@ fn welcome(greeted: &Greeted) -> Vec<u8> {
     if greeted.slots {
         version = format!("{version} {}", proto::FEATURE_SLOTS);
     }
+    if greeted.keep {
+        version = format!("{version} {}", proto::FEATURE_KEEP);
+    }
     match caller {
         None => proto::hello_answer(version.as_bytes()),
         Some(c) => proto::hello_accepted(version.as_bytes(), c.role.name().as_bytes()),
@@ -107,6 +115,7 @@ pub(super) async fn greet(
         queues,
         history,
         slots: asks(client, proto::FEATURE_SLOTS),
+        keep: asks(client, proto::FEATURE_KEEP),
         caller: None,
     };
     let Some(tokens) = &shared.tokens else {

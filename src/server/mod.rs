@@ -10,6 +10,7 @@ mod expiry;
 mod grant;
 mod hello;
 mod history;
+mod keep;
 mod keys;
 pub(crate) mod limits;
 mod lock;

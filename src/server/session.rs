@@ -16,6 +16,7 @@ use super::conn::{not_allowed, who};
 use super::events::as_identity;
 use super::events::now_held_by;
 use super::hello::Greeted;
+use super::keep;
 use super::metrics::Counters;
 use super::table::{End, Expiry, GrantId, LinkEnd, LinkState, NotYours, ReclaimRefused, Whose};
 use super::tokens;
@@ -50,8 +51,8 @@ pub(super) async fn hold(
     let timeout = shared.reclaim_grace;
     let mut due = Instant::now() + timeout;
     // Heartbeats and one SessionRelease frame: action, key, token field
-    // (with the command's status and order).
-    let mut buf = [0u8; 3 + proto::MAX_FIELD + 20];
+    // (with the command's status and order, and `--hold-at-least`'s keep).
+    let mut buf = [0u8; 3 + proto::MAX_FIELD + 28];
     let mut len = 0;
     let mut connected = true;
     let mut failures = 0;
@@ -115,7 +116,11 @@ pub(super) async fn hold(
                             (Some(_), Some(o)) => Whose::Only(o.fingerprint),
                             _ => Whose::Any,
                         };
-                        let answer = Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref(), ended)).await;
+                        // `--hold-at-least`: kept for the rest of its window instead.
+                        let answer = match ended.and_then(|e| e.keep_ms) {
+                            Some(ms) => Box::pin(keep::keep(&shared, peer, &k, token, whose, ms)).await,
+                            None => Box::pin(unlock::release_by(&shared, peer, &k, ReleaseKind::Token(token), whose, owner.as_ref(), ended)).await,
+                        };
                         let _ = match answer {
                             Ok(answer) => stream.write_all(&[answer.byte()]).await,
                             Err(NotYours) => stream.write_all(&proto::not_allowed(tokens::NOT_YOURS)).await,

@@ -47,9 +47,10 @@ pub(crate) const SCHEME: Scheme = Scheme {
         // A `--limit N` grant tells its slot (the Hello feature `slots`);
         // a server that does not name it has `--slots` refused (76).
         slots: None,
-        hold_at_least: Some(
-            "a command's hold on the built-in server is its session's and cannot be kept after the command (keep one without a command: `lc-cli lock KEY --expire D`)",
-        ),
+        // The server turns the session hold into a kept hold that expires
+        // (the Hello feature `keep`); one that does not name it has the
+        // hold released as usual, said in one line (docs/fleet-jobs.md).
+        hold_at_least: None,
         ..Capabilities::ALL
     },
     key_problem: crate::backend::any_key,

@@ -21,6 +21,8 @@ use tokio::time::Instant;
 
 use super::dial::{Dialer, LcStream};
 use super::LcBackend;
+
+mod keep;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
@@ -171,6 +173,7 @@ impl HeldLock for LcSession {
         self.ended = Some(proto::Ended {
             status,
             order: self.order,
+            keep_ms: None,
         });
     }
 
@@ -206,9 +209,13 @@ impl HeldLock for LcSession {
         }
     }
 
-    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
-        // Never asked for: a detached hold is a classic one.
-        Ok(())
+    /// `--hold-at-least` (`expire`: the rest of the window): see `keep.rs`.
+    /// Without `expire` never asked for: a detached hold is a classic one.
+    async fn detach(mut self: Box<Self>, expire: Option<std::time::Duration>) -> Result<()> {
+        match expire {
+            Some(rest) => self.keep(rest).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -417,7 +424,7 @@ impl Keeper {
         let frame = proto::encode(&Request::Release {
             key: self.key.clone(),
             kind: ReleaseKind::Token(self.token),
-            ended: ended.filter(|_| stream.took_queues()),
+            ended: ended.filter(|e| e.keep_ms.is_some() || stream.took_queues()),
         })
         .expect("the key was checked before the grant");
         stream.write_all(&frame).await.ok()?;

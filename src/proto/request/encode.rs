@@ -112,6 +112,9 @@ pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
                 if let Some(e) = ended {
                     field.extend_from_slice(&e.status.to_be_bytes());
                     field.extend_from_slice(&e.order.unwrap_or(NO_ORDER).to_be_bytes());
+                    if let Some(ms) = e.keep_ms {
+                        field.extend_from_slice(&ms.to_be_bytes());
+                    }
                 }
                 push_field(&mut out, &field);
             }

@@ -316,3 +316,36 @@ fn keys_frames() {
     })
     .is_err());
 }
+
+/// A SessionRelease with how its command ended (20 bytes of token field)
+/// and with `--hold-at-least`'s keep (28, the feature `keep`) round trips;
+/// a 24-byte field is refused.
+#[test]
+fn session_release_with_keep_roundtrips() {
+    for keep_ms in [None, Some(1), Some(3_000_000)] {
+        roundtrip(Request::Release {
+            key: b"job".to_vec(),
+            kind: ReleaseKind::Token(1 << 50),
+            ended: Some(Ended {
+                status: 3,
+                order: None,
+                keep_ms,
+            }),
+        });
+    }
+    let mut bytes = encode(&Request::Release {
+        key: b"k".to_vec(),
+        kind: ReleaseKind::Token(7),
+        ended: Some(Ended {
+            status: 0,
+            order: Some(2),
+            keep_ms: Some(5),
+        }),
+    })
+    .unwrap();
+    // Cut the keep's last 4 bytes and say 24: refused.
+    bytes.truncate(bytes.len() - 4);
+    let at = bytes.len() - 25;
+    bytes[at] = 24;
+    assert!(decode(&bytes).is_err(), "{bytes:?}");
+}

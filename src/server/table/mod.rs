@@ -32,6 +32,7 @@
 
 mod history;
 mod inner;
+mod keep;
 mod key;
 mod line;
 mod listing;
