@@ -18,6 +18,22 @@ pub const DEFAULT_HISTORY: usize = 100;
 pub const HISTORY_NOT_YET: &str =
     "it keeps no history of holds yet (docs/history.md says what is planned)";
 
+/// Who ends a hold by hand (`reset`, `unlock`), as its entry's `by=` says:
+/// `LC_SOURCE` where set, else this host's name (the source a lock of this
+/// machine would have), every backend alike.
+pub fn operator() -> String {
+    std::env::var("LC_SOURCE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "lc-cli".to_string())
+}
+
 /// How a hold ended: the field list's `ended=` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {

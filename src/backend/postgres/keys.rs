@@ -341,8 +341,9 @@ fn source_of(app: Option<&str>, pid: i32) -> String {
 /// Ends the sessions that `sql` selects (its one parameter given; columns
 /// `pid` and `ok`), waiting up to 5 s for each to be gone; their locks go
 /// with them. Their holds of `key` (None: of every key) are moved to the
-/// history as reset by this host in the same statement, so that the next
-/// holder's grant, which sweeps dead holds, does not take them for freed;
+/// history as reset by this host (`LC_SOURCE` where set) in the same
+/// statement, so that the next holder's grant, which sweeps dead holds,
+/// does not take them for freed;
 /// where the history's tables cannot be used, the sessions are ended alone.
 async fn terminate(
     s: &Session,
@@ -351,7 +352,7 @@ async fn terminate(
     key: Option<&str>,
     what: &str,
 ) -> Result<()> {
-    let by = crate::cmd::default_source();
+    let by = crate::backend::history::operator();
     let recorded = format!(
         "WITH t AS MATERIALIZED ({sql}),
               h AS (SELECT lc_cli.ended_v1($2::text, ARRAY(SELECT pid FROM t WHERE ok),

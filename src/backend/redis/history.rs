@@ -27,21 +27,7 @@ use crate::backend::history::DEFAULT_HISTORY;
 /// One stream entry: its id and its `field, value, ...`.
 type StreamEntry = (String, Vec<String>);
 
-/// Who ends a hold by hand (`reset`, `unlock`), as its entry's `by` says:
-/// `LC_SOURCE` where set, else this host's name (the source a lock of
-/// this machine would have).
-pub(super) fn operator() -> String {
-    std::env::var("LC_SOURCE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "lc-cli".to_string())
-}
+pub(super) use crate::backend::history::operator;
 
 pub(super) async fn read(sh: &Quorum, key: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
     let count = limit.clamp(1, 100_000).to_string();

@@ -50,20 +50,6 @@ pub(super) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Who ends a hold from outside (`by=`): `LC_SOURCE`, else this host.
-pub(super) fn by_whom() -> String {
-    std::env::var("LC_SOURCE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "lc-cli".to_string())
-}
-
 /// The entry's name for the holder node named `name` (None: not a queue
 /// node), and whether it is a semaphore's lease.
 fn entry_name(name: &str) -> Option<(String, bool)> {
@@ -389,7 +375,9 @@ async fn close_from_outside(s: &Session, node: &str, how: Ending, create: bool) 
         }
         Err(_) => return None,
     };
-    let data = record.ended(how, None, Some(by_whom())).encode();
+    let data = record
+        .ended(how, None, Some(crate::backend::history::operator()))
+        .encode();
     let mut closing = Closing { path, data, exists };
     match close(s, node, &mut closing).await {
         Closed::Done => Some(true),
