@@ -184,3 +184,67 @@ fn a_bad_held_word_stops_the_start_naming_the_line() {
     );
     common::assert_hides("the start", &err, &TOKENS);
 }
+
+/// `keys PATTERN` is filtered by the server: with a million other keys
+/// held (restored from a log written here, each hold a 127-byte key and
+/// source, a listing of about 300 MB), the whole listing is more than a
+/// client reads (one line, 76), while `keys 'legit/*'` lists the three
+/// keys under `legit/`, for an admin and a lock token alike.
+#[test]
+fn a_pattern_lists_its_keys_among_a_million_others() {
+    use lc_cli::mode::LockMode;
+    use lc_cli::wal::Record;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{ADMIN} admin name=alice\n{PLAIN}\n")).unwrap();
+    let log = dir.path().join("million.wal");
+    let mut bytes = lc_cli::wal::file::header().to_vec();
+    let source = [b's'; 127];
+    for i in 0..1_000_000u64 {
+        let mut key = format!("other/{i:07}/").into_bytes();
+        key.resize(127, b'x');
+        Record::Grant {
+            key,
+            source: source.to_vec(),
+            peer: b"10.0.0.1:1".to_vec(),
+            since_ms: 1_700_000_000_000,
+            token: i + 1,
+            session: false,
+            mode: LockMode::Exclusive,
+            expires_ms: None,
+            ownership: Default::default(),
+        }
+        .encode_into(&mut bytes);
+    }
+    std::fs::write(&log, &bytes).unwrap();
+    drop(bytes);
+    let s = Serve::new().listen(&format!("{}:0", host_ip())).args(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--data",
+        &common::serve::data_arg(&log),
+    ]);
+    let s = s.start();
+    for k in ["legit/a", "legit/b", "legit/c/d"] {
+        run(&mut lc(&s, PLAIN, &["lock", k]), 0);
+    }
+    // Not under the prefix: listed by the whole listing only.
+    run(&mut lc(&s, PLAIN, &["lock", "legit"]), 0);
+    // Room to read a whole listing of 300 MB: its refusal is its size.
+    let slow =
+        |token, args: &[&str]| common::lc_with_token(&s.addr.to_string(), "60s", Some(token), args);
+    for token in [ADMIN, PLAIN] {
+        let out = run(&mut slow(token, &["keys", "legit/*", "--json"]), 0);
+        let listed: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let mut keys: Vec<&str> = listed.iter().map(|v| v["key"].as_str().unwrap()).collect();
+        keys.sort();
+        assert_eq!(keys, ["legit/a", "legit/b", "legit/c/d"], "{out}");
+        let table = run(&mut slow(token, &["keys", "other/0999999/*"]), 0);
+        assert_eq!(table.lines().count(), 2, "{table}");
+    }
+    let line = expect_error_line(&mut slow(ADMIN, &["keys"]), 76);
+    assert!(line.contains("a listing of more than 256 MiB"), "{line}");
+}

@@ -360,6 +360,16 @@ pub trait Backend: Send + Sync {
     /// Every held key, with its holder and how many wait for it.
     async fn keys(&self) -> Result<Vec<KeyInfo>>;
 
+    /// The held keys that start with `prefix` (`keys 'deploy/*'`): the
+    /// service lists them where it can (the built-in server: a range of
+    /// its table, however many other keys it holds); else every key,
+    /// filtered here.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        let mut keys = self.keys().await?;
+        keys.retain(|k| k.key.starts_with(prefix));
+        Ok(keys)
+    }
+
     /// Who holds `key`, where the service knows it (None: free, or not
     /// said). From `keys` unless a backend has a cheaper way.
     async fn holder(&self, key: &str) -> Result<Option<KeyInfo>> {
@@ -387,6 +397,16 @@ pub trait Backend: Send + Sync {
     /// the service does not say who waits (or this backend cannot read it).
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
         Ok(None)
+    }
+
+    /// The waiters for the keys that start with `prefix`, as
+    /// [`Backend::keys_under`] lists holds.
+    async fn waiters_under(&self, prefix: &str) -> Result<Option<Vec<WaiterInfo>>> {
+        let mut waiters = self.waiters().await?;
+        if let Some(w) = &mut waiters {
+            w.retain(|w| w.key.starts_with(prefix));
+        }
+        Ok(waiters)
     }
 
     /// Why the last wait (or try) was not granted when no holder explains

@@ -10,6 +10,7 @@
 //! | kind | body |
 //! | --- | --- |
 //! | `H` a hold | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms][waiters:u32][token:u64][session:u8][mode:u32][expires:i64 unix ms, 0 never][u8 len][identity]` (`expires` may be absent: never; `identity` may be absent or empty: none) |
+//! | `P` the prefix listed | `[u8 len][prefix]`: first, in the answer to Keys with flags bit 2 (every key that starts with the prefix); a server before it lists the key named so instead, and sends no `P` |
 //! | `W` a waiter | `[u8 len][key][u8 len][source][u8 len][peer ip:port][since:i64 unix ms, when it queued][mode:u32][session:u8][u8 len][identity]` (`identity` as for a hold) |
 //!
 //! `identity` is the holder's (or waiter's) token's name on a server with
@@ -33,6 +34,7 @@ use crate::mode::LockMode;
 pub(crate) const LISTING: u8 = b'+';
 pub(crate) const HOLD: u8 = b'H';
 pub(crate) const WAITER: u8 = b'W';
+pub(crate) const PREFIX: u8 = b'P';
 pub(crate) const END: u8 = b'.';
 /// The record header: kind and body length.
 pub(crate) const HEADER: usize = 3;
@@ -60,6 +62,8 @@ pub(crate) struct WaiterReport {
 pub(crate) enum Entry {
     Hold(KeyReport),
     Waiter(WaiterReport),
+    /// The listing is of every key that starts with this.
+    Prefix(Vec<u8>),
 }
 
 /// A whole listing, as the client reads it.
@@ -67,6 +71,9 @@ pub(crate) enum Entry {
 pub(crate) struct Listing {
     pub holds: Vec<KeyReport>,
     pub waiters: Vec<WaiterReport>,
+    /// The prefix its `P` record names: the server listed the keys under
+    /// it (None: no `P`, a listing of one key or of all).
+    pub prefix: Option<Vec<u8>>,
 }
 
 /// What the start of a buffer holds. (A step is returned and taken apart
@@ -300,6 +307,15 @@ fn push_long(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Appends the prefix record (the first of a listing by prefix).
+pub(crate) fn push_prefix(out: &mut Vec<u8>, prefix: &[u8]) {
+    let prefix = &prefix[..prefix.len().min(255)];
+    out.push(PREFIX);
+    out.extend_from_slice(&(prefix.len() as u16 + 1).to_be_bytes());
+    out.push(prefix.len() as u8);
+    out.extend_from_slice(prefix);
+}
+
 /// Appends the end record.
 pub(crate) fn push_end(out: &mut Vec<u8>) {
     out.extend_from_slice(&[END, 0, 0]);
@@ -401,6 +417,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<Step, ListingError> {
                 fields: cur.long(),
             })
         }
+        PREFIX => Entry::Prefix(cur.short().ok_or_else(bad)?),
         _ => return Ok(Step::Skip(used)),
     };
     Ok(Step::Record(entry, used))
@@ -449,6 +466,7 @@ impl ListingReader {
                     match entry {
                         Entry::Hold(h) => self.listing.holds.push(h),
                         Entry::Waiter(w) => self.listing.waiters.push(w),
+                        Entry::Prefix(p) => self.listing.prefix = Some(p),
                     }
                 }
                 Step::Skip(used) => pos += used,

@@ -83,6 +83,10 @@ pub(crate) enum Request {
         /// Flags bit 1: the holds' and waiters' field lists and the keys'
         /// marks too (a listing of version 2).
         fields: bool,
+        /// Flags bit 2: `key` is a prefix: every key that starts with it
+        /// (a listing that opens with a prefix record, so a client can tell
+        /// a server before it, which lists the one key named so).
+        prefix: bool,
     },
     /// A lock request with a field list (19): `lock` is a [`Request::Lock`]
     /// of lc-cli's (not a classic one) or a [`Request::ExpiringLock`].
@@ -133,6 +137,8 @@ const KEEP_TOKEN_FIELD: usize = ENDED_TOKEN_FIELD + 8;
 pub(crate) const KEYS_WITH_WAITERS: u8 = 1;
 /// Keys' flags bit 1: field lists and marks (version 2 of the listing).
 pub(crate) const KEYS_WITH_FIELDS: u8 = 2;
+/// Keys' flags bit 2: the key field is a prefix (`keys 'deploy/*'`).
+pub(crate) const KEYS_BY_PREFIX: u8 = 4;
 
 impl Request {
     /// The action byte this request is sent as.
@@ -375,6 +381,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Decoded, FrameError> {
                 key,
                 waiters: bits & KEYS_WITH_WAITERS != 0,
                 fields: bits & KEYS_WITH_FIELDS != 0,
+                prefix: bits & KEYS_BY_PREFIX != 0,
             }
         }
         // Unknown: `-`, as the reference answers an action it does not know.

@@ -254,6 +254,7 @@ async fn serve_short(
             key,
             waiters,
             fields,
+            prefix,
         } => {
             // A lock token sees the fencing tokens of its own holds only.
             let viewer = match caller {
@@ -261,7 +262,7 @@ async fn serve_short(
                 _ => Whose::Any,
             };
             let what = keys::What { waiters, fields };
-            keys::serve(stream, shared, key, what, viewer).await
+            keys::serve(stream, shared, keys::Which::of(key, prefix), what, viewer).await
         }
         Request::History { key, limit } => {
             let viewer = match caller {

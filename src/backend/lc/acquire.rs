@@ -182,7 +182,15 @@ impl LcBackend {
             let t = self.connect_timeout;
             loop {
                 tokio::time::sleep(keys::PLACE_EVERY).await;
-                match keys::ask(&self.dialer, Some(key), true, keys::Dial::Once, t).await {
+                match keys::ask(
+                    &self.dialer,
+                    keys::Which::One(key),
+                    true,
+                    keys::Dial::Once,
+                    t,
+                )
+                .await
+                {
                     Ok(keys::Answered::Listing(l)) => {
                         let ahead = keys::place_of(&l, key, us);
                         if ahead.is_some() && ahead != shown {

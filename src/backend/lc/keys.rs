@@ -59,12 +59,51 @@ pub(super) enum Answered {
     Unknown,
 }
 
+/// Which keys Keys asks for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Which<'a> {
+    All,
+    One(&'a str),
+    /// Every key that starts with it (flags bit 2).
+    Under(&'a str),
+}
+
+/// Keys for every key that starts with `prefix` (every key when it is
+/// empty): listed by the server (a range of its table, whatever else it
+/// holds), or, from a server before listings by prefix (its listing names
+/// no prefix: it listed the one key so named), the whole listing again,
+/// filtered here.
+pub(super) async fn ask_under(
+    dialer: &Dialer,
+    prefix: &str,
+    waiters: bool,
+    dial: Dial,
+    within: Duration,
+) -> Result<Answered> {
+    if prefix.is_empty() {
+        return ask(dialer, Which::All, waiters, dial, within).await;
+    }
+    match ask(dialer, Which::Under(prefix), waiters, dial, within).await? {
+        Answered::Listing(l) if l.prefix.is_none() => {
+            let mut l = match ask(dialer, Which::All, waiters, dial, within).await? {
+                Answered::Listing(l) => l,
+                Answered::Unknown => return Ok(Answered::Unknown),
+            };
+            let p = prefix.as_bytes();
+            l.holds.retain(|h| h.key.starts_with(p));
+            l.waiters.retain(|w| w.key.starts_with(p));
+            Ok(Answered::Listing(l))
+        }
+        answered => Ok(answered),
+    }
+}
+
 /// Asks Keys on the lock port, through the same dialer as every other
 /// request; all of it within `within` after the connection (`Dial::Once`:
 /// the connection too).
 pub(super) async fn ask(
     dialer: &Dialer,
-    key: Option<&str>,
+    which: Which<'_>,
     waiters: bool,
     dial: Dial,
     within: Duration,
@@ -74,11 +113,17 @@ pub(super) async fn ask(
         server: addr.to_string(),
         reason,
     };
+    let (key, prefix) = match which {
+        Which::All => ("", false),
+        Which::One(key) => (key, false),
+        Which::Under(prefix) => (prefix, true),
+    };
     let frame = proto::encode(&Request::Keys {
-        key: key.unwrap_or_default().as_bytes().to_vec(),
+        key: key.as_bytes().to_vec(),
         waiters,
         // Field lists and marks: a server before them ignores the bit.
         fields: true,
+        prefix,
     })
     .map_err(|e| BackendError::Other(e.to_string()))?;
     let started = Instant::now();
@@ -323,6 +368,7 @@ mod tests {
                 w("b", "10.0.0.1:3"),
                 w("b", "10.0.0.1:4"),
             ],
+            prefix: None,
         };
         let us: SocketAddr = "10.0.0.1:4".parse().unwrap();
         assert_eq!(place_of(&listing, "b", us), Some(2));

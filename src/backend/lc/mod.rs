@@ -272,17 +272,25 @@ impl Backend for LcBackend {
     }
 
     async fn keys(&self) -> Result<Vec<super::KeyInfo>> {
+        self.keys_under("").await
+    }
+
+    /// Listed by the server (a range of its table), or by a server before
+    /// listings by prefix in whole and filtered here.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<super::KeyInfo>> {
         self.guarded(|| async {
             let t = self.connect_timeout;
             let dial = keys::Dial::Retry(t);
             if !self.classic_only.load(Ordering::Relaxed) {
                 if let keys::Answered::Listing(l) =
-                    keys::ask(&self.dialer, None, false, dial, t).await?
+                    keys::ask_under(&self.dialer, prefix, false, dial, t).await?
                 {
                     return Ok(l.holds.into_iter().map(keys::key_info).collect());
                 }
             }
-            keys::list_manager(&self.addr, self.manager.as_deref(), dial, t).await
+            let mut all = keys::list_manager(&self.addr, self.manager.as_deref(), dial, t).await?;
+            all.retain(|k| k.key.starts_with(prefix));
+            Ok(all)
         })
         .await
     }
@@ -298,7 +306,7 @@ impl Backend for LcBackend {
         self.guarded(|| async {
             if !self.classic_only.load(Ordering::Relaxed) {
                 if let keys::Answered::Listing(l) =
-                    keys::ask(&self.dialer, Some(key), false, once, left()).await?
+                    keys::ask(&self.dialer, keys::Which::One(key), false, once, left()).await?
                 {
                     let hold = l.holds.into_iter().find(|h| h.key == key.as_bytes());
                     return Ok(hold.map(keys::key_info));
@@ -313,10 +321,14 @@ impl Backend for LcBackend {
     /// Keys with its waiters, on the lock port; a reference server does
     /// not say who waits.
     async fn waiters(&self) -> Result<Option<Vec<WaiterInfo>>> {
+        self.waiters_under("").await
+    }
+
+    async fn waiters_under(&self, prefix: &str) -> Result<Option<Vec<WaiterInfo>>> {
         self.guarded(|| async {
             let t = self.connect_timeout;
             let dial = keys::Dial::Retry(t);
-            match keys::ask(&self.dialer, None, true, dial, t).await? {
+            match keys::ask_under(&self.dialer, prefix, true, dial, t).await? {
                 keys::Answered::Listing(l) => Ok(Some(keys::waiter_infos(l.waiters))),
                 keys::Answered::Unknown => Ok(None),
             }

@@ -42,12 +42,13 @@ pub(crate) fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
         };
         return watch::run(config, watch);
     }
+    let under = literal_prefix(pattern.as_deref());
     let (mut keys, mut waiters) = super::block_on(async {
         let backend = super::connect_for(config, &[]).await?;
         let listed = async {
-            let keys = backend.keys().await?;
+            let keys = backend.keys_under(under).await?;
             let waiters = match with_waiters {
-                true => backend.waiters().await?,
+                true => backend.waiters_under(under).await?,
                 false => None,
             };
             Ok((keys, waiters))
@@ -96,6 +97,14 @@ pub(crate) fn run(config: &BackendConfig, args: KeysArgs) -> Result<ExitCode> {
     Ok(ExitCode::Success)
 }
 
+/// What every key a pattern matches starts with: the pattern up to its
+/// first wildcard (`deploy/*` -> `deploy/`), so the service lists only
+/// those keys (the pattern still filters them). Empty without a pattern.
+pub(crate) fn literal_prefix(pattern: Option<&str>) -> &str {
+    let p = pattern.unwrap_or_default();
+    &p[..p.find(['*', '?']).unwrap_or(p.len())]
+}
+
 fn sort(keys: &mut [KeyInfo], order: KeysOrder) {
     match order {
         KeysOrder::Key => keys.sort_by(|a, b| a.key.cmp(&b.key)),
@@ -112,6 +121,15 @@ mod tests {
 
     use super::*;
     use crate::backend::LockMode;
+
+    #[test]
+    fn a_pattern_lists_what_starts_with_its_literal_part() {
+        assert_eq!(literal_prefix(Some("deploy/*")), "deploy/");
+        assert_eq!(literal_prefix(Some("a?b*")), "a");
+        assert_eq!(literal_prefix(Some("*prod")), "");
+        assert_eq!(literal_prefix(Some("exact")), "exact");
+        assert_eq!(literal_prefix(None), "");
+    }
 
     fn info(key: &str, secs_ago: u64, now: SystemTime) -> KeyInfo {
         KeyInfo {

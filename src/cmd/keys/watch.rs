@@ -88,9 +88,10 @@ async fn look(
     }
     let b = backend.as_deref().expect("opened above");
     let listed = async {
-        let keys = b.keys().await?;
+        let under = super::literal_prefix(watch.pattern.as_deref());
+        let keys = b.keys_under(under).await?;
         let waiters = match watch.waiters {
-            true => b.waiters().await?,
+            true => b.waiters_under(under).await?,
             false => None,
         };
         Ok::<_, crate::backend::BackendError>((keys, waiters))

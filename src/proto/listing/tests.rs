@@ -169,3 +169,20 @@ fn fields_and_marks_round_trip() {
     );
     assert_eq!(got.waiters[0].fields, None);
 }
+
+/// A listing by prefix opens with its `P` record; a reader before it
+/// skips the record (an unknown kind), a listing without one has none.
+#[test]
+fn a_prefix_record_names_the_prefix() {
+    let mut bytes = vec![LISTING];
+    push_prefix(&mut bytes, b"deploy/");
+    bytes.extend_from_slice(&encode(&[hold("deploy/a")], &[])[1..]);
+    let got = decode(&bytes).unwrap().unwrap();
+    assert_eq!(got.prefix.as_deref(), Some(&b"deploy/"[..]));
+    assert_eq!(got.holds, vec![hold("deploy/a")]);
+    assert_eq!(decode(&encode(&[], &[])).unwrap().unwrap().prefix, None);
+    let mut empty = vec![LISTING];
+    push_prefix(&mut empty, b"");
+    push_end(&mut empty);
+    assert_eq!(decode(&empty).unwrap().unwrap().prefix, Some(Vec::new()));
+}

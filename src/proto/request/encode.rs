@@ -5,7 +5,9 @@ use std::fmt;
 
 use super::super::answer::ReleaseKind;
 use super::super::*;
-use super::{Hold, Request, KEYS_WITH_FIELDS, KEYS_WITH_WAITERS, MAX_FIELDS, NO_ORDER};
+use super::{
+    Hold, Request, KEYS_BY_PREFIX, KEYS_WITH_FIELDS, KEYS_WITH_WAITERS, MAX_FIELDS, NO_ORDER,
+};
 use crate::mode::LockMode;
 
 /// Why a request cannot be encoded.
@@ -175,6 +177,7 @@ pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
             key,
             waiters,
             fields,
+            prefix,
         } => {
             check_len("key", key)?;
             out.push(action);
@@ -184,6 +187,9 @@ pub(crate) fn encode(request: &Request) -> Result<Vec<u8>, EncodeError> {
                 false => 0,
             } | match fields {
                 true => KEYS_WITH_FIELDS,
+                false => 0,
+            } | match prefix {
+                true => KEYS_BY_PREFIX,
                 false => 0,
             };
             match bits {

@@ -103,6 +103,7 @@ fn each_request_knows_its_action() {
             key: vec![],
             waiters: false,
             fields: false,
+            prefix: false,
         },
     ]
     .iter()
@@ -292,27 +293,39 @@ fn keys_frames() {
         key: vec![],
         waiters: false,
         fields: false,
+        prefix: false,
     };
     assert_eq!(encode(&all).unwrap(), [17, 0, 0]);
     let one = Request::Keys {
         key: b"k".to_vec(),
         waiters: true,
         fields: false,
+        prefix: false,
     };
     assert_eq!(encode(&one).unwrap(), [17, 1, b'k', 1, 1]);
     roundtrip(all);
     roundtrip(one.clone());
     // Unknown flag bits and bytes are ignored; a missing flags field waits.
     assert_eq!(
-        decode(&[17, 1, b'k', 2, 0xfd, 9]),
+        decode(&[17, 1, b'k', 2, 0xf9, 9]),
         Ok(Decoded::Frame(one, 6))
     );
     assert_eq!(decode(&[17, 1, b'k']), Ok(Decoded::Incomplete));
+    // A prefix: bit 2.
+    let under = Request::Keys {
+        key: b"deploy/".to_vec(),
+        waiters: false,
+        fields: true,
+        prefix: true,
+    };
+    assert_eq!(encode(&under).unwrap()[9..], [1, 6]);
+    roundtrip(under);
     assert_eq!(decode(&[17, 0x80]), Err(FrameError::NegativeSize(0x80)));
     assert!(encode(&Request::Keys {
         key: vec![b'k'; 128],
         waiters: false,
         fields: false,
+        prefix: false,
     })
     .is_err());
 }

@@ -71,24 +71,29 @@ impl Table {
         }
     }
 
-    /// A part of the listing of every key ([`Table::listing_into`] of
-    /// None): the records of the keys after `after` (from the first when
-    /// None), in key order, appended to `out` until it has `budget` bytes
-    /// (a key's records are never split). Returns the last key listed, to
-    /// go on from, or None once the last key is in. Each part takes the
-    /// mutex once, for about `budget` bytes' work, so a listing of a
-    /// million keys never holds up the server for all of it.
+    /// A part of the listing of every key that starts with `prefix` (of
+    /// every key when it is empty; [`Table::listing_into`] of None): the
+    /// records of the keys after `after` (from the first when None), in key
+    /// order, appended to `out` until it has `budget` bytes (a key's records
+    /// are never split). Returns the last key listed, to go on from, or None
+    /// once the last key is in. Each part takes the mutex once, for about
+    /// `budget` bytes' work, so a listing of a million keys never holds up
+    /// the server for all of it; the keys under a prefix are a range of the
+    /// tree, so listing them costs nothing of the keys outside it.
     pub(crate) fn listing_part(
         &self,
-        after: Option<&[u8]>,
+        (prefix, after): (&[u8], Option<&[u8]>),
         waiters: What,
         viewer: Whose,
         out: &mut Vec<u8>,
         budget: usize,
     ) -> Option<Box<[u8]>> {
         let inner = self.lock_inner();
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut keys = inner.keys.range::<[u8], _>((from, Bound::Unbounded));
+        let from = after.map_or(Bound::Included(prefix), Bound::Excluded);
+        let mut keys = inner
+            .keys
+            .range::<[u8], _>((from, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix));
         for (k, s) in keys.by_ref() {
             push_listed(out, k, s, waiters, viewer, &inner.marks);
             if out.len() >= budget {

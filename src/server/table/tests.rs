@@ -451,7 +451,13 @@ fn a_listing_in_parts_is_the_whole_listing() {
         let (mut parts, mut after, mut n) = (Vec::new(), None, 0);
         loop {
             let mut part = Vec::new();
-            after = t.listing_part(after.as_deref(), WAITERS, Whose::Any, &mut part, budget);
+            after = t.listing_part(
+                (b"", after.as_deref()),
+                WAITERS,
+                Whose::Any,
+                &mut part,
+                budget,
+            );
             assert!(!part.is_empty() || after.is_none());
             parts.extend_from_slice(&part);
             n += 1;
@@ -466,9 +472,55 @@ fn a_listing_in_parts_is_the_whole_listing() {
     }
     let mut none = Vec::new();
     assert!(Table::new()
-        .listing_part(None, WAITERS, Whose::Any, &mut none, 10)
+        .listing_part((b"", None), WAITERS, Whose::Any, &mut none, 10)
         .is_none());
     assert!(none.is_empty());
+}
+
+/// A listing by prefix is the part of the whole listing whose keys start
+/// with it, whatever the budget of a part.
+#[test]
+fn a_listing_by_prefix_is_its_range_of_keys() {
+    let t = Table::new();
+    for key in [
+        "a", "deploy", "deploy/a", "deploy/b", "deploy0", "deployed", "z",
+    ] {
+        let _ = granted(t.lock(key.as_bytes(), &ask(b"s", false)));
+    }
+    let list = |prefix: &[u8], budget: usize| {
+        let (mut all, mut after) = (Vec::new(), None);
+        for _ in 0..100 {
+            let mut part = Vec::new();
+            after = t.listing_part(
+                (prefix, after.as_deref()),
+                WAITERS,
+                Whose::Any,
+                &mut part,
+                budget,
+            );
+            all.extend_from_slice(&part);
+            if after.is_none() {
+                break;
+            }
+        }
+        let mut bytes = vec![crate::proto::listing::LISTING];
+        bytes.extend_from_slice(&all);
+        crate::proto::listing::push_end(&mut bytes);
+        let got = crate::proto::listing::decode(&bytes).unwrap().unwrap();
+        got.holds
+            .into_iter()
+            .map(|h| String::from_utf8(h.key).unwrap())
+            .collect::<Vec<_>>()
+    };
+    for budget in [1, 1 << 20] {
+        assert_eq!(list(b"deploy/", budget), ["deploy/a", "deploy/b"]);
+        assert_eq!(
+            list(b"deploy", budget),
+            ["deploy", "deploy/a", "deploy/b", "deploy0", "deployed"]
+        );
+        assert_eq!(list(b"x", budget), Vec::<String>::new());
+        assert_eq!(list(b"", budget).len(), 7);
+    }
 }
 
 #[test]
