@@ -553,7 +553,7 @@ _lc__cli() {
             return 0
             ;;
         lc__cli__subcmd__serve)
-            opts="-l -v -h --listen --data --read-timeout --login-timeout --manager --metrics --reclaim-grace --history --max-connections --max-connections-per-peer --max-pending-logins --tls-cert --tls-key --tls-client-ca --token-file --verbose --help"
+            opts="-l -v -h --listen --data --read-timeout --login-timeout --manager --metrics --reclaim-grace --history --max-log-bytes --max-connections --max-connections-per-peer --max-pending-logins --tls-cert --tls-key --tls-client-ca --token-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -592,6 +592,10 @@ _lc__cli() {
                     return 0
                     ;;
                 --history)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-log-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -79,6 +79,7 @@ mod reset_report;
 mod serve_exposed;
 mod serve_limits;
 mod serve_lockport;
+mod serve_log_cap;
 mod serve_owners;
 mod serve_quotas;
 mod serve_sessions;

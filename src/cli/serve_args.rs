@@ -58,6 +58,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = crate::backend::history::DEFAULT_HISTORY as u32)]
     pub history: u32,
 
+    /// Refuse new holds (one line, 76) while the log's held keys, marks and
+    /// history take half of SIZE (512MiB, 2G, bytes): the other half is the
+    /// room the log grows into before a compaction rewrites it, so the file
+    /// stays under SIZE and the volume needs SIZE and a half (the
+    /// compaction's new file beside it). Releases are always taken. Off by
+    /// default
+    #[arg(long, value_name = "SIZE", requires = "data", value_parser = parse_size)]
+    pub max_log_bytes: Option<u64>,
+
     /// Connections open at once; beyond it a new one is closed at once
     /// [default: the file limit (ulimit -n) less 64]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -103,4 +112,29 @@ pub struct ServeArgs {
     /// unless --manager names it
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+/// A size in bytes: a number, or one with K, M, G (KiB, MiB, GiB: powers
+/// of 1,024); at least 1 MiB.
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("'{s}' is not a size (512MiB, 2G, bytes)")),
+    };
+    let bytes = n
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("'{s}' is not a size (512MiB, 2G, bytes)"))?;
+    match bytes >= 1 << 20 {
+        true => Ok(bytes),
+        false => Err(format!("'{s}' is less than 1MiB")),
+    }
 }

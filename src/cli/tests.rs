@@ -72,3 +72,14 @@ fn shared_and_limit_do_not_mix() {
 fn trylock_has_no_wait_option() {
     assert!(Cli::try_parse_from(["lc-cli", "trylock", "-w", "3", "k"]).is_err());
 }
+
+#[test]
+fn sizes_take_binary_units() {
+    use super::serve_args::parse_size;
+    assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+    assert_eq!(parse_size("2G"), Ok(2 << 30));
+    assert_eq!(parse_size("1048576"), Ok(1 << 20));
+    assert_eq!(parse_size("4 m"), Ok(4 << 20));
+    assert!(parse_size("1000").is_err() && parse_size("x").is_err() && parse_size("5Q").is_err());
+    assert!(parse_size("99999999999G").is_err() && parse_size("").is_err());
+}

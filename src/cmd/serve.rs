@@ -81,6 +81,7 @@ pub(crate) fn run(args: ServeArgs, verbose: bool) -> Result<ExitCode> {
         ),
         tokens: tokens.clone(),
         history: args.history as usize,
+        max_log_bytes: args.max_log_bytes,
     };
     // The log is recovered before the port opens: no client sees a table
     // that is not yet restored.

@@ -114,6 +114,17 @@ async fn serve(
             return None;
         }
     }
+    // `--max-log-bytes`: no new hold while the log is full.
+    if let Some(full) = shared
+        .log_cap
+        .as_ref()
+        .filter(|_| quota::takes_hold(&request))
+    {
+        if let Some(reason) = full.full() {
+            not_allowed(stream, peer, shared, caller, &reason).await;
+            return None;
+        }
+    }
     // An ExtendedLock: the lock inside, with its field list (a ticket in
     // it taken out: a waiter's place, shown again after a restart).
     let (request, fields, ticket) = match request {

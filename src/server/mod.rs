@@ -70,6 +70,8 @@ pub(crate) struct ServerOptions {
     /// How many ended holds each key keeps in its history (`--history`;
     /// 0: none, and the feature `history` is not named).
     pub history: usize,
+    /// `--max-log-bytes` (with `data`).
+    pub max_log_bytes: Option<u64>,
 }
 
 /// A table without a log that keeps `cap` entries of each key's history.
@@ -103,6 +105,7 @@ impl Default for ServerOptions {
             max_pending_logins: limits::default_pending_logins(max_connections),
             tokens: None,
             history: crate::backend::history::DEFAULT_HISTORY,
+            max_log_bytes: None,
         }
     }
 }
@@ -123,6 +126,8 @@ pub(crate) struct Shared {
     pub extensions: bool,
     pub limits: Arc<limits::Limits>,
     pub tokens: Option<Arc<tokens::Tokens>>,
+    /// `--max-log-bytes`, with `--data`.
+    pub log_cap: Option<quota::LogCap>,
 }
 
 impl Shared {
@@ -142,6 +147,7 @@ impl Shared {
                 options.max_pending_logins,
             )),
             tokens: options.tokens.clone(),
+            log_cap: None,
         }
     }
 
@@ -247,6 +253,7 @@ impl Server {
             WalError::Locked { .. } => OpenError::InUse(e),
             WalError::Io { .. } => OpenError::Io(e),
         })?;
+        let live = wal.live_gauge();
         table.attach_wal(wal);
         table.raise_token_floor(recovery.token_floor);
         for (key, mark) in &recovery.marks {
@@ -304,6 +311,7 @@ impl Server {
         ));
         let mut shared = Shared::new(table, events, &options);
         shared.fsync = Some(fsync);
+        shared.log_cap = options.max_log_bytes.map(|max| quota::LogCap { max, live });
         Ok(Server {
             shared: Arc::new(shared),
             orphans,

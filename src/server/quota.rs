@@ -15,6 +15,7 @@
 //! the table, so requests of one token in flight at the same moment may
 //! pass it by as many as there are of them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::proto::{Request, MAX_FIELD};
@@ -120,6 +121,40 @@ pub(crate) fn over_held(name: &str, held: u32) -> String {
     )
 }
 
+/// `serve --max-log-bytes`: new holds are refused while what a compaction
+/// of the log keeps (its held keys, marks and history) takes half of the
+/// cap, so the log (which grows to twice that before it is compacted)
+/// stays under it. Releases, resets and expiries only shrink what is kept.
+pub(crate) struct LogCap {
+    pub max: u64,
+    /// The log's live bytes ([`crate::wal::Wal::live_gauge`]).
+    pub live: Arc<AtomicU64>,
+}
+
+impl LogCap {
+    /// The refusal of a new hold, while the log is full.
+    pub(crate) fn full(&self) -> Option<String> {
+        let live = self.live.load(Ordering::Relaxed);
+        (live >= self.max / 2).then(|| {
+            // Within a refusal's 127 bytes.
+            format!(
+                "the server's log is full: held keys take {}, half its --max-log-bytes {}; \
+                 release keys or have it raised",
+                mib(live),
+                mib(self.max)
+            )
+        })
+    }
+}
+
+/// Bytes as MiB with one decimal, or GiB from 1 GiB on.
+fn mib(bytes: u64) -> String {
+    match bytes as f64 / f64::from(1 << 20) {
+        m if m >= 1024.0 => format!("{:.1} GiB", m / 1024.0),
+        m => format!("{m:.1} MiB"),
+    }
+}
+
 /// The refusal of a key outside the caller's `keys=`: one line naming the
 /// limit, neither the token nor the key (the client names the key).
 pub(crate) fn outside(name: &str, keys: &KeyPatterns) -> String {
@@ -143,6 +178,27 @@ mod tests {
         assert!(KeyPatterns::parse(b"a,,b").is_err());
         assert!(KeyPatterns::parse(b"a*b").is_err());
         assert_eq!(k.shown(), "deploy/*,ci/*,exact");
+    }
+
+    #[test]
+    fn the_log_is_full_at_half_its_cap() {
+        let cap = LogCap {
+            max: 8 << 20,
+            live: Arc::new(AtomicU64::new((4 << 20) - 1)),
+        };
+        assert_eq!(cap.full(), None);
+        cap.live.store(4 << 20, Ordering::Relaxed);
+        let line = cap.full().unwrap();
+        assert!(
+            line.contains("take 4.0 MiB, half its --max-log-bytes 8.0 MiB"),
+            "{line}"
+        );
+        // Up to a PiB, within a refusal's 127 bytes.
+        let big = LogCap {
+            max: 2 << 50,
+            live: Arc::new(AtomicU64::new(1 << 50)),
+        };
+        assert!(big.full().unwrap().len() <= crate::proto::MAX_FIELD);
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod rewrite;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -242,6 +242,8 @@ struct State {
 /// The batches between the appenders and the writer thread.
 struct Batches {
     state: Mutex<State>,
+    /// What a compaction would keep now ([`Wal::live_gauge`]).
+    live_bytes: Arc<AtomicU64>,
     /// The writer waits here for work.
     work: Condvar,
     /// `sync` waits here for the writer.
@@ -353,6 +355,13 @@ impl Wal {
 
     pub fn stats(&self) -> Stats {
         self.state().stats
+    }
+
+    /// The bytes a compaction would keep (the live holds, marks and
+    /// history, as of the last durable batch), read without a lock: what
+    /// `serve --max-log-bytes` weighs a new hold against.
+    pub fn live_gauge(&self) -> Arc<AtomicU64> {
+        self.shared.live_bytes.clone()
     }
 
     /// Writes what is pending, stops the writer and waits for it.

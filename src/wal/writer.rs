@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -27,7 +27,9 @@ impl Wal {
         lock: file::LogLock,
     ) -> Result<Wal, WalError> {
         let (batch, _) = watch::channel(None);
+        let live_bytes = Arc::new(AtomicU64::new(live.bytes()));
         let shared = Arc::new(Batches {
+            live_bytes,
             state: Mutex::new(State {
                 pending: Vec::new(),
                 pending_grants: 0,
@@ -150,6 +152,9 @@ impl Writer {
                 }
             }
             st.stats.file_len = self.len;
+            self.shared
+                .live_bytes
+                .store(st.live.bytes(), Ordering::Relaxed);
             drop(st);
             let _ = batch.send(Some(result));
             self.shared.done.notify_all();
