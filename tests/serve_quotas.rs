@@ -248,3 +248,79 @@ fn a_pattern_lists_its_keys_among_a_million_others() {
     let line = expect_error_line(&mut slow(ADMIN, &["keys"]), 76);
     assert!(line.contains("a listing of more than 256 MiB"), "{line}");
 }
+
+const WAITY: &str = "waity-Qu0ta-never-printed-0006";
+
+/// A line's `waits=N`: with N of its requests in line, the token's next
+/// lock that would wait is refused in one line (76) naming the limit; a
+/// lock granted at once and a trylock are not waits; a waiter that leaves
+/// (its lc-cli SIGKILLed) gives its place back; another token is not
+/// counted with it; logged with the identity, no token anywhere.
+#[test]
+fn waits_caps_the_requests_a_token_has_in_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens");
+    std::fs::write(
+        &path,
+        format!("{ADMIN} admin name=alice\n{WAITY} name=waity waits=2\n{PLAIN}\n"),
+    )
+    .unwrap();
+    let s = Serve::new()
+        .listen(&format!("{}:0", host_ip()))
+        .args(&["--token-file", path.to_str().unwrap()])
+        .start();
+    let tokens = [ADMIN, WAITY, PLAIN];
+    for k in ["a", "b"] {
+        run(&mut lc(&s, PLAIN, &["lock", k]), 0);
+    }
+    // A lock that waits on `k` as `source`, queued.
+    let wait = |token, k: &str, source: &str| {
+        let mut cmd = lc(&s, token, &["lock", "-w", "60s", k, "--", "true"]);
+        cmd.env("LC_SOURCE", source)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        s.wait_queued(k, source);
+        child
+    };
+    let mut w1 = wait(WAITY, "a", "w1");
+    let w2 = wait(WAITY, "b", "w2");
+    let over = "token 'waity' has 2 requests waiting, its quota (waits= in the token file, \
+                default 10000)";
+    let line = expect_error_line(
+        &mut lc(&s, WAITY, &["lock", "-w", "60s", "a", "--", "true"]),
+        76,
+    );
+    common::assert_hides("a refusal", &line, &tokens);
+    assert!(line.contains(over), "{line}");
+    // Not waits: a free key, a trylock; nor another token's wait.
+    run(&mut lc(&s, WAITY, &["lock", "free", "--", "true"]), 0);
+    run(&mut lc(&s, WAITY, &["trylock", "a", "--", "true"]), 1);
+    let theirs = wait(PLAIN, "a", "p1");
+    // A waiter that leaves gives its place back.
+    w1.kill().unwrap();
+    w1.wait().unwrap();
+    s.wait_for("withdraw", 1, std::time::Duration::from_secs(10));
+    let again = wait(WAITY, "b", "w3");
+    let line = expect_error_line(
+        &mut lc(&s, WAITY, &["lock", "-w", "60s", "b", "--", "true"]),
+        76,
+    );
+    assert!(line.contains(over), "{line}");
+    // The keys freed, every wait ends in its grant.
+    run(&mut lc(&s, PLAIN, &["unlock", "a"]), 0);
+    run(&mut lc(&s, PLAIN, &["unlock", "b"]), 0);
+    for child in [w2, theirs, again] {
+        let (code, err) = common::finish_within(std::time::Duration::from_secs(20), child);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    assert!(
+        s.logged(&[
+            "as 'waity'",
+            "refused: token 'waity' has 2 requests waiting"
+        ]),
+        "{}",
+        s.log()
+    );
+    common::assert_hides("the server", &s.log(), &tokens);
+}

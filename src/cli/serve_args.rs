@@ -106,8 +106,9 @@ pub struct ServeArgs {
     /// its role, lock (the default: lock, release its own holds) or admin
     /// (also reset, and release any hold), then by name=NAME, the identity
     /// the log and keys show for it (else token:FINGERPRINT), keys=PATTERNS
-    /// (the keys it may take: deploy/*,ci/*) and held=N (the holds it may
-    /// have at once, default 10000); SIGHUP reads
+    /// (the keys it may take: deploy/*,ci/*), held=N (the holds it may
+    /// have at once, default 10000) and waits=N (its requests waiting in
+    /// line at once, default 10000); SIGHUP reads
     /// FILE again. The manager port, which takes no token, is then off
     /// unless --manager names it
     #[arg(long, value_name = "FILE")]

@@ -27,7 +27,7 @@ use super::stream::Stream;
 use super::hello::Greeted;
 use super::metrics::Counters;
 use super::table::{Ask, NotYours, Whose};
-use super::tokens::{self, Caller, Permit, Role};
+use super::tokens::{self, Permit, Role};
 use super::{
     hello, history, keep, keys, lock, mark, quota, reset, session, tls, trylock, unlock, Shared,
 };
@@ -94,7 +94,7 @@ async fn serve(
         None | Some((_, Permit::Yes)) => Whose::Any,
         Some((c, Permit::OwnHolds)) => Whose::Only(c.owner.fingerprint),
         Some((c, Permit::No(reason))) => {
-            not_allowed(stream, peer, shared, Some(c), reason).await;
+            not_allowed(stream, peer, shared, Some(&c.owner), reason).await;
             return None;
         }
     };
@@ -102,7 +102,7 @@ async fn serve(
     if let Some((c, keys)) = caller.and_then(|c| Some((c, c.keys.as_ref()?))) {
         if quota::key_taken(&request).is_some_and(|k| !keys.matches(k)) {
             let reason = quota::outside(&c.owner.name, keys);
-            not_allowed(stream, peer, shared, Some(c), &reason).await;
+            not_allowed(stream, peer, shared, Some(&c.owner), &reason).await;
             return None;
         }
     }
@@ -110,7 +110,7 @@ async fn serve(
     if let Some(c) = caller.filter(|_| quota::takes_hold(&request)) {
         if shared.table.held_by(c.owner.fingerprint) >= c.held {
             let reason = quota::over_held(&c.owner.name, c.held);
-            not_allowed(stream, peer, shared, Some(c), &reason).await;
+            not_allowed(stream, peer, shared, Some(&c.owner), &reason).await;
             return None;
         }
     }
@@ -121,7 +121,7 @@ async fn serve(
         .filter(|_| quota::takes_hold(&request))
     {
         if let Some(reason) = full.full() {
-            not_allowed(stream, peer, shared, caller, &reason).await;
+            not_allowed(stream, peer, shared, caller.map(|c| &c.owner), &reason).await;
             return None;
         }
     }
@@ -166,6 +166,7 @@ async fn serve(
         session: hold == Hold::Session,
         mode,
         owner: caller.map(|c| c.owner.clone()),
+        waits: caller.map(|c| c.waits),
         secret: greeted.secret && hold == Hold::Session,
         expire,
         fields,
@@ -241,7 +242,16 @@ async fn serve_short(
             };
             match answer {
                 Ok(answer) => reply(stream, async { answer }).await,
-                Err(NotYours) => not_allowed(stream, peer, shared, caller, tokens::NOT_YOURS).await,
+                Err(NotYours) => {
+                    not_allowed(
+                        stream,
+                        peer,
+                        shared,
+                        caller.map(|c| &c.owner),
+                        tokens::NOT_YOURS,
+                    )
+                    .await
+                }
             }
         }
         Request::Reclaim { key, token, secret } => {
@@ -291,14 +301,14 @@ pub(super) async fn not_allowed(
     mut stream: Stream,
     peer: SocketAddr,
     shared: &Shared,
-    caller: Option<&Caller>,
+    by: Option<&tokens::Owner>,
     reason: &str,
 ) {
     Counters::bump(&shared.counters.refused);
     shared.events.limited(
         Some(peer.ip()),
         "refusal",
-        format_args!("{}: refused: {reason}", who(peer, caller.map(|c| &c.owner))),
+        format_args!("{}: refused: {reason}", who(peer, by)),
     );
     let _ = stream.write_all(&proto::not_allowed(reason)).await;
 }

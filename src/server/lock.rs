@@ -89,6 +89,12 @@ pub(super) async fn serve(
                 .await;
             None
         }
+        LockOutcome::OverWaits(cap) => {
+            let owner = ask.owner.as_ref();
+            let reason = super::quota::over_waits(owner.map_or("", |o| &o.name), cap);
+            super::conn::not_allowed(stream, peer, shared, owner, &reason).await;
+            None
+        }
     }
 }
 

@@ -6,6 +6,13 @@
 //! releases only its own holds anyway (`tokens.rs`), and an admin's
 //! resets are the admin's.
 //!
+//! `waits=N` caps how many of its requests may wait in line at once
+//! (default [`DEFAULT_WAITS`]): a lock that would queue beyond it is
+//! refused in one line (76); a lock granted at once, a trylock and a
+//! wait that ends are not counted. Counted by the table where a waiter is
+//! made, uncounted where it is dropped (`table::key::WaitCount`), so
+//! every way out of a line gives its place back.
+//!
 //! `held=N` caps how many holds a token may have at once (default
 //! [`DEFAULT_HELD`], which a team does not notice and a runaway script
 //! does): a lock or trylock beyond it is refused with one line naming the
@@ -94,13 +101,36 @@ pub(crate) fn key_taken(request: &Request) -> Option<&[u8]> {
 /// The holds a token may have at once without a `held=` on its line.
 pub(crate) const DEFAULT_HELD: u32 = 10_000;
 
+/// The requests a token may have waiting in line at once without a
+/// `waits=` on its line.
+pub(crate) const DEFAULT_WAITS: u32 = 10_000;
+
 /// Parses the number after `held=`: 1 to 4,294,967,295.
 pub(crate) fn parse_held(text: &[u8]) -> Result<u32, String> {
+    count(text)
+        .ok_or_else(|| "held= takes a number of holds from 1 to 4294967295 (held=500)".into())
+}
+
+/// Parses the number after `waits=`: 1 to 4,294,967,295.
+pub(crate) fn parse_waits(text: &[u8]) -> Result<u32, String> {
+    count(text)
+        .ok_or_else(|| "waits= takes a number of waits from 1 to 4294967295 (waits=100)".into())
+}
+
+fn count(text: &[u8]) -> Option<u32> {
     std::str::from_utf8(text)
         .ok()
         .and_then(|t| t.parse::<u32>().ok())
         .filter(|&n| n > 0)
-        .ok_or_else(|| "held= takes a number of holds from 1 to 4294967295 (held=500)".into())
+}
+
+/// The refusal of a wait beyond the token's `waits=`: one line naming the
+/// limit, never the token.
+pub(crate) fn over_waits(name: &str, waits: u32) -> String {
+    format!(
+        "token '{name}' has {waits} requests waiting, its quota (waits= in the token file, \
+         default {DEFAULT_WAITS})"
+    )
 }
 
 /// Whether a request may take a new hold (a lock or trylock; not a mark).

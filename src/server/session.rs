@@ -310,7 +310,7 @@ pub(super) async fn reclaim(
         Ok(g) => g,
         Err(reason) if greeted.hello => {
             let why = format!("{reason} (reclaim of '{}')", printable(&key));
-            not_allowed(stream, peer, shared, caller, &why).await;
+            not_allowed(stream, peer, shared, caller.map(|c| &c.owner), &why).await;
             return;
         }
         Err(reason) => {

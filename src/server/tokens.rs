@@ -30,7 +30,9 @@
 //! A line may also end with `keys=PATTERNS` (`keys=deploy/*,ci/*`): the
 //! keys its token may lock, try, wait for or mark (`quota.rs`); a line
 //! without it may use every key. `held=N` caps the holds its token may
-//! have at once (default [`quota::DEFAULT_HELD`]).
+//! have at once (default [`quota::DEFAULT_HELD`]), `waits=N` how many of
+//! its requests may wait in line at once (default
+//! [`quota::DEFAULT_WAITS`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -78,6 +80,9 @@ pub(crate) struct Caller {
     pub keys: Option<Arc<KeyPatterns>>,
     /// How many holds it may have at once (`held=`, else the default).
     pub held: u32,
+    /// How many of its requests may wait in line at once (`waits=`, else
+    /// the default).
+    pub waits: u32,
 }
 
 /// The longest name a token line may give (`name=NAME`).
@@ -93,6 +98,7 @@ struct Entry {
     owner: Owner,
     keys: Option<Arc<KeyPatterns>>,
     held: u32,
+    waits: u32,
 }
 
 /// The tokens of one reading of the file, as digests.
@@ -156,6 +162,7 @@ impl TokenSet {
             let mut name = None;
             let mut keys = None;
             let mut held = None;
+            let mut waits = None;
             for (i, word) in words.enumerate() {
                 match word {
                     b"lock" | b"admin" if role.is_none() && name.is_none() && keys.is_none() => {
@@ -185,16 +192,21 @@ impl TokenSet {
                             quota::parse_held(&word[5..]).map_err(|e| format!("line {n}: {e}"))?,
                         );
                     }
+                    _ if word.starts_with(b"waits=") && waits.is_none() => {
+                        waits = Some(
+                            quota::parse_waits(&word[6..]).map_err(|e| format!("line {n}: {e}"))?,
+                        );
+                    }
                     _ if i == 0 => {
                         return Err(format!(
                             "line {n}: the word after the token is not a role (lock or admin) \
-                             nor a name (name=NAME) nor keys=PATTERNS"
+                             nor a name (name=NAME), keys=PATTERNS, held=N or waits=N"
                         ))
                     }
                     _ => {
                         return Err(format!(
-                            "line {n}: more than a token, a role, a name=NAME and keys=PATTERNS \
-                             (a token has no spaces)"
+                            "line {n}: more than a token, a role, a name=NAME, keys=PATTERNS, \
+                             held=N and waits=N (a token has no spaces)"
                         ))
                     }
                 }
@@ -223,6 +235,7 @@ impl TokenSet {
                 owner,
                 keys,
                 held: held.unwrap_or(quota::DEFAULT_HELD),
+                waits: waits.unwrap_or(quota::DEFAULT_WAITS),
             });
             lines_of.push(n);
         }
@@ -262,6 +275,7 @@ impl TokenSet {
                 owner: e.owner.clone(),
                 keys: e.keys.clone(),
                 held: e.held,
+                waits: e.waits,
             }
         })
     }

@@ -44,6 +44,10 @@ pub(super) struct Inner {
     /// owner enters or leaves the table, restored holds and reclaims of
     /// ownerless ones included.
     pub(super) held_by: std::collections::HashMap<u64, u32>,
+    /// How many requests of each token (by fingerprint) wait in line, for
+    /// the token file's `waits=`: each waiter of a token with a cap holds
+    /// a [`super::key::WaitCount`] of its count.
+    pub(super) waiting_by: std::collections::HashMap<u64, Arc<std::sync::atomic::AtomicU32>>,
     /// Each key's last ended holds (`serve --history`).
     pub(super) history: super::history::Rings,
 }

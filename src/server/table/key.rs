@@ -5,6 +5,7 @@ use super::line::Line;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::num::NonZeroU32;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +26,9 @@ pub(crate) struct Ask {
     pub mode: LockMode,
     /// The identity of the token its connection gave (`--token-file`).
     pub owner: Option<Owner>,
+    /// How many requests of its owner may wait in line at once (the token
+    /// line's `waits=`); None: no cap (no token).
+    pub waits: Option<u32>,
     /// A session grant carries a secret for its reclaims (its Hello asked).
     pub secret: bool,
     /// A kept hold the server releases this many seconds after its grant
@@ -421,10 +425,31 @@ pub(super) struct QueuedAsk {
 struct AskRare {
     owner: Option<Owner>,
     fields: Option<Arc<[u8]>>,
+    /// Its place in its owner's count of waiters (`waits=`), given back
+    /// when it leaves the line, whichever way.
+    _counted: Option<WaitCount>,
+}
+
+/// One waiter of a token's in [`super::inner::Inner::waiting_by`]: counted
+/// when made, uncounted when dropped (granted, withdrawn, superseded,
+/// reset: every way out of a line drops it).
+pub(super) struct WaitCount(Arc<AtomicU32>);
+
+impl WaitCount {
+    pub(super) fn new(count: Arc<AtomicU32>) -> WaitCount {
+        count.fetch_add(1, Ordering::Relaxed);
+        WaitCount(count)
+    }
+}
+
+impl Drop for WaitCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl QueuedAsk {
-    pub(super) fn new(ask: &Ask) -> QueuedAsk {
+    pub(super) fn new(ask: &Ask, counted: Option<WaitCount>) -> QueuedAsk {
         QueuedAsk {
             source: ask.source.as_slice().into(),
             peer: Peer::new(ask.peer),
@@ -436,6 +461,7 @@ impl QueuedAsk {
                 Box::new(AskRare {
                     owner: ask.owner.clone(),
                     fields: ask.fields.clone(),
+                    _counted: counted,
                 })
             }),
         }
@@ -463,6 +489,7 @@ impl QueuedAsk {
             session: self.session,
             mode: self.mode,
             owner: self.owner().cloned(),
+            waits: None,
             secret: self.secret,
             expire: self.expire,
             fields: self.rare.as_ref().and_then(|r| r.fields.clone()),

@@ -44,6 +44,7 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -52,7 +53,7 @@ use tokio::sync::oneshot;
 pub(crate) use self::history::End;
 use self::inner::Inner;
 pub(crate) use self::key::{Ask, Holder, LinkEnd, NotYours};
-use self::key::{Link, QueuedAsk, Waiter};
+use self::key::{Link, QueuedAsk, WaitCount, Waiter};
 pub(crate) use self::listing::What;
 #[cfg(test)]
 pub(crate) use self::owner::SECRET_LEN;
@@ -169,6 +170,8 @@ pub(crate) enum LockOutcome {
     Superseded(crate::proto::RivalWire),
     /// `--order` below the key's mark (the mark).
     Outdated(u64),
+    /// It would wait, and its token has this many (its `waits=`) in line.
+    OverWaits(u32),
 }
 
 /// What a TryLock found.
@@ -278,11 +281,22 @@ impl Table {
         if free {
             return LockOutcome::Granted(inner.grant(key, id, ask));
         }
+        // Its token's `waits=`: one more waiter of it, or the refusal.
+        let counted = match (&ask.owner, ask.waits) {
+            (Some(o), Some(cap)) => {
+                let count = inner.waiting_by.entry(o.fingerprint.get()).or_default();
+                if count.load(Ordering::Relaxed) >= cap {
+                    return LockOutcome::OverWaits(cap);
+                }
+                Some(WaitCount::new(count.clone()))
+            }
+            _ => None,
+        };
         let (tx, rx) = oneshot::channel();
         let state = inner.keys.get_mut(key).expect("held, so present");
         let waiter = Waiter {
             id,
-            ask: QueuedAsk::new(ask),
+            ask: QueuedAsk::new(ask, counted),
             since,
             notify: tx,
         };

@@ -28,6 +28,7 @@ fn in_mode(source: &[u8], session: bool, mode: LockMode) -> Ask {
         session,
         mode,
         owner: None,
+        waits: None,
         secret: false,
         expire: None,
         fields: None,
@@ -145,6 +146,7 @@ fn granted(o: LockOutcome) -> Grant {
         LockOutcome::Queued(..) => panic!("queued"),
         LockOutcome::Conflict(m) => panic!("refused: {m}"),
         LockOutcome::Superseded(_) | LockOutcome::Outdated(_) => panic!("a queue rule"),
+        LockOutcome::OverWaits(n) => panic!("over waits={n}"),
     }
 }
 
@@ -222,6 +224,7 @@ fn queued(o: LockOutcome) -> (GrantId, oneshot::Receiver<Notice>) {
         LockOutcome::Granted(_) => panic!("granted"),
         LockOutcome::Conflict(m) => panic!("refused: {m}"),
         LockOutcome::Superseded(_) | LockOutcome::Outdated(_) => panic!("a queue rule"),
+        LockOutcome::OverWaits(n) => panic!("over waits={n}"),
     }
 }
 

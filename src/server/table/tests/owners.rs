@@ -182,3 +182,54 @@ fn a_restored_hold_keeps_its_owner_and_secret() {
         .unwrap()
         .is_some());
 }
+
+/// `waits=`: a token's requests in line are counted from when each joins
+/// to when it leaves, whichever way (a hand-off, a withdrawal); beyond the
+/// cap a request that would wait is refused, one granted at once is not;
+/// another token and a request without a cap are not counted with it.
+#[test]
+fn waits_count_a_tokens_requests_in_line() {
+    let t = Table::new();
+    let capped = |src: &[u8]| Ask {
+        owner: Some(o(7)),
+        waits: Some(2),
+        ..ask(src, true)
+    };
+    let queued = |o: LockOutcome| match o {
+        LockOutcome::Queued(id, rx, _) => (id, rx),
+        _ => panic!("not queued"),
+    };
+    let _hk = granted(t.lock(b"k", &ask(b"holder", true)));
+    let hj = granted(t.lock(b"j", &ask(b"holder", true)));
+    let (w1, _rx1) = queued(t.lock(b"k", &capped(b"w1")));
+    let (_w2, mut rx2) = queued(t.lock(b"j", &capped(b"w2")));
+    assert!(matches!(
+        t.lock(b"k", &capped(b"w3")),
+        LockOutcome::OverWaits(2)
+    ));
+    // Granted at once: not a wait.
+    let _free = granted(t.lock(b"free", &capped(b"f")));
+    // Another token, and no cap: not counted with it.
+    let other = Ask {
+        owner: Some(o(8)),
+        waits: Some(2),
+        ..ask(b"other", true)
+    };
+    let _o = queued(t.lock(b"k", &other));
+    let _p = queued(t.lock(b"k", &ask(b"plain", true)));
+    // A withdrawal gives its place back.
+    t.withdraw(b"k", w1);
+    let _w4 = queued(t.lock(b"k", &capped(b"w4")));
+    assert!(matches!(
+        t.lock(b"k", &capped(b"w5")),
+        LockOutcome::OverWaits(2)
+    ));
+    // So does a hand-off: j's holder releases, w2 holds it.
+    assert!(t.release_grant(b"j", hj.id));
+    assert!(matches!(rx2.try_recv(), Ok(Notice::Granted(_))));
+    let _w6 = queued(t.lock(b"k", &capped(b"w6")));
+    assert!(matches!(
+        t.lock(b"k", &capped(b"w7")),
+        LockOutcome::OverWaits(2)
+    ));
+}
