@@ -35,7 +35,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::keys::{pipelined, send_get};
-use super::names::NodeData;
+use super::names::{self, NodeData, NodeKind};
 use super::queue::QueueNode;
 use super::session::{connection_lost, Session};
 use crate::backend::{BackendError, Result};
@@ -244,10 +244,17 @@ pub(super) async fn of_node(s: &Session, lease: &str, data: &[u8]) -> Option<Str
 /// (which could not be written): a lease with its slot node, in one
 /// transaction. True when this deleted the node.
 pub(super) async fn delete_with_slot(s: &Session, node: &str) -> Result<bool> {
-    let slot = match s.retry(|c| async move { c.get_data(node).await }).await {
-        Ok((data, _)) => of_node(s, node, &data).await,
-        Err(zk::Error::NoNode) => return Ok(false),
-        Err(_) => None,
+    let lease = matches!(
+        node.rsplit('/').next().and_then(names::parse),
+        Some((NodeKind::Lease, _))
+    );
+    let slot = match lease {
+        true => match s.retry(|c| async move { c.get_data(node).await }).await {
+            Ok((data, _)) => of_node(s, node, &data).await,
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(_) => None,
+        },
+        false => None,
     };
     let slot = slot.as_deref();
     let deleted = s
@@ -278,7 +285,7 @@ pub(super) async fn delete_with_slot(s: &Session, node: &str) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::zk::names::{self, Mode};
+    use crate::backend::zk::names::Mode;
 
     #[test]
     fn slot_nodes_are_no_contenders() {
