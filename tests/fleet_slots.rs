@@ -77,19 +77,3 @@ fn slots_refused_where_no_slot_is_told() {
     );
     expect_status(&mut server.lc(&["trylock", "pool", "--", "true"]), 0);
 }
-
-#[test]
-fn zookeeper_refuses_slots_at_once() {
-    // Nothing listens there: the refusal comes before anything is sent.
-    let line = expect_error_line(
-        &mut lc_at(
-            "zk://127.0.0.1:1/h",
-            &["lock", "--slots", "a,b", "k", "--", "true"],
-        ),
-        76,
-    );
-    assert!(
-        line.contains("cannot take --slots: it cannot tell a holder which slot it has yet"),
-        "{line}"
-    );
-}

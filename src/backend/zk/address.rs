@@ -26,6 +26,8 @@ pub(crate) const SCHEME: Scheme = Scheme {
         queues: None,
         // Entries beside each key's queue (zk/history.rs).
         history: None,
+        // A slot node beside a --limit key's leases (zk/slots.rs).
+        slots: None,
         ..Capabilities::ALL
     },
     key_problem: super::names::key_problem,

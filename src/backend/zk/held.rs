@@ -39,6 +39,9 @@ pub(super) struct ZkHeld {
     closing: Option<Closing>,
     /// Who cancelled the command (`--cancel-running`), for the entry.
     cancelled_by: Option<String>,
+    /// A `--limit` lease's slot (`slots.rs`): its index and its node,
+    /// deleted with the lease.
+    pub(super) slot: Option<(u32, String)>,
 }
 
 impl ZkHeld {
@@ -64,6 +67,7 @@ impl ZkHeld {
             opening: None,
             closing: None,
             cancelled_by: None,
+            slot: None,
         }
     }
 
@@ -105,7 +109,13 @@ impl ZkHeld {
                 None => (Ending::Released, None),
             };
             let data = self.record.clone().ended(how, self.status, by).encode();
-            self.closing = Some(Closing { path, data, exists });
+            let slot = self.slot.as_ref().map(|(_, node)| node.clone());
+            self.closing = Some(Closing {
+                path,
+                data,
+                exists,
+                slot,
+            });
         }
         self.closing.clone()
     }
@@ -191,6 +201,10 @@ async fn expired_meanwhile(s: &Session, node: &str) -> bool {
 impl HeldLock for ZkHeld {
     fn token(&self) -> Option<u64> {
         u64::try_from(self.czxid).ok()
+    }
+
+    fn slot(&self) -> Option<u32> {
+        self.slot.as_ref().map(|(i, _)| *i)
     }
 
     fn expiry(&self) -> Option<Expiry> {
@@ -330,6 +344,11 @@ impl HeldLock for ZkHeld {
             options = options.with_ttl(ttl);
         }
         let data = data.encode();
+        // A lease's slot is kept with it, the same way (a TTL node of the
+        // same TTL made in the same transaction: the server's check finds
+        // both old enough at once), its data naming the kept lease.
+        let slot = self.slot.as_ref().map(|(_, node)| node.as_str());
+        let kept_name = name.as_bytes();
         let (node, target, data, options) =
             (self.node.as_str(), persistent.as_str(), &data, &options);
         let result = self
@@ -338,6 +357,10 @@ impl HeldLock for ZkHeld {
                 let mut multi = c.new_multi_writer();
                 multi.add_create(target, data, options)?;
                 multi.add_delete(node, None)?;
+                if let Some(slot) = slot {
+                    multi.add_delete(slot, None)?;
+                    multi.add_create(slot, kept_name, options)?;
+                }
                 multi.commit().await.map_err(zk::Error::from)
             })
             .await;

@@ -209,6 +209,9 @@ pub(super) struct Closing {
     pub path: String,
     pub data: Vec<u8>,
     pub exists: bool,
+    /// A `--limit` holder's slot node (`slots.rs`), deleted in the same
+    /// transaction as its lease.
+    pub slot: Option<String>,
 }
 
 impl Closing {
@@ -308,7 +311,11 @@ pub(super) async fn close(s: &Session, node: &str, closing: &mut Closing) -> Clo
         let mut multi = client.new_multi_writer();
         let added = closing
             .add_to(s, &mut multi)
-            .and_then(|_| multi.add_delete(node, None));
+            .and_then(|_| multi.add_delete(node, None))
+            .and_then(|_| match &closing.slot {
+                Some(slot) => multi.add_delete(slot, None),
+                None => Ok(()),
+            });
         if added.is_err() {
             return Closed::Failed;
         }
@@ -323,6 +330,11 @@ pub(super) async fn close(s: &Session, node: &str, closing: &mut Closing) -> Clo
                 index: 1,
                 source: zk::Error::NoNode,
             }) => return Closed::NoNode,
+            // The slot node deleted already (by hand): the lease alone.
+            Err(zk::MultiWriteError::OperationFailed {
+                index: 2,
+                source: zk::Error::NoNode,
+            }) => closing.slot = None,
             Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => {
                 if tokio::time::Instant::now() >= deadline {
                     return Closed::Unreached;
@@ -351,11 +363,7 @@ pub(super) async fn end_from_outside(
     if let Some(deleted) = close_from_outside(s, node, how, create).await {
         return Ok(deleted);
     }
-    match s.retry(|c| async move { c.delete(node, None).await }).await {
-        Ok(()) => Ok(true),
-        Err(zk::Error::NoNode) => Ok(false),
-        Err(e) => Err(s.error(&format!("deleting {node}"), e)),
-    }
+    super::slots::delete_with_slot(s, node).await
 }
 
 /// The transaction of [`end_from_outside`]: Some(whether it deleted the
@@ -364,21 +372,40 @@ pub(super) async fn end_from_outside(
 async fn close_from_outside(s: &Session, node: &str, how: Ending, create: bool) -> Option<bool> {
     let path = entry_path(node)?;
     let p = path.as_str();
-    let (record, exists) = match s.retry(|c| async move { c.get_data(p).await }).await {
-        Ok((data, _)) => (Record::decode(&data)?, true),
-        Err(zk::Error::NoNode) if create => {
-            match s.retry(|c| async move { c.get_data(node).await }).await {
-                Ok((data, stat)) => (of_node(node, &data, &stat), false),
-                Err(zk::Error::NoNode) => return Some(false),
-                Err(_) => return None,
-            }
+    let lease = matches!(
+        node.rsplit('/').next().and_then(names::parse),
+        Some((NodeKind::Lease, _))
+    );
+    // The entry, and a lease's own data (its slot) or a holder's without
+    // an entry, asked at once.
+    let (entry, own) = tokio::join!(s.retry(|c| async move { c.get_data(p).await }), async {
+        match lease || create {
+            true => Some(s.retry(|c| async move { c.get_data(node).await }).await),
+            false => None,
         }
-        Err(_) => return None,
+    });
+    let (record, exists) = match (entry, &own) {
+        (Ok((data, _)), _) => (Record::decode(&data)?, true),
+        (Err(zk::Error::NoNode), Some(own)) if create => match own {
+            Ok((data, stat)) => (of_node(node, data, stat), false),
+            Err(zk::Error::NoNode) => return Some(false),
+            Err(_) => return None,
+        },
+        _ => return None,
+    };
+    let slot = match (lease, &own) {
+        (true, Some(Ok((data, _)))) => super::slots::of_node(s, node, data).await,
+        _ => None,
     };
     let data = record
         .ended(how, None, Some(crate::backend::history::operator()))
         .encode();
-    let mut closing = Closing { path, data, exists };
+    let mut closing = Closing {
+        path,
+        data,
+        exists,
+        slot,
+    };
     match close(s, node, &mut closing).await {
         Closed::Done => Some(true),
         Closed::NoNode => Some(false),

@@ -23,6 +23,7 @@ mod queue;
 mod rules;
 mod semaphore;
 mod session;
+mod slots;
 
 use std::sync::Arc;
 

@@ -7,7 +7,10 @@
 //! node per holder. The acquirer that holds the mutex creates its lease,
 //! then lists `leases` with a watch until there are at most N of them, and
 //! only then gives the mutex to the next. So only that one acquirer watches
-//! the leases: a release wakes it alone, and it is the one granted.
+//! the leases: a release wakes it alone, and it is the one granted. lc-cli
+//! gives the mutex back in the transaction that claims its slot
+//! (`LC_SLOT`, `slots.rs`), a child of the key's node beside `locks` and
+//! `leases`, where no Curator client looks.
 //!
 //! Curator stores no N: each participant passes its own. lc-cli writes its
 //! N into its nodes' data (`limit=N`) and, holding the mutex, refuses when
@@ -28,6 +31,7 @@ use super::held::ZkHeld;
 use super::names::{self, Mode, NodeData, NodeKind};
 use super::queue::{self, create_node, wait_turn, QueueNode};
 use super::session::Session;
+use super::slots::{self, Claimed};
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{Acquired, HeldLock, LockMode, LockRequest, Result, WaitProgress};
 
@@ -53,7 +57,7 @@ pub(super) async fn acquire(
         }
     };
     let mutex = QueueNode::new(locks, name);
-    let waited = in_turn(s, &dir, &mutex, request, n, &data, &cancel, progress).await;
+    let waited = in_turn(s, &dir, &mutex, request, n, &node_data, &cancel, progress).await;
     let entry = Entry {
         s: s.clone(),
         mutex: mutex.path,
@@ -101,10 +105,11 @@ async fn in_turn(
     mutex: &QueueNode,
     request: &LockRequest,
     n: u32,
-    data: &[u8],
+    node_data: &NodeData,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Option<ZkHeld>> {
+    let data = &node_data.encode();
     let key = request.key.as_str();
     let leases = format!("{dir}/{}", names::SEMAPHORE_LEASES);
     // After our node exists: a lock request racing with us sees it, or we
@@ -124,15 +129,33 @@ async fn in_turn(
         leases.clone(),
         create_node(s, &leases, data, NodeKind::Lease).await?,
     );
-    let granted = wait_for_room(s, &lease, n, request.nonblock, cancel, progress).await;
-    let granted = match granted {
-        Ok(true) => s.watch_own(&lease.path).await,
-        Ok(false) => Ok(None),
+    let room = wait_for_room(s, dir, &lease, n, request.nonblock, cancel, progress).await;
+    // Room: our slot, claimed in the transaction that gives the mutex to
+    // the next acquirer (`slots.rs`).
+    let claim = slots::Claim {
+        dir,
+        lease: &lease,
+        data: node_data,
+        mutex: &mutex.path,
+    };
+    let claimed = match room {
+        Ok(Some(room)) => slots::claim(s, &claim, n, room.children, &room.leases)
+            .await
+            .map(Some),
+        Ok(None) => Ok(None),
         Err(e) => Err(e),
     };
-    let own = match granted {
+    let granted = match claimed {
+        Ok(Some(Claimed::Slot(i))) => s.watch_own(&lease.path).await.map(|w| w.map(|w| (w, i))),
+        Ok(Some(Claimed::LeaseGone)) => Err(queue::gone(s, &lease.path)),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let (own, slot) = match granted {
         Ok(Some(own)) => own,
         other => {
+            // Our slot node, if claimed, goes with the session, which the
+            // caller's withdrawal closes.
             let l = lease.path.as_str();
             let _ = s.retry(|c| async move { c.delete(l, None).await }).await;
             return match other {
@@ -141,16 +164,6 @@ async fn in_turn(
             };
         }
     };
-    // The next acquirer's turn.
-    let m = mutex.path.as_str();
-    match s.retry(|c| async move { c.delete(m, None).await }).await {
-        Ok(()) | Err(zk::Error::NoNode) => {}
-        Err(e) => {
-            let l = lease.path.as_str();
-            let _ = s.retry(|c| async move { c.delete(l, None).await }).await;
-            return Err(s.error(&format!("deleting {m}"), e));
-        }
-    }
     let (stat, watch) = own;
     let mut held = ZkHeld::new(
         s.clone(),
@@ -159,29 +172,43 @@ async fn in_turn(
         watch,
         request.source.clone(),
     );
-    held.fields = request.extras.encode();
+    let mut fields = request.extras.encode();
+    fields.push_str(&format!("slot={slot}\n"));
+    held.fields = fields;
+    held.slot = Some((slot, slots::path(dir, slot)));
     Ok(Some(held))
 }
 
+/// What the leases' listing that found room saw: the leases, and the
+/// key's lock node's children (its slot nodes among them), listed with it.
+struct Room {
+    leases: Vec<String>,
+    children: Vec<String>,
+}
+
 /// Holding the mutex: lists the leases with a watch until ours is among at
-/// most N (as Curator counts them: every child). False when we must leave.
+/// most N (as Curator counts them: every child). None when we must leave.
+/// With each listing, the key's lock node `key_dir` is listed too (sent at
+/// once, no round trip of its own): its slot nodes, for the claim.
 async fn wait_for_room(
     s: &Session,
+    key_dir: &str,
     lease: &QueueNode,
     n: u32,
     nonblock: bool,
     cancel: &CancellationToken,
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
-) -> Result<bool> {
+) -> Result<Option<Room>> {
     let dir = lease.dir.as_str();
     loop {
         if cancel.is_cancelled() {
-            return Ok(false);
+            return Ok(None);
         }
-        let (children, watch) = match s
-            .retry(|c| async move { c.list_and_watch_children(dir).await })
-            .await
-        {
+        let (listed, beside) = tokio::join!(
+            s.retry(|c| async move { c.list_and_watch_children(dir).await }),
+            s.retry(|c| async move { c.list_children(key_dir).await }),
+        );
+        let (children, watch) = match listed {
             Ok(got) => got,
             Err(zk::Error::NoNode) => return Err(queue::gone(s, &lease.path)),
             Err(e) => return Err(s.error(&format!("listing {dir}"), e)),
@@ -190,11 +217,18 @@ async fn wait_for_room(
             return Err(queue::gone(s, &lease.path));
         }
         if children.len() <= n as usize {
-            return Ok(true);
+            let beside = match beside {
+                Ok(beside) => beside,
+                Err(e) => return Err(s.error(&format!("listing {key_dir}"), e)),
+            };
+            return Ok(Some(Room {
+                leases: children,
+                children: beside,
+            }));
         }
         progress(WaitProgress { ahead: Some(0) });
         if nonblock {
-            return Ok(false);
+            return Ok(None);
         }
         tokio::select! {
             event = watch.changed() => {
@@ -202,7 +236,7 @@ async fn wait_for_room(
                     return Err(queue::expired(s));
                 }
             }
-            _ = cancel.cancelled() => return Ok(false),
+            _ = cancel.cancelled() => return Ok(None),
             gone = s.until_gone() => return Err(queue::lost_while_waiting(s, gone)),
         }
     }
