@@ -18,8 +18,8 @@ use crate::backend::{Acquired, BackendError, LockMode, LockRequest, Result, Wait
 pub(super) enum Attempt {
     Done(Acquired),
     /// Granted, but another's hold is kept: given back; the session to
-    /// wait on, the key's lock id and the window.
-    Kept(Session, i64, kept::Window),
+    /// wait on and the key's lock id.
+    Kept(Session, i64),
 }
 
 impl PgBackend {
@@ -66,15 +66,14 @@ impl PgBackend {
             None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
         };
         loop {
-            let (back, id, window) =
-                match self.attempt(s, request, &cancel, progress, asked).await? {
-                    Attempt::Done(a) => return Ok(a),
-                    Attempt::Kept(back, id, window) => (back, id, window),
-                };
+            let (back, id) = match self.attempt(s, request, &cancel, progress, asked).await? {
+                Attempt::Done(a) => return Ok(a),
+                Attempt::Kept(back, id) => (back, id),
+            };
             if request.nonblock {
                 return Ok(Acquired::Busy);
             }
-            if !kept::wait(&back, id, window.left, &cancel).await? {
+            if !kept::wait(&back, &request.key, id, &cancel).await? {
                 return Ok(Acquired::Cancelled);
             }
             s = back;
@@ -213,8 +212,8 @@ impl PgBackend {
             }
             None => step.await,
         };
-        if let Some(window) = self.settle(&s, key, answer).await? {
-            return Ok(Attempt::Kept(s, ids.lock, window));
+        if self.settle(&s, key, answer).await?.is_some() {
+            return Ok(Attempt::Kept(s, ids.lock));
         }
         Ok(Attempt::Done(Acquired::Held(Box::new(
             PgHeld::new(
@@ -296,8 +295,8 @@ impl PgBackend {
             }
             None => step.await,
         };
-        if let Some(window) = self.settle(&s, key, answer).await? {
-            return Ok(Attempt::Kept(s, ids.lock, window));
+        if self.settle(&s, key, answer).await?.is_some() {
+            return Ok(Attempt::Kept(s, ids.lock));
         }
         let release = match request.mode {
             LockMode::Shared => held::Release::Shared(ids.lock),

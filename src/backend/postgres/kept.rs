@@ -15,9 +15,9 @@
 //! - Every lc-cli grant of the key reads the row (a statement sent in the
 //!   grant's own flight: no round trip of its own) before anything runs.
 //!   An unexpired row: the grant is given back; `trylock` is "held" (1);
-//!   `lock` listens on `lc_cli_kept_<lock id>` and sleeps until the row's
-//!   deadline (at most [`MAX_NAP`]) or a notification (`unlock`, `reset`),
-//!   then asks again.
+//!   `lock` listens on `lc_cli_kept_<lock id>`, reads the row, and sleeps
+//!   until its deadline (at most [`MAX_NAP`]) or a notification (`unlock`,
+//!   `reset`), reading it again until it is gone; then asks for the lock.
 //! - `unlock KEY` deletes a row whose session no longer holds the lock;
 //!   `reset` deletes the key's (or the source's) rows; both notify.
 //! - A SQL client's own `pg_advisory_lock` does not read the row: a kept
@@ -39,9 +39,9 @@ const SCHEMA: &str = include_str!("kept.sql");
 /// The notification channel of a key's kept hold: this, then its lock id.
 const CHANNEL: &str = "lc_cli_kept_";
 
-/// The longest sleep of a waiter between two looks at a kept hold (a
-/// notification missed between its look and its `LISTEN` costs no more).
-pub(super) const MAX_NAP: Duration = Duration::from_secs(5);
+/// The longest sleep of a waiter between two reads of a kept hold's row
+/// (a row deleted by hand, not by `unlock`, sends no notification).
+pub(super) const MAX_NAP: Duration = Duration::from_secs(30);
 
 /// Whether advisory lock `id` is held by session `pid` (`k.pid`, `k.id`).
 const HOLDING: &str = "EXISTS (
@@ -270,29 +270,42 @@ pub(super) async fn give_back(s: &Session, key: &str, bound: Duration) {
     let _ = tokio::time::timeout(bound, free).await;
 }
 
-/// Waits, listening on the key's channel, until the window has passed (at
-/// most [`MAX_NAP`]) or a notification came; false when withdrawn.
+/// Waits until the key's kept hold has ended (its deadline passed, or
+/// `unlock`/`reset` deleted it and notified): `LISTEN` on the key's
+/// channel first, then a read of the row (so no notification is missed
+/// after it), a sleep until the row's deadline or a notification (at most
+/// [`MAX_NAP`]: a row deleted by hand sends none), and so on. Only reads:
+/// the lock is asked for again once the row is gone. False when withdrawn.
 pub(super) async fn wait(
     s: &Session,
+    key: &str,
     id: i64,
-    left: Option<Duration>,
     cancel: &CancellationToken,
 ) -> Result<bool> {
     s.client
         .batch_execute(&format!("LISTEN \"{CHANNEL}{id}\""))
         .await
         .map_err(|e| s.error("waiting for a kept hold", e))?;
-    // A few ms past the deadline: the next look finds it expired.
-    let nap = left.map_or(MAX_NAP, |l| (l + Duration::from_millis(5)).min(MAX_NAP));
-    tokio::select! {
-        _ = tokio::time::sleep(nap) => Ok(true),
-        _ = s.notified() => Ok(true),
-        _ = cancel.cancelled() => Ok(false),
-        why = s.ended() => Err(BackendError::Unavailable {
-            server: s.server.clone(),
-            reason: format!("lost the connection while waiting: {why}"),
-        }),
+    for _ in 0..u32::MAX {
+        let read = check(s, key).await;
+        let Some(window) = settle(s, key, read).await? else {
+            return Ok(true);
+        };
+        // A few ms past the deadline: the next read finds it expired.
+        let nap = window
+            .left
+            .map_or(MAX_NAP, |l| (l + Duration::from_millis(5)).min(MAX_NAP));
+        tokio::select! {
+            _ = tokio::time::sleep(nap) => {}
+            _ = s.notified() => {}
+            _ = cancel.cancelled() => return Ok(false),
+            why = s.ended() => return Err(BackendError::Unavailable {
+                server: s.server.clone(),
+                reason: format!("lost the connection while waiting: {why}"),
+            }),
+        }
     }
+    Ok(true)
 }
 
 /// Whether `lc_cli.kept` is there (none: no hold was ever kept).

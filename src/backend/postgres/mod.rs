@@ -12,7 +12,10 @@
 //! At each grant lc-cli records the key's name in `lc_cli.keys` (for `keys`)
 //! and draws `LC_LOCK_TOKEN` from the sequence `lc_cli.grants`, both
 //! created on first use; a role that may not create them gets neither, and
-//! its locks work the same.
+//! its locks work the same. A hold kept after lc-cli (`lock KEY`,
+//! `--expire`, the rest of a `--hold-at-least` window) is a row of
+//! `lc_cli.kept` that every grant reads (`kept.rs`); `acquire.rs` takes
+//! the lock and reads it.
 //!
 //! One `PgBackend` serves one acquire on the session opened by `connect`
 //! (so a wrong password or database fails before anything else); `keys`,
