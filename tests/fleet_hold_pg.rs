@@ -288,7 +288,9 @@ fn round_trips() {
             "true",
         ]));
     }
-    eprintln!("round trips: trylock k -- true: {plain}; trylock --hold-at-least 60s k -- true: {kept}");
+    eprintln!(
+        "round trips: trylock k -- true: {plain}; trylock --hold-at-least 60s k -- true: {kept}"
+    );
     assert!(kept <= plain + 1, "{kept} against {plain}");
     assert!(entry(&|a: &[&str]| pg.lc(a), "kept4").is_some());
 }
