@@ -8,7 +8,8 @@
 //! `trylock` and a waiting `lock` out, is cleared by `unlock` and `reset`
 //! (which wake the waiting `lock`), frees itself at its deadline, and
 //! survives a crash and restart of PostgreSQL; a role that may not create
-//! the table is told in one line (76) and the key is free again.
+//! the table is told in one line (76) and the key is free again; a SIGKILLed
+//! lc-cli keeps no window; the kept window adds no round trip.
 
 use crate::common;
 
@@ -293,4 +294,44 @@ fn round_trips() {
     );
     assert!(kept <= plain + 1, "{kept} against {plain}");
     assert!(entry(&|a: &[&str]| pg.lc(a), "kept4").is_some());
+}
+
+/// lc-cli SIGKILLed while its command runs: the window is not kept (the
+/// backend learns of it only at the command's end, docs/fleet-jobs.md):
+/// the guardian stops the command and closes the session once it is gone,
+/// and the key is free again, well inside the 60 s window; no row is left.
+#[test]
+fn a_killed_lc_cli_keeps_no_window() {
+    let pg = PgServer::start();
+    let mut holder = pg
+        .lc(&[
+            "trylock",
+            "--hold-at-least",
+            "60s",
+            "k",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pg.held("k") {
+        assert!(Instant::now() < deadline, "never granted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) takes only integers: no memory of ours is involved.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
+    let _ = holder.wait();
+    taken_within(&|a: &[&str]| pg.lc(a), "k", FREED_WITHIN);
+    // No hold was ever kept here: lc_cli.kept was never created.
+    assert_eq!(
+        pg.sql(
+            "select count(*) from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+             where n.nspname = 'lc_cli' and c.relname = 'kept'"
+        ),
+        "0"
+    );
 }
