@@ -7,9 +7,9 @@
 //! jobs' own logs on the real clock; no two runs overlap; the winner says
 //! (with -v) until when the key stays held. Then a kept hold of the window
 //! is cleared by `unlock` before it ends. On Redis, etcd and ZooKeeper
-//! with TTL nodes (the built-in server: tests/fleet_hold_builtin.rs);
-//! refused with one line (76) on PostgreSQL, and on ZooKeeper without TTL
-//! nodes at the command's end.
+//! with TTL nodes (the built-in server: tests/fleet_hold_builtin.rs;
+//! PostgreSQL: tests/fleet_hold_pg.rs); refused with one line (76) on
+//! ZooKeeper without TTL nodes at the command's end.
 
 use crate::common;
 
@@ -208,19 +208,6 @@ fn zookeeper_without_ttl_nodes_refuses_at_the_end() {
     );
     assert!(err.contains("TTL nodes"), "{err}");
     expect_status(&mut zk.lc("/fleet", &["trylock", "k", "--", "true"]), 0);
-}
-
-#[test]
-fn postgresql_refuses_it() {
-    let pg = common::pg::PgServer::start();
-    let err = expect_error_line(
-        &mut pg.lc(&["trylock", "--hold-at-least", "5s", "k", "--", "true"]),
-        76,
-    );
-    assert!(
-        err.contains("--hold-at-least") && err.contains("session"),
-        "{err}"
-    );
 }
 
 /// The built-in server now takes it (tests/fleet_hold_builtin.rs has the

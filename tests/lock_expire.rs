@@ -338,15 +338,13 @@ fn etcd() {
     expires_and_hands_on(&lc);
 }
 
-/// A hold on PostgreSQL lives with its session: refused as kept holds are.
+/// PostgreSQL keeps it as a row of `lc_cli.kept` with its deadline on the
+/// server's clock (docs/backends/postgresql.md).
 #[test]
-fn postgresql_refuses_it() {
+fn postgresql() {
     let pg = common::pg::PgServer::start();
-    let err = expect_error_line(&mut pg.lc(&["lock", "k", "--expire", "2s"]), 64);
-    assert!(
-        err.contains("--expire") && err.contains("lasts only as long as lc-cli's session"),
-        "{err}"
-    );
+    let lc = |args: &[&str]| pg.lc(args);
+    expires_and_hands_on(&lc);
 }
 
 /// The log in-process: a kept hold's deadline (a tag 7 Grant) comes back

@@ -168,14 +168,20 @@ fn reset_without_the_privilege_says_what_is_missing() {
     assert!(pg.held("k"));
 }
 
+/// A hold without a command is a row of `lc_cli.kept` (no session keeps
+/// the advisory lock), until `unlock`; a shared one is refused (76).
 #[test]
-fn detached_holds_and_unlock_are_refused_with_64() {
+fn detached_holds_are_kept_rows_until_unlock() {
     let pg = PgServer::start();
-    let out = expect_status(&mut pg.lc(&["lock", "k"]), 64);
-    assert!(text(&out).contains("give a command"), "{}", text(&out));
+    expect_status(&mut pg.lc(&["lock", "k"]), 0);
     assert!(!pg.held("k"));
-    let out = expect_status(&mut pg.lc(&["unlock", "k"]), 64);
-    assert!(text(&out).contains("reset k"), "{}", text(&out));
+    expect_status(&mut pg.lc(&["trylock", "k", "--", "true"]), 1);
+    expect_status(&mut pg.lc(&["unlock", "k"]), 0);
+    expect_status(&mut pg.lc(&["unlock", "k"]), 1);
+    expect_status(&mut pg.lc(&["trylock", "k", "--", "true"]), 0);
+    let out = expect_status(&mut pg.lc(&["lock", "-s", "k"]), 76);
+    assert!(text(&out).contains("exclusive"), "{}", text(&out));
+    expect_status(&mut pg.lc(&["trylock", "k", "--", "true"]), 0);
 }
 
 #[test]

@@ -245,7 +245,7 @@ fn a_waiter_of_another_role_leaves_at_its_turn() {
 
 /// A TCP relay to `to` that counts the client's flights: each time the
 /// client sends after the server last did (or first), one round trip.
-fn counting_relay(to: u16) -> (u16, Arc<AtomicUsize>) {
+pub(crate) fn counting_relay(to: u16) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let flights = Arc::new(AtomicUsize::new(0));

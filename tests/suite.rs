@@ -36,6 +36,7 @@ mod fault_kill_after;
 mod fault_oom;
 mod fleet_hold;
 mod fleet_hold_builtin;
+mod fleet_hold_pg;
 mod fleet_multi;
 mod fleet_slots;
 mod fleet_slots_builtin;

@@ -361,7 +361,7 @@ mod tests {
             LockMode::Limit(std::num::NonZeroU32::new(3).unwrap())
         )
         .is_ok());
-        assert!(!pg.server.keeps_detached_holds() && lc.server.keeps_detached_holds());
+        assert!(pg.server.keeps_detached_holds() && lc.server.keeps_detached_holds());
     }
 
     /// A reference server's refusal comes from its capabilities, worded

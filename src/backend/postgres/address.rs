@@ -40,14 +40,15 @@ pub(crate) const SCHEME: Scheme = Scheme {
         shared: true,
         // N slot locks behind a turnstile lock (limit.rs).
         limit: true,
-        // A hold is the session's: it ends with lc-cli.
-        kept_holds: false,
+        // A kept hold is a row of lc_cli.kept that every grant reads (kept.rs).
+        kept_holds: true,
         queues: None,
         // lc_cli.holds and lc_cli.history (history.rs).
         history: None,
         // The slot lock a holder took is its slot (limit.rs).
         slots: None,
-        hold_at_least: Some("a hold is a session's (an advisory lock) and cannot outlive lc-cli"),
+        // The window is a row of lc_cli.kept written at the grant (kept.rs).
+        hold_at_least: None,
         why: "",
     },
     // Any text hashes.

@@ -55,6 +55,11 @@ pub(super) struct PgHeld {
     recorded: bool,
     /// The command's exit status, once told.
     status: Option<i32>,
+    /// Its request's source and field list, for a kept hold's row.
+    source: String,
+    fields: String,
+    /// When it was granted (a kept hold's row says so).
+    since: Instant,
 }
 
 /// How often the held session is pinged: a fifth of the keepalive.
@@ -102,7 +107,17 @@ impl PgHeld {
             slot: None,
             recorded: false,
             status: None,
+            source: String::new(),
+            fields: String::new(),
+            since: Instant::now(),
         }
+    }
+
+    /// Its request's source and fields, for a kept hold's row (`kept.rs`).
+    pub(super) fn with_request(mut self, request: &crate::backend::LockRequest) -> Self {
+        self.source = request.source.clone();
+        self.fields = request.extras.encode();
+        self
     }
 
     /// Its grant recorded it for the history (`history.rs`).
@@ -279,10 +294,56 @@ impl HeldLock for PgHeld {
         }
     }
 
-    async fn detach(self: Box<Self>, _expire: Option<std::time::Duration>) -> Result<()> {
-        Err(BackendError::Other(
-            "a PostgreSQL advisory lock cannot outlive its session".into(),
-        ))
+    /// Keeps the hold as a row of `lc_cli.kept` (`kept.rs`) for `rest` on
+    /// the server's clock (None: until `unlock`), and gives back the lock
+    /// behind it, in one flight with the history's entry and the request's
+    /// row: the round trip a release costs.
+    async fn detach(self: Box<Self>, rest: Option<std::time::Duration>) -> Result<()> {
+        let mut this = self;
+        let Release::Exclusive(id) = this.release else {
+            this.release().await?;
+            return Err(BackendError::Unsupported {
+                server: this.s.server.clone(),
+                reason: format!(
+                    "'{}' was released, not kept: lc-cli's PostgreSQL backend keeps only exclusive holds after their command",
+                    this.key
+                ),
+            });
+        };
+        if this.gone || this.s.is_ended() {
+            return Err(BackendError::Unavailable {
+                server: this.s.server.clone(),
+                reason: format!("the session of '{}' ended: it is not kept", this.key),
+            });
+        }
+        if this.recorded {
+            let mut ended = Box::pin(super::history::released(&this.s, &this.key, this.status));
+            let _ = super::queue::send_now(&mut ended).await;
+        }
+        if this.queued.is_some() {
+            let mut gone = Box::pin(this.s.client.query_typed(
+                "DELETE FROM lc_cli.requests WHERE pid = pg_backend_pid()",
+                &[],
+            ));
+            let _ = super::queue::send_now(&mut gone).await;
+        }
+        let keep = super::kept::Keep {
+            key: &this.key,
+            id,
+            source: &this.source,
+            token: this.token,
+            fields: &this.fields,
+            rest,
+            held: this.since.elapsed(),
+        };
+        let kept = super::kept::keep(&this.s, &keep);
+        match tokio::time::timeout(silent_after(this.keepalive), kept).await {
+            Ok(r) => r,
+            Err(_) => Err(BackendError::Unavailable {
+                server: this.s.server.clone(),
+                reason: format!("no answer when keeping '{}'", this.key),
+            }),
+        }
     }
 }
 

@@ -12,16 +12,21 @@
 //! At each grant lc-cli records the key's name in `lc_cli.keys` (for `keys`)
 //! and draws `LC_LOCK_TOKEN` from the sequence `lc_cli.grants`, both
 //! created on first use; a role that may not create them gets neither, and
-//! its locks work the same.
+//! its locks work the same. A hold kept after lc-cli (`lock KEY`,
+//! `--expire`, the rest of a `--hold-at-least` window) is a row of
+//! `lc_cli.kept` that every grant reads (`kept.rs`); `acquire.rs` takes
+//! the lock and reads it.
 //!
 //! One `PgBackend` serves one acquire on the session opened by `connect`
 //! (so a wrong password or database fails before anything else); `keys`,
 //! `reset` and the status line's holder use a second session, opened when
 //! first needed, as the first may be waiting in the queue.
 
+mod acquire;
 pub(crate) mod address;
 mod held;
 mod history;
+mod kept;
 mod keys;
 mod limit;
 mod ping;
@@ -37,11 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use address::PgAddress;
 
-use super::{
-    Acquired, Backend, BackendConfig, BackendError, KeyInfo, LockMode, LockRequest, Result,
-    WaitProgress,
-};
-use held::{PgHeld, Queued};
+use super::{Acquired, Backend, BackendConfig, KeyInfo, LockRequest, Result, WaitProgress};
 use session::Session;
 
 pub(crate) struct PgBackend {
@@ -179,69 +180,6 @@ impl PgBackend {
         let _ = tokio::time::timeout(self.connect_timeout, free).await;
     }
 
-    /// A `-x`/`-s` request with fields (`queue.rs`), its statements
-    /// prepared; `pid` our backend's, `asked` when lc-cli asked.
-    async fn acquire_queued(
-        &self,
-        s: Session,
-        st: queue::Statements,
-        request: &LockRequest,
-        (ids, pid, asked): (limit::Ids, i32, std::time::Instant),
-        cancel: &CancellationToken,
-    ) -> Result<Acquired> {
-        let key = request.key.as_str();
-        let got = queue::acquire(
-            &s,
-            &self.address,
-            &st,
-            request,
-            ids.lock,
-            self.connect_timeout,
-            cancel,
-        )
-        .await?;
-        let (rid, token) = match got {
-            queue::Outcome::Held { rid, token } => (rid, token),
-            queue::Outcome::Busy => return Ok(Acquired::Busy),
-            queue::Outcome::Cancelled => return Ok(Acquired::Cancelled),
-            queue::Outcome::Superseded(by) => return Ok(Acquired::Superseded(by)),
-            queue::Outcome::Outdated(mark) => return Ok(Acquired::Outdated { mark }),
-        };
-        if let Err(e) = limit::check_lock(&s, key, request.mode, ids).await {
-            self.give_back(&s).await;
-            return Err(e);
-        }
-        let record = history::Record::new(request, ids.lock, asked.elapsed());
-        let bound = held::silent_after(self.address.keepalive);
-        let recorded = tokio::time::timeout(bound, Self::record(&s, &record, token))
-            .await
-            .unwrap_or(false);
-        let release = match request.mode {
-            LockMode::Shared => held::Release::Shared(ids.lock),
-            _ => held::Release::Exclusive(ids.lock),
-        };
-        let queued = Queued {
-            st,
-            id: ids.lock,
-            rid,
-            pid,
-            order: request.extras.order,
-            cancel: request.extras.cancel,
-            status: None,
-        };
-        Ok(Acquired::Held(Box::new(
-            PgHeld::new(
-                s,
-                key.to_string(),
-                token,
-                self.address.keepalive,
-                release,
-                Some(queued),
-            )
-            .with_history(recorded),
-        )))
-    }
-
     /// Records a hold granted with `token` for the history (one round trip;
     /// the tables created if missing): whether it is recorded.
     async fn record(s: &Session, record: &history::Record, token: Option<u64>) -> bool {
@@ -346,176 +284,26 @@ impl Backend for PgBackend {
         cancel: CancellationToken,
         progress: &(dyn Fn(WaitProgress) + Send + Sync),
     ) -> Result<Acquired> {
-        if let LockMode::Limit(n) = request.mode {
-            if !request.extras.is_empty() {
-                return Err(BackendError::Unsupported {
-                    server: self.address.to_string(),
-                    reason: format!(
-                        "lc-cli's PostgreSQL backend keeps no {} with --limit",
-                        request.extras.options()
-                    ),
-                });
-            }
-            if n.get() > limit::MAX_N {
-                return Err(BackendError::Unsupported {
-                    server: self.address.to_string(),
-                    reason: format!(
-                        "lc-cli's PostgreSQL backend takes --limit up to {}, not {n}",
-                        limit::MAX_N
-                    ),
-                });
-            }
-        }
-        let asked = std::time::Instant::now();
-        let s = match self.take_session() {
-            Some(s) => s,
-            None => Session::open(&self.address, "lc-cli", self.connect_timeout).await?,
-        };
-        let key = request.key.as_str();
-        let app = keys::app_name(&request.source);
-        // trylock --limit waits a moment for the turnstile (see limit.rs).
-        let try_limit = request.nonblock && matches!(request.mode, LockMode::Limit(_));
-        let sql = format!(
-            "SELECT {}, set_config('application_name', $2, false), pg_backend_pid(){}",
-            limit::HASHES,
-            if try_limit {
-                format!(
-                    ", set_config('lock_timeout', '{}', false)",
-                    limit::TRY_TURNSTILE
-                )
-            } else {
-                String::new()
-            }
-        );
-        // A request with fields prepares its statements alongside.
-        let naming_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &app];
-        let naming = s.client.query_one(sql.as_str(), &naming_params);
-        let (row, statements) = match request.extras.is_empty() {
-            true => (naming.await, None),
-            false => {
-                let shared = request.mode == LockMode::Shared;
-                let prepared = queue::prepare(&s, shared, request.nonblock);
-                let (row, st) = tokio::join!(naming, prepared);
-                (row, Some(st))
-            }
-        };
-        let row = row.map_err(|e| s.error("naming the session", e))?;
-        let statements = match statements {
-            Some(st) => Some(queue::ready(&s, &self.address, request, st).await?),
-            None => None,
-        };
-        let ids = limit::Ids::from_hashes(row.get(0), row.get(1));
-        let mut slot = None;
-        let release = match request.mode {
-            LockMode::Limit(n) => {
-                let want = limit::Want {
-                    key,
-                    n: n.get(),
-                    ids,
-                    nonblock: request.nonblock,
-                };
-                // The place in line needs a second session: only for a
-                // status line (a terminal), as the holder's lookup.
-                let place = match !request.nonblock && crate::terminal::stderr_is_terminal() {
-                    true => self.admin().await.ok().map(|a| (a, row.get::<_, i32>(3))),
-                    false => None,
-                };
-                let got =
-                    limit::acquire(&s, want, &cancel, self.connect_timeout, place, progress).await;
-                if !matches!(got, Ok(limit::Outcome::Slot(_))) {
-                    self.give_back(&s).await;
-                }
-                match got? {
-                    limit::Outcome::Slot(i) => {
-                        slot = Some(i);
-                        held::Release::All(ids.base)
-                    }
-                    limit::Outcome::Busy => return Ok(Acquired::Busy),
-                    limit::Outcome::Cancelled => return Ok(Acquired::Cancelled),
-                }
-            }
-            mode => {
-                let shared = mode == LockMode::Shared;
-                if let Some(st) = statements {
-                    let pid: i32 = row.get(3);
-                    return self
-                        .acquire_queued(s, st, request, (ids, pid, asked), &cancel)
-                        .await;
-                }
-                if !self
-                    .lock(&s, key, ids.lock, shared, request.nonblock, &cancel)
-                    .await?
-                {
-                    return Ok(if cancel.is_cancelled() {
-                        Acquired::Cancelled
-                    } else {
-                        Acquired::Busy
-                    });
-                }
-                // Refused if the key is used with --limit: the lock is
-                // given back before the refusal is told.
-                if let Err(e) = limit::check_lock(&s, key, mode, ids).await {
-                    self.give_back(&s).await;
-                    return Err(e);
-                }
-                if shared {
-                    held::Release::Shared(ids.lock)
-                } else {
-                    held::Release::Exclusive(ids.lock)
-                }
-            }
-        };
-        let named = match request.mode {
-            LockMode::Limit(_) => ids.base,
-            _ => ids.lock,
-        };
-        let lock_id = match (request.mode, slot) {
-            (LockMode::Limit(_), Some(i)) => ids.slot(i),
-            _ => ids.lock,
-        };
-        let mut record = history::Record::new(request, lock_id, asked.elapsed());
-        record.slot = slot;
-        // Unanswered as long as a held session's ping may be, the grant is
-        // given up (the session's end frees the key): nothing was run.
-        let bound = held::silent_after(self.address.keepalive);
-        let (token, recorded) = tokio::time::timeout(bound, Self::at_grant(&s, named, &record))
-            .await
-            .map_err(|_| BackendError::Unavailable {
-                server: self.address.to_string(),
-                reason: format!("no answer after the grant of '{key}' for {bound:?}"),
-            })??;
-        Ok(Acquired::Held(Box::new(
-            PgHeld::new(
-                s,
-                key.to_string(),
-                token,
-                self.address.keepalive,
-                release,
-                None,
-            )
-            .with_slot(slot)
-            .with_history(recorded),
-        )))
+        self.acquire_kept(request, cancel, progress).await
     }
 
-    /// A session lock has no holder but its session: nothing to unlock
-    /// from outside (`lc-cli unlock` refuses before connecting; this says
-    /// the same to any other caller).
+    /// Deletes the key's kept hold (`kept.rs`); a key held by a running
+    /// session is refused: only `reset` ends that.
     async fn unlock(&self, key: &str) -> Result<bool> {
-        Err(BackendError::Refused {
-            server: self.address.to_string(),
-            reason: format!(
-                "'{key}' can be held only by a running session; end its holder with `lc-cli reset`"
-            ),
-        })
+        kept::unlock(self.admin().await?, key).await
     }
 
+    /// Ends the sessions holding the key, then deletes its kept hold.
     async fn reset_key(&self, key: &str) -> Result<()> {
-        keys::reset_key(self.admin().await?, key).await
+        let s = self.admin().await?;
+        keys::reset_key(s, key).await?;
+        kept::clear(s, Some(key), None).await
     }
 
     async fn reset_source(&self, source: &str) -> Result<()> {
-        keys::reset_source(self.admin().await?, source).await
+        let s = self.admin().await?;
+        keys::reset_source(s, source).await?;
+        kept::clear(s, None, Some(source)).await
     }
 
     async fn history(&self, key: &str, limit: usize) -> Result<Vec<super::history::HistoryEntry>> {
@@ -530,8 +318,12 @@ impl Backend for PgBackend {
         queue::clear_mark(self.admin().await?, key).await
     }
 
+    /// The sessions' holds, then the kept holds no session holds.
     async fn keys(&self) -> Result<Vec<KeyInfo>> {
-        keys::list(self.admin().await?).await
+        let s = self.admin().await?;
+        let mut all = keys::list(s).await?;
+        all.extend(kept::list(s).await?);
+        Ok(all)
     }
 
     /// The sessions waiting in `pg_locks` (`keys.rs`).
