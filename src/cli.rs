@@ -184,7 +184,7 @@ pub struct RunArgs {
 
     /// Without a command only: the kept hold frees itself DURATION after it
     /// is granted (the next waiter gets KEY), unless `unlock` or `reset`
-    /// ends it first; not on PostgreSQL, nor on ZooKeeper without
+    /// ends it first; not on ZooKeeper without
     /// `zookeeper.extendedTypesEnabled=true`
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub expire: Option<Duration>,

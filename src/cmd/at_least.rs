@@ -14,7 +14,9 @@
 //!   detach. The hold so ends no earlier than DURATION after the grant.
 //! - A command that runs DURATION or longer releases at its end as usual.
 //! - Only where a hold can be kept after a command: refused at once (76) on
-//!   PostgreSQL (a hold is a session's) and the throwaway backend; on
+//!   the throwaway backend; on PostgreSQL the rest is a row of
+//!   `lc_cli.kept` on the server's clock (a role that may not create it is
+//!   told in one line, 76, at the command's end); on
 //!   ZooKeeper without TTL nodes the detach is refused by the server (76)
 //!   and the key is freed at the command's end; a built-in server that does
 //!   not name the feature `keep` (an older one) has the hold released as
