@@ -53,11 +53,35 @@ fn until_entries(lc: Lc, key: &str, n: usize) {
     );
 }
 
-/// A holder of `key` running `sleep`, its output dropped.
+/// A holder of `key` running `sleep`, returned once its command runs (a
+/// key held in the server's table may not yet be granted to its client:
+/// a client killed then has no hold to end).
 fn holder(lc: Lc, key: &str) -> std::process::Child {
-    let mut cmd = lc(&["lock", key, "--", "sleep", "20"]);
-    cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    cmd.spawn().unwrap()
+    use std::io::BufRead;
+    let mut cmd = lc(&[
+        "lock",
+        "-w",
+        "20s",
+        key,
+        "--",
+        "sh",
+        "-c",
+        "echo up; exec sleep 20",
+    ]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    // Bounded: the command prints at once, or lc-cli gives up within 20 s
+    // (EOF).
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        "up",
+        "the holder of '{key}' never ran its command"
+    );
+    child
 }
 
 /// The five endings of `key`, one after the other, each seen in the

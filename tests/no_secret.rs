@@ -199,7 +199,14 @@ fn no_token_of_the_built_in_server_is_shown() {
     let file = dir.path().join("tokens");
     // An identity on the admin's line; the lock token has none (its
     // identity is its fingerprint): neither is the token.
-    std::fs::write(&file, format!("{PW} admin name=ops\n{PW}-lock lock\n")).unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "{PW} admin name=ops\n{PW}-lock lock\n\
+             {PW}-quota lock name=q keys=held,k/* held=2 waits=1\n"
+        ),
+    )
+    .unwrap();
     let file = file.to_str().unwrap();
     let s = Serve::new().args(&["--token-file", file]).start();
     let right = format!("lc://:{PW}@{}", s.addr);
@@ -221,6 +228,9 @@ fn no_token_of_the_built_in_server_is_shown() {
     // As a lock token too: its listing shows the holder's identity, not
     // the token, nor the fencing token of a hold not its own.
     runs += check(&format!("lc://:{PW}-lock@{}", s.addr), &[]);
+    let log = s.log();
+    assert!(!log.contains(PW), "the server printed the token:\n{log}");
+    assert!(log.contains("as 'ops'"), "{log}");
     let listed = Command::new(BIN)
         .args([
             "--server",
@@ -235,8 +245,77 @@ fn no_token_of_the_built_in_server_is_shown() {
     assert!(listed.contains("\"ident\":\"ops\""), "{listed}");
     assert!(listed.contains("\"token\":null"), "{listed}");
     assert!(!listed.contains(PW), "{listed}");
+    // A token with quotas: each refusal (outside its keys=, over its
+    // waits=, over its held=) is one line naming the identity's limit,
+    // never the token, and the log names the identity. (A server of its
+    // own: the log's refusal lines are rate-limited per address.)
+    let s = Serve::new().args(&["--token-file", file]).start();
+    let q = format!("lc://:{PW}-quota@{}", s.addr);
+    let held = Command::new(BIN)
+        .args([
+            "--server",
+            &format!("lc://:{PW}@{}", s.addr),
+            "lock",
+            "held",
+        ])
+        .env_remove("LC_SERVER")
+        .output()
+        .unwrap();
+    assert!(held.status.success(), "{held:?}");
+    let lc_q = |args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--server", &q, "--connect-timeout", "1s"])
+            .args(args)
+            .env_remove("LC_SERVER");
+        cmd
+    };
+    let ok = lc_q(&["lock", "k/a"]).output().unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    let mut waiter = lc_q(&["lock", "-w", "30s", "held", "--", "true"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    s.wait_for("queue 'held'", 1, std::time::Duration::from_secs(10));
+    for (args, says) in [
+        (
+            &["lock", "other", "--", "true"][..],
+            "token 'q' may use only keys matching held,k/*",
+        ),
+        (
+            &["lock", "-w", "30s", "held", "--", "true"],
+            "token 'q' has 1 requests waiting",
+        ),
+        (&["lock", "k/b"], ""),
+        (
+            &["lock", "k/c", "--", "true"],
+            "token 'q' holds 2 keys, its quota",
+        ),
+    ] {
+        let out = lc_q(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains(PW), "{args:?} printed the token: {err}");
+        match says {
+            "" => assert!(out.status.success(), "{args:?}: {err}"),
+            _ => {
+                assert_eq!(out.status.code(), Some(76), "{args:?}: {err}");
+                assert!(
+                    err.contains(says) && err.lines().count() == 1,
+                    "{args:?}: {err}"
+                );
+            }
+        }
+        runs += 1;
+    }
+    let _ = waiter.kill();
+    let _ = waiter.wait();
     let log = s.log();
     assert!(!log.contains(PW), "the server printed the token:\n{log}");
-    assert!(log.contains("as 'ops'"), "{log}");
+    for line in [
+        "refused: token 'q' may use",
+        "refused: token 'q' has 1",
+        "refused: token 'q' holds 2",
+    ] {
+        assert!(log.contains(&format!("as 'q': {line}")), "{line}:\n{log}");
+    }
     eprintln!("{runs} runs");
 }

@@ -405,3 +405,36 @@ fn the_login_bound_closes_silent_and_slow_clients_only() {
     let text = until_sample(&s, "lc_connections_open", |n| n == 0.0);
     assert_eq!(sample(&text, "lc_connections_logging_in"), 0.0, "{text}");
 }
+
+/// Issue 43: 1,200 idle connections to the metrics port of a server whose
+/// file limit is 1,024 (`ulimit -n 1024`) take the metrics port's own
+/// budget only: in each of 3 trials a token holder's lock on the lock port
+/// is granted, and the server never runs out of descriptors.
+#[test]
+fn a_flood_of_the_metrics_port_leaves_the_lock_port_its_descriptors() {
+    let fds = raise_fd_limit(8192);
+    assert!(fds >= 2600, "soft fd limit only {fds}");
+    let (_dir, tokens) = token_file();
+    let s = Serve::new()
+        .file_limit(1024)
+        .args(&["--token-file", &tokens, "--metrics", "127.0.0.1:0"])
+        .start();
+    let metrics = s.metrics.unwrap();
+    for trial in 1..=3 {
+        let flood: Vec<TcpStream> = (0..1200)
+            .map(|_| connect_from(FLOOD_FROM, metrics))
+            .collect();
+        let asked = Instant::now();
+        let mut lock = lc_at(&s.addr.to_string(), &["lock", "team/deploy", "--", "true"]);
+        lock.env("LC_TOKEN", TOKEN).env_remove("LC_TOKEN_FILE");
+        expect_status(&mut lock, 0);
+        let took = asked.elapsed();
+        eprintln!(
+            "trial {trial}: 1200 metrics connections open, a lock granted and released in {took:?}"
+        );
+        assert!(took < Duration::from_secs(1), "trial {trial}: {took:?}");
+        drop(flood);
+    }
+    let log = s.log();
+    assert!(!log.contains("Too many open files"), "{log}");
+}

@@ -21,6 +21,8 @@ pub(crate) struct Serve {
     env: Vec<(String, String)>,
     listen: Option<String>,
     port_pair: bool,
+    /// The server's soft and hard limit of open files (`ulimit -n`).
+    file_limit: Option<u64>,
 }
 
 /// A running `lc-cli serve`.
@@ -47,6 +49,12 @@ impl Serve {
 
     pub(crate) fn env(mut self, name: &str, value: &str) -> Serve {
         self.env.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Starts the server with at most `n` open files (`ulimit -n N`).
+    pub(crate) fn file_limit(mut self, n: u64) -> Serve {
+        self.file_limit = Some(n);
         self
     }
 
@@ -113,6 +121,23 @@ impl Serve {
             .stderr(Stdio::piped());
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some(n) = self.file_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure calls only setrlimit, async-signal-safe,
+            // on a struct of its own stack, and allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error()),
+                    }
+                });
+            }
         }
         let mut child = cmd.spawn().expect("start lc-cli serve");
         let lines = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
@@ -243,10 +268,11 @@ impl Server {
             }
             let now = Instant::now();
             if now >= deadline {
-                panic!(
-                    "no {n} log line(s) with {needle:?} within {limit:?}; log:\n{}",
-                    lines.join("\n")
-                );
+                let log = lines.join("\n");
+                // Not while holding the lock: a poisoned one would fail
+                // the drop's log too.
+                drop(lines);
+                panic!("no {n} log line(s) with {needle:?} within {limit:?}; log:\n{log}");
             }
             lines = cvar.wait_timeout(lines, deadline - now).unwrap().0;
         }
