@@ -97,6 +97,30 @@ fn named_slots_one_holder_each() {
     let server = Server::start();
     let runs = contend(&server, "pool", &["--slots", "db1,db2,db3"]);
     check(&runs, &["db1", "db2", "db3"]);
+    // history names each ended hold's slot (the index the server gave:
+    // the pool's names stay with the client).
+    let out = expect_status(&mut server.lc(&["history", "pool", "--json"]), 0);
+    let mut told: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|e| e["slot"].as_str().unwrap_or("none").to_string())
+        .collect();
+    assert_eq!(told.len(), runs.len(), "{told:?}");
+    told.sort();
+    told.dedup();
+    assert_eq!(told, ["0", "1", "2"]);
+    let table = expect_status(&mut server.lc(&["history", "pool"]), 0);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.starts_with("GRANTED\tSOURCE\tSLOT\t"), "{table}");
+    // So does keys, for a hold kept in a pool.
+    expect_status(&mut server.lc(&["lock", "--slots", "db1,db2", "kept"]), 0);
+    let out = expect_status(&mut server.lc(&["keys", "kept", "--json"]), 0);
+    let k: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&k["slot"], &k["fields"]["slot"]),
+        (&"0".into(), &"0".into()),
+        "{k}"
+    );
     let runs = contend(&server, "pool3", &["--limit", "3"]);
     check(&runs, &["0", "1", "2"]);
     // --limit that disagrees with --slots: a usage error (64).

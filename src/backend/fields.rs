@@ -241,6 +241,18 @@ impl FieldList {
         serde_json::Value::Object(map)
     }
 
+    /// The slot a `--limit N` hold was given (the service's `slot`), as
+    /// its command was told it: the name where the request named its pool
+    /// (`slots=`), else the index.
+    pub fn slot(&self) -> Option<&str> {
+        let slot = self.get("slot")?;
+        let named = self.get("slots").and_then(|names| {
+            let i: usize = slot.parse().ok()?;
+            names.split(',').nth(i)
+        });
+        Some(named.unwrap_or(slot))
+    }
+
     /// The first value of `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0
@@ -329,6 +341,20 @@ mod tests {
             at_least: Some(Duration::from_secs(3000)),
             slots: vec!["db1".into(), "db-2".into(), "db.3".into()],
         }
+    }
+
+    #[test]
+    fn a_slot_is_shown_by_its_name_where_the_pool_has_names() {
+        let mut f = FieldList::default();
+        assert_eq!(f.slot(), None);
+        f.push("slot", "1");
+        assert_eq!(f.slot(), Some("1"));
+        f.push("slots", "db1,db2,db3");
+        assert_eq!(f.slot(), Some("db2"));
+        let mut odd = FieldList::default();
+        odd.push("slot", "7");
+        odd.push("slots", "a,b");
+        assert_eq!(odd.slot(), Some("7"));
     }
 
     #[test]

@@ -61,6 +61,7 @@ pub(crate) fn as_json(e: &HistoryEntry) -> serde_json::Value {
         "peer": e.peer,
         "mode": mode_name(e.mode),
         "limit": e.mode.slots().filter(|_| e.mode != LockMode::Exclusive),
+        "slot": e.fields.slot(),
         "token": e.token,
         "granted": time(e.granted),
         "waited_ms": e.waited.map(|w| w.as_millis() as u64),
@@ -72,9 +73,14 @@ pub(crate) fn as_json(e: &HistoryEntry) -> serde_json::Value {
     })
 }
 
-/// `GRANTED SOURCE ENDED STATUS BY HELD NOTE`, newest first.
+/// `GRANTED SOURCE [SLOT] ENDED STATUS BY HELD NOTE`, newest first (SLOT
+/// where some entry has one: a `--limit` or `--slots` hold's).
 fn as_table(entries: &[HistoryEntry]) -> String {
-    let mut out = String::from("GRANTED\tSOURCE\tENDED\tSTATUS\tBY\tHELD\tNOTE\n");
+    let slots = entries.iter().any(|e| e.fields.slot().is_some());
+    let mut out = match slots {
+        true => String::from("GRANTED\tSOURCE\tSLOT\tENDED\tSTATUS\tBY\tHELD\tNOTE\n"),
+        false => String::from("GRANTED\tSOURCE\tENDED\tSTATUS\tBY\tHELD\tNOTE\n"),
+    };
     for e in entries {
         let held = match (e.granted, e.ended_at) {
             (Some(g), Some(end)) => end
@@ -89,8 +95,12 @@ fn as_table(entries: &[HistoryEntry]) -> String {
             _ => "-".into(),
         };
         let cell = |v: Option<&str>| super::printable(v.unwrap_or("-")).into_owned();
+        let slot = match slots {
+            true => format!("{}\t", cell(e.fields.slot())),
+            false => String::new(),
+        };
         out.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{slot}{}\t{}\t{}\t{}\t{}\n",
             time(e.granted).unwrap_or_else(|| "-".into()),
             super::printable(&e.source),
             cell(e.fields.get("ended")),

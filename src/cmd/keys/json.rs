@@ -71,6 +71,7 @@ pub(crate) fn as_json_with_waiters(
             "mark": null,
             "mode": null,
             "limit": null,
+            "slot": null,
             "token": null,
             "waiters": of(key),
         });
@@ -211,6 +212,8 @@ fn json_line(out: &mut Vec<u8>, k: &KeyInfo, now: SystemTime, clock: &mut Clock)
     text(out, k.peer.as_deref());
     out.extend_from_slice(b",\"since\":");
     time(out, k.since);
+    out.extend_from_slice(b",\"slot\":");
+    text(out, k.fields.slot());
     out.extend_from_slice(b",\"source\":");
     text(out, Some(&k.source));
     out.extend_from_slice(b",\"token\":");

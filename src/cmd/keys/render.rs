@@ -164,14 +164,7 @@ fn mode_cell(mode: LockMode) -> String {
 /// A SLOT cell (issue 45): the slot's name where the request named its
 /// pool (`slots=`), else its index; `-` for a hold without one.
 fn slot_cell(fields: &FieldList) -> String {
-    let Some(slot) = fields.get("slot") else {
-        return "-".into();
-    };
-    let name = fields.get("slots").and_then(|names| {
-        let i: usize = slot.parse().ok()?;
-        names.split(',').nth(i)
-    });
-    crate::cmd::printable(name.unwrap_or(slot)).into_owned()
+    crate::cmd::printable(fields.slot().unwrap_or("-")).into_owned()
 }
 
 /// A plain aligned table with a header. Keys, sources and peers have their
@@ -418,6 +411,7 @@ mod tests {
             "expires_in_ms": expires_in(k, now).map(|d| d.as_millis() as u64),
             "fields": k.fields.to_json(),
             "mark": k.mark,
+            "slot": k.fields.slot(),
         });
         format!("{line}\n")
     }
