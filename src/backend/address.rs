@@ -98,6 +98,7 @@ pub(crate) fn check_tls(t: &secret::Tls, shown: &str) -> Result<(), String> {
 }
 
 /// `HOSTS[/PATH]` -> `HOSTS` and what follows the `/` (empty without one).
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn split_path(rest: &str) -> (&str, &str) {
     match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),

@@ -21,6 +21,7 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 mod scheme;
 pub(crate) mod secret;
+#[cfg(any(feature = "zk", feature = "etcd"))]
 pub(crate) mod settle;
 pub(crate) mod tcp;
 #[cfg(test)]
