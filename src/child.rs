@@ -67,6 +67,9 @@ pub(crate) struct Running<'t> {
     passed_on_stop: Option<Instant>,
     /// The command was seen in uninterruptible sleep at the last look.
     seen_frozen: bool,
+    /// At the last [`VFORK_LOOK`], the command was seen waiting in `vfork`
+    /// for a child of its that is stopped.
+    seen_stuck: bool,
 }
 
 /// The errno the child reports when lc-cli died before the command could
@@ -88,6 +91,17 @@ const GROUP_POLL: Duration = Duration::from_millis(50);
 /// that ignores SIGTSTP runs on, and so does lc-cli.
 const STOP_LOOK: Duration = Duration::from_millis(100);
 const STOP_LOOK_FOR: Duration = Duration::from_secs(5);
+
+/// While the command's group has the terminal, how often lc-cli looks
+/// whether Ctrl-Z caught the command in `vfork`: SIGTSTP then reaches only
+/// that group, so lc-cli is not told; the vfork child stops before its
+/// `exec`, and the command, waiting for it in uninterruptible sleep, never
+/// stops, so no stop of lc-cli's child is reported either. Seen so at two
+/// looks in a row (the command in `D`, a child of it in `T`), lc-cli stops
+/// itself and its group as Ctrl-Z would have, and continues the command
+/// once continued. (A vfork child stopped on purpose by someone with
+/// SIGSTOP before its `exec` looks the same; that is rare enough.)
+const VFORK_LOOK: Duration = Duration::from_millis(200);
 
 /// Starts `argv` in its own process group with `env` added. At a terminal
 /// where lc-cli is in the foreground, the child's group becomes the
@@ -158,6 +172,7 @@ pub(crate) fn spawn<'t>(
         group_gone: false,
         passed_on_stop: None,
         seen_frozen: false,
+        seen_stuck: false,
     })
 }
 
@@ -180,6 +195,9 @@ impl Running<'_> {
                 _ = tokio::time::sleep(GROUP_POLL), if self.ended.is_some() => self.reap()?,
                 _ = tokio::time::sleep(STOP_LOOK), if self.passed_on_stop.is_some() => {
                     self.look_at_stop()
+                }
+                _ = tokio::time::sleep(VFORK_LOOK), if self.watches_vfork() => {
+                    self.look_at_vfork()
                 }
             }
         }
@@ -301,12 +319,37 @@ impl Running<'_> {
             self.resume();
             return;
         }
+        self.stop_as_ctrl_z(t);
+    }
+
+    /// Ctrl-Z reached only the child's group: stop ours as it would have
+    /// without us (the rest of a pipeline, a shell without job control);
+    /// once continued, continue the child.
+    fn stop_as_ctrl_z(&mut self, t: &Terminal) {
         t.take_back_from(self.pid);
-        // Ctrl-Z reached only the child's group: stop ours as it would have
-        // without us (the rest of a pipeline, a shell without job control).
         terminal::stop_self(true);
         // Here we were continued (or never stopped: an orphaned group).
         self.resume();
+    }
+
+    /// Whether to look for the command stuck in `vfork` (see
+    /// [`VFORK_LOOK`]): only while it runs at a terminal and no passed-on
+    /// SIGTSTP is being followed already.
+    fn watches_vfork(&self) -> bool {
+        self.terminal.is_some() && self.ended.is_none() && self.passed_on_stop.is_none()
+    }
+
+    fn look_at_vfork(&mut self) {
+        let Some(t) = self.terminal else { return };
+        let stuck = t.foreground() == Some(self.pid)
+            && proc_state(self.pid) == Some('D')
+            && has_stopped_child(self.pid);
+        if !stuck {
+            self.seen_stuck = false;
+        } else if std::mem::replace(&mut self.seen_stuck, true) {
+            self.seen_stuck = false;
+            self.stop_as_ctrl_z(t);
+        }
     }
 
     /// Stops lc-cli after its command (see [`STOP_LOOK`]); once continued,
@@ -363,6 +406,17 @@ impl Running<'_> {
 fn proc_state(pid: Pid) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 2..].chars().next()
+}
+
+/// Whether a child of `pid` is stopped (state `T`).
+fn has_stopped_child(pid: Pid) -> bool {
+    let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) else {
+        return false;
+    };
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .any(|c| proc_state(Pid::from_raw(c)) == Some('T'))
 }
 
 #[cfg(test)]
