@@ -205,13 +205,7 @@ impl PgBackend {
                 server: self.address.to_string(),
                 reason: format!("no answer after the grant of '{key}' for {bound:?}"),
             })??;
-        let answer = match sent {
-            Some(a) => {
-                drop(step);
-                a
-            }
-            None => step.await,
-        };
+        let answer = queue::answer_of(step, sent).await;
         if self.settle(&s, key, answer).await?.is_some() {
             return Ok(Attempt::Kept(s, ids.lock));
         }
@@ -288,13 +282,7 @@ impl PgBackend {
         let recorded = tokio::time::timeout(bound, Self::record(&s, &record, token))
             .await
             .unwrap_or(false);
-        let answer = match sent {
-            Some(a) => {
-                drop(step);
-                a
-            }
-            None => step.await,
-        };
+        let answer = queue::answer_of(step, sent).await;
         if self.settle(&s, key, answer).await?.is_some() {
             return Ok(Attempt::Kept(s, ids.lock));
         }

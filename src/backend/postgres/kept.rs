@@ -206,10 +206,7 @@ pub(super) async fn keep(s: &Session, k: &Keep<'_>) -> Result<()> {
     let mut written = Box::pin(write(s, k));
     let sent = super::queue::send_now(&mut written).await;
     let unlocked = unlock_kept(s, k).await;
-    let written = match sent {
-        Some(w) => w,
-        None => written.await,
-    };
+    let written = super::queue::answer_of(written, sent).await;
     if let Ok(true) = unlocked {
         return Ok(());
     }

@@ -200,6 +200,15 @@ pub(super) async fn send_now<F: Future + Unpin>(f: &mut F) -> Option<F::Output> 
     .await
 }
 
+/// The answer of a future [`send_now`] polled: what that poll gave, else
+/// the rest of the wait.
+pub(super) async fn answer_of<F: Future + Unpin>(f: F, sent: Option<F::Output>) -> F::Output {
+    match sent {
+        Some(v) => v,
+        None => f.await,
+    }
+}
+
 /// The rival a marker or a verdict names.
 fn rival(source: Option<String>, fields: Option<String>) -> Rival {
     Rival {
@@ -266,16 +275,12 @@ pub(super) async fn acquire(
     }
     let mut lock = Box::pin(c.query(&st.lock, &[]));
     let locked = send_now(&mut lock).await;
-    let arrived = match arrived {
-        Some(r) => r,
-        None => arrive.await,
-    }
-    .map_err(
-        |e| match e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+    let arrived = answer_of(arrive, arrived).await.map_err(|e| {
+        match e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
             true => may_not_use(s, a, request, &e),
             false => s.error(&format!("joining the line for '{key}'"), e),
-        },
-    )?;
+        }
+    })?;
     let verdict: String = arrived.get(0);
     if x.newest {
         // Without the right to signal them, the superseded leave at their turn.
@@ -392,15 +397,7 @@ pub(super) async fn release(
     let raised = send_now(&mut raise).await;
     let unlock = s.client.query_one(&st.unlock, &id_param);
     // Read in the order the answers come (the connection waits for each).
-    let (raised, unlocked) = tokio::join!(
-        async {
-            match raised {
-                Some(r) => r,
-                None => raise.await,
-            }
-        },
-        unlock
-    );
+    let (raised, unlocked) = tokio::join!(answer_of(raise, raised), unlock);
     unlocked?;
     Ok(raised.err().map(|e| super::session::describe(&e)))
 }
