@@ -209,6 +209,7 @@ pub(crate) mod curator;
 pub(crate) mod deploy;
 pub(crate) mod disk;
 pub(crate) mod etcd;
+pub(crate) mod hold;
 pub(crate) mod manager;
 pub(crate) mod partition;
 pub(crate) mod pg;
