@@ -112,6 +112,12 @@ pub(crate) const FEATURE_SLOTS: &str = "slots";
 /// issue 45): its token field is then 28 bytes,
 /// `[token:u64be][status:i32be][order:u64be][keep_ms:u64be]`.
 pub(crate) const FEATURE_KEEP: &str = "keep";
+/// A client's Hello feature, named back by a server that takes it: a
+/// lock whose field list names a group (`group=ID/N`, issue 45: `--and`)
+/// is granted only together with the group's other requests, all in one
+/// step (docs/several-keys.md). A server that does not name it grants each
+/// request alone, so the client then takes the keys one after another.
+pub(crate) const FEATURE_GROUP: &str = "group";
 
 pub(crate) const ACTION_LOCK: u8 = 1;
 pub(crate) const ACTION_UNLOCK: u8 = 2;

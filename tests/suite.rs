@@ -43,6 +43,7 @@ mod fleet_slots_builtin;
 mod fleet_slots_etcd;
 mod fleet_slots_redis;
 mod fleet_slots_zk;
+mod fleet_together;
 mod generated_docs;
 mod history_builtin;
 mod history_etcd;

@@ -40,6 +40,10 @@ pub struct Extras {
     pub at_least: Option<Duration>,
     /// The named pool (`--slots a,b,c`).
     pub slots: Vec<String>,
+    /// One of a group of requests for several keys, granted together
+    /// (`--and` on the built-in server): the group's random id and how
+    /// many keys it asks. Set by lc-cli, not an option.
+    pub group: Option<(u64, u16)>,
 }
 
 /// Why a field cannot be sent (the client says it in one line, status 64).
@@ -164,6 +168,9 @@ impl Extras {
         if !self.slots.is_empty() {
             list.push("slots", &self.slots.join(","));
         }
+        if let Some((id, n)) = self.group {
+            list.push("group", &format!("{id:x}/{n}"));
+        }
         list.to_string()
     }
 
@@ -185,8 +192,21 @@ impl Extras {
                 .get("slots")
                 .map(|v| v.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
+            group: list.get("group").and_then(parse_group),
         }
     }
+}
+
+/// The most keys one group of requests may ask for (`--and`).
+pub const MAX_GROUP: u16 = 64;
+
+/// The id and count of a `group=ID/N` value (ID in hex, N from 2 to
+/// [`MAX_GROUP`]); None if it is not one.
+pub fn parse_group(value: &str) -> Option<(u64, u16)> {
+    let (id, n) = value.split_once('/')?;
+    let id = u64::from_str_radix(id, 16).ok()?;
+    let n: u16 = n.parse().ok()?;
+    (2..=MAX_GROUP).contains(&n).then_some((id, n))
 }
 
 fn is_slot_name(s: &str) -> bool {
@@ -340,6 +360,7 @@ mod tests {
             cancel: true,
             at_least: Some(Duration::from_secs(3000)),
             slots: vec!["db1".into(), "db-2".into(), "db.3".into()],
+            group: Some((0x5eed, 3)),
         }
     }
 

@@ -430,6 +430,15 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// Whether the service grants the requests of one group (several keys
+    /// at once, `--and`: [`fields::Extras::group`]) together, in one step:
+    /// lc-cli then asks for every key at once instead of one after another
+    /// (docs/several-keys.md). The built-in server says so in its answer to
+    /// a Hello (asked with a ping if none was answered yet).
+    async fn grants_together(&self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// What the service is and whether a lock could be taken now (`lc-cli
     /// ping`); an error where it cannot be reached or refuses us.
     async fn ping(&self) -> Result<ping::PingReport>;

@@ -128,7 +128,8 @@ fn run(config: &BackendConfig, options: &LockOptions, keys: &KeySet) -> Result<E
     })
 }
 
-/// Takes every key in sorted order, within one deadline. `Ok(None)`: all
+/// Takes every key: in one step where the service can (`together`),
+/// else in sorted order, within one deadline. `Ok(None)`: all
 /// held; `Ok(Some(code))`: not taken (conflict, timeout, signal), and
 /// what was taken is left in `taken` for the caller to give back.
 async fn take_all(
@@ -138,6 +139,10 @@ async fn take_all(
     signals: &mut Signals,
     taken: &mut Vec<Taken>,
 ) -> Result<Option<ExitCode>> {
+    // In one step, where the service grants keys together.
+    if let Some(code) = together::take(config, options, keys, signals, taken).await? {
+        return Ok(code);
+    }
     let started = Instant::now();
     let deadline = options.timeout.map(|t| started + t);
     let server = config.shown();
@@ -426,6 +431,9 @@ async fn run_child(
     let end = end.with_context(|| format!("command holding '{shown}' on {}", config.shown()))?;
     Ok(end.exit_code())
 }
+
+#[path = "multi_together.rs"]
+mod together;
 
 #[cfg(test)]
 #[path = "multi_tests.rs"]

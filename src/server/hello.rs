@@ -17,7 +17,9 @@
 //! keeps one (`--history` not 0). `slots`: every `=` answer on this
 //! connection ends with the hold's slot field (`proto::grant`). `keep`: a
 //! SessionRelease may ask the hold kept as a kept hold that expires
-//! (`--hold-at-least`, `keep.rs`).
+//! (`--hold-at-least`, `keep.rs`). `group`: a lock that names a group of
+//! requests for several keys is granted with them in one step
+//! (`table/group.rs`); always taken.
 
 use std::net::SocketAddr;
 
@@ -51,6 +53,9 @@ pub(super) struct Greeted {
     /// Its SessionRelease may ask the hold kept for a while (the feature
     /// `keep`, `--hold-at-least`).
     pub keep: bool,
+    /// It asked whether locks of a group are granted together (the feature
+    /// `group`: always taken).
+    pub group: bool,
     pub caller: Option<Caller>,
 }
 
@@ -89,6 +94,9 @@ fn welcome(greeted: &Greeted) -> Vec<u8> {
     if greeted.keep {
         version = format!("{version} {}", proto::FEATURE_KEEP);
     }
+    if greeted.group {
+        version = format!("{version} {}", proto::FEATURE_GROUP);
+    }
     match caller {
         None => proto::hello_answer(version.as_bytes()),
         Some(c) => proto::hello_accepted(version.as_bytes(), c.role.name().as_bytes()),
@@ -116,6 +124,7 @@ pub(super) async fn greet(
         history,
         slots: asks(client, proto::FEATURE_SLOTS),
         keep: asks(client, proto::FEATURE_KEEP),
+        group: asks(client, proto::FEATURE_GROUP),
         caller: None,
     };
     let Some(tokens) = &shared.tokens else {

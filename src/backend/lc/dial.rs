@@ -64,13 +64,14 @@ impl Greeting {
         // `secret` after it: session grants carry the hold's secret, which
         // our reclaims show.
         let client = format!(
-            "{} {} {} {} {} {}\r\n",
+            "{} {} {} {} {} {} {}\r\n",
             env!("CARGO_PKG_VERSION"),
             proto::FEATURE_SECRET,
             proto::FEATURE_QUEUES,
             proto::FEATURE_HISTORY,
             proto::FEATURE_SLOTS,
-            proto::FEATURE_KEEP
+            proto::FEATURE_KEEP,
+            proto::FEATURE_GROUP
         );
         let frame = proto::encode(&Request::Hello {
             client: client.into_bytes(),

@@ -247,6 +247,16 @@ impl Backend for LcBackend {
         self.guarded(|| self.ping_server()).await
     }
 
+    /// The feature `group` in the server's Hello answer: one ping (a Hello
+    /// and a Ping on a connection of its own) when no Hello was answered.
+    async fn grants_together(&self) -> Result<bool> {
+        let greeting = self.dialer.greeting();
+        if greeting.answer().is_none() && greeting.sends_hello() {
+            self.ping().await?;
+        }
+        Ok(greeting.named(proto::FEATURE_GROUP))
+    }
+
     async fn acquire(
         &self,
         request: &LockRequest,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::history::End;
-use super::key::{Ask, Hold, Holder, KeyState, Link, Source};
+use super::key::{Ask, Hold, Holder, KeyState, Link, Source, Waiter};
 use super::owner::{secret_digest, Secret, SECRET_LEN};
 use super::{Durable, Grant, GrantId, Notice, Released, Token};
 use crate::server::metrics::Counters;
@@ -50,6 +50,8 @@ pub(super) struct Inner {
     pub(super) waiting_by: std::collections::HashMap<u64, Arc<std::sync::atomic::AtomicU32>>,
     /// Each key's last ended holds (`serve --history`).
     pub(super) history: super::history::Rings,
+    /// The groups of requests for several keys in line (`group.rs`).
+    pub(super) groups: super::group::Groups,
 }
 
 /// Every holder's source, kept once: a hold keeps a pointer to it. A source
@@ -279,61 +281,116 @@ impl Inner {
     }
 
     /// Grants the key to the waiters at the head of its line while they may
-    /// hold beside its holders; drops the key's entry once nobody holds or
-    /// wants it. Returns the holders let in.
+    /// hold beside its holders (passing the requests of groups that have
+    /// not reserved, `group.rs`); drops the key's entry once nobody holds
+    /// or wants it. Returns the holders let in. A group that stands at the
+    /// head of its lines may reserve them or be granted all its keys; a
+    /// group broken on the way opens its other lines, which are served
+    /// too.
     ///
     /// Their grants are answered only once `after` (the release that let
     /// them in) is durable too: a later batch of the log can be written
     /// when an earlier one failed, and a grant reported while the log still
     /// has the hold before it would come back beside it after a restart.
     pub(super) fn promote(&mut self, key: &[u8], after: &Durable) -> Vec<Holder> {
+        let mut more = Vec::new();
+        let next = self.promote_one(key, after, &mut more);
+        // Each group breaks once, so this ends.
+        while let Some(k) = more.pop() {
+            self.promote_one(&k, after, &mut more);
+        }
+        next
+    }
+
+    fn promote_one(
+        &mut self,
+        key: &[u8],
+        after: &Durable,
+        more: &mut Vec<Box<[u8]>>,
+    ) -> Vec<Holder> {
         let mut next = Vec::new();
-        loop {
+        'line: loop {
             // Its turn came below the mark: outdated, it never holds.
             self.drop_outdated_head(key);
-            let Some(state) = self.keys.get_mut(key) else {
-                return next;
-            };
-            let Some(w) = state.waiters.front() else {
-                break;
-            };
-            // A waiter whose task is gone cannot take the key: skip it.
-            if w.notify.is_closed() {
-                state.waiters.pop_front();
-                continue;
+            // Past the requests of groups that let others pass (each may
+            // reserve its lines or take its keys on the way), to the first
+            // waiter nobody passes.
+            let mut i = 0;
+            loop {
+                let Some(w) = self.keys.get(key).and_then(|s| s.waiters.get(i)) else {
+                    break 'line;
+                };
+                // A waiter whose task is gone cannot take the key: out.
+                if w.notify.is_closed() {
+                    let w = self.keys.get_mut(key).and_then(|s| s.waiters.remove(i));
+                    let w = w.expect("just seen");
+                    if let Some(name) = w.ask.group() {
+                        self.left_group(name, key, w.id, more);
+                    }
+                    continue 'line;
+                }
+                let Some(name) = w.ask.group() else {
+                    break;
+                };
+                if self.consider(name, after) {
+                    continue 'line;
+                }
+                // Its group reserved its lines (now or before): it waits
+                // for the key, and nobody passes it.
+                let w = self.keys.get(key).and_then(|s| s.waiters.get(i));
+                if !w.is_some_and(|w| self.passable(w)) {
+                    break 'line;
+                }
+                i += 1;
             }
+            let state = self.keys.get(key).expect("a waiter's key");
+            let w = state.waiters.get(i).expect("stopped at it");
             if !state.admits(w.ask.mode) {
                 break;
             }
-            let w = state.waiters.pop_front().expect("just seen");
-            let mut grant = self.grant(key, w.id, &w.ask.to_ask());
-            grant.durable.add(after.clone());
-            let token = grant.token;
-            if w.notify.send(Notice::Granted(Box::new(grant))).is_ok() {
-                if let Some(h) = self.keys.get(key).and_then(|s| s.hold(w.id)) {
-                    next.push(h.holder());
-                }
-                continue;
+            let w = self.keys.get_mut(key).and_then(|s| s.waiters.remove(i));
+            if let Some(h) = self.grant_waiter(key, w.expect("just seen"), after) {
+                next.push(h);
             }
-            // It went away just now: undo its grant, in the log and the
-            // count too.
-            self.counters
-                .grants
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            let removed = self.keys.get_mut(key).is_some_and(|state| {
-                let before = state.holds.len();
-                state.holds.retain(|h| h.id != w.id);
-                state.holds.len() < before
-            });
-            if removed {
-                self.count_hold(w.ask.owner(), false);
-            }
-            let _ = self.record_release(key, token);
         }
         if self.keys.get(key).is_some_and(|s| s.is_idle()) {
             self.keys.remove(key);
         }
         next
+    }
+
+    /// Grants `w`, just taken out of `key`'s line, the key and tells it;
+    /// the holder, or None if its task went away just now (the grant is
+    /// then undone, in the log and the count too).
+    pub(super) fn grant_waiter(
+        &mut self,
+        key: &[u8],
+        w: Waiter,
+        after: &Durable,
+    ) -> Option<Holder> {
+        let mut grant = self.grant(key, w.id, &w.ask.to_ask());
+        grant.durable.add(after.clone());
+        let token = grant.token;
+        if w.notify.send(Notice::Granted(Box::new(grant))).is_ok() {
+            return self
+                .keys
+                .get(key)
+                .and_then(|s| s.hold(w.id))
+                .map(|h| h.holder());
+        }
+        self.counters
+            .grants
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let removed = self.keys.get_mut(key).is_some_and(|state| {
+            let before = state.holds.len();
+            state.holds.retain(|h| h.id != w.id);
+            state.holds.len() < before
+        });
+        if removed {
+            self.count_hold(w.ask.owner(), false);
+        }
+        let _ = self.record_release(key, token);
+        None
     }
 }
 

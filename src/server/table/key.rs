@@ -428,6 +428,8 @@ struct AskRare {
     /// Its place in its owner's count of waiters (`waits=`), given back
     /// when it leaves the line, whichever way.
     _counted: Option<WaitCount>,
+    /// The group of requests for several keys it is one of (`group.rs`).
+    group: Option<super::group::GroupName>,
 }
 
 /// One waiter of a token's in [`super::inner::Inner::waiting_by`]: counted
@@ -462,6 +464,7 @@ impl QueuedAsk {
                     owner: ask.owner.clone(),
                     fields: ask.fields.clone(),
                     _counted: counted,
+                    group: super::group::name_of(ask),
                 })
             }),
         }
@@ -470,6 +473,11 @@ impl QueuedAsk {
     /// Its token's owner (`--token-file`).
     pub(super) fn owner(&self) -> Option<&Owner> {
         self.rare.as_ref().and_then(|r| r.owner.as_ref())
+    }
+
+    /// The group of requests for several keys it is one of.
+    pub(super) fn group(&self) -> Option<super::group::GroupName> {
+        self.rare.as_ref().and_then(|r| r.group)
     }
 
     /// Its field list (issue 44).

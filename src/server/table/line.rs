@@ -24,6 +24,10 @@ impl Line {
         self.0.as_ref()?.front()
     }
 
+    pub(super) fn get(&self, i: usize) -> Option<&Waiter> {
+        self.0.as_ref()?.get(i)
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = &Waiter> {
         self.0.iter().flat_map(|q| q.iter())
     }

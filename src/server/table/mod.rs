@@ -30,6 +30,7 @@
 //! shows (Keys, KEYX, the gauges); `restore.rs` its rebuilding from the log
 //! at start-up.
 
+mod group;
 mod history;
 mod inner;
 mod keep;
@@ -275,8 +276,11 @@ impl Table {
                 return outcome;
             }
         }
-        let state = inner.keys.get(key);
-        let free = state.is_none_or(|s| s.waiters.is_empty() && s.admits(ask.mode));
+        // A request of a group for several keys is never granted alone.
+        let group = group::name_of(ask);
+        let free = group.is_none()
+            && inner.line_open(key)
+            && inner.keys.get(key).is_none_or(|s| s.admits(ask.mode));
         let id = inner.fresh_id();
         if free {
             return LockOutcome::Granted(inner.grant(key, id, ask));
@@ -293,7 +297,10 @@ impl Table {
             _ => None,
         };
         let (tx, rx) = oneshot::channel();
-        let state = inner.keys.get_mut(key).expect("held, so present");
+        if !inner.keys.contains_key(key) {
+            inner.keys.insert(key.into(), Box::default());
+        }
+        let state = inner.keys.get_mut(key).expect("just made");
         let waiter = Waiter {
             id,
             ask: QueuedAsk::new(ask, counted),
@@ -303,6 +310,10 @@ impl Table {
         match ask.ticket {
             Some(_) => state.waiters.insert_by_since(waiter),
             None => state.waiters.push_back(waiter),
+        }
+        if let Some(name) = group {
+            inner.join_group(name, key, id);
+            inner.promote(key, &Durable::default());
         }
         let ticket = since
             .duration_since(UNIX_EPOCH)
@@ -323,7 +334,7 @@ impl Table {
             if let Some(theirs) = state.mode().filter(|&m| !ask.mode.agrees(m)) {
                 return TryOutcome::Conflict(theirs);
             }
-            if !state.waiters.is_empty() || !state.admits(ask.mode) {
+            if !inner.line_open(key) || !state.admits(ask.mode) {
                 return TryOutcome::Busy;
             }
         }

@@ -19,8 +19,15 @@ impl Table {
         };
         let place = state.waiters.iter().position(|w| w.id == id);
         if let Some(pos) = place {
-            state.waiters.remove(pos);
+            let w = state.waiters.remove(pos).expect("just found");
+            let mut more = Vec::new();
+            if let Some(name) = w.ask.group() {
+                inner.left_group(name, key, id, &mut more);
+            }
             let next = inner.promote(key, &Durable::default());
+            for k in more {
+                inner.promote(&k, &Durable::default());
+            }
             return (Withdrawal::Dequeued, next);
         }
         if state.hold(id).is_some() {
@@ -51,6 +58,7 @@ impl Table {
         let mut inner = self.lock_inner();
         let mut withdrawn = 0;
         let mut touched = Vec::new();
+        let mut grouped = Vec::new();
         // Withdraw first, so a released key never goes to a waiter of the
         // source being cleared.
         for (key, state) in inner.keys.iter_mut() {
@@ -59,6 +67,9 @@ impl Table {
                 if *w.ask.source != *source {
                     return true;
                 }
+                if let Some(name) = w.ask.group() {
+                    grouped.push((name, key.clone(), w.id));
+                }
                 let _ = tell(w, Notice::Withdrawn);
                 false
             });
@@ -66,6 +77,10 @@ impl Table {
                 withdrawn += before - state.waiters.len();
                 touched.push(key.clone());
             }
+        }
+        // A group that lost a request opens the lines it reserved.
+        for (name, key, id) in grouped {
+            inner.left_group(name, &key, id, &mut touched);
         }
         let holds: Vec<(Box<[u8]>, Vec<GrantId>)> = inner
             .keys

@@ -6,6 +6,7 @@ use super::listing::Gauges;
 use super::*;
 use crate::wal::HeldRef;
 
+mod groups;
 mod owners;
 
 fn peer() -> SocketAddr {
