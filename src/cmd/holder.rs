@@ -15,6 +15,44 @@ pub(super) async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) ->
         .ok()?
 }
 
+/// Why a key nobody holds keeps a request waiting, where the reason is a
+/// request for several keys in front of it that reserved it (the built-in
+/// server's one-step grant, docs/several-keys.md): `reserved by 'SOURCE'
+/// (peer P), a request for N keys ...`. None otherwise, or not within
+/// `limit`.
+pub(super) async fn reserved_by(backend: &dyn Backend, key: &str, limit: Duration) -> Option<String> {
+    let waiters = tokio::time::timeout(limit, backend.waiters_under(key))
+        .await
+        .ok()?
+        .ok()??;
+    let (w, n) = waiters.iter().filter(|w| w.key == key).find_map(|w| {
+        let group = w.fields.get("group")?;
+        Some((w, crate::backend::fields::parse_group(group)?.1))
+    })?;
+    let peer = w
+        .peer
+        .as_ref()
+        .map(|p| format!(" (peer {})", super::printable(p)))
+        .unwrap_or_default();
+    Some(format!(
+        "reserved by '{}'{peer}, a request for {n} keys that takes them together once all are free: it waits for its other keys, and nobody passes it",
+        super::printable(&w.source)
+    ))
+}
+
+/// [`reserved_by`], asked on a connection of its own within
+/// `config.connect_timeout`.
+pub(super) async fn reserved_anew(config: &BackendConfig, key: &str) -> Option<String> {
+    let limit = config.connect_timeout;
+    let ask = async {
+        let backend = crate::backend::connect(config).await.ok()?;
+        let why = reserved_by(&*backend, key, limit).await;
+        backend.close().await;
+        why
+    };
+    tokio::time::timeout(limit, ask).await.ok().flatten()
+}
+
 /// The holder, asked on a connection of its own: a backend may end its
 /// session with a withdrawn request (ZooKeeper does), and the answer must
 /// come within `config.connect_timeout` in all.

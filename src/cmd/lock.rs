@@ -331,7 +331,10 @@ pub(super) async fn not_taken(
                 let info = holder::lookup_anew(config, key).await;
                 match &info {
                     Some(_) => holder::clause(info.as_ref(), config, key),
-                    None => ": it is held".to_string(),
+                    None => match holder::reserved_anew(config, key).await {
+                        Some(why) => format!(": {why}"),
+                        None => ": it is held".to_string(),
+                    },
                 }
             }
         };

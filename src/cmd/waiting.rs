@@ -76,7 +76,7 @@ pub(super) async fn wait_for_grant(
         tokio::time::Instant::now() + STATUS_DELAY,
         Duration::from_secs(1),
     );
-    let mut holder: Option<KeyInfo> = None;
+    let mut holder: Option<Blocker> = None;
     let lookup = holder_after(backend, key, STATUS_DELAY, config.connect_timeout);
     tokio::pin!(lookup);
     let mut withdrawn = None;
@@ -107,7 +107,7 @@ pub(super) async fn wait_for_grant(
                 // A reason the backend gives beats the holder, who may be us.
                 let held_by = backend
                     .wait_reason()
-                    .or_else(|| holder.as_ref().map(|h| holder::short(h, SystemTime::now())));
+                    .or_else(|| holder.as_ref().map(Blocker::short));
                 status.waiting(
                     &super::printable(key),
                     &server,
@@ -126,12 +126,33 @@ pub(super) async fn wait_for_grant(
     }
 }
 
+/// Who keeps the key from us, as last looked up.
+enum Blocker {
+    Holder(KeyInfo),
+    /// A free key reserved by a request for several keys in front of us.
+    Reserved(String),
+}
+
+impl Blocker {
+    fn short(&self) -> String {
+        match self {
+            Blocker::Holder(h) => holder::short(h, SystemTime::now()),
+            Blocker::Reserved(why) => why.clone(),
+        }
+    }
+}
+
 async fn holder_after(
     backend: &dyn Backend,
     key: &str,
     delay: Duration,
     limit: Duration,
-) -> Option<KeyInfo> {
+) -> Option<Blocker> {
     tokio::time::sleep(delay).await;
-    holder::lookup(backend, key, limit).await
+    match holder::lookup(backend, key, limit).await {
+        Some(h) => Some(Blocker::Holder(h)),
+        None => holder::reserved_by(backend, key, limit)
+            .await
+            .map(Blocker::Reserved),
+    }
 }
