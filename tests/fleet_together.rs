@@ -230,7 +230,10 @@ fn a_group_that_times_out_or_is_stopped_or_killed_gives_its_places_back() {
         &mut lc(&["lock", "-w", "0.5s", "a", "--source", "u", "--", "true"]),
         1,
     );
-    assert!(line.contains("reserved by 'g'") && line.contains("2 keys"), "{line}");
+    assert!(
+        line.contains("reserved by 'g'") && line.contains("2 keys"),
+        "{line}"
+    );
     let _ = g.kill();
     let _ = g.wait();
     assert_eq!(common::finish_within(Duration::from_secs(10), s).0, Some(0));

@@ -20,7 +20,11 @@ pub(super) async fn lookup(backend: &dyn Backend, key: &str, limit: Duration) ->
 /// server's one-step grant, docs/several-keys.md): `reserved by 'SOURCE'
 /// (peer P), a request for N keys ...`. None otherwise, or not within
 /// `limit`.
-pub(super) async fn reserved_by(backend: &dyn Backend, key: &str, limit: Duration) -> Option<String> {
+pub(super) async fn reserved_by(
+    backend: &dyn Backend,
+    key: &str,
+    limit: Duration,
+) -> Option<String> {
     let waiters = tokio::time::timeout(limit, backend.waiters_under(key))
         .await
         .ok()?

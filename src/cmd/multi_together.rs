@@ -29,6 +29,9 @@ use crate::status_line::StatusLine;
 /// When the status line first appears (as for one key).
 const STATUS_DELAY: Duration = Duration::from_millis(250);
 
+/// How many times a group granted in part only is asked again.
+const MAX_ATTEMPTS: u32 = 5;
+
 /// Takes every key in one step where the service can (`Ok(None)`: it
 /// cannot, or `-n` was asked: take them one after another). `Ok(Some(None))`:
 /// all held, in `taken`; `Ok(Some(Some(code)))`: not taken (timeout,
@@ -50,7 +53,8 @@ pub(super) async fn take(
     let backend = super::super::connect_for(config, &[first])
         .await
         .with_context(|| context(first))?;
-    match backend.grants_together().await {
+    let checked = backend::check_extras(&*config.server, &server, &options.extras);
+    match checked.and(backend.grants_together().await) {
         Ok(true) => {}
         Ok(false) => {
             backend.close().await;
@@ -61,65 +65,86 @@ pub(super) async fn take(
             return Err(e).or_fail().with_context(|| context(first));
         }
     }
-    let mut backends = vec![backend];
-    for key in &keys.sorted[1..] {
-        let connected = super::super::connect_for(config, &[key]).await;
-        match connected.with_context(|| context(key)) {
-            Ok(b) => backends.push(b),
-            Err(e) => {
-                for b in &backends {
-                    b.close().await;
-                }
-                return Err(e);
-            }
-        }
-    }
-    let group = Some((fresh_id(), n as u16));
-    let requests: Vec<LockRequest> = keys
-        .sorted
-        .iter()
-        .map(|key| LockRequest {
-            key: key.clone(),
-            mode: LockMode::Exclusive,
-            source: options.source.clone(),
-            nonblock: false,
-            detached: false,
-            expire: None,
-            extras: backend::fields::Extras {
-                group,
-                ..options.extras.clone()
-            },
-        })
-        .collect();
-    let checked = backend::check_extras(&*config.server, &server, &options.extras);
-    if let Err(e) = checked {
-        for b in &backends {
-            b.close().await;
-        }
-        return Err(e).or_fail().with_context(|| context(first));
-    }
     let started = Instant::now();
-    let (results, withdrawn) = wait_all(&backends, &requests, options, keys, config, signals).await;
-    // Every hold that came is kept in `taken` (given back by the caller if
-    // the command is not to run); the first failure is what is reported.
-    let mut failure = None;
-    let mut closed = Vec::new();
-    for ((key, backend), result) in keys.sorted.iter().zip(backends).zip(results) {
-        match result {
-            Ok(Acquired::Held(held)) => taken.push(Taken {
-                key: key.clone(),
-                backend,
-                held,
-            }),
-            Ok(_) => closed.push(backend),
-            Err(e) => {
-                if failure.is_none() {
-                    failure = Some(Err::<(), _>(e).or_fail().with_context(|| context(key)));
+    let mut backend = backend;
+    let mut attempt = 1;
+    let (withdrawn, failure, closed) = loop {
+        let mut backends = vec![backend];
+        for key in &keys.sorted[1..] {
+            let connected = super::super::connect_for(config, &[key]).await;
+            match connected.with_context(|| context(key)) {
+                Ok(b) => backends.push(b),
+                Err(e) => {
+                    for b in &backends {
+                        b.close().await;
+                    }
+                    return Err(e);
                 }
-                closed.push(backend);
             }
         }
-    }
+        let group = Some((fresh_id(), n as u16));
+        let requests: Vec<LockRequest> = keys
+            .sorted
+            .iter()
+            .map(|key| LockRequest {
+                key: key.clone(),
+                mode: LockMode::Exclusive,
+                source: options.source.clone(),
+                nonblock: false,
+                detached: false,
+                expire: None,
+                extras: backend::fields::Extras {
+                    group,
+                    ..options.extras.clone()
+                },
+            })
+            .collect();
+        let left = options.timeout.map(|t| t.saturating_sub(started.elapsed()));
+        let (results, withdrawn, split) =
+            wait_all(&backends, &requests, left, keys, config, signals).await;
+        if split && withdrawn.is_none() && attempt < MAX_ATTEMPTS {
+            // Granted in part only: what came is given back, and the
+            // whole group asked again, never held in part while waiting.
+            for ((key, b), r) in keys.sorted.iter().zip(&backends).zip(results) {
+                if let Ok(Acquired::Held(held)) = r {
+                    let _ = lock::release(held, key, config).await;
+                }
+                b.close().await;
+            }
+            if config.verbose {
+                eprintln!(
+                    "lc-cli: only some of the {n} keys were granted on {server} within {:?} of the first (the server restarted while granting them?): gave them back, asking for all again",
+                    config.connect_timeout
+                );
+            }
+            attempt += 1;
+            backend = super::super::connect_for(config, &[first])
+                .await
+                .with_context(|| context(first))?;
+            continue;
+        }
+        // Every hold that came is kept in `taken` (given back by the caller
+        // if the command is not to run); the first failure is reported.
+        let mut failure = None;
+        let mut closed = Vec::new();
+        for ((key, backend), result) in keys.sorted.iter().zip(backends).zip(results) {
+            match result {
+                Ok(Acquired::Held(held)) => taken.push(Taken {
+                    key: key.clone(),
+                    backend,
+                    held,
+                }),
+                Ok(_) => closed.push(backend),
+                Err(e) => {
+                    if failure.is_none() {
+                        failure = Some(Err::<(), _>(e).or_fail().with_context(|| context(key)));
+                    }
+                    closed.push(backend);
+                }
+            }
+        }
+        break (withdrawn, failure, closed);
+    };
     let stop = stop_of(
         withdrawn,
         failure,
@@ -223,14 +248,19 @@ type Pending<'a> = Pin<Box<dyn Future<Output = (usize, backend::Result<Acquired>
 /// Waits for every request's answer, withdrawing all at the deadline, at a
 /// signal that stops waiting, or at the first that is not a grant; the
 /// status line names the keys meanwhile.
+///
+/// The server grants a group's requests together, so their answers come
+/// within moments of each other; one still missing `connect_timeout`
+/// after the first grant means a grant in part (a restart of the server
+/// between them): then all are withdrawn and `split` is true.
 async fn wait_all(
     backends: &[Box<dyn Backend>],
     requests: &[LockRequest],
-    options: &LockOptions,
+    timeout: Option<Duration>,
     keys: &KeySet,
     config: &BackendConfig,
     signals: &mut Signals,
-) -> (Vec<backend::Result<Acquired>>, Option<Withdrawn>) {
+) -> (Vec<backend::Result<Acquired>>, Option<Withdrawn>, bool) {
     let cancel = CancellationToken::new();
     let progress = |_: WaitProgress| {};
     let progress: &(dyn Fn(WaitProgress) + Send + Sync) = &progress;
@@ -246,7 +276,7 @@ async fn wait_all(
     let mut results: Vec<Option<backend::Result<Acquired>>> =
         (0..requests.len()).map(|_| None).collect();
     let deadline = async {
-        match options.timeout {
+        match timeout {
             Some(t) => tokio::time::sleep(t).await,
             None => std::future::pending().await,
         }
@@ -262,13 +292,21 @@ async fn wait_all(
     let shown = keys.sorted.join("', '");
     let server = config.shown();
     let mut withdrawn = None;
+    let (mut first_grant, mut split) = (None, false);
     while !pending.is_empty() {
         tokio::select! {
             (i, r) = next_done(&mut pending) => {
-                if !matches!(r, Ok(Acquired::Held(_))) {
-                    cancel.cancel();
+                match r {
+                    Ok(Acquired::Held(_)) => {
+                        first_grant.get_or_insert(tokio::time::Instant::now() + config.connect_timeout);
+                    }
+                    _ => cancel.cancel(),
                 }
                 results[i] = Some(r);
+            }
+            _ = lock::sleep_until_some(first_grant), if !split && !cancel.is_cancelled() => {
+                split = true;
+                cancel.cancel();
             }
             _ = &mut deadline, if withdrawn.is_none() => {
                 withdrawn = Some(Withdrawn::Timeout);
@@ -293,7 +331,7 @@ async fn wait_all(
         .into_iter()
         .map(|r| r.expect("every request answered"))
         .collect();
-    (results, withdrawn)
+    (results, withdrawn, split)
 }
 
 /// The first of `pending` to finish (taken out of it).
