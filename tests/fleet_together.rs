@@ -241,3 +241,55 @@ fn a_group_that_times_out_or_is_stopped_or_killed_gives_its_places_back() {
     std::fs::write(&go, "").unwrap();
     kids.all_succeed(Duration::from_secs(30));
 }
+
+/// A group waiting across a SIGKILL and restart of the server (`--data`):
+/// its requests take their places back (tickets), b's holder reclaims b,
+/// and the group still gets a and b together once b is free.
+#[test]
+fn a_waiting_group_survives_a_restart_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("locks.wal");
+    let serve = common::serve::Serve::new().args(&["--data", data.to_str().unwrap()]);
+    let mut server = serve.clone().port_pair().start();
+    let listen = server.addr.to_string();
+    let url = server.url();
+    let lc = |args: &[&str]| common::lc_at(&url, args);
+    let (log, go) = (dir.path().join("log"), dir.path().join("go"));
+    let mut kids = Kids(Vec::new());
+    kids.0.push(spawn(lc(&[
+        "lock",
+        "b",
+        "--source",
+        "h",
+        "-c",
+        &hold_until(&log, "h", &go),
+    ])));
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("start h ")
+    }));
+    let g = spans::script(&log, "g", 0.2);
+    kids.0.push(spawn(lc(&[
+        "lock", "a", "--and", "b", "--source", "g", "-c", &g,
+    ])));
+    wait_queued(&server, "a", "g");
+    wait_queued(&server, "b", "g");
+    server.kill();
+    server = serve.clone().listen(&listen).restart();
+    // Both of g's requests back in line, b's hold reclaimed.
+    wait_queued(&server, "a", "g");
+    wait_queued(&server, "b", "g");
+    assert!(
+        is_held(&server, "b") && !is_held(&server, "a"),
+        "{}",
+        held(&server)
+    );
+    std::fs::write(&go, "").unwrap();
+    kids.all_succeed(Duration::from_secs(30));
+    let spans = spans::read(&log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (h, g) = (spans::by_tag(&spans, "h"), spans::by_tag(&spans, "g"));
+    assert!(g.start >= h.end, "b's holders overlap:\n{text}");
+    drop(server);
+}
