@@ -293,3 +293,23 @@ fn a_waiting_group_survives_a_restart_of_the_server() {
     assert!(g.start >= h.end, "b's holders overlap:\n{text}");
     drop(server);
 }
+
+/// A server that does not name the feature `group` (here one serving as a
+/// reference server does) is asked key after key, in sorted order.
+#[test]
+fn a_server_without_the_feature_is_asked_key_after_key() {
+    let server = common::serve::Serve::new()
+        .env("LC_CLI_SERVE_AS_REFERENCE", "1")
+        .port_pair()
+        .start();
+    let out = common::expect_status(
+        &mut server.lc(&["-v", "lock", "b", "--and", "a", "--", "true"]),
+        0,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("getting lock 'a'") && err.contains("(1 of 2)") && err.contains("(2 of 2)"),
+        "{err}"
+    );
+    assert!(!err.contains("granted together"), "{err}");
+}
