@@ -11,10 +11,10 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
 
 use super::arrive::{MarkSeen, Rules};
+use super::history::Opened;
 use super::history::{self, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
-use super::queue::Opened;
 use super::rpc::Rpc;
 use super::slots;
 use crate::backend::history::Ending;

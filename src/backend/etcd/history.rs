@@ -34,10 +34,13 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
-use super::names::KeyData;
+use super::arrive::Rules;
+use super::names::{KeyData, OwnKey};
+use super::queue::header_rev;
+use super::rpc::Rpc;
 use crate::backend::fields::FieldList;
 use crate::backend::history::{Ending, HistoryEntry, DEFAULT_HISTORY};
-use crate::backend::LockMode;
+use crate::backend::{LockMode, Result};
 
 /// How many of the oldest entries one transaction may delete (more than
 /// one: concurrent holds of a shared or limited key may overshoot the cap,
@@ -228,6 +231,42 @@ pub(super) fn put_when(key: &str, value: Vec<u8>, mod_rev: i64, also: Option<Com
     Txn::new()
         .when(when)
         .and_then([TxnOp::put(key, value, None)])
+}
+
+/// Our history entry as opened (`history.rs`): the revision of the
+/// transaction that put it (what a `lost` compares) and the grant's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Opened {
+    pub rev: i64,
+    pub granted_ms: u64,
+}
+
+/// Opens our entry in a transaction of its own (a grant whose answer could
+/// not): while our key is ours. None where it was gone (the hold is then
+/// lost, and its release records it).
+pub(super) async fn open_alone(rpc: &Rpc, place: &OwnKey, rules: &Rules) -> Result<Option<Opened>> {
+    let granted_ms = now_ms();
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            place.key.as_str(),
+            CompareOp::Equal,
+            place.rev,
+        )])
+        .and_then([TxnOp::put(
+            rules.entry_key(&place.key),
+            rules.opened(place.rev, None, granted_ms),
+            None,
+        )]);
+    let resp = rpc
+        .call("opening our history entry", |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(resp.succeeded().then(|| Opened {
+        rev: header_rev(resp.header()),
+        granted_ms,
+    }))
 }
 
 /// Every entry of the key, for `Backend::history` (the cap keeps them

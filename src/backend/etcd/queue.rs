@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::arrive::{arrive, MarkSeen, Rules, Step};
 use super::held::EtcdHeld;
-use super::history::Trim;
+use super::history::{open_alone, Opened, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
@@ -72,7 +72,9 @@ pub(super) async fn acquire(
     // opened no entry (one beside other holders at arrival) opens it now.
     let outcome = match (outcome, slots::count(mode)) {
         (Ok(Turn::Granted(mut grant)), Some(n)) => {
-            let granted_ms = grant.opened.map_or_else(history_now, |o| o.granted_ms);
+            let granted_ms = grant
+                .opened
+                .map_or_else(super::history::now_ms, |o| o.granted_ms);
             let open = |i: u32| {
                 let slot = slots::shown(i, &rules.extras.slots);
                 let value = rules.opened(place.rev, Some(slot), granted_ms);
@@ -146,46 +148,6 @@ pub(super) struct Grant {
     slot: Option<u32>,
     /// Our history entry, where it was opened.
     opened: Option<Opened>,
-}
-
-/// Our history entry as opened (`history.rs`): the revision of the
-/// transaction that put it (what a `lost` compares) and the grant's time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Opened {
-    pub rev: i64,
-    pub granted_ms: u64,
-}
-
-fn history_now() -> u64 {
-    super::history::now_ms()
-}
-
-/// Opens our entry in a transaction of its own (a grant whose answer could
-/// not): while our key is ours. None where it was gone (the hold is then
-/// lost, and its release records it).
-async fn open_alone(rpc: &Rpc, place: &OwnKey, rules: &Rules) -> Result<Option<Opened>> {
-    let granted_ms = history_now();
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            place.key.as_str(),
-            CompareOp::Equal,
-            place.rev,
-        )])
-        .and_then([TxnOp::put(
-            rules.entry_key(&place.key),
-            rules.opened(place.rev, None, granted_ms),
-            None,
-        )]);
-    let resp = rpc
-        .call("opening our history entry", |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })
-        .await?;
-    Ok(resp.succeeded().then(|| Opened {
-        rev: header_rev(resp.header()),
-        granted_ms,
-    }))
 }
 
 /// Our key and its lease, while the wait is settled; a grant is the
@@ -505,7 +467,7 @@ async fn wait_turn(
         let modes = ahead.modes();
         if line::granted(mode, &modes) {
             // The enqueue's answer did not check our lease: look once more.
-            let last = match look_again(&seen, Some(history_now())).await? {
+            let last = match look_again(&seen, Some(super::history::now_ms())).await? {
                 None => return Ok(Turn::Left),
                 Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
                 Some(Looked::Line(last)) => last,

@@ -85,7 +85,7 @@ pub(super) async fn acquire(
             );
             held.fields = fields;
             held.open_history(request.mode, node_data.since_ms).await;
-            Ok(Some(Granted::Held(held)))
+            Ok(Some(Granted::Held(Box::new(held))))
         }
         Ok(Some(grant)) => Ok(Some(Granted::Bare(grant))),
         Ok(None) => Ok(None),
@@ -102,7 +102,7 @@ pub(super) async fn acquire(
 /// A grant: the hold with its history entry opened, or (cancelled as it
 /// came) bare, to be given back.
 enum Granted {
-    Held(ZkHeld),
+    Held(Box<ZkHeld>),
     Bare((i64, OwnWatch)),
 }
 
@@ -121,15 +121,19 @@ impl QueueEntry for Entry {
         let mut held = match grant {
             Granted::Held(held) => held,
             // Not reached: a bare grant is one cancelled, given back.
-            Granted::Bare((czxid, own_watch)) => {
-                ZkHeld::new(self.s, self.node, czxid, own_watch, String::new())
-            }
+            Granted::Bare((czxid, own_watch)) => Box::new(ZkHeld::new(
+                self.s,
+                self.node,
+                czxid,
+                own_watch,
+                String::new(),
+            )),
         };
         if let Some(mut rules) = self.rules {
             held.order = rules.order();
             held.cancel = rules.cancel.take();
         }
-        Box::new(held)
+        held
     }
 
     /// Said so when not confirmed: the key may still be held. An entry
