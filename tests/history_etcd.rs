@@ -202,7 +202,8 @@ fn the_cap_holds_and_etcdctl_lock_ignores_the_history() {
 /// ran out, each is listed `freed`, with its grant, its wait and no end
 /// time. One for each way a grant opens its entry: into an empty line (the
 /// put's transaction), a shared hold granted beside another (a transaction
-/// of its own), a `--slots` hold (the slot claim's, naming the slot).
+/// of its own), a `--slots` hold (the slot claim's, naming the slot); and a
+/// kept hold that expires (`--expire`): `expired`.
 #[test]
 fn holds_that_ran_out_with_nobody_waiting_are_listed_freed() {
     let e = Etcd::start();
@@ -276,4 +277,14 @@ fn holds_that_ran_out_with_nobody_waiting_are_listed_freed() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+
+    // A kept hold that expires with nobody waiting: not listed while kept,
+    // `expired` once its lease ran out.
+    expect_status(&mut e.lc("", &["lock", "kept", "--expire", "2s"]), 0);
+    assert!(history(&e, "kept").is_empty());
+    until_queued(&e, "kept", 0);
+    let kept = history(&e, "kept");
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(kept[0]["ended"], "expired", "{}", kept[0]);
+    assert!(kept[0]["granted"].as_str().is_some(), "{}", kept[0]);
 }

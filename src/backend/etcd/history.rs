@@ -168,6 +168,11 @@ impl Ended<'_> {
         if let Some(g) = self.granted_ms {
             list.push("granted", &g.to_string());
         }
+        // An open entry may know the command's status already (a kept
+        // hold's `--hold-at-least`): written with the hold.
+        if let (None, Some(s)) = (self.ending, self.status) {
+            list.push("status", &s.to_string());
+        }
         let mut out = list.to_string().into_bytes();
         if let Some(ending) = self.ending {
             out.extend(ending_lines(ending, self.status, self.by));
@@ -215,8 +220,18 @@ pub(super) fn close(
         t.push("token", &token.to_string());
         out.extend(t.to_string().into_bytes());
     }
+    let status = status.filter(|_| fields.get("status").is_none());
     out.extend(ending_lines(ending, status, by));
     Some(out)
+}
+
+/// How an open entry's hold ended when its key went without a record:
+/// `expired` for a kept hold that said when it expires, else `fallback`.
+pub(super) fn vanished_as(value: &[u8], fallback: Ending) -> Ending {
+    match FieldList::parse(value).is_ok_and(|f| f.get("expires").is_some()) {
+        true => Ending::Expired,
+        false => fallback,
+    }
 }
 
 /// A transaction that writes `value` at `key` only if no entry is there,

@@ -82,6 +82,9 @@ impl Seen {
         };
         let absent = history::put_when(&key, fresh.encode(), 0, Some(gone()));
         let open = t.entry.as_ref().and_then(|(value, m)| {
+            // The entry knows a kept hold's expiry even where the key as
+            // last seen (before it was kept) does not.
+            let ending = history::vanished_as(value, ending);
             let closed = history::close(value, token, ending, None, None)?;
             Some(history::put_when(&key, closed, *m, Some(gone())))
         });
