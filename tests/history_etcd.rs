@@ -2,9 +2,12 @@
 //! the real binary against a real etcd: five holds of one key ending five
 //! ways (exit 0, exit 3, a reset by an operator, the holding lc-cli
 //! SIGKILLed and its lease run out, a hold lost when its lease was revoked)
-//! are listed newest first with how each ended; the cap (100 entries after
-//! 150 holds, counted with etcdctl); `etcdctl lock` on the same name with
-//! the history keys present.
+//! are listed newest first with how each ended, every one with its grant
+//! and wait; a hold whose lease ran out with nobody waiting (listed
+//! `freed`), for each way a grant opens its entry (into an empty line, a
+//! shared hold beside another, a `--slots` claim); the cap (100 entries
+//! after 150 holds, counted with etcdctl); `etcdctl lock` on the same name
+//! with the history keys present.
 
 use crate::common;
 
@@ -119,9 +122,11 @@ fn five_holds_end_five_ways() {
         assert!(entry["ended_at"].as_str().is_some(), "{entry}");
         assert_eq!(entry["mode"], "exclusive");
     }
-    for released in [&entries[0], &entries[3], &entries[4]] {
-        assert!(released["granted"].as_str().is_some(), "{released}");
-        assert!(released["waited_ms"].as_u64().is_some(), "{released}");
+    // Every entry was opened at its grant: the reset's and the freed one
+    // too have their grant and wait.
+    for entry in &entries {
+        assert!(entry["granted"].as_str().is_some(), "{entry}");
+        assert!(entry["waited_ms"].as_u64().is_some(), "{entry}");
     }
     // Newest first.
     for pair in entries.windows(2) {
@@ -190,4 +195,96 @@ fn the_cap_holds_and_etcdctl_lock_ignores_the_history() {
     assert_eq!(entries[0]["ended"], "released", "{}", entries[0]);
     assert_eq!(entries[0]["status"], 0, "{}", entries[0]);
     assert_eq!(e.keys(&format!(".lc-cli-history/{key}/")).len(), 100);
+}
+
+/// Holds whose lc-cli is SIGKILLed with nobody waiting: while they run,
+/// `history` lists none of them (a hold that goes on); once their leases
+/// ran out, each is listed `freed`, with its grant, its wait and no end
+/// time. One for each way a grant opens its entry: into an empty line (the
+/// put's transaction), a shared hold granted beside another (a transaction
+/// of its own), a `--slots` hold (the slot claim's, naming the slot); and a
+/// kept hold that expires (`--expire`): `expired`.
+#[test]
+fn holds_that_ran_out_with_nobody_waiting_are_listed_freed() {
+    let e = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = |file: &std::path::Path| format!("touch {}; sleep 30", file.display());
+    let spawn = |args: &[&str]| {
+        let mut cmd = e.lc("?ttl=2s", args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.spawn().unwrap()
+    };
+    let files: Vec<_> = (0..4).map(|i| dir.path().join(format!("h{i}"))).collect();
+    let mut kids = Kids(vec![spawn(&[
+        "lock",
+        "alone",
+        "--note",
+        "n1",
+        "-c",
+        &script(&files[0]),
+    ])]);
+    assert!(wait_until(LIMIT, || files[0].exists()), "never held");
+    kids.0
+        .push(spawn(&["lock", "-s", "shared", "-c", &script(&files[1])]));
+    assert!(wait_until(LIMIT, || files[1].exists()), "never held");
+    kids.0
+        .push(spawn(&["lock", "-s", "shared", "-c", &script(&files[2])]));
+    assert!(wait_until(LIMIT, || files[2].exists()), "never held");
+    kids.0.push(spawn(&[
+        "lock",
+        "--slots",
+        "a,b",
+        "pool",
+        "-c",
+        &script(&files[3]),
+    ]));
+    assert!(wait_until(LIMIT, || files[3].exists()), "never held");
+    for key in ["alone", "shared", "pool"] {
+        assert!(history(&e, key).is_empty(), "{key}: a running hold listed");
+    }
+    for kid in kids.0.iter_mut() {
+        kid.kill().unwrap();
+        kid.wait().unwrap();
+    }
+    for key in ["alone", "shared", "pool"] {
+        until_queued(&e, key, 0);
+    }
+    let check = |key: &str, n: usize| {
+        let entries = history(&e, key);
+        assert_eq!(entries.len(), n, "{key}: {entries:#?}");
+        for entry in &entries {
+            assert_eq!(entry["ended"], "freed", "{entry}");
+            assert!(entry["granted"].as_str().is_some(), "{entry}");
+            assert!(entry["waited_ms"].as_u64().is_some(), "{entry}");
+            assert!(entry["token"].as_u64().is_some(), "{entry}");
+            assert!(entry["ended_at"].is_null(), "{entry}");
+            assert!(entry["status"].is_null(), "{entry}");
+        }
+        entries
+    };
+    let alone = check("alone", 1);
+    assert_eq!(alone[0]["fields"]["note"], "n1", "{}", alone[0]);
+    assert_eq!(alone[0]["mode"], "exclusive");
+    let shared = check("shared", 2);
+    assert!(shared.iter().all(|e| e["mode"] == "shared"), "{shared:#?}");
+    let pool = check("pool", 1);
+    // The slot's index (etcd keeps no pool names: docs/backends/etcd.md).
+    assert_eq!(pool[0]["slot"], "0", "{}", pool[0]);
+    // `keys` lists nothing: no history key is taken for a lock.
+    let out = expect_status(&mut e.lc("", &["keys", "--json"]), 0);
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // A kept hold that expires with nobody waiting: not listed while kept,
+    // `expired` once its lease ran out.
+    expect_status(&mut e.lc("", &["lock", "kept", "--expire", "2s"]), 0);
+    assert!(history(&e, "kept").is_empty());
+    until_queued(&e, "kept", 0);
+    let kept = history(&e, "kept");
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(kept[0]["ended"], "expired", "{}", kept[0]);
+    assert!(kept[0]["granted"].as_str().is_some(), "{}", kept[0]);
 }

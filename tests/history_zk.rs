@@ -353,3 +353,34 @@ fn requests_of_an_uncontended_lock() {
     eprintln!("requests of an uncontended lock k -- true: {fewest}");
     assert_eq!(entry_nodes(&zk, "/h/k").len(), 5);
 }
+
+/// A holder whose lc-cli is SIGKILLed by its own command, at once (`kill
+/// -9 $PPID`, the first thing the command does): its entry was opened
+/// before the command started, so the hold is listed, `freed`, with its
+/// grant, once its session took the node. A lock and a `--limit` lease.
+#[test]
+fn a_holder_killed_at_its_grant_is_listed() {
+    use std::os::unix::process::ExitStatusExt;
+    let zk = Zk::start();
+    let lc = |args: &[&str]| zk.lc("/k", args);
+    for (key, mode) in [("at-once", None), ("at-once-pool", Some("2"))] {
+        let mut args = vec!["lock", key, "--note", "gone"];
+        if let Some(n) = mode {
+            args.extend(["--limit", n]);
+        }
+        args.extend(["--", "sh", "-c", "kill -9 $PPID"]);
+        let mut cmd = lc(&args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        let status = cmd.status().unwrap();
+        assert_eq!(status.signal(), Some(9), "{key}: {status:?}");
+        until_entries(&lc, key, 1);
+        let entries = history(&lc, key);
+        assert_eq!(entries.len(), 1, "{entries:#?}");
+        let e = &entries[0];
+        assert_eq!(e["ended"], "freed", "{e}");
+        assert_eq!(e["fields"]["note"], "gone", "{e}");
+        assert!(e["granted"].as_str().is_some(), "{e}");
+        assert!(e["waited_ms"].as_u64().is_some(), "{e}");
+        assert!(e["token"].as_u64().is_some(), "{e}");
+    }
+}

@@ -34,6 +34,7 @@ pub(super) struct Rules {
     pub lease: i64,
     /// When the request arrived (its key's `since_ms`), for its history.
     pub since_ms: u64,
+    pub mode: crate::backend::LockMode,
 }
 
 impl Rules {
@@ -50,7 +51,31 @@ impl Rules {
             history: names::history_range(prefix, &request.key),
             lease,
             since_ms: 0,
+            mode: request.mode,
         }
+    }
+
+    /// Our history entry (`history.rs`), named after our queue key `own`.
+    pub(super) fn entry_key(&self, own: &str) -> String {
+        super::history::entry_key(&self.history, own.as_bytes())
+    }
+
+    /// Our entry opened: granted at `granted_ms`; `token` 0 where it is
+    /// put with our key (its create revision is then the token).
+    pub(super) fn opened(&self, token: i64, slot: Option<String>, granted_ms: u64) -> Vec<u8> {
+        let mut data =
+            KeyData::new(&self.source, self.mode, false).with_fields(self.fields.clone());
+        data.since_ms = self.since_ms;
+        super::history::Ended {
+            data: Some(&data),
+            token,
+            granted_ms: Some(granted_ms),
+            slot,
+            ending: None,
+            status: None,
+            by: None,
+        }
+        .encode()
     }
 
     pub(super) fn mark_key(&self) -> String {
@@ -209,7 +234,7 @@ pub(super) async fn arrive(
             // is seen.
             return Ok(Step::Wait(ahead));
         }
-        ahead = match look(rpc, lease, place, rules, Vec::new()).await? {
+        ahead = match look(rpc, lease, place, rules, Vec::new(), None).await? {
             Looked::Line(a) => a,
             Looked::Superseded(by) => return Ok(Step::Done(Turn::Superseded(by))),
         };

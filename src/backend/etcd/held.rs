@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
 
 use super::arrive::{MarkSeen, Rules};
+use super::history::Opened;
 use super::history::{self, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
@@ -48,6 +49,8 @@ pub(super) struct EtcdHeld {
     granted_ms: u64,
     /// The slot claimed (`--limit`, `slots.rs`): its key is on our lease.
     slot: Option<u32>,
+    /// Our history entry as the grant opened it (None: not opened).
+    opened: Option<Opened>,
 }
 
 /// How long without renewal the command may run on: two thirds of the TTL.
@@ -87,7 +90,17 @@ impl EtcdHeld {
             trim: Trim::default(),
             granted_ms: history::now_ms(),
             slot: None,
+            opened: None,
         }
+    }
+
+    /// With our history entry as the grant opened it.
+    pub(super) fn with_opened(mut self, opened: Option<Opened>) -> Self {
+        if let Some(o) = opened {
+            self.granted_ms = o.granted_ms;
+        }
+        self.opened = opened;
+        self
     }
 
     /// With the slot the grant claimed.
@@ -133,15 +146,13 @@ impl EtcdHeld {
         self
     }
 
-    /// The entry of this hold, ended as `ending`, and the key's state range
-    /// (None without the request's rules: no history is written).
-    fn ended(&self, ending: Ending) -> Option<(Vec<u8>, Txn, String)> {
+    /// The entry of this hold as `data` says (open where `ending` is
+    /// None), and its key (None without the request's rules: no history is
+    /// written).
+    fn entry(&self, data: &KeyData, ending: Option<Ending>) -> Option<(Vec<u8>, String)> {
         let (rules, _) = self.rules.as_ref()?;
-        let mut data =
-            KeyData::new(&self.source, self.mode, false).with_fields(rules.fields.clone());
-        data.since_ms = rules.since_ms;
         let ended = history::Ended {
-            data: Some(&data),
+            data: Some(data),
             token: self.place.rev,
             granted_ms: Some(self.granted_ms),
             slot: self.slot_shown(),
@@ -149,13 +160,26 @@ impl EtcdHeld {
             status: self.status,
             by: None,
         };
-        let key = history::entry_key(&rules.history, self.place.rev);
-        let entry = ended.encode();
-        let lost = history::Ended {
-            ending: Ending::Lost,
-            ..ended
+        let key = history::entry_key(&rules.history, self.place.key.as_bytes());
+        Some((ended.encode(), key))
+    }
+
+    /// The entry of this hold ended as `ending`, the transaction that
+    /// writes it `lost` unless whoever deleted our key or saw it gone wrote
+    /// one (it is absent, or open as we opened it), and its key.
+    fn ended(&self, ending: Ending) -> Option<(Vec<u8>, Txn, String)> {
+        let (rules, _) = self.rules.as_ref()?;
+        let mut data =
+            KeyData::new(&self.source, self.mode, false).with_fields(rules.fields.clone());
+        data.since_ms = rules.since_ms;
+        let (entry, key) = self.entry(&data, Some(ending))?;
+        let (lost, _) = self.entry(&data, Some(Ending::Lost))?;
+        let absent = history::put_when(&key, lost.clone(), 0, None);
+        let lost = match self.opened.map(|o| o.rev).filter(|r| *r > 0) {
+            Some(rev) => history::put_when(&key, lost, rev, None).or_else([TxnOp::txn(absent)]),
+            None => absent,
         };
-        Some((entry, lost.put_if_absent(&rules.history, None), key))
+        Some((entry, lost, key))
     }
 
     /// The transaction that ends the hold: if our key is still ours, it is
@@ -491,13 +515,22 @@ impl HeldLock for EtcdHeld {
             put = Some(etcd_client::PutOptions::new().with_lease(granted.id()));
             bare = Some(granted.id());
         }
+        let mut ops = self.kept_ops(&key, data.encode(), put);
+        // The entry stays open, now saying when the kept hold expires.
+        let mut arrived = data.clone();
+        if let Some((rules, _)) = &self.rules {
+            arrived.since_ms = rules.since_ms;
+        }
+        if let Some((entry, entry_key)) = self.entry(&arrived, None) {
+            ops.push(TxnOp::put(entry_key, entry, None));
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),
                 CompareOp::Equal,
                 self.place.rev,
             )])
-            .and_then(self.kept_ops(&key, data.encode(), put));
+            .and_then(ops);
         let resp = self
             .rpc
             .call(&format!("detaching {key} from its lease"), |mut c| {

@@ -25,6 +25,7 @@ mod ping;
 mod queue;
 mod rpc;
 mod rules;
+mod seen;
 mod slots;
 
 use std::time::Duration;
@@ -131,8 +132,10 @@ impl EtcdBackend {
 
     /// Deletes this very key (same create revision); false if it was gone.
     /// With `ended` (the lock name, and how the hold ends), a holder's
-    /// history entry is put in the same transaction, `by=` us (a waiter
-    /// withdrawn by a reset by source had no hold: none).
+    /// history entry is closed in the same transaction, `by=` us: the open
+    /// entry as read just before (with its grant), else one from the key's
+    /// value (a hold of an older lc-cli). A waiter withdrawn by a reset by
+    /// source had no hold: none.
     async fn delete_exact(
         &self,
         kv: &etcd_client::KeyValue,
@@ -141,17 +144,32 @@ impl EtcdBackend {
         let k = kv.key().to_vec();
         let mut ops = vec![TxnOp::delete(k.clone(), None)];
         if let Some((name, ending)) = ended {
-            let data = KeyData::decode(kv.value());
-            let entry = history::Ended {
-                data: data.as_ref(),
-                token: kv.create_revision(),
-                granted_ms: None,
-                slot: None,
-                ending,
-                status: None,
-                by: Some(&self.by),
+            let key = history::entry_key(&names::history_range(&self.prefix, name), kv.key());
+            let read = self
+                .rpc
+                .call(&format!("reading {key}"), |mut c| {
+                    let key = key.clone();
+                    async move { c.get(key, None).await }
+                })
+                .await?;
+            let token = kv.create_revision();
+            let value = match read.kvs().first() {
+                Some(open) => history::close(open.value(), token, ending, None, Some(&self.by)),
+                None => {
+                    let data = KeyData::decode(kv.value());
+                    let entry = history::Ended {
+                        data: data.as_ref(),
+                        token,
+                        granted_ms: None,
+                        slot: None,
+                        ending: Some(ending),
+                        status: None,
+                        by: Some(&self.by),
+                    };
+                    Some(entry.encode())
+                }
             };
-            ops.push(entry.put(&names::history_range(&self.prefix, name)));
+            ops.extend(value.map(|v| TxnOp::put(key, v, None)));
         }
         let txn = Txn::new()
             .when([Compare::create_revision(
@@ -343,24 +361,38 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    /// The newest entries first: one range read.
+    /// The newest entries first (by token): the entries and the queue,
+    /// read in one transaction (an open entry whose holder is there is a
+    /// hold that goes on: not listed).
     async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let range = names::history_range(&self.prefix, key);
+        let queue = names::queue_prefix(&self.prefix, key);
+        let txn = Txn::new().and_then([
+            TxnOp::get(range.as_str(), Some(history::read_options())),
+            TxnOp::get(queue.as_str(), Some(queue::by_create().with_keys_only())),
+        ]);
         let resp = self
             .rpc
             .call(&format!("reading {range}"), |mut c| {
-                let range = range.clone();
-                async move { c.get(range, Some(history::read_options(limit))).await }
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
             })
             .await?;
-        Ok(resp
-            .kvs()
+        let ops = resp.op_responses();
+        let live: Vec<i64> = queue::got(ops.get(1))
             .iter()
-            .filter_map(|kv| history::decode(key, kv))
-            .collect())
+            .map(|kv| kv.create_revision())
+            .collect();
+        let mut entries: Vec<HistoryEntry> = queue::got(ops.first())
+            .iter()
+            .filter_map(|kv| history::decode(key, kv, |t| live.contains(&t)))
+            .collect();
+        entries.sort_by_key(|e| std::cmp::Reverse(e.token));
+        entries.truncate(limit);
+        Ok(entries)
     }
 
     /// The marks come with the scan: every key under the prefix.

@@ -148,7 +148,9 @@ pub(super) fn lock_name_of<'a>(scan_prefix: &str, key: &'a str) -> Option<&'a st
         && lease
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (hex && !name.is_empty()).then_some(name)
+    // A history entry (`.lc-cli-history/NAME/<lease hex>`) is none.
+    let history = name.starts_with(HISTORY) && name[HISTORY.len()..].starts_with('/');
+    (hex && !name.is_empty() && !history).then_some(name)
 }
 
 /// The exclusive end of the range of keys starting with `prefix` (etcd's

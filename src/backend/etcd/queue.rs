@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::arrive::{arrive, MarkSeen, Rules, Step};
 use super::held::EtcdHeld;
-use super::history::{self, Trim};
+use super::history::{open_alone, Opened, Trim};
 use super::lease::{Lease, LeaseEnd};
 use super::names::{self, KeyData, OwnKey};
 use super::rpc::Rpc;
+use super::seen::Seen;
 use super::{line, rules, slots};
 use crate::backend::settle::{settle, QueueEntry};
 use crate::backend::{
@@ -66,15 +67,32 @@ pub(super) async fn acquire(
         wait_turn(rpc, &lease, &place, &rules, mode, ahead, &cancel, progress).await
     }
     .await;
-    // A --limit holder takes its slot before anything runs.
+    // A --limit holder takes its slot before anything runs (the claim
+    // opens its history entry, naming the slot); a grant whose answer
+    // opened no entry (one beside other holders at arrival) opens it now.
     let outcome = match (outcome, slots::count(mode)) {
         (Ok(Turn::Granted(mut grant)), Some(n)) => {
-            slots::claim(rpc, &lease, &place, &rules.state, n)
+            let granted_ms = grant
+                .opened
+                .map_or_else(super::history::now_ms, |o| o.granted_ms);
+            let open = |i: u32| {
+                let slot = slots::shown(i, &rules.extras.slots);
+                let value = rules.opened(place.rev, Some(slot), granted_ms);
+                TxnOp::put(rules.entry_key(&place.key), value, None)
+            };
+            slots::claim(rpc, &lease, &place, &rules.state, n, &open)
                 .await
-                .map(|slot| {
+                .map(|(slot, rev)| {
                     grant.slot = Some(slot);
+                    grant.opened = Some(Opened { rev, granted_ms });
                     Turn::Granted(grant)
                 })
+        }
+        (Ok(Turn::Granted(mut grant)), None) if grant.opened.is_none() => {
+            open_alone(rpc, &place, &rules).await.map(|opened| {
+                grant.opened = opened;
+                Turn::Granted(grant)
+            })
         }
         (outcome, _) => outcome,
     };
@@ -93,6 +111,15 @@ pub(super) async fn acquire(
             Ok(Acquired::Superseded(by))
         }
         Ok(Turn::Outdated(mark)) => {
+            // Found below the mark at its turn: an entry opened by the
+            // answer that showed it goes (it ran nothing).
+            let gone = entry.rules.entry_key(&entry.place.key);
+            let _ = rpc
+                .call("deleting our history entry", |mut c| {
+                    let gone = gone.clone();
+                    async move { c.delete(gone, None).await }
+                })
+                .await;
             let _ = entry.lease.revoke().await;
             Ok(Acquired::Outdated { mark })
         }
@@ -119,6 +146,8 @@ pub(super) struct Grant {
     trim: Trim,
     /// The slot a `--limit` holder claimed (`slots.rs`).
     slot: Option<u32>,
+    /// Our history entry, where it was opened.
+    opened: Option<Opened>,
 }
 
 /// Our key and its lease, while the wait is settled; a grant is the
@@ -148,7 +177,8 @@ impl QueueEntry for Entry {
             )
             .with_rules(self.rules, grant.mark)
             .with_trim(grant.trim)
-            .with_slot(grant.slot),
+            .with_slot(grant.slot)
+            .with_opened(grant.opened),
         )
     }
 
@@ -159,7 +189,8 @@ impl QueueEntry for Entry {
     }
 
     async fn withdraw(mut self) {
-        withdraw(&self.rpc, &mut self.lease, &self.place.key).await;
+        let entry = self.rules.entry_key(&self.place.key);
+        withdraw(&self.rpc, &mut self.lease, &self.place.key, &entry).await;
     }
 }
 
@@ -183,6 +214,10 @@ pub(super) struct Ahead {
     pub mark: MarkSeen,
     /// The history as the answer read it (what the release trims).
     pub trim: Trim,
+    /// Our entry, where this answer opened it.
+    pub opened: Option<Opened>,
+    /// The answers to what the look added (`Seen::ops`).
+    pub tail: Vec<TxnOpResponse>,
 }
 
 impl Ahead {
@@ -199,6 +234,7 @@ impl Ahead {
             mark: self.mark,
             trim: self.trim.clone(),
             slot: None,
+            opened: self.opened,
         }
     }
 }
@@ -244,6 +280,18 @@ async fn enqueue(
     }
     put.push(rules.trim_read());
     found.push(rules.trim_read());
+    // Into an empty line, any request holds at once: our entry is opened
+    // with our key (the line as it was before this transaction: every
+    // compare of a transaction, nested ones too, reads the state before it).
+    put.push(TxnOp::txn(
+        Txn::new()
+            .when([Compare::create_revision(queue, CompareOp::Equal, 0).with_prefix()])
+            .and_then([TxnOp::put(
+                rules.entry_key(&key),
+                rules.opened(0, None, rules.since_ms),
+                None,
+            )]),
+    ));
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
         .and_then(put)
@@ -281,6 +329,14 @@ async fn enqueue(
                 .as_ref()
                 .map_or_else(MarkSeen::default, |_| MarkSeen::of(&got(ops.get(2)))),
             trim: Trim::of(ops.get(2 + usize::from(marked.is_some()))),
+            opened: match ops.get(3 + usize::from(marked.is_some())) {
+                Some(TxnOpResponse::Txn(t)) if resp.succeeded() && t.succeeded() => Some(Opened {
+                    rev: header_rev,
+                    granted_ms: rules.since_ms,
+                }),
+                _ => None,
+            },
+            tail: Vec::new(),
         },
     ))
 }
@@ -309,6 +365,7 @@ pub(super) async fn look(
     place: &OwnKey,
     rules: &Rules,
     seen_end: Vec<TxnOp>,
+    open: Option<u64>,
 ) -> Result<Looked> {
     let key = place.key.as_str();
     let mut then = vec![TxnOp::get(
@@ -318,7 +375,17 @@ pub(super) async fn look(
     let marked = rules.mark_read().is_some();
     then.extend(rules.mark_read());
     then.push(rules.trim_read());
+    let fixed = then.len();
     then.extend(seen_end);
+    // The look that confirms our turn opens our entry (the turn, once
+    // shown, stays ours while our key lives: `line::granted`).
+    if let Some(granted_ms) = open {
+        then.push(TxnOp::put(
+            rules.entry_key(key),
+            rules.opened(place.rev, None, granted_ms),
+            None,
+        ));
+    }
     let txn = Txn::new()
         .when([
             Compare::create_revision(key, CompareOp::Equal, place.rev),
@@ -357,6 +424,11 @@ pub(super) async fn look(
             false => MarkSeen::default(),
         },
         trim: Trim::of(ops.get(1 + usize::from(marked))),
+        opened: open.map(|granted_ms| Opened {
+            rev: header_rev(resp.header()),
+            granted_ms,
+        }),
+        tail: ops.get(fixed..).map(<[_]>::to_vec).unwrap_or_default(),
     }))
 }
 
@@ -377,11 +449,13 @@ async fn wait_turn(
     progress: &(dyn Fn(WaitProgress) + Send + Sync),
 ) -> Result<Turn> {
     let mut ahead = first;
-    let look_again = |before: &Ahead| {
-        let seen_end = record_vanished(rules, before);
-        async {
+    let mut seen = Seen::new(&rules.history);
+    seen.update(&[], &ahead.kvs);
+    let look_again = |seen: &Seen, open: Option<u64>| {
+        let seen_end = seen.ops();
+        async move {
             tokio::select! {
-                r = look(rpc, lease, place, rules, seen_end) => r.map(Some),
+                r = look(rpc, lease, place, rules, seen_end, open) => r.map(Some),
                 _ = cancel.cancelled() => Ok(None),
             }
         }
@@ -393,11 +467,12 @@ async fn wait_turn(
         let modes = ahead.modes();
         if line::granted(mode, &modes) {
             // The enqueue's answer did not check our lease: look once more.
-            let last = match look_again(&ahead).await? {
+            let last = match look_again(&seen, Some(super::history::now_ms())).await? {
                 None => return Ok(Turn::Left),
                 Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
                 Some(Looked::Line(last)) => last,
             };
+            seen.update(&last.tail, &last.kvs);
             if line::granted(mode, &last.modes()) {
                 if let Some(mark) = rules::outdated(&rules.extras, last.mark.value) {
                     return Ok(Turn::Outdated(mark));
@@ -454,42 +529,13 @@ async fn wait_turn(
                 _ = cancel.cancelled() => return Ok(Turn::Left),
             }
         }
-        ahead = match look_again(&ahead).await? {
+        ahead = match look_again(&seen, None).await? {
             None => return Ok(Turn::Left),
             Some(Looked::Superseded(by)) => return Ok(Turn::Superseded(by)),
             Some(Looked::Line(a)) => a,
         };
+        seen.update(&ahead.tail, &ahead.kvs);
     }
-}
-
-/// For each holder `before` showed that ended without a record when the
-/// next look shows it gone (its lease ran out: its lc-cli died, or lost the
-/// service), its history entry: a transaction nested in the look's, which
-/// writes it only if the key is gone and no entry is there (a release or a
-/// reset writes its own with the delete). 0 round trips added.
-fn record_vanished(rules: &Rules, before: &Ahead) -> Vec<TxnOp> {
-    let holds = line::holders(&before.modes());
-    before
-        .kvs
-        .iter()
-        .zip(holds)
-        .filter(|(_, held)| *held)
-        .filter_map(|(kv, _)| {
-            let ending = history::vanished(kv)?;
-            let data = KeyData::decode(kv.value());
-            let ended = history::Ended {
-                data: data.as_ref(),
-                token: kv.create_revision(),
-                granted_ms: None,
-                slot: None,
-                ending,
-                status: None,
-                by: None,
-            };
-            let gone = Compare::create_revision(kv.key(), CompareOp::Equal, 0);
-            Some(TxnOp::txn(ended.put_if_absent(&rules.history, Some(gone))))
-        })
-        .collect()
 }
 
 fn lease_gone(rpc: &Rpc, gone: LeaseEnd, lease: &Lease) -> BackendError {
@@ -506,14 +552,15 @@ fn lease_gone(rpc: &Rpc, gone: LeaseEnd, lease: &Lease) -> BackendError {
     }
 }
 
-/// Leaves the queue: deletes our key and revokes the lease (which deletes
-/// it too, if the delete could not be sent).
-pub(super) async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str) {
-    let k = key.to_string();
+/// Leaves the queue: deletes our key (and our history entry, where an
+/// answer opened one: we ran nothing) and revokes the lease (which deletes
+/// the key too, if the delete could not be sent).
+pub(super) async fn withdraw(rpc: &Rpc, lease: &mut Lease, key: &str, entry: &str) {
+    let txn = Txn::new().and_then([TxnOp::delete(key, None), TxnOp::delete(entry, None)]);
     let _ = rpc
         .call("deleting our key", |mut c| {
-            let k = k.clone();
-            async move { c.delete(k, None).await }
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
         })
         .await;
     let _ = lease.revoke().await;

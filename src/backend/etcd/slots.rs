@@ -83,14 +83,18 @@ fn free_when(state: &str, i: u32, seen: &Seen) -> Vec<Compare> {
     }
 }
 
-/// Claims the lowest free of `n` slots for the holder `place` on `lease`.
+/// Claims the lowest free of `n` slots for the holder `place` on `lease`;
+/// `open(i)`: the put of our history entry naming slot `i`, in the branch
+/// that takes it. The slot, and the revision of the transaction that took
+/// it (0: taken by an earlier attempt whose answer was lost).
 pub(super) async fn claim(
     rpc: &Rpc,
     lease: &Lease,
     place: &OwnKey,
     state: &str,
     n: u32,
-) -> Result<u32> {
+    open: &(dyn Fn(u32) -> TxnOp + Sync),
+) -> Result<(u32, i64)> {
     let mut seen: Seen = vec![None; n as usize];
     for _ in 0..ROUNDS {
         let read = TxnOp::get(prefix(state), Some(GetOptions::new().with_prefix()));
@@ -108,7 +112,7 @@ pub(super) async fn claim(
             chain = Some(
                 Txn::new()
                     .when(free_when(state, i, &seen))
-                    .and_then([put])
+                    .and_then([put, open(i)])
                     .or_else([otherwise]),
             );
         }
@@ -136,7 +140,9 @@ pub(super) async fn claim(
         let mut i = 0;
         loop {
             match ops.first() {
-                Some(TxnOpResponse::Txn(t)) if t.succeeded() => return Ok(i),
+                Some(TxnOpResponse::Txn(t)) if t.succeeded() => {
+                    return Ok((i, super::queue::header_rev(resp.header())))
+                }
                 Some(TxnOpResponse::Txn(t)) => {
                     ops = t.op_responses();
                     i += 1;
@@ -154,7 +160,7 @@ pub(super) async fn claim(
                         };
                         // Ours already (a retried request that went through).
                         if kv.value() == place.key.as_bytes() {
-                            return Ok(j);
+                            return Ok((j, 0));
                         }
                         if let Some(s) = seen.get_mut(j as usize) {
                             *s = Some(kv.clone());

@@ -32,10 +32,13 @@ pub(super) struct ZkHeld {
     status: Option<i32>,
     released: bool,
     /// The hold's history entry (`history.rs`): what it says of the hold,
-    /// whether its opening (at the grant, in the background) created it,
+    /// whether its opening (at the grant, before the command) created it,
     /// and what the release writes.
     record: Record,
-    opening: Option<tokio::task::JoinHandle<bool>>,
+    opened: bool,
+    /// The cap's trim, sent while the command runs (awaited by the
+    /// release, so that a short command's session stays for it).
+    trimming: Option<tokio::task::JoinHandle<()>>,
     closing: Option<Closing>,
     /// Who cancelled the command (`--cancel-running`), for the entry.
     cancelled_by: Option<String>,
@@ -64,17 +67,18 @@ impl ZkHeld {
             status: None,
             released: false,
             record: Record::new("", LockMode::Exclusive),
-            opening: None,
+            opened: false,
+            trimming: None,
             closing: None,
             cancelled_by: None,
             slot: None,
         }
     }
 
-    /// Opens the hold's history entry (`history::open`) in the background,
-    /// so the command starts without waiting for it: `mode`, and when the
-    /// request arrived (ms since the epoch, this host's clock).
-    pub(super) fn open_history(&mut self, mode: LockMode, arrived_ms: u64) {
+    /// Opens the hold's history entry (`history::open`), before the
+    /// command starts: `mode`, and when the request arrived (ms since the
+    /// epoch, this host's clock).
+    pub(super) async fn open_history(&mut self, mode: LockMode, arrived_ms: u64) {
         let granted = history::now_ms();
         let mut r = Record::new(&self.source, mode);
         r.token = u64::try_from(self.czxid).ok();
@@ -85,25 +89,26 @@ impl ZkHeld {
         let Some(path) = history::entry_path(&self.node) else {
             return;
         };
-        let s = self.s.clone();
-        self.opening = Some(tokio::spawn(
-            async move { history::open(&s, &path, &r).await },
-        ));
+        (self.opened, self.trimming) = history::open(&self.s, &path, &r).await;
+    }
+
+    /// The path of the entry, when it was opened (for a grant given back
+    /// at once: it goes with the node).
+    pub(super) fn opened_entry(&self) -> Option<String> {
+        self.opened
+            .then(|| history::entry_path(&self.node))
+            .flatten()
     }
 
     /// What the release writes into the entry (once: kept for a release
-    /// tried again). Waits for the opening (bounded by the session
-    /// timeout): a hold released at once has opened it or not by then.
+    /// tried again).
     async fn closing(&mut self) -> Option<Closing> {
         if self.closing.is_none() {
+            if let Some(task) = self.trimming.take() {
+                let _ = tokio::time::timeout(self.s.retry_for, task).await;
+            }
             let path = history::entry_path(&self.node)?;
-            let exists = match self.opening.take() {
-                Some(task) => matches!(
-                    tokio::time::timeout(self.s.retry_for, task).await,
-                    Ok(Ok(true))
-                ),
-                None => false,
-            };
+            let exists = self.opened;
             let (how, by) = match self.cancelled_by.take() {
                 Some(by) => (Ending::Cancelled, Some(by)),
                 None => (Ending::Released, None),
@@ -330,9 +335,6 @@ impl HeldLock for ZkHeld {
             )));
         };
         // The entry stays open under the kept node (same digits, same entry).
-        if let Some(task) = self.opening.take() {
-            let _ = tokio::time::timeout(self.s.retry_for, task).await;
-        }
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
         let persistent = format!("{dir}/{name}");
         let mut data = NodeData::new(Mode::Detached, &self.source).with_fields(&self.fields);

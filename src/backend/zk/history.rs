@@ -10,11 +10,11 @@
 //! entry without reading any, and a create repeated after a lost
 //! connection cannot make a second one.
 //!
-//! - **Opened** at the grant, by the holder, while its command already
-//!   runs (not waited for): the hold's source, mode, token, grant and
-//!   fields, no `ended=`. Its listing of the lock node tells how many
-//!   entries there are; the oldest beyond the cap ([`CAP`]) are deleted in
-//!   the same transaction as the create.
+//! - **Opened** at the grant, by the holder, before its command starts
+//!   (one create, awaited: a hold whose command ran has an entry, however
+//!   its lc-cli ends): the hold's source, mode, token, grant and fields, no
+//!   `ended=`. The oldest entries beyond the cap ([`CAP`]) are deleted
+//!   while the command runs (a listing and one transaction).
 //! - **Closed** by whoever ends the hold, in the transaction that deletes
 //!   the holder's node (so an entry is closed if and only if that
 //!   transaction deleted the node): the releasing lc-cli (`released` with
@@ -26,6 +26,7 @@
 //!   end time; an open entry whose node is still there is a hold that
 //!   goes on, and is not listed.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client as zk;
@@ -232,54 +233,66 @@ impl Closing {
 }
 
 /// Opens the entry at `path` (see the module's docs): true once it exists.
-/// Best effort: a failure leaves the hold without an entry (its release
-/// then creates one), never touches the lock.
-pub(super) async fn open(s: &Session, path: &str, record: &Record) -> bool {
+/// Awaited before the command starts (so a hold whose command ran has an
+/// entry, whenever its lc-cli dies): one create; the oldest entries past
+/// the cap are deleted afterwards, in the background ([`trim`]: its task,
+/// which the release awaits). A failure leaves the hold without an entry
+/// (its release then creates one), never touches the lock.
+pub(super) async fn open(s: &Arc<Session>, path: &str, record: &Record) -> Opened {
     let Some((dir, name)) = path.rsplit_once('/') else {
-        return false;
+        return (false, None);
     };
-    let mut older: Vec<String> = match s.retry(|c| async move { c.list_children(dir).await }).await
-    {
-        Ok(children) => children
-            .into_iter()
-            .filter(|c| c.starts_with(PREFIX) && c != name)
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    older.sort_by_key(|c| age(c));
-    let excess = older.len().saturating_sub(CAP - 1);
-    let mut doomed: Vec<String> = older[..excess]
-        .iter()
-        .map(|c| format!("{dir}/{c}"))
-        .collect();
     let data = record.encode();
     let persistent = zk::CreateMode::Persistent.with_acls(s.acls);
+    let mut created = false;
     for _ in 0..5 {
-        let Ok(client) = s.client() else { return false };
-        let mut multi = client.new_multi_writer();
-        let added = multi
-            .add_create(path, &data, &persistent)
-            .and_then(|_| doomed.iter().try_for_each(|d| multi.add_delete(d, None)));
-        if added.is_err() {
-            return false;
-        }
-        match multi.commit().await {
-            Ok(_) => return true,
+        let Ok(client) = s.client() else {
+            return (false, None);
+        };
+        match client.create(path, &data, &persistent).await {
             // There already: created by our attempt whose answer was lost.
-            Err(zk::MultiWriteError::OperationFailed {
-                index: 0,
-                source: zk::Error::NodeExists,
-            }) => return true,
-            Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => return false,
-            // Trimmed by another writer meanwhile: create alone.
-            Err(zk::MultiWriteError::OperationFailed { .. }) => doomed.clear(),
-            Err(zk::MultiWriteError::RequestFailed { source }) if connection_lost(&source) => {
-                tokio::time::sleep(Duration::from_millis(50)).await
+            Ok(_) | Err(zk::Error::NodeExists) => {
+                created = true;
+                break;
             }
-            Err(_) => return false,
+            Err(e) if connection_lost(&e) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(_) => return (false, None),
         }
     }
-    false
+    let (s, dir, name) = (s.clone(), dir.to_string(), name.to_string());
+    let trimming = created.then(|| tokio::spawn(async move { trim(&s, &dir, &name).await }));
+    (created, trimming)
+}
+
+/// Whether the entry was created, and the trim's task.
+pub(super) type Opened = (bool, Option<tokio::task::JoinHandle<()>>);
+
+/// Deletes the oldest entries of `dir` past the cap (`ours` counted): one
+/// listing and one transaction, sent while the command runs. Best effort:
+/// another writer's trim, or the next, does what this one could not.
+async fn trim(s: &Session, dir: &str, ours: &str) {
+    let Ok(children) = s.retry(|c| async move { c.list_children(dir).await }).await else {
+        return;
+    };
+    let mut older: Vec<String> = children
+        .into_iter()
+        .filter(|c| c.starts_with(PREFIX) && c != ours)
+        .collect();
+    older.sort_by_key(|c| age(c));
+    let excess = older.len().saturating_sub(CAP - 1);
+    if excess == 0 {
+        return;
+    }
+    let Ok(client) = s.client() else { return };
+    let mut multi = client.new_multi_writer();
+    let doomed = older[..excess].iter().map(|c| format!("{dir}/{c}"));
+    if doomed
+        .into_iter()
+        .try_for_each(|d| multi.add_delete(&d, None))
+        .is_ok()
+    {
+        let _ = multi.commit().await;
+    }
 }
 
 /// The outcome of a transaction that closes an entry and deletes the node.

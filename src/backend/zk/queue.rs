@@ -72,47 +72,82 @@ pub(super) async fn acquire(
         withdraw(s, &place.path).await;
         return Ok(outcome);
     }
+    // The history entry is opened before the command starts (a hold whose
+    // command ran has one, however its lc-cli ends).
+    let waited = match waited {
+        Ok(Some((czxid, own_watch))) if !cancel.is_cancelled() => {
+            let mut held = ZkHeld::new(
+                s.clone(),
+                place.path.clone(),
+                czxid,
+                own_watch,
+                request.source.clone(),
+            );
+            held.fields = fields;
+            held.open_history(request.mode, node_data.since_ms).await;
+            Ok(Some(Granted::Held(Box::new(held))))
+        }
+        Ok(Some(grant)) => Ok(Some(Granted::Bare(grant))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
     let entry = Entry {
         s: s.clone(),
         node: place.path,
-        source: request.source.clone(),
-        fields,
         rules,
-        mode: request.mode,
-        arrived_ms: node_data.since_ms,
     };
     settle(entry, waited, &cancel).await
+}
+
+/// A grant: the hold with its history entry opened, or (cancelled as it
+/// came) bare, to be given back.
+enum Granted {
+    Held(Box<ZkHeld>),
+    Bare((i64, OwnWatch)),
 }
 
 /// Our node in a lock's queue, while its wait is settled.
 struct Entry {
     s: Arc<Session>,
     node: String,
-    source: String,
-    fields: String,
     rules: Option<Rules>,
-    mode: LockMode,
-    /// When the request arrived (ms since the epoch), for the history.
-    arrived_ms: u64,
 }
 
 #[async_trait]
 impl QueueEntry for Entry {
-    type Grant = (i64, OwnWatch);
+    type Grant = Granted;
 
-    fn hold(self, (czxid, own_watch): (i64, OwnWatch)) -> Box<dyn HeldLock> {
-        let mut held = ZkHeld::new(self.s, self.node, czxid, own_watch, self.source);
-        held.fields = self.fields;
+    fn hold(self, grant: Granted) -> Box<dyn HeldLock> {
+        let mut held = match grant {
+            Granted::Held(held) => held,
+            // Not reached: a bare grant is one cancelled, given back.
+            Granted::Bare((czxid, own_watch)) => Box::new(ZkHeld::new(
+                self.s,
+                self.node,
+                czxid,
+                own_watch,
+                String::new(),
+            )),
+        };
         if let Some(mut rules) = self.rules {
             held.order = rules.order();
             held.cancel = rules.cancel.take();
         }
-        held.open_history(self.mode, self.arrived_ms);
-        Box::new(held)
+        held
     }
 
-    /// Said so when not confirmed: the key may still be held.
-    async fn give_back(self, _: (i64, OwnWatch)) -> Result<()> {
+    /// Said so when not confirmed: the key may still be held. An entry
+    /// opened for it goes first (nothing ran).
+    async fn give_back(self, grant: Granted) -> Result<()> {
+        if let Granted::Held(held) = &grant {
+            if let Some(entry) = held.opened_entry() {
+                let e = entry.as_str();
+                let _ = self
+                    .s
+                    .retry(|c| async move { c.delete(e, None).await })
+                    .await;
+            }
+        }
         if withdraw(&self.s, &self.node).await {
             return Ok(());
         }

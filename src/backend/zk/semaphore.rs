@@ -57,12 +57,14 @@ pub(super) async fn acquire(
         }
     };
     let mutex = QueueNode::new(locks, name);
-    let waited = in_turn(s, &dir, &mutex, request, n, &node_data, &cancel, progress).await;
+    let mut waited = in_turn(s, &dir, &mutex, request, n, &node_data, &cancel, progress).await;
+    // The history entry is opened before the command starts.
+    if let (Ok(Some(held)), false) = (&mut waited, cancel.is_cancelled()) {
+        held.open_history(request.mode, node_data.since_ms).await;
+    }
     let entry = Entry {
         s: s.clone(),
         mutex: mutex.path,
-        mode: request.mode,
-        arrived_ms: node_data.since_ms,
     };
     settle(entry, waited, &cancel).await
 }
@@ -72,17 +74,13 @@ pub(super) async fn acquire(
 struct Entry {
     s: Arc<Session>,
     mutex: String,
-    mode: LockMode,
-    /// When the request arrived (ms since the epoch), for the history.
-    arrived_ms: u64,
 }
 
 #[async_trait]
 impl QueueEntry for Entry {
     type Grant = ZkHeld;
 
-    fn hold(self, mut held: ZkHeld) -> Box<dyn HeldLock> {
-        held.open_history(self.mode, self.arrived_ms);
+    fn hold(self, held: ZkHeld) -> Box<dyn HeldLock> {
         Box::new(held)
     }
 
