@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::dial::{Dialer, LcStream};
 use super::LcBackend;
 
-mod keep;
+mod release;
 use crate::backend::{BackendError, Expiry, HeldLock, LostReason, Result};
 use crate::proto::{self, Answer, ReleaseKind, Request, HEARTBEAT, SESSION_LOST};
 
@@ -178,26 +178,10 @@ impl HeldLock for LcSession {
     }
 
     async fn release(&mut self) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        let here = match self.asks.send((self.ended, tx)).await {
-            Ok(()) => rx.await.ok().flatten(),
-            Err(_) => None,
-        };
-        let answer = match here {
-            Some(answer) => answer?,
-            None => {
-                self.backend
-                    .call(Request::Release {
-                        key: self.key.as_bytes().to_vec(),
-                        kind: ReleaseKind::Token(self.token),
-                        ended: self.ended.filter(|_| {
-                            self.backend.dialer.greeting().named(proto::FEATURE_QUEUES)
-                        }),
-                    })
-                    .await?
-            }
-        };
-        match answer {
+        let again = self
+            .ended
+            .filter(|_| self.backend.dialer.greeting().named(proto::FEATURE_QUEUES));
+        match self.ask_release(self.ended, again).await? {
             // `#`: not held under our token (taken away): it is not ours to free.
             Answer::Ok | Answer::Busy => Ok(()),
             Answer::Fail => Err(BackendError::NotReleased {
@@ -209,7 +193,7 @@ impl HeldLock for LcSession {
         }
     }
 
-    /// `--hold-at-least` (`expire`: the rest of the window): see `keep.rs`.
+    /// `--hold-at-least` (`expire`: the rest of the window): see `session/release.rs`.
     /// Without `expire` never asked for: a detached hold is a classic one.
     async fn detach(mut self: Box<Self>, expire: Option<std::time::Duration>) -> Result<()> {
         match expire {

@@ -1,10 +1,11 @@
+//! A session hold's SessionRelease: on the session's connection, or on a
+//! new one if that broke ([`LcSession::ask_release`]); and
 //! `--hold-at-least` on lc-cli's own server (issue 45, docs/fleet-jobs.md):
 //! at the command's end, the SessionRelease carries the rest of the window
 //! (the Hello feature `keep`), and the server turns the session hold into a
-//! kept hold that expires then, in one step (one round trip, on the
-//! session's connection, or on a new one if that broke). A server that
-//! does not name `keep` (an older lc-cli serve): released as usual, said
-//! in one line.
+//! kept hold that expires then, in one step (one round trip). A server
+//! that does not name `keep` (an older lc-cli serve): released as usual,
+//! said in one line.
 
 use std::time::Duration;
 
@@ -15,6 +16,32 @@ use crate::backend::{BackendError, HeldLock, Result};
 use crate::proto::{self, Answer, ReleaseKind, Request};
 
 impl LcSession {
+    /// Sends a SessionRelease that says `ended` on the session's
+    /// connection, or (`again`) on a new one when that broke.
+    pub(super) async fn ask_release(
+        &mut self,
+        ended: Option<proto::Ended>,
+        again: Option<proto::Ended>,
+    ) -> Result<Answer> {
+        let (tx, rx) = oneshot::channel();
+        let here = match self.asks.send((ended, tx)).await {
+            Ok(()) => rx.await.ok().flatten(),
+            Err(_) => None,
+        };
+        match here {
+            Some(answer) => answer,
+            None => {
+                self.backend
+                    .call(Request::Release {
+                        key: self.key.as_bytes().to_vec(),
+                        kind: ReleaseKind::Token(self.token),
+                        ended: again,
+                    })
+                    .await
+            }
+        }
+    }
+
     /// Keeps the hold `rest` more (see the module's note).
     pub(super) async fn keep(&mut self, rest: Duration) -> Result<()> {
         if !self.backend.dialer.greeting().named(proto::FEATURE_KEEP) {
@@ -32,24 +59,7 @@ impl LcSession {
                 keep_ms: None,
             })
         };
-        let (tx, rx) = oneshot::channel();
-        let here = match self.asks.send((Some(ended), tx)).await {
-            Ok(()) => rx.await.ok().flatten(),
-            Err(_) => None,
-        };
-        let answer = match here {
-            Some(answer) => answer?,
-            None => {
-                self.backend
-                    .call(Request::Release {
-                        key: self.key.as_bytes().to_vec(),
-                        kind: ReleaseKind::Token(self.token),
-                        ended: Some(ended),
-                    })
-                    .await?
-            }
-        };
-        match answer {
+        match self.ask_release(Some(ended), Some(ended)).await? {
             Answer::Ok => Ok(()),
             // Not held under our token any more (a reset, an unlock, an
             // expiry): nothing is left to keep, nor to free.
