@@ -38,6 +38,28 @@ fn hold_until(log: &Path, tag: &str, go: &Path) -> String {
     )
 }
 
+/// h: holds b until `go` exists; returned once its command runs.
+fn holder_of_b(lc: &dyn Fn(&[&str]) -> Command, log: &Path, go: &Path) -> std::process::Child {
+    let h = spawn(lc(&[
+        "lock",
+        "b",
+        "--source",
+        "h",
+        "-c",
+        &hold_until(log, "h", go),
+    ]));
+    let started = || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("start h ")
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(20), started),
+        "h never ran"
+    );
+    h
+}
+
 fn spawn(mut cmd: Command) -> std::process::Child {
     cmd.stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -66,19 +88,7 @@ fn a_group_holds_nothing_while_it_waits_is_passed_then_reserves() {
     let mut kids = Kids(Vec::new());
     // h holds b; w waits for b; g asks a and b, and waits behind w in b's
     // line: it is not at the head of every line.
-    kids.0.push(spawn(lc(&[
-        "lock",
-        "b",
-        "--source",
-        "h",
-        "-c",
-        &hold_until(&log, "h", &go),
-    ])));
-    assert!(common::wait_until(Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("start h ")
-    }));
+    kids.0.push(holder_of_b(&lc, &log, &go));
     kids.0.push(spawn(lc(&[
         "lock",
         "b",
@@ -152,19 +162,7 @@ fn a_group_that_times_out_or_is_stopped_or_killed_gives_its_places_back() {
     let (log, go) = (dir.path().join("log"), dir.path().join("go"));
     let lc = |args: &[&str]| server.lc(args);
     let mut kids = Kids(Vec::new());
-    kids.0.push(spawn(lc(&[
-        "lock",
-        "b",
-        "--source",
-        "h",
-        "-c",
-        &hold_until(&log, "h", &go),
-    ])));
-    assert!(common::wait_until(Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("start h ")
-    }));
+    kids.0.push(holder_of_b(&lc, &log, &go));
     // -w: one line naming b and its holder, status 1, nothing held or left
     // in line.
     let line = common::expect_error_line(
@@ -256,19 +254,7 @@ fn a_waiting_group_survives_a_restart_of_the_server() {
     let lc = |args: &[&str]| common::lc_at(&url, args);
     let (log, go) = (dir.path().join("log"), dir.path().join("go"));
     let mut kids = Kids(Vec::new());
-    kids.0.push(spawn(lc(&[
-        "lock",
-        "b",
-        "--source",
-        "h",
-        "-c",
-        &hold_until(&log, "h", &go),
-    ])));
-    assert!(common::wait_until(Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("start h ")
-    }));
+    kids.0.push(holder_of_b(&lc, &log, &go));
     let g = spans::script(&log, "g", 0.2);
     kids.0.push(spawn(lc(&[
         "lock", "a", "--and", "b", "--source", "g", "-c", &g,

@@ -125,6 +125,22 @@ pub(super) struct Ended<'a> {
     pub by: Option<&'a str>,
 }
 
+/// The closed entry of a hold whose entry was never opened (its holder's
+/// key value `kv`, ended as `ending`, by `by`), as whoever ends it writes.
+pub(super) fn unopened(kv: &etcd_client::KeyValue, ending: Ending, by: Option<&str>) -> Vec<u8> {
+    let data = KeyData::decode(kv.value());
+    Ended {
+        data: data.as_ref(),
+        token: kv.create_revision(),
+        granted_ms: None,
+        slot: None,
+        ending: Some(ending),
+        status: None,
+        by,
+    }
+    .encode()
+}
+
 impl Ended<'_> {
     /// The entry's field list: the holder (`source`, its request's own
     /// fields), the hold (`mode`, `limit`, `slot`, `token`, `since`,

@@ -155,19 +155,7 @@ impl EtcdBackend {
             let token = kv.create_revision();
             let value = match read.kvs().first() {
                 Some(open) => history::close(open.value(), token, ending, None, Some(&self.by)),
-                None => {
-                    let data = KeyData::decode(kv.value());
-                    let entry = history::Ended {
-                        data: data.as_ref(),
-                        token,
-                        granted_ms: None,
-                        slot: None,
-                        ending: Some(ending),
-                        status: None,
-                        by: Some(&self.by),
-                    };
-                    Some(entry.encode())
-                }
+                None => Some(history::unopened(kv, ending, Some(&self.by))),
             };
             ops.extend(value.map(|v| TxnOp::put(key, v, None)));
         }

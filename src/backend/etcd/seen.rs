@@ -17,7 +17,7 @@
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 
-use super::history::{self, Ended};
+use super::history;
 use super::line;
 use super::names::KeyData;
 
@@ -69,18 +69,9 @@ impl Seen {
         let gone = || Compare::create_revision(t.kv.key(), CompareOp::Equal, 0);
         // Tracked only where lc-cli can tell how it ended (`update`).
         let ending = history::vanished(&t.kv).unwrap_or(crate::backend::history::Ending::Freed);
-        let data = KeyData::decode(t.kv.value());
         let token = t.kv.create_revision();
-        let fresh = Ended {
-            data: data.as_ref(),
-            token,
-            granted_ms: None,
-            slot: None,
-            ending: Some(ending),
-            status: None,
-            by: None,
-        };
-        let absent = history::put_when(&key, fresh.encode(), 0, Some(gone()));
+        let fresh = history::unopened(&t.kv, ending, None);
+        let absent = history::put_when(&key, fresh, 0, Some(gone()));
         let open = t.entry.as_ref().and_then(|(value, m)| {
             // The entry knows a kept hold's expiry even where the key as
             // last seen (before it was kept) does not.
