@@ -2,10 +2,13 @@
 //! several keys at once, all or none (docs/several-keys.md).
 //!
 //! The rules, once:
-//! - The keys are taken one after another in one global order, sorted by
-//!   their bytes, whatever order the command line names them in: two
-//!   requests that share keys take the shared ones in the same order, so
-//!   no cycle of waits (a deadlock) can form, on every backend.
+//! - Where the service grants keys together (the built-in server's Hello
+//!   feature `group`), every key is asked at once and granted in one step,
+//!   nothing held while waiting (`multi_together.rs`). Elsewhere (and for
+//!   `-n`) the keys are taken one after another in one global order,
+//!   sorted by their bytes, whatever order the command line names them
+//!   in: two requests that share keys take the shared ones in the same
+//!   order, so no cycle of waits (a deadlock) can form.
 //! - Each key has a connection of its own, so each backend's single-key
 //!   rules (leases, sessions, crash rules) hold unchanged for every key.
 //! - `-w` is one deadline for all the keys; `-n` tries each key once and
