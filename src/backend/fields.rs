@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(
             text,
             "note=deploy 1.4.2 (%25 done)\norder=1733450000\nnewest=1\ncancel=1\n\
-             atleast=3000000\nslots=db1,db-2,db.3\n"
+             atleast=3000000\nslots=db1,db-2,db.3\ngroup=5eed/3\n"
         );
         let list = FieldList::parse(text.as_bytes()).unwrap();
         assert_eq!(list.to_string(), text);

@@ -4,15 +4,15 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
+pub(super) use super::loss::{frozen_past, grace, release_attempt, sleep_until_some, EXPIRY_LOOK};
+
 use anyhow::{Context, Result};
 
 use super::holder;
 use super::waiting::{self, Withdrawn};
 use super::OrFail;
 use crate::backend::fields::Extras;
-use crate::backend::{
-    Acquired, Backend, BackendConfig, Expiry, HeldLock, LockMode, LockRequest, LostReason,
-};
+use crate::backend::{Acquired, Backend, BackendConfig, HeldLock, LockMode, LockRequest};
 use crate::child;
 use crate::cli::{ModeArgs, RunArgs};
 use crate::exit::{fail, ExitCode};
@@ -137,11 +137,6 @@ pub(crate) fn mode_of(args: &ModeArgs) -> LockMode {
 
 /// How long a failed release is retried before giving up.
 const RELEASE_RETRY: Duration = Duration::from_secs(10);
-
-/// How long the one give-back after a loss may take: the loss is already
-/// reported, and a service that is away (ZooKeeper confirms a delete only
-/// once it is back) must not hold up the exit 75 for the whole retry.
-const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(3);
 
 pub(crate) fn run(config: &BackendConfig, options: LockOptions) -> Result<ExitCode> {
     super::block_on(async {
@@ -449,7 +444,13 @@ async fn run_child(
                 Some(reason) => Err(reason),
                 None => Ok(end),
             },
-            lost => lost,
+            // The guardian stopped the command: lc-cli was frozen, and the
+            // service's silence it wakes to is that freeze's doing.
+            Err(reason) => Err(super::loss::frozen_first(
+                reason,
+                held.expiry(),
+                guardian.as_ref(),
+            )),
         };
         match lost {
             Ok(end) => break end,
@@ -512,59 +513,6 @@ async fn run_child(
     released?;
     let end = end.with_context(|| format!("command holding '{key}' on {}", config.shown()))?;
     Ok(end.exit_code())
-}
-
-/// The shortest pause between two looks at a hold's deadlines.
-pub(super) const EXPIRY_LOOK: Duration = Duration::from_millis(50);
-
-pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A hold whose stop deadline passed `late` ago or more with lc-cli unable
-/// to act on it (it was stopped, or starved): a loss, whatever the service
-/// says next. So is a command the guardian stopped at the older deadline
-/// it last knew (a renewal lc-cli got just before it froze), though the
-/// How long a command stopped after a loss gets between SIGTERM and SIGKILL:
-/// `--kill-after`, cut short where the service may hand the key on.
-pub(super) fn grace(lost: &LostReason, kill_after: Duration) -> Duration {
-    match lost.kill_by {
-        Some(by) => kill_after.min(by.saturating_duration_since(Instant::now())),
-        None => kill_after,
-    }
-}
-
-/// service may still hold the key (it is released).
-pub(super) fn frozen_past(
-    expiry: Option<Expiry>,
-    late: Duration,
-    guardian: Option<&Guardian>,
-) -> Option<LostReason> {
-    let now = Instant::now();
-    if let Some(e) = expiry.filter(|e| now >= e.term_at + late) {
-        return Some(LostReason::kill_by(
-            format!(
-                "lc-cli was stopped or starved: no contact with the service confirmed for {:.1} s past its stop deadline, where its guardian stops the command",
-                now.saturating_duration_since(e.term_at).as_secs_f64()
-            ),
-            e.kill_at,
-        ));
-    }
-    guardian.is_some_and(Guardian::stopped_the_command).then(|| {
-        LostReason::new(
-            "lc-cli was stopped or starved past the stop deadline it had given its guardian, which stopped the command",
-        )
-    })
-}
-
-/// One release attempt, bounded in time, after a loss: whatever is left is
-/// given back, and its outcome is not reported (the loss is), so no error
-/// is made up for it.
-pub(super) async fn release_attempt(held: &mut Box<dyn HeldLock>) {
-    let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, held.release()).await;
 }
 
 /// Releases, retrying for a bounded time while the service is unreachable;

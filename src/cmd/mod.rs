@@ -7,6 +7,7 @@ pub(crate) mod history;
 mod holder;
 pub(crate) mod keys;
 pub(crate) mod lock;
+mod loss;
 pub(crate) mod mark;
 pub(crate) mod multi;
 pub(crate) mod ping;

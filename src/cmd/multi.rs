@@ -390,7 +390,10 @@ async fn run_child(
                 Some(reason) => Err((None, reason)),
                 None => Ok(end),
             },
-            lost => lost,
+            Err((which, reason)) => Err((
+                which,
+                super::loss::frozen_first(reason, earliest(taken), Some(&guardian)),
+            )),
         };
         match lost {
             Ok(end) => break end,
