@@ -60,7 +60,10 @@ impl Watching {
     fn wait_for(&self, limit: Duration, wanted: impl Fn(&Value) -> bool) -> Option<SystemTime> {
         let deadline = Instant::now() + limit;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.events.recv_timeout(left.min(Duration::from_millis(200))) {
+            match self
+                .events
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
                 Ok((at, v)) if wanted(&v) => return Some(at),
                 Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return None,
@@ -320,4 +323,31 @@ fn redis_without_notifications_polls_and_says_so() {
         err.contains("keyspace notifications are off") && err.contains("listing every 1s"),
         "{err}"
     );
+}
+
+/// On Redis a shared holder's lease is a deadline in a sorted set, which
+/// passes without a notification: a holder SIGKILLed is still told gone
+/// within its lease (2 s here) and the bound, the watch listing every
+/// interval while such a hold is listed.
+#[test]
+fn redis_shared_hold_of_a_killed_holder_is_told_gone() {
+    let node = redis_with_notifications();
+    let url = format!("{}?ttl=2s", node.url());
+    let lc = |args: &[&str]| common::lc_at(&url, args);
+    let watch = Watching::start(lc(&["keys", "--watch", "--json"]));
+    let mut holder = lc(&["lock", "--shared", "feed-shared", "--", "sleep", "8"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = watch.wait_for(Duration::from_secs(15), is("held", "feed-shared"));
+    assert!(held.is_some(), "the shared hold was never told");
+    let killed = SystemTime::now();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let gone = watch.wait_for(Duration::from_secs(40), is("released", "feed-shared"));
+    let gone = gone.expect("the dead holder's hold was never told gone");
+    eprintln!("told gone {:?} after the kill", late(gone, killed));
+    assert!(late(gone, killed) < Duration::from_secs(2) + WITHIN);
 }

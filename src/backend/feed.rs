@@ -24,6 +24,14 @@ pub trait ChangeFeed: Send {
     /// have) since the feed was armed or last resolved; an error when the
     /// feed is lost. Cancel-safe: the watch waits on it in a `select!`.
     async fn changed(&mut self) -> Result<()>;
+
+    /// The service lets a shared or `--limit` hold, or a waiter, run out
+    /// without telling (Redis: a deadline in a sorted set, no key that
+    /// expires): while the last listing shows one, the watch lists every
+    /// `--interval` as well.
+    fn quiet_ends(&self) -> bool {
+        false
+    }
 }
 
 /// What [`super::Backend::change_feed`] gives.

@@ -130,8 +130,16 @@ impl Diff {
         self.error = None;
         let mut out = String::new();
         let mut holds = holds_of(keys, now);
-        let gone: Vec<&String> = self.holds.keys().filter(|id| !holds.contains_key(*id)).collect();
-        let mut came: Vec<String> = holds.keys().filter(|id| !self.holds.contains_key(*id)).cloned().collect();
+        let gone: Vec<&String> = self
+            .holds
+            .keys()
+            .filter(|id| !holds.contains_key(*id))
+            .collect();
+        let mut came: Vec<String> = holds
+            .keys()
+            .filter(|id| !self.holds.contains_key(*id))
+            .cloned()
+            .collect();
         for id in gone {
             let old = &self.holds[id];
             // The same hold, its `since` moved a little: kept as it was.

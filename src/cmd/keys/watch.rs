@@ -7,8 +7,10 @@
 //! the watch lists again only when the feed says something changed: at
 //! once when the last listing is an `--interval` old, else when it is
 //! (many changes, at most one listing per interval). As a safety net it
-//! also lists every [`SAFETY_NET`] intervals, and when a listed hold's
-//! expiry (`--expire`) passes. A lost feed (connection dropped, watch
+//! also lists every [`SAFETY_NET`] intervals, when a listed hold's
+//! expiry (`--expire`) passes, and every interval while the listing shows
+//! a hold or a waiter that the service lets run out untold
+//! (`ChangeFeed::quiet_ends`: Redis's shared holds and waiters). A lost feed (connection dropped, watch
 //! cancelled, compaction) is dropped: the next listing, an interval after
 //! the last, arms a new one first, so a change is never missed for longer
 //! than an interval. Where there is no feed, the watch lists every
@@ -28,7 +30,7 @@ use wildmatch::WildMatch;
 use super::sort;
 use super::views::{JsonView, Plain, Screen, View};
 use crate::backend::feed::{ChangeFeed, Feed};
-use crate::backend::{Backend, BackendConfig, KeyInfo, WaiterInfo};
+use crate::backend::{Backend, BackendConfig, KeyInfo, LockMode, WaiterInfo};
 use crate::cli::KeysOrder;
 use crate::exit::ExitCode;
 
@@ -71,6 +73,9 @@ struct Lister<'a> {
     listed: Option<Instant>,
     /// The earliest expiry of a listed hold.
     expires: Option<SystemTime>,
+    /// The last listing shows what may end without the feed telling
+    /// (`ChangeFeed::quiet_ends`): list every interval.
+    quiet: bool,
 }
 
 pub(super) fn run(config: &BackendConfig, watch: Watch) -> Result<ExitCode> {
@@ -95,6 +100,7 @@ pub(super) fn run(config: &BackendConfig, watch: Watch) -> Result<ExitCode> {
             changed: false,
             listed: None,
             expires: None,
+            quiet: false,
         };
         let mut redraw = tokio::time::interval(REDRAW);
         redraw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,8 +150,9 @@ impl Lister<'_> {
             return Instant::now();
         };
         let interval = self.watch.interval;
-        if self.feed.is_none() || self.changed {
-            // Polling, reconnecting, re-arming, or told a change.
+        if self.feed.is_none() || self.changed || self.quiet {
+            // Polling, reconnecting, re-arming, told a change, or a hold
+            // or a waiter that may end untold.
             return listed + interval;
         }
         let mut due = listed + (interval * SAFETY_NET).max(SAFETY_NET_MIN);
@@ -205,6 +212,10 @@ impl Lister<'_> {
             }
         }
         self.expires = keys.iter().filter_map(|k| k.expires).min();
+        self.quiet = self.feed.as_ref().is_some_and(|f| f.quiet_ends())
+            && keys
+                .iter()
+                .any(|k| k.waiting > 0 || (k.kept != Some(true) && k.mode != LockMode::Exclusive));
         sort(&mut keys, self.watch.order);
         if let Some(w) = &mut waiters {
             w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
