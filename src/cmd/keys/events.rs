@@ -59,14 +59,12 @@ fn loosely(v: &Value) -> (String, Option<SystemTime>) {
     (identity_of(&v), since)
 }
 
-/// The same hold in two listings, its `since` moved by less than [`JITTER`].
-fn same_hold(a: &Value, b: &Value) -> bool {
-    let ((ia, sa), (ib, sb)) = (loosely(a), loosely(b));
-    let near = match (sa, sb) {
+/// Whether two `since`s are within [`JITTER`] of each other.
+fn near(a: Option<SystemTime>, b: Option<SystemTime>) -> bool {
+    match (a, b) {
         (Some(x), Some(y)) => x.duration_since(y).unwrap_or_else(|e| e.duration()) < JITTER,
         _ => false,
-    };
-    ia == ib && near
+    }
 }
 
 fn identity_of(v: &Value) -> String {
@@ -130,26 +128,33 @@ impl Diff {
         self.error = None;
         let mut out = String::new();
         let mut holds = holds_of(keys, now);
-        let gone: Vec<&String> = self
-            .holds
-            .keys()
-            .filter(|id| !holds.contains_key(*id))
-            .collect();
-        let mut came: Vec<String> = holds
-            .keys()
-            .filter(|id| !self.holds.contains_key(*id))
-            .cloned()
-            .collect();
-        for id in gone {
-            let old = &self.holds[id];
+        // The holds new to this listing, by their identity without `since`
+        // (one pass: a listing of Redis's moves every `since` a little).
+        let mut came: BTreeMap<String, Vec<(String, Option<SystemTime>)>> = BTreeMap::new();
+        for (id, v) in &holds {
+            if !self.holds.contains_key(id) {
+                let (loose, since) = loosely(v);
+                came.entry(loose).or_default().push((id.clone(), since));
+            }
+        }
+        for (id, old) in &self.holds {
+            if holds.contains_key(id) {
+                continue;
+            }
             // The same hold, its `since` moved a little: kept as it was.
-            if let Some(i) = came.iter().position(|c| same_hold(old, &holds[c])) {
-                holds.remove(&came.swap_remove(i));
+            let (loose, since) = loosely(old);
+            let same = came.get_mut(&loose).and_then(|c| {
+                let i = c.iter().position(|(_, s)| near(*s, since))?;
+                Some(c.swap_remove(i).0)
+            });
+            if let Some(new_id) = same {
+                holds.remove(&new_id);
                 holds.insert(id.clone(), old.clone());
                 continue;
             }
             out.push_str(&event("released", &at, old.clone()));
         }
+        let mut came: Vec<String> = came.into_values().flatten().map(|(id, _)| id).collect();
         came.sort();
         let mut newly_held = std::collections::BTreeSet::new();
         for id in &came {
