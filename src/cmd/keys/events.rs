@@ -286,6 +286,22 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_holds_that_all_moved_a_little_are_no_change() {
+        let t0 = SystemTime::now();
+        let look = |shift: u64| {
+            let since = t0 + Duration::from_millis(shift);
+            let keys = (0..1000)
+                .map(|i| hold(&format!("k{i}"), 1, since, 0))
+                .collect();
+            Ok((keys, None))
+        };
+        let mut diff = Diff::default();
+        assert_eq!(events(&diff.next(&look(0), t0)).len(), 1000);
+        assert_eq!(diff.next(&look(1), t0), "");
+        assert_eq!(diff.next(&look(2), t0), "");
+    }
+
+    #[test]
     fn an_error_is_said_once() {
         let now = SystemTime::now();
         let mut diff = Diff::default();
