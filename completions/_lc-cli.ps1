@@ -165,7 +165,7 @@ Register-ArgumentCompleter -Native -CommandName 'lc-cli' -ScriptBlock {
         }
         'lc-cli;keys' {
             [CompletionResult]::new('--sort', '--sort', [CompletionResultType]::ParameterName, 'Order: by key, or by age (the oldest hold first: the stuck one)')
-            [CompletionResult]::new('--interval', '--interval', [CompletionResultType]::ParameterName, 'How often --watch lists the keys (each refresh is one listing)')
+            [CompletionResult]::new('--interval', '--interval', [CompletionResultType]::ParameterName, 'How often at most --watch lists the keys: every --interval where the service has no change feed, else when it tells a change')
             [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'How long to keep trying to reach the service (name lookup included) [default: 2s]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per key, one per line')

@@ -156,7 +156,7 @@ set edit:completion:arg-completer[lc-cli] = {|@words|
         }
         &'lc-cli;keys'= {
             cand --sort 'Order: by key, or by age (the oldest hold first: the stuck one)'
-            cand --interval 'How often --watch lists the keys (each refresh is one listing)'
+            cand --interval 'How often at most --watch lists the keys: every --interval where the service has no change feed, else when it tells a change'
             cand --server 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)'
             cand --connect-timeout 'How long to keep trying to reach the service (name lookup included) [default: 2s]'
             cand --json 'One JSON object per key, one per line'

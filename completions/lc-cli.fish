@@ -110,7 +110,7 @@ complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s v -l verbose -d 
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand reset" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l sort -d 'Order: by key, or by age (the oldest hold first: the stuck one)' -r -f -a "key\t''
 age\t''"
-complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l interval -d 'How often --watch lists the keys (each refresh is one listing)' -r
+complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l interval -d 'How often at most --watch lists the keys: every --interval where the service has no change feed, else when it tells a change' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l server -d 'The lock service [env: LC_SERVER] [default: 127.0.0.1:22119]: host:port, lc://, lcs://, zk://, redis://, rediss://, etcd://, postgres:// or postgresql:// (--help shows each address)' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l connect-timeout -d 'How long to keep trying to reach the service (name lookup included) [default: 2s]' -r
 complete -c lc-cli -n "__fish_lc_cli_using_subcommand keys" -l json -d 'One JSON object per key, one per line'

@@ -394,7 +394,8 @@ pub struct KeysArgs {
     #[arg(long)]
     pub watch: bool,
 
-    /// How often --watch lists the keys (each refresh is one listing)
+    /// How often at most --watch lists the keys: every --interval where the
+    /// service has no change feed, else when it tells a change
     #[arg(long, value_parser = parse_interval, value_name = "DURATION", default_value = "1s", requires = "watch")]
     pub interval: Duration,
 

@@ -54,6 +54,7 @@ mod history_refuse;
 mod history_zk;
 mod keys_waiters;
 mod keys_watch;
+mod keys_watch_feed;
 mod lock_expire;
 mod manager_port;
 mod modes_other_backends;

@@ -10,6 +10,7 @@ pub(crate) mod address;
 mod config;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub mod feed;
 pub mod fields;
 pub(crate) mod help;
 pub mod history;
@@ -442,6 +443,16 @@ pub trait Backend: Send + Sync {
     /// What the service is and whether a lock could be taken now (`lc-cli
     /// ping`); an error where it cannot be reached or refuses us.
     async fn ping(&self) -> Result<ping::PingReport>;
+
+    /// Arms the service's own change feed for the keys under `prefix`
+    /// (`keys --watch`, `feed.rs`), before the listing it is to follow.
+    /// The default: no feed, the watch polls.
+    async fn change_feed(&self, prefix: &str) -> Result<feed::Feed> {
+        let _ = prefix;
+        Ok(feed::Feed::Poll(
+            "this service has no change feed lc-cli reads".into(),
+        ))
+    }
 
     /// Ends the session cleanly (ZooKeeper must close before exit, or its
     /// ephemeral nodes linger until the session times out).

@@ -10,6 +10,8 @@ pub(crate) struct Etcd {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Child,
+    /// The arguments it was started with (`restart`).
+    args: Vec<String>,
     /// What `etcdctl` is given: the endpoint, and for TLS the CA file and
     /// a client certificate.
     ctl_args: Vec<String>,
@@ -67,26 +69,41 @@ impl Etcd {
         let (port, peer) = (free_port(), free_port());
         let client_url = format!("{scheme}://127.0.0.1:{port}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--listen-client-urls", &client_url])
-            .args(["--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start etcd (apt-get install etcd-server)");
+        let mut args: Vec<String> = ["--name", "t", "--data-dir"].map(String::from).to_vec();
+        args.push(dir.path().join("data").to_string_lossy().into_owned());
+        for (flag, value) in [
+            ("--listen-client-urls", &client_url),
+            ("--advertise-client-urls", &client_url),
+            ("--listen-peer-urls", &peer_url),
+            ("--initial-advertise-peer-urls", &peer_url),
+            ("--initial-cluster", &format!("t={peer_url}")),
+        ] {
+            args.extend([flag.to_string(), value.clone()]);
+        }
+        args.extend(extra.iter().cloned());
+        let child = spawn(dir.path(), &args);
         let etcd = Etcd {
             port,
             dir,
             child,
+            args,
             ctl_args: ctl_args(port),
         };
+        etcd.wait_healthy();
+        etcd
+    }
+
+    /// Kills the member (SIGKILL, by PID) and starts it again on the same
+    /// ports and data dir; returns once it is healthy.
+    pub(crate) fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.dir.path(), &self.args);
+        self.wait_healthy();
+    }
+
+    fn wait_healthy(&self) {
+        let etcd = self;
         let start = Instant::now();
         loop {
             let ok = etcd
@@ -105,7 +122,6 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        etcd
     }
 
     /// The server's process id (benchmarks read its memory).
@@ -176,6 +192,21 @@ impl Etcd {
             .env_remove("LC_SOURCE");
         cmd
     }
+}
+
+/// etcd with `args`, its log appended to `dir/etcd.log`.
+fn spawn(dir: &std::path::Path, args: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))
+        .unwrap();
+    Command::new("etcd")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start etcd (apt-get install etcd-server)")
 }
 
 impl Drop for Etcd {

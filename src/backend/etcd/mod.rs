@@ -16,6 +16,7 @@
 
 pub(crate) mod address;
 mod arrive;
+mod feed;
 mod held;
 mod history;
 mod lease;
@@ -439,6 +440,11 @@ impl Backend for EtcdBackend {
             })
             .await?;
         Ok(resp.deleted() > 0)
+    }
+
+    /// One Watch on the prefix (`feed.rs`).
+    async fn change_feed(&self, _under: &str) -> Result<crate::backend::feed::Feed> {
+        feed::arm(&self.rpc, &self.prefix).await
     }
 
     /// Each lock's keys that do not hold, by create revision (the line).

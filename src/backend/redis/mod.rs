@@ -35,6 +35,7 @@
 
 pub(crate) mod address;
 mod answer;
+mod feed;
 mod fresh;
 mod held;
 mod history;
@@ -62,6 +63,8 @@ use super::{
 
 pub(crate) struct RedisBackend {
     quorum: Arc<Quorum>,
+    /// The database number (`/DB`), for the keyspace channels.
+    db: i64,
     /// `-v`: the wait for nodes that do not count yet is said once.
     verbose: bool,
     /// Which nodes answered the last round of a wait that only nodes too
@@ -95,6 +98,7 @@ impl RedisBackend {
         quorum.reach(config.connect_timeout).await?;
         Ok(RedisBackend {
             quorum,
+            db: *db,
             verbose: config.verbose,
             fresh_wait: std::sync::Mutex::new(None),
             fresh_said: Default::default(),
@@ -106,6 +110,11 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     async fn ping(&self) -> Result<super::ping::PingReport> {
         self.ping_nodes().await
+    }
+
+    /// Keyspace notifications, where they are on (`feed.rs`).
+    async fn change_feed(&self, _under: &str) -> Result<super::feed::Feed> {
+        feed::arm(&self.quorum, self.db).await
     }
 
     async fn acquire(

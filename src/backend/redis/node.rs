@@ -318,6 +318,18 @@ impl Node {
         cmd.query_async(&mut c).await.map_err(|e| self.failed(e))
     }
 
+    /// A subscriber connection of its own (`keys --watch`'s feed).
+    pub(super) async fn pubsub(&self) -> NodeResult<redis::aio::PubSub> {
+        match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(e)) => Err(self.failed(e)),
+            Err(_) => Err(NodeError::Transport(format!(
+                "no connection within {:?}",
+                self.connect_timeout
+            ))),
+        }
+    }
+
     /// A connection of its own for BLPOP (a blocked command would hold up
     /// everything queued behind it on the quorum one).
     pub(super) async fn blocking_conn(&self) -> NodeResult<MultiplexedConnection> {

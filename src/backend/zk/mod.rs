@@ -14,6 +14,7 @@
 //! withdrawing or detaching ends the session and waits until it is closed.
 
 pub(crate) mod address;
+mod feed;
 mod held;
 mod history;
 mod keys;
@@ -285,6 +286,11 @@ impl Backend for ZkBackend {
     async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
         let dir = names::lock_dir(&self.root, key);
         history::read(&self.session, &dir, key, limit).await
+    }
+
+    /// One persistent recursive watch on the root (`feed.rs`).
+    async fn change_feed(&self, _under: &str) -> Result<crate::backend::feed::Feed> {
+        feed::arm(&self.session, &self.root).await
     }
 
     /// Walks the tree under the root: see `keys.rs` for what is asked and

@@ -13,7 +13,11 @@
 //!   again at the next refresh; said once until the message changes.
 //!
 //! A hold is the same hold while its key, source, peer, since, token, mode,
-//! identity and fields are: its age is not part of it.
+//! identity and fields are: its age is not part of it. A `since` that moved
+//! by less than [`JITTER`] is the same: a service that tells an age rather
+//! than a moment (Redis: its clock's now less the grant) gives a `since`
+//! on our clock that moves by the listing's own delay, a millisecond or
+//! two, from one listing to the next.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -38,6 +42,30 @@ pub(super) struct Diff {
 
 /// The time-varying members, left out of an object's identity.
 const AGES: [&str; 5] = ["held_ms", "expires_in_ms", "waiting", "waited_ms", "place"];
+
+/// How far a hold's `since` may move between two listings and still be the
+/// same hold.
+const JITTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A hold's identity without its `since`, and its `since`.
+fn loosely(v: &Value) -> (String, Option<SystemTime>) {
+    let since = v["since"]
+        .as_str()
+        .and_then(|s| humantime::parse_rfc3339(s).ok());
+    let mut v = v.clone();
+    if let Some(map) = v.as_object_mut() {
+        map.remove("since");
+    }
+    (identity_of(&v), since)
+}
+
+/// Whether two `since`s are within [`JITTER`] of each other.
+fn near(a: Option<SystemTime>, b: Option<SystemTime>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x.duration_since(y).unwrap_or_else(|e| e.duration()) < JITTER,
+        _ => false,
+    }
+}
 
 fn identity_of(v: &Value) -> String {
     let mut v = v.clone();
@@ -83,13 +111,13 @@ impl Diff {
     /// What changed since the last look, as event lines ("" for nothing).
     pub(super) fn next(
         &mut self,
-        look: Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>), String>,
+        look: &Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>), String>,
         now: SystemTime,
     ) -> String {
         let at = humantime::format_rfc3339_millis(now).to_string();
         let (keys, waiters) = match look {
             Err(message) => {
-                if self.error.as_ref() == Some(&message) {
+                if self.error.as_ref() == Some(message) {
                     return String::new();
                 }
                 self.error = Some(message.clone());
@@ -99,18 +127,40 @@ impl Diff {
         };
         self.error = None;
         let mut out = String::new();
-        let holds = holds_of(&keys, now);
-        for (id, v) in &self.holds {
-            if !holds.contains_key(id) {
-                out.push_str(&event("released", &at, v.clone()));
-            }
-        }
-        let mut newly_held = std::collections::BTreeSet::new();
+        let mut holds = holds_of(keys, now);
+        // The holds new to this listing, by their identity without `since`
+        // (one pass: a listing of Redis's moves every `since` a little).
+        let mut came: BTreeMap<String, Vec<(String, Option<SystemTime>)>> = BTreeMap::new();
         for (id, v) in &holds {
             if !self.holds.contains_key(id) {
-                newly_held.insert(v["key"].as_str().unwrap_or_default().to_owned());
-                out.push_str(&event("held", &at, v.clone()));
+                let (loose, since) = loosely(v);
+                came.entry(loose).or_default().push((id.clone(), since));
             }
+        }
+        for (id, old) in &self.holds {
+            if holds.contains_key(id) {
+                continue;
+            }
+            // The same hold, its `since` moved a little: kept as it was.
+            let (loose, since) = loosely(old);
+            let same = came.get_mut(&loose).and_then(|c| {
+                let i = c.iter().position(|(_, s)| near(*s, since))?;
+                Some(c.swap_remove(i).0)
+            });
+            if let Some(new_id) = same {
+                holds.remove(&new_id);
+                holds.insert(id.clone(), old.clone());
+                continue;
+            }
+            out.push_str(&event("released", &at, old.clone()));
+        }
+        let mut came: Vec<String> = came.into_values().flatten().map(|(id, _)| id).collect();
+        came.sort();
+        let mut newly_held = std::collections::BTreeSet::new();
+        for id in &came {
+            let v = &holds[id];
+            newly_held.insert(v["key"].as_str().unwrap_or_default().to_owned());
+            out.push_str(&event("held", &at, v.clone()));
         }
         let waiting: BTreeMap<String, usize> =
             keys.iter().map(|k| (k.key.clone(), k.waiting)).collect();
@@ -195,14 +245,14 @@ mod tests {
     fn holds_come_and_go_and_ages_are_no_change() {
         let t0 = SystemTime::now();
         let mut diff = Diff::default();
-        let first = diff.next(Ok((vec![hold("a", 1, t0, 0)], None)), t0);
+        let first = diff.next(&Ok((vec![hold("a", 1, t0, 0)], None)), t0);
         assert_eq!(events(&first), [("held".into(), "a".into())]);
         // A second later: the same hold, older: nothing.
         let later = t0 + Duration::from_secs(1);
-        assert_eq!(diff.next(Ok((vec![hold("a", 1, t0, 0)], None)), later), "");
+        assert_eq!(diff.next(&Ok((vec![hold("a", 1, t0, 0)], None)), later), "");
         // One more waits; b is taken; then a is released and granted again.
         let third = diff.next(
-            Ok((vec![hold("a", 1, t0, 1), hold("b", 7, later, 0)], None)),
+            &Ok((vec![hold("a", 1, t0, 1), hold("b", 7, later, 0)], None)),
             later,
         );
         assert_eq!(
@@ -210,7 +260,7 @@ mod tests {
             [("held".into(), "b".into()), ("waiting".into(), "a".into())]
         );
         let fourth = diff.next(
-            Ok((vec![hold("a", 2, later, 0), hold("b", 7, later, 0)], None)),
+            &Ok((vec![hold("a", 2, later, 0), hold("b", 7, later, 0)], None)),
             later,
         );
         assert_eq!(
@@ -220,16 +270,48 @@ mod tests {
     }
 
     #[test]
+    fn a_since_moved_by_a_few_milliseconds_is_the_same_hold() {
+        let t0 = SystemTime::now();
+        let mut diff = Diff::default();
+        diff.next(&Ok((vec![hold("a", 1, t0, 0)], None)), t0);
+        let moved = t0 + Duration::from_millis(2);
+        assert_eq!(diff.next(&Ok((vec![hold("a", 1, moved, 0)], None)), t0), "");
+        // A hold that began two seconds later is another.
+        let later = t0 + Duration::from_secs(2);
+        let next = diff.next(&Ok((vec![hold("a", 1, later, 0)], None)), later);
+        assert_eq!(
+            events(&next),
+            [("released".into(), "a".into()), ("held".into(), "a".into())]
+        );
+    }
+
+    #[test]
+    fn a_thousand_holds_that_all_moved_a_little_are_no_change() {
+        let t0 = SystemTime::now();
+        let look = |shift: u64| {
+            let since = t0 + Duration::from_millis(shift);
+            let keys = (0..1000)
+                .map(|i| hold(&format!("k{i}"), 1, since, 0))
+                .collect();
+            Ok((keys, None))
+        };
+        let mut diff = Diff::default();
+        assert_eq!(events(&diff.next(&look(0), t0)).len(), 1000);
+        assert_eq!(diff.next(&look(1), t0), "");
+        assert_eq!(diff.next(&look(2), t0), "");
+    }
+
+    #[test]
     fn an_error_is_said_once() {
         let now = SystemTime::now();
         let mut diff = Diff::default();
         let e = || Err("cannot reach x".to_string());
         assert_eq!(
-            events(&diff.next(e(), now)),
+            events(&diff.next(&e(), now)),
             [("error".into(), String::new())]
         );
-        assert_eq!(diff.next(e(), now), "");
-        assert_eq!(diff.next(Ok((vec![], None)), now), "");
-        assert_eq!(events(&diff.next(e(), now)).len(), 1);
+        assert_eq!(diff.next(&e(), now), "");
+        assert_eq!(diff.next(&Ok((vec![], None)), now), "");
+        assert_eq!(events(&diff.next(&e(), now)).len(), 1);
     }
 }

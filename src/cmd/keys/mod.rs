@@ -8,6 +8,7 @@
 mod events;
 mod json;
 mod render;
+mod views;
 mod watch;
 
 use std::time::SystemTime;

@@ -1,29 +1,48 @@
-//! `keys --watch`: the listing again every `--interval` (1 s), over one
-//! connection kept open.
+//! `keys --watch`: when to list, over one connection kept open (the views
+//! that show the listings: `views.rs`).
 //!
-//! At a terminal it is a full-screen view, as `watch` and `top` draw one:
-//! the terminal's alternate screen, and each refresh rewrites only the lines
-//! that changed (no flicker); Ctrl-C (or SIGTERM, SIGHUP) puts the screen
-//! back as it was. Elsewhere (a pipe, a file) the whole table is written
-//! again whenever it changes. With `--json`, one JSON object per change
-//! (`events.rs`), for scripts.
+//! Where the service has a change feed (`Backend::change_feed`: an etcd
+//! Watch, a ZooKeeper persistent watch, Redis keyspace notifications), it
+//! is armed before each listing that follows a connect or a lost feed, and
+//! the watch lists again only when the feed says something changed: at
+//! once when the last listing is an `--interval` old, else when it is
+//! (many changes, at most one listing per interval). As a safety net it
+//! also lists every [`SAFETY_NET`] intervals, when a listed hold's
+//! expiry (`--expire`) passes, and every interval while the listing shows
+//! a hold or a waiter that the service lets run out untold
+//! (`ChangeFeed::quiet_ends`: Redis's shared holds and waiters). A lost feed (connection dropped, watch
+//! cancelled, compaction) is dropped: the next listing, an interval after
+//! the last, arms a new one first, so a change is never missed for longer
+//! than an interval. Where there is no feed, the watch lists every
+//! `--interval`, as `keys` would. `-v` says which of the two it does.
 //!
-//! Each refresh is one listing (`keys`, and `waiters` with `--waiters`):
-//! its cost for the service is the listing's, per backend in
-//! docs/commands.md and BENCHMARKS.md.
+//! The last listing is shown again every second ([`REDRAW`]), so the
+//! clock and the ages move without asking the service.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
 use wildmatch::WildMatch;
 
-use super::events::Diff;
-use super::{as_table, sort, waiters_table};
-use crate::backend::{Backend, BackendConfig, KeyInfo, WaiterInfo};
+use super::sort;
+use super::views::{JsonView, Plain, Screen, View};
+use crate::backend::feed::{ChangeFeed, Feed};
+use crate::backend::{Backend, BackendConfig, KeyInfo, LockMode, WaiterInfo};
 use crate::cli::KeysOrder;
 use crate::exit::ExitCode;
+
+/// With a feed, a listing at least every this many intervals (and no more
+/// often than [`SAFETY_NET_MIN`]) all the same; without one, the service is
+/// asked again for a feed after this many listings (notifications turned
+/// on meanwhile, a node back).
+const SAFETY_NET: u32 = 30;
+const SAFETY_NET_MIN: Duration = Duration::from_secs(30);
+
+/// How often the last listing is drawn again (the clock, the ages).
+const REDRAW: Duration = Duration::from_secs(1);
 
 /// What to watch and how.
 pub(super) struct Watch {
@@ -35,7 +54,29 @@ pub(super) struct Watch {
 }
 
 /// One look at the service: its holds and waiters, or why there are none.
-type Look = std::result::Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>), String>;
+pub(super) type Look = std::result::Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>), String>;
+
+/// The connection, its feed, and when the next listing is due.
+struct Lister<'a> {
+    config: &'a BackendConfig,
+    watch: &'a Watch,
+    glob: Option<WildMatch>,
+    backend: Option<Box<dyn Backend>>,
+    /// The armed feed; None before the first listing of a connection, and
+    /// once lost.
+    feed: Option<Box<dyn ChangeFeed>>,
+    /// The backend has no feed (why), for so many listings: poll.
+    polling: Option<(String, u32)>,
+    /// The feed told a change not listed yet.
+    changed: bool,
+    /// When the last listing started.
+    listed: Option<Instant>,
+    /// The earliest expiry of a listed hold.
+    expires: Option<SystemTime>,
+    /// The last listing shows what may end without the feed telling
+    /// (`ChangeFeed::quiet_ends`): list every interval.
+    quiet: bool,
+}
 
 pub(super) fn run(config: &BackendConfig, watch: Watch) -> Result<ExitCode> {
     super::super::block_on(async move {
@@ -49,24 +90,52 @@ pub(super) fn run(config: &BackendConfig, watch: Watch) -> Result<ExitCode> {
             (false, true) => Box::new(Screen::enter()?),
             (false, false) => Box::new(Plain::default()),
         };
-        let glob = watch.pattern.as_deref().map(WildMatch::new);
-        let mut backend: Option<Box<dyn Backend>> = None;
-        let mut ticks = tokio::time::interval(watch.interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut lister = Lister {
+            config,
+            watch: &watch,
+            glob: watch.pattern.as_deref().map(WildMatch::new),
+            backend: None,
+            feed: None,
+            polling: None,
+            changed: false,
+            listed: None,
+            expires: None,
+            quiet: false,
+        };
+        let mut redraw = tokio::time::interval(REDRAW);
+        redraw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shown = config.shown();
+        let mut last: Option<Look> = None;
         loop {
+            let due = lister.due();
+            let waits = lister.feed.is_some() && !lister.changed;
             tokio::select! {
                 _ = interrupt.recv() => break,
                 _ = terminate.recv() => break,
                 _ = hangup.recv() => break,
-                _ = resized.recv() => view.resized(),
-                _ = ticks.tick() => {
-                    let look = look(config, &mut backend, &watch, glob.as_ref()).await;
-                    view.show(&shown, &watch, look)?;
+                _ = resized.recv() => {
+                    view.resized();
+                    if let Some(look) = &last {
+                        view.show(&shown, &watch, look)?;
+                    }
+                }
+                _ = redraw.tick() => {
+                    if let Some(look) = &last {
+                        view.show(&shown, &watch, look)?;
+                    }
+                }
+                told = async { lister.feed.as_mut().expect("waits").changed().await }, if waits => {
+                    lister.told(told);
+                }
+                _ = tokio::time::sleep_until(due) => {
+                    let look = lister.look().await;
+                    view.show(&shown, &watch, &look)?;
+                    last = Some(look);
                 }
             }
         }
-        if let Some(b) = backend {
+        lister.feed = None;
+        if let Some(b) = lister.backend.take() {
             b.close().await;
         }
         view.leave()?;
@@ -74,230 +143,124 @@ pub(super) fn run(config: &BackendConfig, watch: Watch) -> Result<ExitCode> {
     })
 }
 
-/// Lists over the kept connection, opening it first (again, after an
-/// error: the next look reconnects).
-async fn look(
-    config: &BackendConfig,
-    backend: &mut Option<Box<dyn Backend>>,
-    watch: &Watch,
-    glob: Option<&WildMatch>,
-) -> Look {
-    if backend.is_none() {
-        let opened = crate::backend::connect(config).await;
-        *backend = Some(opened.map_err(|e| crate::backend::secret::scrub(&e.to_string()))?);
+impl Lister<'_> {
+    /// When the next listing is due.
+    fn due(&self) -> Instant {
+        let Some(listed) = self.listed else {
+            return Instant::now();
+        };
+        let interval = self.watch.interval;
+        if self.feed.is_none() || self.changed || self.quiet {
+            // Polling, reconnecting, re-arming, told a change, or a hold
+            // or a waiter that may end untold.
+            return listed + interval;
+        }
+        let mut due = listed + (interval * SAFETY_NET).max(SAFETY_NET_MIN);
+        if let Some(at) = self.expires {
+            // The service may say nothing when a hold runs out: look then
+            // (a little after, so that it is gone).
+            let after = at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .saturating_add(Duration::from_millis(50));
+            due = due.min((Instant::now() + after).max(listed + interval));
+        }
+        due
     }
-    let b = backend.as_deref().expect("opened above");
-    let listed = async {
-        let under = super::literal_prefix(watch.pattern.as_deref());
+
+    /// What the feed said.
+    fn told(&mut self, told: crate::backend::Result<()>) {
+        self.changed = true;
+        if let Err(e) = told {
+            self.feed = None;
+            self.say(&format!(
+                "the change feed is lost ({}): listing again",
+                crate::backend::secret::scrub(&e.to_string())
+            ));
+        }
+    }
+
+    /// `-v`: on stderr.
+    fn say(&self, what: &str) {
+        if self.config.verbose {
+            eprintln!("lc-cli: keys --watch on {}: {what}", self.config.shown());
+        }
+    }
+
+    /// Lists over the kept connection, opening it first and arming its feed
+    /// where it has one (again, after an error: the next look reconnects).
+    async fn look(&mut self) -> Look {
+        self.listed = Some(Instant::now());
+        self.changed = false;
+        let under = super::literal_prefix(self.watch.pattern.as_deref());
+        let listed = self.list(under).await;
+        let (mut keys, mut waiters) = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                self.feed = None;
+                self.polling = None;
+                if let Some(b) = self.backend.take() {
+                    b.close().await;
+                }
+                return Err(crate::backend::secret::scrub(&e.to_string()));
+            }
+        };
+        if let Some(glob) = &self.glob {
+            keys.retain(|k| glob.matches(&k.key));
+            if let Some(w) = &mut waiters {
+                w.retain(|w| glob.matches(&w.key));
+            }
+        }
+        self.expires = keys.iter().filter_map(|k| k.expires).min();
+        self.quiet = self.feed.as_ref().is_some_and(|f| f.quiet_ends())
+            && keys
+                .iter()
+                .any(|k| k.waiting > 0 || (k.kept != Some(true) && k.mode != LockMode::Exclusive));
+        sort(&mut keys, self.watch.order);
+        if let Some(w) = &mut waiters {
+            w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
+        }
+        Ok((keys, waiters))
+    }
+
+    async fn list(
+        &mut self,
+        under: &str,
+    ) -> crate::backend::Result<(Vec<KeyInfo>, Option<Vec<WaiterInfo>>)> {
+        if self.backend.is_none() {
+            self.backend = Some(crate::backend::connect(self.config).await?);
+        }
+        let b = self.backend.as_deref().expect("opened above");
+        if let Some((_, n)) = &mut self.polling {
+            *n += 1;
+        }
+        let ask = match &self.polling {
+            Some((_, n)) => *n >= SAFETY_NET,
+            None => self.feed.is_none(),
+        };
+        if ask {
+            match b.change_feed(under).await? {
+                Feed::Armed(feed) => {
+                    self.feed = Some(feed);
+                    self.polling = None;
+                    self.say("waiting on the service's change feed between listings");
+                }
+                Feed::Poll(why) => {
+                    if self.polling.as_ref().map(|(w, _)| w) != Some(&why) {
+                        self.say(&format!(
+                            "{why}: listing every {}",
+                            humantime::format_duration(self.watch.interval)
+                        ));
+                    }
+                    self.polling = Some((why, 0));
+                }
+            }
+        }
         let keys = b.keys_under(under).await?;
-        let waiters = match watch.waiters {
+        let waiters = match self.watch.waiters {
             true => b.waiters_under(under).await?,
             false => None,
         };
-        Ok::<_, crate::backend::BackendError>((keys, waiters))
-    }
-    .await;
-    let (mut keys, mut waiters) = match listed {
-        Ok(l) => l,
-        Err(e) => {
-            if let Some(b) = backend.take() {
-                b.close().await;
-            }
-            return Err(crate::backend::secret::scrub(&e.to_string()));
-        }
-    };
-    if let Some(glob) = glob {
-        keys.retain(|k| glob.matches(&k.key));
-        if let Some(w) = &mut waiters {
-            w.retain(|w| glob.matches(&w.key));
-        }
-    }
-    sort(&mut keys, watch.order);
-    if let Some(w) = &mut waiters {
-        w.sort_by(|a, b| (&a.key, a.place).cmp(&(&b.key, b.place)));
-    }
-    Ok((keys, waiters))
-}
-
-/// Where the looks go.
-trait View {
-    fn show(&mut self, server: &str, watch: &Watch, look: Look) -> Result<()>;
-    fn resized(&mut self) {}
-    fn leave(&mut self) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// The text of a look: a header line, then the tables.
-fn frame(server: &str, watch: &Watch, look: &Look, now: SystemTime) -> Vec<String> {
-    let clock = humantime::format_rfc3339_seconds(now).to_string();
-    let every = humantime::format_duration(watch.interval);
-    let mut lines = vec![format!(
-        "lc-cli keys --watch on {server}, every {every}; Ctrl-C to quit    {clock}"
-    )];
-    match look {
-        Err(e) => {
-            lines.push(String::new());
-            lines.push(format!(
-                "cannot list the keys: {e} (trying again every {every})"
-            ));
-        }
-        Ok((keys, waiters)) => {
-            lines.push(String::new());
-            if keys.is_empty() {
-                lines.push("no key is held".to_string());
-            } else {
-                lines.extend(as_table(keys, now).lines().map(str::to_string));
-            }
-            match waiters {
-                Some(w) if !w.is_empty() => {
-                    lines.push(String::new());
-                    lines.extend(waiters_table(w, now).lines().map(str::to_string));
-                }
-                None if watch.waiters => {
-                    lines.push(String::new());
-                    lines.push("(this service does not say who waits, only how many)".into());
-                }
-                _ => {}
-            }
-        }
-    }
-    lines
-}
-
-/// The full-screen view: the alternate screen, only changed lines redrawn.
-struct Screen {
-    shown: Vec<String>,
-    left: bool,
-}
-
-impl Screen {
-    fn enter() -> Result<Screen> {
-        // The alternate screen, the cursor hidden, the screen cleared.
-        put("\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J")?;
-        Ok(Screen {
-            shown: Vec::new(),
-            left: false,
-        })
-    }
-}
-
-impl View for Screen {
-    fn show(&mut self, server: &str, watch: &Watch, look: Look) -> Result<()> {
-        let (cols, rows) = terminal_size();
-        let mut lines: Vec<String> = frame(server, watch, &look, SystemTime::now())
-            .into_iter()
-            .map(|l| fit(&l, cols))
-            .collect();
-        if lines.len() > rows {
-            let more = lines.len() - rows + 1;
-            lines.truncate(rows - 1);
-            lines.push(fit(&format!("... {more} more lines"), cols));
-        }
-        let mut out = String::new();
-        for (row, line) in lines.iter().enumerate() {
-            if self.shown.get(row) != Some(line) {
-                out.push_str(&format!("\x1b[{};1H{line}\x1b[K", row + 1));
-            }
-        }
-        if lines.len() < self.shown.len() {
-            // Clears what the last frame had below this one.
-            out.push_str(&format!("\x1b[{};1H\x1b[J", lines.len() + 1));
-        }
-        self.shown = lines;
-        put(&out)
-    }
-
-    fn resized(&mut self) {
-        // Everything is drawn again at the next look.
-        self.shown.clear();
-        let _ = put("\x1b[H\x1b[2J");
-    }
-
-    fn leave(&mut self) -> Result<()> {
-        self.left = true;
-        put("\x1b[?25h\x1b[?1049l")
-    }
-}
-
-impl Drop for Screen {
-    /// An error (or a panic) on the way out still gives the screen back.
-    fn drop(&mut self) {
-        if !self.left {
-            let _ = put("\x1b[?25h\x1b[?1049l");
-        }
-    }
-}
-
-fn put(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
-}
-
-/// At most `cols` characters, so that no line wraps (a wrapped line would
-/// move every row below it).
-fn fit(line: &str, cols: usize) -> String {
-    line.chars().take(cols).collect()
-}
-
-/// The terminal's columns and rows (80x24 when it does not say).
-fn terminal_size() -> (usize, usize) {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which
-    // points to a live, properly aligned `winsize` of ours; stdout's
-    // descriptor stays open for the call (a bad one only makes it fail).
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    match ok && size.ws_col > 0 && size.ws_row > 1 {
-        true => (size.ws_col.into(), size.ws_row.into()),
-        false => (80, 24),
-    }
-}
-
-/// Not a terminal: the whole frame again whenever the tables change (the
-/// header's clock and the HELD/WAITED ages aside, which change every
-/// second).
-#[derive(Default)]
-struct Plain {
-    last: Option<String>,
-}
-
-impl View for Plain {
-    fn show(&mut self, server: &str, watch: &Watch, look: Look) -> Result<()> {
-        let now = SystemTime::now();
-        // Compared without the ages: the same holds at a later second.
-        let same = match &look {
-            Ok((k, w)) => Diff::identity(k, w.as_deref()),
-            Err(e) => e.clone(),
-        };
-        if self.last.as_ref() == Some(&same) {
-            return Ok(());
-        }
-        self.last = Some(same);
-        let mut text = frame(server, watch, &look, now).join("\n");
-        text.push_str("\n\n");
-        put(&text)
-    }
-}
-
-/// `--json`: the events of each change, one object per line.
-#[derive(Default)]
-struct JsonView {
-    diff: Diff,
-}
-
-impl View for JsonView {
-    fn show(&mut self, _server: &str, _watch: &Watch, look: Look) -> Result<()> {
-        let text = self.diff.next(look, SystemTime::now());
-        if text.is_empty() {
-            return Ok(());
-        }
-        put(&text)
+        Ok((keys, waiters))
     }
 }
