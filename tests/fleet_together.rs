@@ -33,7 +33,8 @@ fn wait_queued(server: &Server, key: &str, tag: &str) {
 fn hold_until(log: &Path, tag: &str, go: &Path) -> String {
     let (log, go) = (log.display(), go.display());
     format!(
-        "echo start {tag} $(date +%s%N) >> {log}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; \
+        "echo start {tag} $(date +%s%N) >> {log}; echo token {tag} $LC_LOCK_TOKEN >> {log}; \
+         i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; \
          do sleep 0.05; i=$((i+1)); done; echo end {tag} $(date +%s%N) >> {log}"
     )
 }
@@ -98,7 +99,11 @@ fn a_group_holds_nothing_while_it_waits_is_passed_then_reserves() {
         &spans::script(&log, "w", 0.5),
     ])));
     wait_queued(&server, "b", "w");
-    let g = spans::script(&log, "g", 0.3);
+    let g = format!(
+        "echo tokens g $LC_LOCK_TOKENS >> {}; {}",
+        log.display(),
+        spans::script(&log, "g", 0.3)
+    );
     kids.0.push(spawn(lc(&[
         "lock", "a", "--and", "b", "--source", "g", "-c", &g,
     ])));
@@ -146,13 +151,35 @@ fn a_group_holds_nothing_while_it_waits_is_passed_then_reserves() {
         s.start >= g.end,
         "s passed the group that had reserved a:\n{text}"
     );
-    // Both keys' tokens reached the command, granted in one step: g's two
-    // tokens are consecutive (nothing was granted between them).
+    // Both keys' tokens reached the command, granted in one step: no other
+    // grant's token lies between g's two (tokens grow with each grant).
     let tokens = text
         .lines()
         .find_map(|l| l.strip_prefix("token g "))
         .unwrap_or_else(|| panic!("no token for g:\n{text}"));
     assert!(!tokens.trim().is_empty(), "g has no LC_LOCK_TOKEN:\n{text}");
+    let both: Vec<u64> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tokens g "))
+        .unwrap_or_else(|| panic!("no LC_LOCK_TOKENS for g:\n{text}"))
+        .split(',')
+        .map(|kv| kv.rsplit_once('=').unwrap().1.trim().parse().unwrap())
+        .collect();
+    assert_eq!(both.len(), 2, "{text}");
+    let (lo, hi) = (both[0].min(both[1]), both[0].max(both[1]));
+    for tag in ["h", "w", "p", "s"] {
+        let t: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("token {tag} ")))
+            .unwrap_or_else(|| panic!("no token for {tag}:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            t < lo || t > hi,
+            "{tag}'s grant came between g's two:\n{text}"
+        );
+    }
 }
 
 #[test]
@@ -298,4 +325,20 @@ fn a_server_without_the_feature_is_asked_key_after_key() {
         "{err}"
     );
     assert!(!err.contains("granted together"), "{err}");
+}
+
+/// A server that cannot be reached: one line naming the first key, 69,
+/// before anything is asked.
+#[test]
+fn an_unreachable_server_is_one_line() {
+    let port = common::free_port_pair();
+    let url = format!("lc://127.0.0.1:{port}");
+    let line = common::expect_error_line(
+        &mut common::lc_at(&url, &["lock", "b", "--and", "a", "--", "true"]),
+        69,
+    );
+    assert!(
+        line.contains("lock 'a'") && line.contains("cannot reach"),
+        "{line}"
+    );
 }

@@ -20,7 +20,7 @@ use super::{KeySet, Taken};
 use crate::backend::fields::MAX_GROUP;
 use crate::backend::{self, Acquired, Backend, BackendConfig, LockMode, LockRequest, WaitProgress};
 use crate::cmd::lock::{self, LockOptions};
-use crate::cmd::waiting::Withdrawn;
+use crate::cmd::waiting::{self, Withdrawn};
 use crate::cmd::OrFail;
 use crate::exit::ExitCode;
 use crate::signals::Signals;
@@ -313,13 +313,7 @@ async fn wait_all(
                 cancel.cancel();
             }
             sig = signals.recv(), if withdrawn.is_none() => {
-                if Signals::stops_waiting(sig) {
-                    withdrawn = Some(Withdrawn::Signal(sig));
-                    cancel.cancel();
-                } else if sig == libc::SIGTSTP {
-                    status.clear();
-                    crate::terminal::stop_self(false);
-                }
+                withdrawn = waiting::on_signal(sig, &mut status, &cancel);
             }
             _ = tick.tick(), if show_status && withdrawn.is_none() => {
                 status.waiting(&shown, &server, started.elapsed(), None, Some("all granted together"));

@@ -88,15 +88,7 @@ pub(super) async fn wait_for_grant(
                 cancel.cancel();
             }
             sig = signals.recv(), if withdrawn.is_none() => {
-                if Signals::stops_waiting(sig) {
-                    withdrawn = Some(Withdrawn::Signal(sig));
-                    cancel.cancel();
-                } else if sig == libc::SIGTSTP {
-                    // Ctrl-Z while waiting: stop as if it were not caught,
-                    // still in line.
-                    status.clear();
-                    terminal::stop_self(false);
-                }
+                withdrawn = on_signal(sig, &mut status, &cancel);
             }
             info = &mut lookup, if show_status && withdrawn.is_none() => {
                 holder = info;
@@ -140,6 +132,25 @@ impl Blocker {
             Blocker::Reserved(why) => why.clone(),
         }
     }
+}
+
+/// A signal while waiting: one that stops the wait (HUP, INT, QUIT, TERM)
+/// withdraws it through `cancel`; Ctrl-Z stops lc-cli as if it were not
+/// caught, still in line.
+pub(super) fn on_signal(
+    sig: i32,
+    status: &mut StatusLine,
+    cancel: &CancellationToken,
+) -> Option<Withdrawn> {
+    if Signals::stops_waiting(sig) {
+        cancel.cancel();
+        return Some(Withdrawn::Signal(sig));
+    }
+    if sig == libc::SIGTSTP {
+        status.clear();
+        terminal::stop_self(false);
+    }
+    None
 }
 
 async fn holder_after(
