@@ -7,6 +7,7 @@
 //! while the other slot's holder keeps its own.
 
 use crate::common;
+use crate::common::slots::slot_of;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -95,12 +96,6 @@ fn slot_holder(e: &Etcd, query: &str, key: &str, file: &std::path::Path) -> Chil
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn slot_of(file: &std::path::Path) -> Option<String> {
-    std::fs::read_to_string(file)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 #[test]

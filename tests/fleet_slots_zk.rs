@@ -10,6 +10,7 @@
 //! on the same path counts lc-cli's holders and nothing else.
 
 use crate::common;
+use crate::common::slots::slot_of;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -192,12 +193,6 @@ fn slot_holder(zk: &Zk, session: &str, key: &str, file: &Path) -> Child {
     .stderr(Stdio::null())
     .spawn()
     .unwrap()
-}
-
-fn slot_of(file: &Path) -> Option<String> {
-    std::fs::read_to_string(file)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 #[test]

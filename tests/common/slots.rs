@@ -70,3 +70,10 @@ pub(crate) fn check_started_in_order(runs: &[Run]) {
         "arrival order lost"
     );
 }
+
+/// The `LC_SLOT` a holder wrote to `file`, once it has.
+pub(crate) fn slot_of(file: &Path) -> Option<String> {
+    std::fs::read_to_string(file)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
